@@ -1,0 +1,399 @@
+"""`tvmtune.yaml`: read with PyYAML into frozen dataclasses, every error with file:line.
+
+The YAML is composed into nodes (not loaded) so that each value keeps the line it
+came from; unknown keys get a "did you mean" from difflib.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .targets import canonical_target, parse_legacy_string, slug
+
+CONFIG_NAME = "tvmtune.yaml"
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    # Stop when the best has not improved by more than `min_improvement` (a
+    # fraction) for `patience` consecutive batches. patience 0 disables it.
+    patience: int = 3
+    min_improvement: float = 0.01
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    # As in AutoTVM's LocalRunner: `number` runs per repeat (0: enough runs to
+    # last min_repeat_ms), `repeat` samples, `min_repeat_ms` per sample.
+    number: int = 0
+    repeat: int = 5
+    min_repeat_ms: int = 50
+    # Coefficient of variation allowed for the baseline before the runner is
+    # judged too noisy.
+    max_cv: float = 0.03
+    enable_cpu_cache_flush: bool = False
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class RpcRunner:
+    tracker: str  # host:port
+    key: str
+    devices: int = 1
+    session_timeout_s: float = 60.0
+
+    @property
+    def tracker_host(self) -> str:
+        return self.tracker.rpartition(":")[0]
+
+    @property
+    def tracker_port(self) -> int:
+        return int(self.tracker.rpartition(":")[2])
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    target: dict[str, Any]  # canonical dict
+    runs_on: tuple[str, ...] = ()
+    rpc: RpcRunner | None = None  # None: measure on this machine
+    line: int = 0
+
+    @property
+    def slug(self) -> str:
+        return slug(self.name)
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    name: str
+    trials: int | None = None
+    targets: tuple[str, ...] | None = None  # None: every configured target
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class GitIdentity:
+    name: str = "tvmtune-ci"
+    email: str = "tvmtune-ci@users.noreply.github.com"
+
+
+@dataclass(frozen=True)
+class Config:
+    root: Path
+    targets: tuple[TargetConfig, ...]
+    operators_dir: str = "operators"
+    logs_dir: str = "tuning_logs"
+    trials: int = 300
+    batch_size: int = 16
+    seed: int = 42
+    max_age_days: int = 365
+    tvm_version: str | None = None  # major.minor the logs must match; None: installed
+    early_stop: EarlyStop = field(default_factory=EarlyStop)
+    measure: MeasureOptions = field(default_factory=MeasureOptions)
+    operators: tuple[OperatorConfig, ...] = ()
+    pr_check: str = "fail"
+    git: GitIdentity = field(default_factory=GitIdentity)
+    path: Path | None = None
+
+    @property
+    def operators_path(self) -> Path:
+        return self.root / self.operators_dir
+
+    @property
+    def logs_path(self) -> Path:
+        return self.root / self.logs_dir
+
+    def target(self, name: str) -> TargetConfig:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise ConfigError(
+            f"unknown target {name!r}; configured targets: "
+            f"{', '.join(t.name for t in self.targets) or '(none)'}"
+        )
+
+    def operator(self, name: str) -> OperatorConfig:
+        for o in self.operators:
+            if o.name == name:
+                return o
+        return OperatorConfig(name=name)
+
+    def trials_for(self, operator: str) -> int:
+        o = self.operator(operator)
+        return o.trials if o.trials is not None else self.trials
+
+    def targets_for(self, operator: str) -> tuple[TargetConfig, ...]:
+        o = self.operator(operator)
+        if o.targets is None:
+            return self.targets
+        return tuple(self.target(n) for n in o.targets)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class _Ctx:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.display = path.name
+
+    def error(self, node: yaml.Node | None, what: str, fix: str) -> ConfigError:
+        line = node.start_mark.line + 1 if node is not None else 1
+        return ConfigError(f"{self.display}:{line}: {what}; {fix}")
+
+
+def _construct(node: yaml.Node) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def _mapping(ctx: _Ctx, node: yaml.Node, where: str) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    if not isinstance(node, yaml.MappingNode):
+        raise ctx.error(node, f"{where} must be a mapping", f"write `{where}:` followed by indented `key: value` lines")
+    out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    for k, v in node.value:
+        key = _construct(k)
+        if not isinstance(key, str):
+            raise ctx.error(k, f"key {key!r} in {where} is not a string", "quote it or rename it")
+        if key in out:
+            raise ctx.error(k, f"duplicate key {key!r} in {where}", "keep only one of them")
+        out[key] = (k, v)
+    return out
+
+
+def _check_keys(ctx: _Ctx, items: dict[str, tuple[yaml.Node, yaml.Node]], allowed: list[str], where: str) -> None:
+    for key, (knode, _) in items.items():
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
+            raise ctx.error(knode, f"unknown key {key!r} in {where}", fix)
+
+
+def _typed(ctx: _Ctx, node: yaml.Node, key: str, kind: type | tuple[type, ...], example: str,
+           check: Callable[[Any], bool] | None = None, rule: str = "") -> Any:
+    value = _construct(node)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not ok:
+        raise ctx.error(node, f"{key} is {value!r} ({type(value).__name__}), expected {' or '.join(k.__name__ for k in kinds)}", f"write for example `{example}`")
+    if check is not None and not check(value):
+        raise ctx.error(node, f"{key} is {value!r}, {rule}", f"write for example `{example}`")
+    return value
+
+
+_POS = (lambda v: v > 0, "it must be positive")
+_NONNEG = (lambda v: v >= 0, "it must not be negative")
+
+
+def _parse_early_stop(ctx: _Ctx, node: yaml.Node) -> EarlyStop:
+    items = _mapping(ctx, node, "early_stop")
+    _check_keys(ctx, items, ["patience", "min_improvement"], "early_stop")
+    kw: dict[str, Any] = {}
+    if "patience" in items:
+        kw["patience"] = _typed(ctx, items["patience"][1], "early_stop.patience", int, "patience: 3", *_NONNEG)
+    if "min_improvement" in items:
+        kw["min_improvement"] = _typed(ctx, items["min_improvement"][1], "early_stop.min_improvement", float, "min_improvement: 0.01", *_NONNEG)
+    return EarlyStop(**kw)
+
+
+def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
+    items = _mapping(ctx, node, "measure")
+    spec: dict[str, tuple[type | tuple[type, ...], str, tuple[Callable[[Any], bool], str]]] = {
+        "number": (int, "number: 0", _NONNEG),
+        "repeat": (int, "repeat: 5", _POS),
+        "min_repeat_ms": (int, "min_repeat_ms: 50", _NONNEG),
+        "max_cv": (float, "max_cv: 0.03", _POS),
+        "enable_cpu_cache_flush": (bool, "enable_cpu_cache_flush: false", (lambda v: True, "")),
+        "timeout_s": (float, "timeout_s: 30", _POS),
+    }
+    _check_keys(ctx, items, list(spec), "measure")
+    kw = {k: _typed(ctx, items[k][1], f"measure.{k}", t, ex, *chk) for k, (t, ex, chk) in spec.items() if k in items}
+    return MeasureOptions(**kw)
+
+
+def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]:
+    value = _construct(node)
+    if isinstance(value, str):
+        try:
+            converted = parse_legacy_string(value)
+        except ValueError as e:
+            raise ctx.error(node, f"target {name!r}: {e}", 'write a dict such as {kind: llvm, mcpu: skylake-avx512}') from None
+        line = node.start_mark.line + 1
+        warnings.warn(
+            f"{ctx.display}:{line}: target {name!r} uses the removed string form {value!r}; "
+            f"read as {canonical_target(converted)}; write that dict instead",
+            UserWarning,
+            stacklevel=2,
+        )
+        value = converted
+    if not isinstance(value, dict) or "kind" not in value:
+        raise ctx.error(node, f"target {name!r} must be a TVM target dict with a 'kind'", "write for example `target: {kind: llvm, mcpu: skylake-avx512, num-cores: 4}`")
+    return canonical_target(value)
+
+
+def _parse_runner(ctx: _Ctx, name: str, node: yaml.Node) -> RpcRunner | None:
+    value = _construct(node)
+    if value == "local":
+        return None
+    items = _mapping(ctx, node, f"targets.{name}.runner") if not isinstance(value, str) else None
+    if items is None:
+        raise ctx.error(node, f"runner {value!r} of target {name!r} is unknown", "write `runner: local` or `runner: {rpc: {tracker: HOST:PORT, key: NAME, devices: N}}`")
+    _check_keys(ctx, items, ["rpc"], f"targets.{name}.runner")
+    if "rpc" not in items:
+        raise ctx.error(node, f"runner of target {name!r} has no 'rpc'", "write `runner: {rpc: {tracker: HOST:PORT, key: NAME}}`")
+    rpc = _mapping(ctx, items["rpc"][1], f"targets.{name}.runner.rpc")
+    _check_keys(ctx, rpc, ["tracker", "key", "devices", "session_timeout_s"], f"targets.{name}.runner.rpc")
+    for req in ("tracker", "key"):
+        if req not in rpc:
+            raise ctx.error(items["rpc"][1], f"runner.rpc of target {name!r} needs {req!r}", "write `rpc: {tracker: 127.0.0.1:9190, key: mydevice}`")
+    tracker = _typed(ctx, rpc["tracker"][1], "rpc.tracker", str, "tracker: 127.0.0.1:9190",
+                     lambda v: ":" in v and v.rpartition(":")[2].isdigit(), "it must be HOST:PORT")
+    kw: dict[str, Any] = {"tracker": tracker, "key": _typed(ctx, rpc["key"][1], "rpc.key", str, "key: mydevice")}
+    if "devices" in rpc:
+        kw["devices"] = _typed(ctx, rpc["devices"][1], "rpc.devices", int, "devices: 2", *_POS)
+    if "session_timeout_s" in rpc:
+        kw["session_timeout_s"] = _typed(ctx, rpc["session_timeout_s"][1], "rpc.session_timeout_s", float, "session_timeout_s: 60", *_POS)
+    return RpcRunner(**kw)
+
+
+def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
+    items = _mapping(ctx, node, "targets")
+    out = []
+    for name, (knode, vnode) in items.items():
+        try:
+            slug(name)
+        except ValueError:
+            raise ctx.error(knode, f"target name {name!r} cannot name a folder", "use letters, digits, '-', '_' or '.'") from None
+        if not isinstance(vnode, yaml.MappingNode) or not any(_construct(k) == "target" for k, _ in vnode.value):
+            raise ctx.error(vnode, f"target {name!r} needs a 'target' entry", f"write `{name}: {{target: {{kind: llvm, mcpu: ...}}, runs-on: [self-hosted]}}`")
+        t = _mapping(ctx, vnode, f"targets.{name}")
+        _check_keys(ctx, t, ["target", "runs-on", "runner"], f"targets.{name}")
+        runs_on: tuple[str, ...] = ()
+        if "runs-on" in t:
+            labels = _construct(t["runs-on"][1])
+            if isinstance(labels, str):
+                labels = [labels]
+            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                raise ctx.error(t["runs-on"][1], f"runs-on of target {name!r} must be a list of runner labels", "write `runs-on: [self-hosted, linux, x64, avx512]`")
+            runs_on = tuple(labels)
+        out.append(TargetConfig(
+            name=name,
+            target=_parse_target_value(ctx, name, t["target"][1]),
+            runs_on=runs_on,
+            rpc=_parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None,
+            line=knode.start_mark.line + 1,
+        ))
+    return tuple(out)
+
+
+def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tuple[OperatorConfig, ...]:
+    items = _mapping(ctx, node, "operators")
+    out = []
+    for name, (knode, vnode) in items.items():
+        o = _mapping(ctx, vnode, f"operators.{name}") if not (isinstance(vnode, yaml.ScalarNode) and _construct(vnode) is None) else {}
+        _check_keys(ctx, o, ["trials", "targets"], f"operators.{name}")
+        kw: dict[str, Any] = {"name": name, "line": knode.start_mark.line + 1}
+        if "trials" in o:
+            kw["trials"] = _typed(ctx, o["trials"][1], f"operators.{name}.trials", int, "trials: 200", *_POS)
+        if "targets" in o:
+            tnode = o["targets"][1]
+            names = _construct(tnode)
+            if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+                raise ctx.error(tnode, f"operators.{name}.targets must be a list of target names", f"write `targets: [{', '.join(target_names) or 'cpu'}]`")
+            for n in names:
+                if n not in target_names:
+                    close = difflib.get_close_matches(n, target_names, n=1)
+                    fix = f"did you mean {close[0]!r}?" if close else f"configured targets: {', '.join(target_names) or '(none)'}"
+                    raise ctx.error(tnode, f"operators.{name}.targets names unknown target {n!r}", fix)
+            kw["targets"] = tuple(names)
+        out.append(OperatorConfig(**kw))
+    return tuple(out)
+
+
+_TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "batch_size", "seed",
+             "max_age_days", "tvm_version", "early_stop", "measure", "operators", "pr_check", "git"]
+
+
+def parse_config(text: str, path: Path) -> Config:
+    ctx = _Ctx(path)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{ctx.display}:{line}: invalid YAML: {problem}; fix the syntax (indentation, a missing ':' or an unclosed bracket)") from None
+    if root is None:
+        raise ConfigError(f"{ctx.display}:1: the file is empty; declare at least `targets:`")
+    items = _mapping(ctx, root, "the top level")
+    _check_keys(ctx, items, _TOP_KEYS, "the top level")
+    if "format" in items and _construct(items["format"][1]) != 1:
+        raise ctx.error(items["format"][1], f"format {_construct(items['format'][1])!r} is not understood by this tvmtune-ci", "write `format: 1` or upgrade tvmtune-ci")
+    if "targets" not in items:
+        raise ConfigError(f"{ctx.display}:1: no `targets:`; add e.g. `targets: {{cpu: {{target: {{kind: llvm, mcpu: skylake-avx512}}}}}}`")
+    targets = _parse_targets(ctx, items["targets"][1])
+    kw: dict[str, Any] = {"root": path.parent, "targets": targets, "path": path}
+    for key, kind, example, chk in [
+        ("operators_dir", str, "operators_dir: operators", None),
+        ("logs_dir", str, "logs_dir: tuning_logs", None),
+        ("trials", int, "trials: 300", _POS),
+        ("batch_size", int, "batch_size: 16", _POS),
+        ("seed", int, "seed: 42", _NONNEG),
+        ("max_age_days", int, "max_age_days: 365", _POS),
+    ]:
+        if key in items:
+            kw[key] = _typed(ctx, items[key][1], key, kind, example, *(chk or (None, "")))
+    if "tvm_version" in items:
+        v = _construct(items["tvm_version"][1])
+        v = str(v) if isinstance(v, (int, float)) else v
+        if not isinstance(v, str) or len(v.split(".")) < 2:
+            raise ctx.error(items["tvm_version"][1], f"tvm_version {v!r} is not MAJOR.MINOR", 'write `tvm_version: "0.27"` (quoted)')
+        kw["tvm_version"] = v
+    if "early_stop" in items:
+        kw["early_stop"] = _parse_early_stop(ctx, items["early_stop"][1])
+    if "measure" in items:
+        kw["measure"] = _parse_measure(ctx, items["measure"][1])
+    if "operators" in items:
+        kw["operators"] = _parse_operators(ctx, items["operators"][1], [t.name for t in targets])
+    if "pr_check" in items:
+        kw["pr_check"] = _typed(ctx, items["pr_check"][1], "pr_check", str, "pr_check: fail",
+                                lambda v: v in ("fail", "warn"), "it must be 'fail' or 'warn'")
+    if "git" in items:
+        g = _mapping(ctx, items["git"][1], "git")
+        _check_keys(ctx, g, ["name", "email"], "git")
+        kw["git"] = GitIdentity(**{k: _typed(ctx, g[k][1], f"git.{k}", str, f"{k}: tvmtune-ci") for k in g})
+    return Config(**kw)
+
+
+def find_config(start: Path) -> Path:
+    """The nearest tvmtune.yaml at or above `start`."""
+    start = start.resolve()
+    for d in (start, *start.parents):
+        if (d / CONFIG_NAME).is_file():
+            return d / CONFIG_NAME
+    raise ConfigError(f"no {CONFIG_NAME} in {start} or any folder above it; create one at the repository root (see README: Configuration)")
+
+
+def load_config(path: Path | None = None) -> Config:
+    path = find_config(Path.cwd()) if path is None else path
+    if path.is_dir():
+        path = find_config(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}; check the path") from None
+    return parse_config(text, path)

@@ -1,0 +1,47 @@
+"""Where an (operator, target) log set lives, and what its files are called.
+
+    tuning_logs/<operator>/<target-slug>/
+        manifest.json                              provenance, commit point
+        <operator>_<target-slug>_<YYYY-MM-DD>.json the log (MetaSchedule records)
+        README.md, curve.png                       generated
+        *.bak                                      archived earlier sets (dated)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .manifest import MANIFEST_NAME
+from .targets import slug
+
+
+@dataclass(frozen=True)
+class LogSet:
+    folder: Path
+    operator: str
+    target_slug: str
+
+    @classmethod
+    def of(cls, logs_dir: Path, operator: str, target_name: str) -> LogSet:
+        s = slug(target_name)
+        return cls(logs_dir / slug(operator) / s, operator, s)
+
+    @property
+    def manifest(self) -> Path:
+        return self.folder / MANIFEST_NAME
+
+    @property
+    def readme(self) -> Path:
+        return self.folder / "README.md"
+
+    @property
+    def curve(self) -> Path:
+        return self.folder / "curve.png"
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / ".tvmtune-lock"
+
+    def log_name(self, date: str) -> str:
+        return f"{slug(self.operator)}_{self.target_slug}_{date}.json"

@@ -1,0 +1,356 @@
+"""The operator template API: what a module in `operators/` declares.
+
+An operator module declares, at module level:
+
+    WORKLOADS = {"m512": {"M": 512, "N": 512, "K": 512, "dtype": "float32"}}
+    KNOBS = [
+        define_split("tile_i", "M", parts=4, max_factor=64),   # -> sample_perfect_tile
+        define_knob("unroll", [0, 16, 64, 512]),               # -> sample_categorical
+        define_structure("pack_b", [False, True]),             # -> one design space each
+    ]
+
+    def compute(M, N, K, dtype):          # -> tvm PrimFunc (te.create_prim_func / TVMScript)
+    def reference(A, B):                  # numpy; inputs in PrimFunc parameter order
+    def schedule(sch, cfg):               # tvm.s_tir.Schedule, Knobs
+
+`WORKLOADS` and `KNOBS` must be literals (plus the three `define_*` calls) because
+`check` reads them from the AST without running the module: that is how the
+config-space size is computed without TVM, and why a fork's template is never
+executed by the PR check. A split's extent is a workload key or an arithmetic
+expression over workload keys (`"(H + 2*pad - R)//stride + 1"`).
+
+Inside `schedule`, `cfg.split(sch, loop, "tile_i")` samples and applies the split,
+`cfg.knob(sch, "unroll")` samples a categorical knob (an ExprRV, e.g. for an
+annotation) and `cfg["pack_b"]` is the structural choice of this design space.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import math
+import operator as _op
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Union
+
+from .errors import TemplateError
+
+# --------------------------------------------------------------------------- knobs
+
+
+@dataclass(frozen=True)
+class Split:
+    """AutoTVM's define_split: tile one loop into `parts` perfect factors."""
+
+    name: str
+    extent: int | str  # workload key, expression over workload keys, or int
+    parts: int = 2
+    max_factor: int = 64  # bound on the innermost factor
+
+    kind = "split"
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """AutoTVM's define_knob: one of a few candidates, searched by sample_categorical."""
+
+    name: str
+    candidates: tuple[Any, ...]
+
+    kind = "categorical"
+
+
+@dataclass(frozen=True)
+class Structural:
+    """A choice that drives Python control flow: one design space per candidate."""
+
+    name: str
+    candidates: tuple[Any, ...]
+
+    kind = "structural"
+
+
+Knob = Union[Split, Categorical, Structural]
+
+
+def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int = 64) -> Split:
+    if parts < 2:
+        raise TemplateError(f"define_split({name!r}): parts must be >= 2, got {parts}")
+    if max_factor < 1:
+        raise TemplateError(f"define_split({name!r}): max_factor must be >= 1, got {max_factor}")
+    return Split(name, extent, parts, max_factor)
+
+
+def define_knob(name: str, candidates: Sequence[Any]) -> Categorical:
+    if not candidates:
+        raise TemplateError(f"define_knob({name!r}): needs at least one candidate")
+    # sample_categorical yields an integer; a non-integer choice is structural.
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in candidates):
+        raise TemplateError(f"define_knob({name!r}): candidates must be integers; use define_structure for other choices")
+    return Categorical(name, tuple(candidates))
+
+
+def define_structure(name: str, candidates: Sequence[Any]) -> Structural:
+    if not candidates:
+        raise TemplateError(f"define_structure({name!r}): needs at least one candidate")
+    return Structural(name, tuple(candidates))
+
+
+_DEFINERS: dict[str, Callable[..., Knob]] = {
+    "define_split": define_split,
+    "define_knob": define_knob,
+    "define_structure": define_structure,
+}
+
+# --------------------------------------------------------------------------- extents
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul,
+    ast.FloorDiv: _op.floordiv, ast.Mod: _op.mod,
+}
+
+
+def eval_extent(extent: int | str, workload: Mapping[str, Any]) -> int:
+    """Evaluate a split extent against a workload without running template code."""
+    if isinstance(extent, int):
+        return extent
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            v = workload.get(node.id)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (keys: {', '.join(workload)})")
+            return v
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return int(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise TemplateError(f"extent {extent!r}: only workload keys, integers and + - * // % are allowed")
+
+    try:
+        tree = ast.parse(extent, mode="eval")
+    except SyntaxError:
+        raise TemplateError(f"extent {extent!r} is not an expression over workload keys") from None
+    value = ev(tree)
+    if value < 1:
+        raise TemplateError(f"extent {extent!r} evaluates to {value} for workload {dict(workload)}")
+    return value
+
+
+# --------------------------------------------------------------------------- space size
+
+
+def _factorize(n: int) -> dict[int, int]:
+    out: dict[int, int] = {}
+    p = 2
+    while p * p <= n:
+        while n % p == 0:
+            out[p] = out.get(p, 0) + 1
+            n //= p
+        p += 1
+    if n > 1:
+        out[n] = out.get(n, 0) + 1
+    return out
+
+
+def _ordered_factorizations(n: int, k: int) -> int:
+    """Ways to write n as an ordered product of k positive integers (1 allowed)."""
+    return math.prod(math.comb(e + k - 1, k - 1) for e in _factorize(n).values())
+
+
+@lru_cache(maxsize=4096)
+def count_perfect_tiles(extent: int, parts: int, max_innermost: int) -> int:
+    """What `sample_perfect_tile(n=parts, max_innermost_factor=...)` can choose from."""
+    return sum(
+        _ordered_factorizations(extent // d, parts - 1)
+        for d in range(1, min(extent, max_innermost) + 1)
+        if extent % d == 0
+    )
+
+
+def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
+    """Every combination of structural choices; one MetaSchedule design space each."""
+    structural = [k for k in knobs if isinstance(k, Structural)]
+    return [dict(zip([k.name for k in structural], combo)) for combo in itertools.product(*(k.candidates for k in structural))]
+
+
+def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> tuple[int, int]:
+    """(points per design space, number of design spaces) for one workload."""
+    per_space = 1
+    for k in knobs:
+        if isinstance(k, Split):
+            per_space *= count_perfect_tiles(eval_extent(k.extent, workload), k.parts, k.max_factor)
+        elif isinstance(k, Categorical):
+            per_space *= len(k.candidates)
+    return per_space, len(design_spaces(knobs))
+
+
+# --------------------------------------------------------------------------- static reading
+
+
+@dataclass(frozen=True)
+class TemplateDecl:
+    """What `check` learns from a template without running it."""
+
+    name: str
+    path: Path
+    workloads: dict[str, dict[str, Any]]
+    knobs: tuple[Knob, ...]
+    line: int  # of `def schedule`
+    functions: dict[str, int]  # compute/reference/schedule -> line
+
+    def space_sizes(self) -> dict[str, tuple[int, int]]:
+        return {w: space_size(self.knobs, wl) for w, wl in self.workloads.items()}
+
+
+REQUIRED_FUNCTIONS = ("compute", "reference", "schedule")
+
+
+def _literal(node: ast.AST, path: Path, what: str) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise TemplateError(f"{path}:{node.lineno}: {what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module") from None
+
+
+def _knob_from_ast(node: ast.AST, path: Path) -> Knob:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
+        raise TemplateError(f"{path}:{getattr(node, 'lineno', 0)}: each KNOBS entry must be a define_split/define_knob/define_structure call")
+    fname = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+    if fname not in _DEFINERS:
+        raise TemplateError(f"{path}:{node.lineno}: {fname}() is not a knob; use define_split, define_knob or define_structure")
+    args = [_literal(a, path, f"argument of {fname}()") for a in node.args]
+    kwargs = {kw.arg: _literal(kw.value, path, f"argument {kw.arg} of {fname}()") for kw in node.keywords if kw.arg}
+    try:
+        return _DEFINERS[fname](*args, **kwargs)
+    except TypeError as e:
+        raise TemplateError(f"{path}:{node.lineno}: {fname}(): {e}") from None
+    except TemplateError as e:
+        raise TemplateError(f"{path}:{node.lineno}: {e}") from None
+
+
+def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
+    """Read WORKLOADS, KNOBS and the required functions from a template's AST."""
+    if tree is None:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except SyntaxError as e:
+            raise TemplateError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    workloads: dict[str, dict[str, Any]] | None = None
+    knobs: list[Knob] | None = None
+    functions: dict[str, int] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if "WORKLOADS" in names and stmt.value is not None:
+                workloads = _literal(stmt.value, path, "WORKLOADS")
+            if "KNOBS" in names and stmt.value is not None:
+                if not isinstance(stmt.value, (ast.List, ast.Tuple)):
+                    raise TemplateError(f"{path}:{stmt.lineno}: KNOBS must be a list of define_* calls")
+                knobs = [_knob_from_ast(e, path) for e in stmt.value.elts]
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
+            functions[stmt.name] = stmt.lineno
+    missing = [f for f in REQUIRED_FUNCTIONS if f not in functions]
+    if workloads is None:
+        missing.insert(0, "WORKLOADS")
+    if knobs is None:
+        missing.insert(0, "KNOBS")
+    if missing:
+        raise TemplateError(f"{path}: not an operator template: missing {', '.join(missing)}; see `tvmtune_ci.template` for the API (or move helpers out of {path.parent.name}/ or prefix the file with '_')")
+    if not isinstance(workloads, dict) or not workloads or not all(isinstance(v, dict) for v in workloads.values()):
+        raise TemplateError(f"{path}: WORKLOADS must be a non-empty dict of name -> {{param: value}}")
+    names = [k.name for k in knobs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise TemplateError(f"{path}: knob names must be unique; repeated: {', '.join(dup)}")
+    decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions)
+    decl.space_sizes()  # validates every extent against every workload
+    return decl
+
+
+def discover_templates(operators_dir: Path) -> list[Path]:
+    """Operator modules: `operators/*.py`, except private helpers (`_*.py`)."""
+    if not operators_dir.is_dir():
+        return []
+    return sorted(p for p in operators_dir.glob("*.py") if not p.name.startswith("_"))
+
+
+# --------------------------------------------------------------------------- runtime (TVM)
+
+
+class Knobs:
+    """The `cfg` a template's `schedule(sch, cfg)` receives.
+
+    mode "search": every knob is a MetaSchedule sampling instruction (the search
+    fills the decisions). mode "fixed": decisions come from `values` (a knob name ->
+    value map; missing ones get the default: all-ones inner split factors, first
+    candidate). The order in which knobs are sampled is recorded so a trace's
+    decisions map back to knob names.
+    """
+
+    def __init__(self, knobs: Sequence[Knob], workload: Mapping[str, Any], structure: Mapping[str, Any],
+                 mode: str = "search", values: Mapping[str, Any] | None = None) -> None:
+        self._knobs = {k.name: k for k in knobs}
+        self._workload = dict(workload)
+        self._structure = dict(structure)
+        self._mode = mode
+        self._values = dict(values or {})
+        self.order: list[str] = []
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._structure:
+            return self._structure[name]
+        if name in self._workload:
+            return self._workload[name]
+        knob = self._knobs.get(name)
+        if knob is not None:
+            raise TemplateError(f"cfg[{name!r}]: {knob.kind} knobs are sampled by cfg.split/cfg.knob; only structural knobs and workload keys can drive Python control flow")
+        raise TemplateError(f"cfg[{name!r}]: no such structural knob or workload key")
+
+    def _get(self, name: str, kind: type) -> Any:
+        knob = self._knobs.get(name)
+        if not isinstance(knob, kind):
+            raise TemplateError(f"knob {name!r} is not declared as a {kind.__name__} in KNOBS")
+        if name in self.order:
+            raise TemplateError(f"knob {name!r} is sampled twice in one design space; declare a knob per use")
+        self.order.append(name)
+        return knob
+
+    def split(self, sch: Any, loop: Any, name: str) -> list[Any]:
+        knob: Split = self._get(name, Split)
+        extent = eval_extent(knob.extent, self._workload)
+        actual = sch.get(loop).extent
+        if int(actual) != extent:
+            raise TemplateError(f"split {name!r}: the loop has extent {int(actual)} but KNOBS declares {knob.extent!r} = {extent}; fix the declaration so the reported space size is true")
+        decision = None
+        if self._mode == "fixed":
+            decision = self._values.get(name) or [extent] + [1] * (knob.parts - 1)
+            decision = [int(x) for x in decision]
+        factors = sch.sample_perfect_tile(loop, n=knob.parts, max_innermost_factor=knob.max_factor, decision=decision)
+        return list(sch.split(loop, factors=factors, preserve_unit_iters=True))
+
+    def knob(self, sch: Any, name: str) -> Any:
+        knob: Categorical = self._get(name, Categorical)
+        decision = None
+        if self._mode == "fixed":
+            value = self._values.get(name, knob.candidates[0])
+            decision = list(knob.candidates).index(value)
+        cands = [int(c) for c in knob.candidates]
+        return sch.sample_categorical(candidates=cands, probs=[1.0 / len(cands)] * len(cands), decision=decision)
+
+
+def call_with_workload(fn: Callable[..., Any], workload: Mapping[str, Any], *args: Any) -> Any:
+    """Call `fn(*args, **those workload keys its signature names)`."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **workload)
+    return fn(*args, **{k: v for k, v in workload.items() if k in params})
