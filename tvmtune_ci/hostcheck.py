@@ -1,0 +1,114 @@
+"""Refuse a target this machine cannot measure, before any trial is spent.
+
+The classic failure: tuning `-mcpu=skylake-avx512` on an AVX2 box. LLVM then
+either fails every build or emits code that dies with SIGILL, and the log fills
+with "failures" that say nothing. We compare the ISA features the target's
+`mcpu`/`mattr` enable with what this CPU reports.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any
+
+from .errors import HostError
+
+# LLVM feature name -> /proc/cpuinfo flag. Only ISA features that change the code
+# LLVM may emit; tuning flags (e.g. "fast-gather") are not hardware features.
+_X86_FEATURES = {
+    "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+    "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
+    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+    "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+    "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "sha": "sha_ni", "movbe": "movbe",
+}
+
+_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return None
+
+
+def _target_arch(target: dict[str, Any]) -> str | None:
+    triple = target.get("mtriple")
+    if not triple:
+        return None
+    arch = str(triple).split("-")[0]
+    return _ARCH_ALIASES.get(arch, arch)
+
+
+def missing_x86_features(target: dict[str, Any], host_flags: set[str]) -> list[str]:
+    """LLVM features the target enables that this CPU lacks (needs TVM's LLVM)."""
+    import tvm
+
+    features = set(tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(target)))
+    return sorted(f for f in features if f in _X86_FEATURES and _X86_FEATURES[f] not in host_flags)
+
+
+def host_description() -> dict[str, Any]:
+    """What the manifest records about the measuring machine."""
+    import os
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return {"machine": platform.machine(), "cpu": model or platform.processor(), "cores": os.cpu_count()}
+
+
+def check_host(target: dict[str, Any], *, remote: bool = False) -> None:
+    """Raise HostError when this machine cannot build and measure `target`.
+
+    With an RPC runner (`remote`), the devices measure, so only the build side
+    matters and the tracker's pre-flight checks the devices.
+    """
+    if remote:
+        return
+    kind = target.get("kind")
+    name = json_target(target)
+    host_arch = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
+    if kind in ("llvm", "c"):
+        arch = _target_arch(target)
+        if arch is not None and arch != host_arch:
+            raise HostError(f"target {name} is for {arch}, this machine is {host_arch}; measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)")
+        if host_arch == "x86_64" and kind == "llvm":
+            flags = host_cpu_flags()
+            if flags is not None:
+                lacking = missing_x86_features(target, flags)
+                if lacking:
+                    raise HostError(
+                        f"target {name} needs CPU features this machine lacks: {', '.join(lacking)}; "
+                        "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
+                        "or fix the target's mcpu/mattr"
+                    )
+        return
+    import tvm
+
+    try:
+        exists = bool(tvm.device(str(kind), 0).exist)
+    except Exception:  # an unknown device kind is as good as absent
+        exists = False
+    if not exists:
+        raise HostError(f"target {name} needs a {kind} device and this machine has none; run this entry on a runner that has one (runs-on labels) or through an RPC tracker")
+
+
+def json_target(target: dict[str, Any]) -> str:
+    from .targets import target_json
+
+    return target_json(target)
