@@ -186,8 +186,9 @@ def _typed(ctx: _Ctx, node: yaml.Node, key: str, kind: type | tuple[type, ...], 
     value = _construct(node)
     kinds = kind if isinstance(kind, tuple) else (kind,)
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+    # YAML reads `timeout_s: 30` as an int; a float field takes it.
+    if not ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
     if not ok:
         raise ctx.error(node, f"{key} is {value!r} ({type(value).__name__}), expected {' or '.join(k.__name__ for k in kinds)}", f"write for example `{example}`")
     if check is not None and not check(value):
@@ -358,8 +359,10 @@ def parse_config(text: str, path: Path) -> Config:
         if key in items:
             kw[key] = _typed(ctx, items[key][1], key, kind, example, *(chk or (None, "")))
     if "tvm_version" in items:
-        v = _construct(items["tvm_version"][1])
-        v = str(v) if isinstance(v, (int, float)) else v
+        vnode = items["tvm_version"][1]
+        v = _construct(vnode)
+        # Unquoted `0.30` is the float 0.3: keep the text as written, not the float.
+        v = str(vnode.value) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
         if not isinstance(v, str) or len(v.split(".")) < 2:
             raise ctx.error(items["tvm_version"][1], f"tvm_version {v!r} is not MAJOR.MINOR", 'write `tvm_version: "0.27"` (quoted)')
         kw["tvm_version"] = v

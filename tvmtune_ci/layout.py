@@ -1,6 +1,6 @@
 """Where an (operator, target) log set lives, and what its files are called.
 
-    tuning_logs/<operator>/<target-slug>/
+    tuning_logs/<operator>/<target-slug>/         (.<target-slug>.tvmtune-lock/-work beside it)
         manifest.json                              provenance, commit point
         <operator>_<target-slug>_<YYYY-MM-DD>.json the log (MetaSchedule records)
         README.md, curve.png                       generated
@@ -41,7 +41,12 @@ class LogSet:
 
     @property
     def lock(self) -> Path:
-        return self.folder / ".tvmtune-lock"
+        return self.folder.with_name(f".{self.folder.name}.tvmtune-lock")
 
     def log_name(self, date: str) -> str:
         return f"{slug(self.operator)}_{self.target_slug}_{date}.json"
+
+    @property
+    def work_dir(self) -> Path:
+        """Resumable tuning state (measured records), outside the published folder."""
+        return self.folder.with_name(f".{self.folder.name}.tvmtune-work")

@@ -35,6 +35,10 @@ class WorkloadResult:
     top: tuple[Measured, ...] = ()
     space_size: int = 0
     design_spaces: int = 1
+    # (trial index, best-so-far GFLOPS) per measured trial: the tuning curve.
+    curve: tuple[tuple[int, float], ...] = ()
+    # A previous log's best re-measured on this machine, when one was compared.
+    previous_best: Measured | None = None
 
     @property
     def speedup(self) -> float:
@@ -47,7 +51,8 @@ class Trials:
     run: int
     valid: int
     failed: int
-    stop_reason: str  # "budget", "early_stop", "space_exhausted", "previous_best_kept"...
+    stop_reason: str  # "budget", "early_stop", "space_exhausted"
+    failures: dict[str, int] = field(default_factory=dict)  # error kind -> count
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class Manifest:
                     top=tuple(Measured(**m) for m in r.get("top", ())),
                     space_size=r.get("space_size", 0),
                     design_spaces=r.get("design_spaces", 1),
+                    curve=tuple((int(a), float(b)) for a, b in r.get("curve", ())),
+                    previous_best=Measured(**r["previous_best"]) if r.get("previous_best") else None,
                 )
                 for w, r in d["results"].items()
             }

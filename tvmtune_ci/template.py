@@ -217,7 +217,8 @@ REQUIRED_FUNCTIONS = ("compute", "reference", "schedule")
 def _literal(node: ast.AST, path: Path, what: str) -> Any:
     try:
         return ast.literal_eval(node)
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        # TypeError: an unhashable dict key such as `{[1]: 2}`.
         raise TemplateError(f"{path}:{node.lineno}: {what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module") from None
 
 
@@ -246,6 +247,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
             raise TemplateError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     workloads: dict[str, dict[str, Any]] | None = None
     knobs: list[Knob] | None = None
+    knobs_line = 1
     functions: dict[str, int] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -257,6 +259,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                 if not isinstance(stmt.value, (ast.List, ast.Tuple)):
                     raise TemplateError(f"{path}:{stmt.lineno}: KNOBS must be a list of define_* calls")
                 knobs = [_knob_from_ast(e, path) for e in stmt.value.elts]
+                knobs_line = stmt.lineno
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
             functions[stmt.name] = stmt.lineno
     missing = [f for f in REQUIRED_FUNCTIONS if f not in functions]
@@ -273,7 +276,11 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     if dup:
         raise TemplateError(f"{path}: knob names must be unique; repeated: {', '.join(dup)}")
     decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions)
-    decl.space_sizes()  # validates every extent against every workload
+    try:
+        decl.space_sizes()  # validates every extent against every workload
+    except TemplateError as e:
+        # eval_extent does not know the file; point at the KNOBS declaration.
+        raise TemplateError(f"{path}:{knobs_line}: {e}") from None
     return decl
 
 
@@ -354,3 +361,33 @@ def call_with_workload(fn: Callable[..., Any], workload: Mapping[str, Any], *arg
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return fn(*args, **workload)
     return fn(*args, **{k: v for k, v in workload.items() if k in params})
+
+
+def import_template(path: Path, root: Path) -> Any:
+    """Import an operator module from its file (this runs its code: retune only).
+
+    The repository root goes on sys.path first so that templates import their
+    in-repo helpers (`from operators._tiling import ...`) the way the fingerprint
+    resolves them.
+    """
+    import importlib.util
+    import sys
+
+    root_s = str(root.resolve())
+    if root_s not in sys.path:
+        sys.path.insert(0, root_s)
+    name = f"_tvmtune_template_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TemplateError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise TemplateError(f"{path}: importing the template failed: {type(e).__name__}: {e}") from e
+    for attr in ("WORKLOADS", "KNOBS", *REQUIRED_FUNCTIONS):
+        if not hasattr(module, attr):
+            raise TemplateError(f"{path}: not an operator template: missing {attr}; see `tvmtune_ci.template`")
+    return module

@@ -1,0 +1,121 @@
+"""`tvmtune-ci retune`: turn stale entries into fresh, verified, documented logs."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from .. import ci
+from ..config import Config, load_config
+from ..errors import TvmtuneError, UsageError
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("operators", nargs="*", metavar="OPERATOR", help="operators to consider (default: all)")
+    p.add_argument("--target", action="append", default=[], metavar="NAME", help="targets to consider (repeatable; default: all configured)")
+    p.add_argument("--all", action="store_true", help="re-tune fresh entries too (the yearly full re-tune)")
+    p.add_argument("--trials", type=int, default=None, metavar="N", help="trial budget per workload (default: from tvmtune.yaml)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="search seed (default: from tvmtune.yaml)")
+    p.add_argument("--as-of", default=None, metavar="YYYY-MM-DD", help="date that decides expiry (default: today)")
+    p.add_argument("--dry-run", action="store_true", help="print what would be re-tuned and stop")
+    p.add_argument("--commit", action="store_true", help="commit exactly the files the re-tune wrote")
+    p.add_argument("--push", action="store_true", help="push the commit(s), rebasing onto a moved remote (implies --commit)")
+
+
+def parse_date(text: str | None) -> _dt.date | None:
+    if text is None:
+        return None
+    try:
+        return _dt.date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"--as-of {text!r} is not a date; write YYYY-MM-DD, e.g. --as-of 2027-01-31") from None
+
+
+def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
+    es = config.early_stop
+    m = config.measure
+    print(f"tvmtune-ci retune: {n} entr{'y' if n == 1 else 'ies'} from {config.path}")
+    print(f"  trials per workload: {args.trials if args.trials is not None else f'{config.trials} (per-operator overrides apply)'}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}")
+    print(f"  early stop: {'off' if es.patience == 0 else f'best not improved by >{es.min_improvement:.0%} for {es.patience} batches'}")
+    print(f"  measure: number={m.number or 'auto'} repeat={m.repeat} min_repeat_ms={m.min_repeat_ms} max_cv={m.max_cv:.0%} timeout={m.timeout_s:g}s")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pipeline import commit_message, retune_entry
+    from ..progress import Progress
+    from ..staleness import find_stale
+    from ..template import discover_templates
+
+    config = load_config(Path(args.config) if args.config else None)
+    if args.trials is not None and args.trials < 1:
+        raise UsageError(f"--trials must be at least 1, got {args.trials}")
+    known = [p.stem for p in discover_templates(config.operators_path)]
+    for op in args.operators:
+        if op not in known:
+            raise UsageError(f"unknown operator {op!r}; operators in {config.operators_dir}/: {', '.join(known) or '(none)'}")
+    for t in args.target:
+        config.target(t)  # raises with the configured names
+    report = find_stale(config, as_of=parse_date(args.as_of), operators=args.operators or None, targets=args.target or None)
+    entries = report.entries if args.all else report.stale
+    skipped = [e for e in report.entries if e not in entries]
+    print_settings(config, args, len(entries))
+    for e in skipped:
+        print(f"  fresh, skipped: {e.operator}/{e.target} (pass --all to re-tune it anyway)")
+    for e in entries:
+        why = "; ".join(f"{r.code}: {r.detail}" for r in e.reasons) or "fresh (--all)"
+        print(f"  {e.operator}/{e.target}: {why}")
+    if args.dry_run or not entries:
+        if not entries:
+            print("nothing to re-tune: every log is fresh")
+        return 0
+
+    commit = args.commit or args.push
+    results = []
+    failures: list[TvmtuneError] = []
+    for e in entries:
+        with ci.group(f"re-tune {e.operator} on {e.target}"):
+            bars: list[Progress] = []
+
+            def progress(label: str) -> Progress:
+                bars.append(Progress(label))
+                return bars[-1]
+
+            try:
+                r = retune_entry(config, e, trials=args.trials, seed=args.seed, say=print, progress=progress)
+            except TvmtuneError as err:
+                for b in bars:
+                    b.close()
+                print(f"error: {e.operator}/{e.target}: {err}", file=sys.stderr)
+                if ci.on_github():
+                    print(ci.annotation("error", str(err), file=e.template_file, line=e.template_line, title=f"tvmtune-ci retune {e.operator}/{e.target}"))
+                failures.append(err)
+                continue
+            for b in bars:
+                b.close()
+            results.append(r)
+            for w, res in sorted(r.manifest.results.items()):
+                t = r.manifest.trials[w]
+                print(f"{e.operator}/{e.target}/{w}: best {res.best.latency_s * 1e3:.4g} ms "
+                      f"({res.speedup:.1f}x vs default), {t.run} trials ({t.stop_reason}), knobs {res.best.knobs}")
+            print(f"wrote {r.published.folder / r.manifest.log} (+ manifest.json, README.md, curve.png)")
+            if commit:
+                from ..gitops import commit_paths
+
+                sha = commit_paths(config.root, r.published.changed_paths, commit_message([r]), config.git)
+                print(f"committed {sha[:12]}: {commit_message([r]).splitlines()[0]}")
+    if args.push and results:
+        from ..gitops import push_with_retry
+
+        pushed = push_with_retry(config.root)
+        print(f"pushed: {pushed}")
+    if results:
+        ci.append_step_summary("\n".join(
+            ["| operator | target | workload | best | vs default | trials | stop |", "|---|---|---|---|---|---|---|"]
+            + [f"| {r.manifest.operator} | {r.manifest.target_name} | {w} | {res.best.latency_s * 1e3:.4g} ms | {res.speedup:.1f}x | {r.manifest.trials[w].run} | {r.manifest.trials[w].stop_reason} |"
+               for r in results for w, res in sorted(r.manifest.results.items())]
+        ))
+    if failures:
+        return max(f.exit_code for f in failures)
+    return 0

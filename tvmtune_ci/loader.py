@@ -1,0 +1,116 @@
+"""Build the committed best configuration of an operator: never fall back silently.
+
+AutoTVM's `apply_history_best` quietly used the default schedule when the target
+string differed by one flag from the log's. Here a mismatch, a stale entry or a
+missing log is an error that lists the reasons; the default configuration is
+used only with `allow_fallback=True`, and then with a loud warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import StaleLogError, UsageError
+
+
+class FallbackWarning(UserWarning):
+    """The default configuration was built instead of a tuned one."""
+
+
+@dataclass(frozen=True)
+class Best:
+    operator: str
+    workload: str
+    target: dict[str, Any]
+    knobs: dict[str, Any]  # {} when falling back to the default configuration
+    latency_s: float | None
+    log: Path | None
+    fallback: bool
+
+
+def _target_dict(target: Any) -> dict[str, Any]:
+    from .targets import canonical_target, parse_legacy_string
+
+    if isinstance(target, Mapping):
+        return canonical_target(dict(target))
+    if isinstance(target, str):
+        return canonical_target(parse_legacy_string(target))
+    export = getattr(target, "export", None)  # a tvm.target.Target
+    if export is not None:
+        return canonical_target(dict(export()))
+    raise UsageError(f"target {target!r}: pass a dict, a tvm.target.Target or a target string")
+
+
+def _diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    keys = sorted(set(a) | set(b))
+    return ", ".join(f"{k}: {a.get(k, '(absent)')!r} != {b.get(k, '(absent)')!r}" for k in keys if a.get(k) != b.get(k))
+
+
+def best_config(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
+                allow_fallback: bool = False) -> Best:
+    """The knob values to build, after checking the entry is fresh and the target matches."""
+    from .config import load_config
+    from .staleness import find_stale
+
+    config = load_config(Path(root) if root is not None else None)
+    want = _target_dict(target)
+    matches = [t for t in config.targets if t.target == want]
+    reasons: list[str] = []
+    entry = None
+    if not matches:
+        closest = min(config.targets, key=lambda t: len(_diff(t.target, want)), default=None)
+        hint = f" closest configured target {closest.name!r} differs in: {_diff(closest.target, want)}" if closest else ""
+        reasons.append(f"target {want} is not a configured target of {config.path}.{hint}")
+    else:
+        report = find_stale(config, operators=[operator], targets=[matches[0].name])
+        if not report.entries:
+            reasons.append(f"no operator {operator!r} in {config.operators_path}")
+        else:
+            entry = report.entries[0]
+            reasons += [f"{r.code}: {r.detail}" for r in entry.reasons]
+    m = entry.manifest if entry is not None else None
+    if m is not None and not reasons:
+        wl = workload or (next(iter(m.results)) if len(m.results) == 1 else None)
+        if wl is None:
+            reasons.append(f"{operator} has several workloads ({', '.join(m.results)}); pass workload=")
+        elif wl not in m.results:
+            reasons.append(f"workload {wl!r} is not in the log (tuned: {', '.join(m.results)})")
+        else:
+            r = m.results[wl]
+            return Best(operator, wl, want, dict(r.best.knobs), r.best.latency_s, entry.logset.folder / m.log, False)
+    message = f"no usable tuned configuration for {operator} on {want}:\n  - " + "\n  - ".join(reasons)
+    if not allow_fallback:
+        raise StaleLogError(message + "\nre-tune with `tvmtune-ci retune`, or pass allow_fallback=True to build the (slow) default configuration")
+    warnings.warn(message + "\nBUILDING THE DEFAULT (UNTUNED) CONFIGURATION because allow_fallback=True", FallbackWarning, stacklevel=3)
+    wl = workload
+    if wl is None:
+        from .template import read_template
+
+        decl = read_template(config.operators_path / f"{operator}.py")
+        wl = next(iter(decl.workloads))
+    return Best(operator, wl, want, {}, None, None, True)
+
+
+def build_best(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
+               allow_fallback: bool = False) -> Any:
+    """Build the committed best of `operator` for `target`; returns TVM's executable."""
+    from .config import load_config
+    from .template import import_template
+    from .tuner import build_config
+
+    best = best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
+    config = load_config(Path(root) if root is not None else None)
+    module = import_template(config.operators_path / f"{operator}.py", config.root)
+    return build_config(module, best.workload, best.target, best.knobs)
+
+
+@contextmanager
+def apply_best(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
+               allow_fallback: bool = False) -> Iterator[Best]:
+    """`with apply_best("matmul", target=t) as best:` - the AutoTVM-style spelling."""
+    yield best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
