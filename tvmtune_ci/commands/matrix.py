@@ -1,0 +1,153 @@
+"""`tvmtune-ci matrix`: the stale (operator, target) pairs as a GitHub Actions matrix.
+
+Prints one line of JSON, `{"include": [{"operator", "target", "runs-on"}, ...]}`,
+where `runs-on` is `["self-hosted", *target.runs_on]`, so a workflow can fan out
+one job per entry onto a runner that has the target's hardware:
+
+    strategy:
+      matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}
+    runs-on: ${{ matrix.runs-on }}
+
+On GitHub Actions it also writes `matrix=<json>` and `has-work=true|false` to
+$GITHUB_OUTPUT (an empty matrix is an error there, so jobs test `has-work`) and a
+table to the step summary. Never imports TVM: it runs on GitHub-hosted runners.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import ci
+from ..config import Config, load_config
+from ..errors import UsageError
+
+# GitHub Actions refuses a matrix with more jobs than this.
+MAX_JOBS = 256
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--changed-since",
+        metavar="REF",
+        default=None,
+        help="only entries made stale by changes since REF (e.g. the push's `before` sha)",
+    )
+    which.add_argument(
+        "--all",
+        action="store_true",
+        help="every configured (operator, target), fresh or not (the yearly full re-tune)",
+    )
+    p.add_argument(
+        "--operator",
+        action="append",
+        default=[],
+        metavar="OP",
+        help="only this operator (repeatable)",
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this target (repeatable)",
+    )
+
+
+def runs_on(config: Config, target: str) -> list[str]:
+    """`["self-hosted", *labels]` without duplicates, in order."""
+    labels: list[str] = []
+    for label in ("self-hosted", *config.target(target).runs_on):
+        if label not in labels:
+            labels.append(label)
+    return labels
+
+
+def build_matrix(config: Config, entries: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
+    """The matrix for `entries` (staleness Entries), sorted by (operator, target)."""
+    include = [
+        {"operator": e.operator, "target": e.target, "runs-on": runs_on(config, e.target)}
+        for e in sorted(entries, key=lambda e: (e.operator, e.target))
+    ]
+    return {"include": include}
+
+
+def select(
+    config: Config,
+    *,
+    all_entries: bool = False,
+    changed_since: str | None = None,
+    operators: Sequence[str] = (),
+    targets: Sequence[str] = (),
+) -> tuple[Any, list[Any]]:
+    """(staleness report, the entries the matrix lists)."""
+    from ..staleness import find_stale  # unknown names: UsageError with "did you mean"
+
+    report = find_stale(
+        config,
+        changed_since=None if all_entries else changed_since,
+        operators=list(operators) or None,
+        targets=list(targets) or None,
+    )
+    entries = list(report.entries if all_entries else report.stale)
+    return report, entries
+
+
+def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_entries: bool) -> str:
+    reasons = {(e.operator, e.target): e.reasons for e in entries}
+    what = "every configured entry" if all_entries else "stale entries"
+    if not matrix["include"]:
+        return f"### tvmtune-ci matrix\n\nNothing to re-tune: no {what}.\n"
+    lines = [
+        "### tvmtune-ci matrix",
+        "",
+        f"{len(matrix['include'])} job(s) to re-tune ({what}):",
+        "",
+        "| operator | target | runs-on | why |",
+        "|---|---|---|---|",
+    ]
+    for job in matrix["include"]:
+        why = "; ".join(
+            f"{r.code}: {r.detail}" for r in reasons.get((job["operator"], job["target"]), ())
+        )
+        lines.append(
+            f"| {job['operator']} | {job['target']} | {', '.join(job['runs-on'])} | "
+            f"{(why or 'fresh (--all)').replace('|', '/')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config) if args.config else None)
+    report, entries = select(
+        config,
+        all_entries=args.all,
+        changed_since=args.changed_since,
+        operators=args.operator,
+        targets=args.target,
+    )
+    for w in getattr(report, "warnings", ()) or ():
+        print(f"warning: {w}", file=sys.stderr)
+    matrix = build_matrix(config, entries)
+    n = len(matrix["include"])
+    if n > MAX_JOBS:
+        raise UsageError(
+            f"{n} entries to re-tune, more than the {MAX_JOBS} jobs a GitHub Actions matrix "
+            "allows; split the run with --operator/--target"
+        )
+    text = json.dumps(matrix, separators=(",", ":"))
+    print(text)
+    for job in matrix["include"]:
+        print(
+            f"  {job['operator']} on {job['target']} -> runs-on {job['runs-on']}", file=sys.stderr
+        )
+    if not n:
+        print("nothing to re-tune", file=sys.stderr)
+    ci.set_outputs(matrix=text, **{"has-work": "true" if n else "false"})
+    ci.append_step_summary(_summary(matrix, entries, args.all))
+    return 0
