@@ -603,3 +603,56 @@ def test_pre_commit_hook_manifest() -> None:
         "stages",
         "additional_dependencies",
     }
+
+
+# --------------------------------------------------------------------------- docs/adopting.md
+
+DOCS = ROOT / "docs" / "adopting.md"
+REMOTE_ACTION = "your-org/tvmtune-ci/.github/actions/tvmtune@TVMTUNE_CI_SHA"
+
+
+def doc_blocks(lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", DOCS.read_text(), flags=re.S | re.M)
+
+
+def doc_workflows() -> list[str]:
+    found = [b for b in doc_blocks("yaml") if "\njobs:\n" in b]
+    assert len(found) == 2, "docs/adopting.md: the PR check and the re-tune workflow"
+    return found
+
+
+def test_docs_workflows_pass_actionlint_with_the_real_action(tmp_path: Path) -> None:
+    repo = tmp_path / "adopter"
+    shutil.copytree(ACTION.parent, repo / ".github" / "actions" / "tvmtune")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    wfdir = repo / ".github" / "workflows"
+    wfdir.mkdir()
+    for i, text in enumerate(doc_workflows()):
+        assert REMOTE_ACTION in text
+        (wfdir / f"doc{i}.yml").write_text(text.replace(REMOTE_ACTION, "./.github/actions/tvmtune"))
+    r = subprocess.run([tool("actionlint"), "-no-color"], cwd=repo, capture_output=True, text=True)
+    assert (r.returncode, r.stdout + r.stderr) == (0, "")
+
+
+def test_docs_workflows_pass_zizmor(tmp_path: Path) -> None:
+    wfdir = tmp_path / ".github" / "workflows"
+    wfdir.mkdir(parents=True)
+    paths = []
+    for i, text in enumerate(doc_workflows()):
+        p = wfdir / f"doc{i}.yml"
+        p.write_text(text.replace("TVMTUNE_CI_SHA", "0123456789abcdef0123456789abcdef01234567"))
+        paths.append(p)
+    code, findings, err = _zizmor(*paths)
+    assert findings == [], json.dumps(findings, indent=1)[:4000]
+    assert code == 0, err
+
+
+def test_docs_config_example_parses(tmp_path: Path) -> None:
+    from tvmtune_ci.config import parse_config
+
+    (text,) = [b for b in doc_blocks("yaml") if b.startswith("format: 1")]
+    config = parse_config(text, tmp_path / "tvmtune.yaml")
+    assert [(t.name, t.runs_on) for t in config.targets] == [
+        ("zen5-2c", ("linux", "x64", "avx512", "znver5"))
+    ]
+    assert config.git.name == "tvmtune-ci"
