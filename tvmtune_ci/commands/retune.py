@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.push and results:
         from ..gitops import push_with_retry
 
-        pushed = push_with_retry(config.root)
+        pushed = push_with_retry(config.root, identity=config.git)
         print(f"pushed: {pushed}")
     if results:
         ci.append_step_summary("\n".join(
