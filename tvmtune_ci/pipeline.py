@@ -161,7 +161,7 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
     if target.rpc is not None:
         from .devices import preflight
 
-        preflight(target.rpc)
+        preflight(target.rpc, config.measure)
     n_trials = trials if trials is not None else config.trials_for(entry.operator)
     n_seed = seed if seed is not None else config.seed
     logset = entry.logset
