@@ -1,0 +1,334 @@
+"""The search driver on a real (small) TVM kernel: outcome, correctness gate, failures,
+early stop, a search space that runs out, and resume after SIGKILL.
+
+Templates are small 64x64x64 matmuls written into a temporary folder (helpers below,
+also used by test_records.py and test_measure.py); measurements are kept short.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tvmtune_ci.config import EarlyStop, MeasureOptions
+from tvmtune_ci.errors import TuningError
+from tvmtune_ci.tuner import SpaceInfo, TuneRequest, decode_knobs, tune_workload
+
+TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
+FAST = MeasureOptions(number=0, repeat=3, min_repeat_ms=5, max_cv=1.0, timeout_s=20)
+
+SMALL_MM = '''\
+"""A small matmul template for tests."""
+from __future__ import annotations
+
+import numpy as np
+
+from tvmtune_ci.template import define_knob, define_split, define_structure
+
+WORKLOADS = {"m64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"},
+             "m32": {"M": 32, "N": 48, "K": 16, "dtype": "float32"}}
+KNOBS = [
+    define_split("tile_i", "M", parts=2, max_factor=16),
+    define_split("tile_j", "N", parts=2, max_factor=64),
+    define_split("tile_k", "K", parts=2, max_factor=16),
+    define_knob("unroll", [0, 16, 64]),
+    define_structure("write_cache", [True, False]),
+]
+
+
+def compute(M, N, K, dtype):
+    from tvm import te
+
+    A = te.placeholder((M, K), dtype, name="A")
+    B = te.placeholder((K, N), dtype, name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def reference(A, B):
+    return REFERENCE
+
+
+def schedule(sch, cfg):
+    block = sch.get_sblock("C")
+    i, j, k = sch.get_loops(block)
+    i0, i1 = cfg.split(sch, i, "tile_i")
+    j0, j1 = cfg.split(sch, j, "tile_j")
+    k0, k1 = cfg.split(sch, k, "tile_k")
+    sch.reorder(i0, j0, k0, k1, i1, j1)
+    if cfg["write_cache"]:
+        cache = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(cache, j0, preserve_unit_loops=True)
+    sch.vectorize(j1)
+    sch.annotate(sch.get_sblock("root"), "pragma_auto_unroll_max_step", cfg.knob(sch, "unroll"))
+    EXTRA
+'''
+
+
+def write_template(
+    folder: Path, name: str, *, reference: str = "A @ B", extra: str = "", knobs_extra: str = ""
+) -> Path:
+    src = SMALL_MM.replace("REFERENCE", reference).replace(
+        "    EXTRA\n", textwrap.indent(extra, "    ")
+    )
+    if knobs_extra:
+        src = src.replace("]\n\n\ndef compute", f"    {knobs_extra},\n]\n\n\ndef compute")
+    path = folder / f"{name}.py"
+    path.write_text(src)
+    return path
+
+
+def load_template(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_template(folder: Path, name: str, **kw: str) -> ModuleType:
+    return load_template(write_template(folder, name, **kw))
+
+
+# A structural choice whose kernels never build: LLVM rejects the imported "IR".
+BROKEN_KNOB = 'define_structure("broken", [False, True])'
+BROKEN_CODE = (
+    'if cfg["broken"]:\n    sch.annotate(i0, "pragma_import_llvm", "this is not LLVM IR")\n'
+)
+
+
+def request(template: ModuleType, work_dir: Path, **kw: object) -> TuneRequest:
+    args: dict[str, object] = dict(
+        template=template,
+        workload_name="m64",
+        target=TARGET,
+        trials=16,
+        batch_size=8,
+        work_dir=work_dir,
+        measure=FAST,
+        early_stop=EarlyStop(patience=0),
+    )
+    args.update(kw)
+    return TuneRequest(**args)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- a tune
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("tune")
+    template = make_template(folder, "mm_ok")
+    events: list = []
+    out = tune_workload(request(template, folder / "work", trials=24, on_batch=events.append))
+    return template, out, events
+
+
+def test_outcome_is_complete_and_best_beats_baseline(tuned) -> None:
+    template, out, events = tuned
+    names = {k.name for k in template.KNOBS}
+    assert set(out.best.knobs) == names
+    assert set(out.baseline.knobs) == names
+    assert out.baseline.knobs == {
+        "tile_i": [64, 1],
+        "tile_j": [64, 1],
+        "tile_k": [64, 1],
+        "unroll": 0,
+        "write_cache": True,
+    }
+    assert out.best.latency_s < out.baseline.latency_s
+    assert out.best.gflops and out.best.gflops > 0
+    assert out.trials.requested == 24 and out.trials.run == 24
+    assert out.trials.valid + out.trials.failed == 24 and out.trials.stop_reason == "budget"
+    assert len(out.records) == 24 and [r["trial"] for r in out.records] == list(range(1, 25))
+    assert all(set(r["knobs"]) == names for r in out.records)
+    assert len({json.dumps(r["knobs"], sort_keys=True) for r in out.records}) == 24  # no repeats
+    assert out.design_spaces == 2 and out.space_size > 24
+    assert 1 <= len(out.top) <= 10 and out.top[0] == out.best
+    assert len({json.dumps(m.knobs, sort_keys=True) for m in out.top}) == len(out.top)
+    # The curve is per trial and never gets worse.
+    assert [i for i, _ in out.curve] == list(range(1, 25))
+    assert all(b >= a for (_, a), (_, b) in zip(out.curve, out.curve[1:], strict=False))
+    assert [e.trials_done for e in events] == [8, 16, 24]
+    assert events[-1].best_latency_s == min(r["latency_s"] for r in out.records if r["latency_s"])
+    assert out.workload_json and len(out.workload_json) == 2
+    assert out.stats["first_trial_s"] < out.stats["total_s"]
+
+
+def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> None:
+    """Knob names read back from a trace give the same program the search measured."""
+    import tvm
+
+    from tvmtune_ci.builder import schedule_config, workload_module
+    from tvmtune_ci.tuner import design_space_infos
+    from tvmtune_ci.tvmsetup import make_target, ms
+
+    template, out, _ = tuned
+    infos = design_space_infos(template, "m64")
+    for r in out.records:
+        assert decode_knobs(r["record"][0], infos, template.KNOBS)[1] == r["knobs"]
+    for r in out.records[::5]:
+        db = ms().database.MemoryDatabase()
+        wl = db.commit_workload(workload_module(template, "m64"))
+        db.commit_tuning_record(ms().database.TuningRecord.from_json(r["record"], wl))
+        measured = db.query_schedule(workload_module(template, "m64"), make_target(TARGET), "m64")
+        rebuilt = schedule_config(template, "m64", r["knobs"], TARGET)
+        tvm.ir.assert_structural_equal(measured.mod, rebuilt.mod)
+
+
+# --------------------------------------------------------------------------- gates and failures
+
+
+def test_wrong_template_stops_before_tuning(tmp_path: Path) -> None:
+    template = make_template(tmp_path, "mm_wrong", reference="A @ B.T")
+    with pytest.raises(TuningError) as info:
+        tune_workload(request(template, tmp_path / "work"))
+    msg = str(info.value)
+    assert (
+        "does not match reference()" in msg and "max abs error" in msg and "first mismatches" in msg
+    )
+    assert not (tmp_path / "work" / "journal.jsonl").exists()  # nothing was tuned
+
+
+def test_failed_builds_are_recorded_and_never_best(tmp_path: Path) -> None:
+    template = make_template(tmp_path, "mm_broken", extra=BROKEN_CODE, knobs_extra=BROKEN_KNOB)
+    out = tune_workload(request(template, tmp_path / "work", trials=24))
+    failed = [r for r in out.records if r["error"]]
+    assert (
+        failed
+        and out.trials.failed == len(failed)
+        and out.trials.failures.get("build") == len(failed)
+    )
+    assert all(r["knobs"]["broken"] is True and r["latency_s"] is None for r in failed)
+    assert all(
+        "not LLVM IR" in r["error"] or "expected top-level entity" in r["error"] for r in failed
+    )
+    assert out.best.knobs["broken"] is False
+    assert all(m.knobs["broken"] is False for m in out.top)
+
+
+def test_early_stop(tmp_path: Path) -> None:
+    template = make_template(tmp_path, "mm_es")
+    # No batch can improve the best by more than 1000%: stop after `patience` stale batches.
+    out = tune_workload(
+        request(
+            template,
+            tmp_path / "work",
+            trials=40,
+            batch_size=4,
+            early_stop=EarlyStop(patience=2, min_improvement=10.0),
+        )
+    )
+    assert out.trials.stop_reason == "early_stop"
+    assert out.trials.run == 12  # the first batch sets the best, two more are stale
+
+
+def test_small_space_is_exhausted(tmp_path: Path) -> None:
+    template = make_template(tmp_path, "mm_tiny")
+    template.KNOBS = [k for k in template.KNOBS if k.name == "tile_k"]
+    template.WORKLOADS = {"m64": {"M": 64, "N": 64, "K": 8, "dtype": "float32"}}
+
+    def schedule(sch, cfg):  # only tile_k is searched: 4 points in all
+        i, j, k = sch.get_loops(sch.get_sblock("C"))
+        cfg.split(sch, k, "tile_k")
+        sch.vectorize(j)
+
+    template.schedule = schedule
+    out = tune_workload(request(template, tmp_path / "work", trials=32, batch_size=4))
+    assert out.trials.stop_reason == "space_exhausted"
+    assert out.space_size == 4 and out.design_spaces == 1 and out.trials.run == 4
+
+
+def test_decode_knobs_names_decisions_in_sampling_order() -> None:
+    from tvmtune_ci.template import define_knob, define_split, define_structure
+
+    knobs = [
+        define_split("t", 8, parts=2),
+        define_knob("u", [0, 16, 64]),
+        define_structure("s", ["a", "b"]),
+    ]
+    insts = [
+        ["GetSBlock", [], ["C", "main"], ["b0"]],
+        ["SampleCategorical", [], [[0, 16, 64], [0.5, 0.25, 0.25]], ["v1"]],
+        ["SamplePerfectTile", ["l2"], [2, 64], ["v3", "v4"]],
+    ]
+    from tvmtune_ci.tuner import _signature
+
+    spaces = [
+        SpaceInfo(0, {"s": "a"}, _signature(insts[:2]), ("u",)),
+        SpaceInfo(1, {"s": "b"}, _signature(insts), ("u", "t")),
+    ]
+    trace = [
+        insts + [["EnterPostproc", [], [], []], ["Annotate", [], [], []]],
+        [[1, 2], [2, [2, 4]]],
+    ]
+    assert decode_knobs(trace, spaces, knobs) == (1, {"s": "b", "u": 64, "t": [2, 4]})
+    with pytest.raises(TuningError, match="matches no design space"):
+        decode_knobs([insts[:1], []], spaces, knobs)
+
+
+# --------------------------------------------------------------------------- resume
+
+RESUME_CHILD = """\
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_tuner import load_template, request
+from tvmtune_ci.tuner import tune_workload
+
+def on_batch(e):
+    print("BATCH", e.trials_done, flush=True)
+
+template = load_template(Path({template!r}))
+tune_workload(request(template, Path({work!r}), trials=24, on_batch=on_batch))
+print("FINISHED", flush=True)
+"""
+
+
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    path = write_template(tmp_path, "mm_resume")
+    work = tmp_path / "work"
+    code = RESUME_CHILD.format(tests=str(Path(__file__).parent), template=str(path), work=str(work))
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline:
+            line = child.stdout.readline()  # type: ignore[union-attr]
+            if line.startswith("BATCH") or not line:
+                break
+        assert line.startswith("BATCH"), f"child printed {line!r}"
+        os.killpg(child.pid, signal.SIGKILL)  # the child and its measuring worker
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    journal = (work / "journal.jsonl").read_text().splitlines()
+    before = len(journal) - 1
+    assert 8 <= before < 24
+    with open(work / "journal.jsonl", "a") as f:
+        f.write('{"trial": 999, "cut sho')  # a line a kill cut short
+    events: list = []
+    out = tune_workload(request(load_template(path), work, trials=24, on_batch=events.append))
+    assert out.stats["resumed"] == before
+    assert events and events[0].resumed == before and events[0].trials_done > before
+    assert out.trials.run == 24 and len(out.records) == 24  # the budget counts the resumed trials
+    assert [r["trial"] for r in out.records] == list(range(1, 25))
+    assert len({json.dumps(r["knobs"], sort_keys=True) for r in out.records}) == 24

@@ -1,0 +1,299 @@
+"""Building: a template's workload as a TVM module, a fixed configuration, and the
+in-process MetaSchedule builder the tuner uses.
+
+The stock `LocalBuilder` starts a fresh process pool for every batch and each worker
+imports every tensor intrinsic (~30 s); one `tvm.compile` of a kernel takes
+~0.03-0.08 s. `InProcessBuilder` compiles in this process with MetaSchedule's own
+`default_build` and links a shared library the runner's worker `dlopen`s (a `.so`
+costs ~0.035 s to link and nothing to load; the stock `.tar` export costs ~0.025 s
+plus ~0.02 s to link again when loaded). It cannot time a build out (the build runs
+in the tuner's thread), so a template whose kernels take minutes to compile makes the
+tuner wait; a build that raises is a failed trial like any other.
+
+Nothing here imports TVM at module level; `tvmsetup` does, when a function runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from .errors import TemplateError
+from .template import Categorical, Knob, Knobs, Split, Structural, call_with_workload, eval_extent
+
+# --------------------------------------------------------------------------- workloads
+
+
+def workload_params(template: ModuleType, workload_name: str) -> dict[str, Any]:
+    workloads = getattr(template, "WORKLOADS", None) or {}
+    if workload_name not in workloads:
+        raise TemplateError(
+            f"{template.__name__}: no workload {workload_name!r}; "
+            f"WORKLOADS has {', '.join(workloads) or '(none)'}"
+        )
+    return dict(workloads[workload_name])
+
+
+def workload_module(template: ModuleType, workload_name: str) -> Any:
+    """The workload as MetaSchedule keys it: an IRModule with one `main` PrimFunc.
+
+    Normalised exactly as `TuneContext` normalises a PrimFunc (global symbol `main`,
+    `tirx.noalias`), so `database.query_schedule(workload_module(...), ...)` finds
+    the records a tune committed.
+    """
+    from . import tvmsetup
+
+    tvm = tvmsetup.load()
+    func = call_with_workload(template.compute, workload_params(template, workload_name))
+    if isinstance(func, tvm.ir.IRModule):
+        return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        raise TemplateError(
+            f"{template.__name__}.compute() returned {type(func).__name__}; return a PrimFunc "
+            "(te.create_prim_func([...]) or a TVMScript @T.prim_func)"
+        )
+    return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
+
+
+# --------------------------------------------------------------------------- fixed configs
+
+
+def _knob_decls(template: ModuleType) -> dict[str, Knob]:
+    return {k.name: k for k in getattr(template, "KNOBS", [])}
+
+
+def split_knobs(
+    template: ModuleType, workload_name: str, knobs: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(structure, values) for `Knobs(mode="fixed")`, validated against KNOBS.
+
+    Missing knobs get the template default (first candidate, all-ones inner factors).
+    """
+    decls = _knob_decls(template)
+    workload = workload_params(template, workload_name)
+    structure: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    knobs = dict(knobs or {})
+    unknown = sorted(set(knobs) - set(decls))
+    if unknown:
+        raise TemplateError(
+            f"{template.__name__}: unknown knob(s) {', '.join(unknown)}; KNOBS declares "
+            f"{', '.join(decls) or '(none)'} (was the log written for another version of the "
+            "template?)"
+        )
+    for name, decl in decls.items():
+        if isinstance(decl, Structural):
+            value = knobs.get(name, decl.candidates[0])
+            if value not in decl.candidates:
+                raise TemplateError(
+                    f"knob {name!r} = {value!r} is not one of {list(decl.candidates)}"
+                )
+            structure[name] = value
+        elif name not in knobs:
+            continue
+        elif isinstance(decl, Split):
+            factors = [int(x) for x in knobs[name]]
+            extent = eval_extent(decl.extent, workload)
+            prod = 1
+            for f in factors:
+                prod *= f
+            if len(factors) != decl.parts or prod != extent or min(factors) < 1:
+                raise TemplateError(
+                    f"knob {name!r} = {factors}: a split of {extent} needs {decl.parts} positive "
+                    f"factors whose product is {extent}"
+                )
+            values[name] = factors
+        elif isinstance(decl, Categorical):
+            if knobs[name] not in decl.candidates:
+                raise TemplateError(
+                    f"knob {name!r} = {knobs[name]!r} is not one of {list(decl.candidates)}"
+                )
+            values[name] = knobs[name]
+    return structure, values
+
+
+def make_postprocs() -> list[Any]:
+    """The postprocessors every tuned (and every fixed) schedule goes through on llvm.
+
+    Templates schedule explicitly, so these only finish what MetaSchedule idioms
+    leave open: `meta_schedule.parallel/vectorize/unroll_*` annotations become real
+    loops/pragmas, a reduction block not yet decomposed is decomposed, and a schedule
+    with a dynamic loop extent is rejected.
+    """
+    from . import tvmsetup
+
+    ms = tvmsetup.ms()
+    return [
+        ms.postproc.DisallowDynamicLoop(),
+        ms.postproc.RewriteParallelVectorizeUnroll(),
+        ms.postproc.RewriteReductionBlock(),
+    ]
+
+
+def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
+    """Run `make_postprocs()` on `sch` as MetaSchedule does after replaying a trace."""
+    from . import tvmsetup
+
+    ms = tvmsetup.ms()
+    ctx = ms.TuneContext(
+        mod=sch.mod,
+        target=tvmsetup.make_target(dict(target)),
+        space_generator=ms.space_generator.ScheduleFn(
+            lambda s: None, sch_rules=[], postprocs=make_postprocs(), mutator_probs={}
+        ),
+        task_name="postproc",
+        num_threads=1,
+    )
+    sch.enter_postproc()
+    for p in ctx.space_generator.postprocs:
+        if not p.apply(sch):
+            raise TemplateError(
+                f"postprocessor {type(p).__name__} rejected the schedule (e.g. a dynamic loop "
+                "extent)"
+            )
+
+
+def schedule_config(
+    template: ModuleType,
+    workload_name: str,
+    knobs: Mapping[str, Any] | None = None,
+    target: Mapping[str, Any] | None = None,
+) -> Any:
+    """A `tvm.s_tir.Schedule` of the workload with the template applied at `knobs`.
+
+    With `target`, the tuner's postprocessors run too, so the module is the one the
+    search measured for these knob values.
+    """
+    from . import tvmsetup
+
+    tvm = tvmsetup.load()
+    structure, values = split_knobs(template, workload_name, knobs)
+    mod = workload_module(template, workload_name)
+    sch = tvm.s_tir.Schedule(mod)
+    cfg = Knobs(
+        getattr(template, "KNOBS", []),
+        workload_params(template, workload_name),
+        structure,
+        mode="fixed",
+        values=values,
+    )
+    template.schedule(sch, cfg)
+    if target is not None:
+        apply_postprocs(sch, target)
+    return sch
+
+
+def build_config(
+    template: ModuleType,
+    workload_name: str,
+    target: Mapping[str, Any],
+    knobs: Mapping[str, Any] | None = None,
+) -> Any:
+    """Compile the template at `knobs` (None: the default configuration) for `target`.
+
+    Returns what `tvm.compile` returns (a `tvm.runtime.Executable`; call `ex["main"](...)`).
+    """
+    from . import tvmsetup
+
+    tvm = tvmsetup.load()
+    sch = schedule_config(template, workload_name, knobs, target)
+    return tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
+
+
+# --------------------------------------------------------------------------- MetaSchedule builder
+
+_BUILDER_CLASS: list[Any] = []
+
+
+class _TimedLink:
+    """`export_library`'s fcompile: TVM's `create_shared`, timed."""
+
+    object_format = "o"
+
+    def __init__(self, create_shared: Any) -> None:
+        self._create_shared = create_shared
+        self.seconds = 0.0
+
+    def __call__(self, output: str, objects: list[str], **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return self._create_shared(output, objects, **kwargs)
+        finally:
+            self.seconds = time.perf_counter() - t
+
+
+def _builder_class() -> Any:
+    if _BUILDER_CLASS:
+        return _BUILDER_CLASS[0]
+    from . import tvmsetup
+
+    tvmsetup.load()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+    from tvm.support.cc import create_shared
+
+    @derived_object
+    class InProcessBuilder(PyBuilder):
+        """Builds each input in this process: `default_build`, then a `.so` in `artifact_dir`.
+
+        `compile_s` keeps each build's compile time (lowering + LLVM emitting the object),
+        `export_s` its link time (the benchmark's floor counts only the first).
+        """
+
+        def __init__(self, artifact_dir: str | None = None) -> None:
+            super().__init__()
+            self.artifact_dir = artifact_dir or tempfile.mkdtemp(prefix="tvmtune-artifacts-")
+            self._own_dir = artifact_dir is None
+            self._count = 0
+            self.compile_s: list[float] = []
+            self.export_s: list[float] = []
+
+        def build(self, build_inputs: list[Any]) -> list[Any]:
+            results = []
+            for inp in build_inputs:
+                try:
+                    t0 = time.perf_counter()
+                    with warnings.catch_warnings():  # default_build calls the deprecated tvm.build
+                        warnings.simplefilter("ignore", DeprecationWarning)
+                        rt_mod = default_build(inp.mod, inp.target, inp.params)
+                    t1 = time.perf_counter()
+                    self._count += 1
+                    path = os.path.join(self.artifact_dir, f"k{os.getpid()}_{self._count}.so")
+                    link = _TimedLink(create_shared)
+                    rt_mod.export_library(path, fcompile=link)  # LLVM emits the object, then links
+                    t2 = time.perf_counter()
+                    self.compile_s.append(t1 - t0 + (t2 - t1 - link.seconds))
+                    self.export_s.append(link.seconds)
+                    results.append(BuilderResult(path, None))
+                except Exception as e:  # noqa: BLE001 - any build error is a failed trial
+                    results.append(
+                        BuilderResult(None, f"InProcessBuilder: {type(e).__name__}: {e}")
+                    )
+            return results
+
+        def close(self) -> None:
+            if self._own_dir:
+                shutil.rmtree(self.artifact_dir, ignore_errors=True)
+
+    _BUILDER_CLASS.append(InProcessBuilder)
+    return InProcessBuilder
+
+
+def make_builder(artifact_dir: str | None = None) -> Any:
+    """An `InProcessBuilder` (a MetaSchedule `Builder`); call `.close()` when done."""
+    return _builder_class()(artifact_dir)
+
+
+def remove_artifact(path: str | None) -> None:
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,234 @@
+"""The tuning log: one JSON file per operator and target, several workloads in it.
+
+    {
+      "format": 1,
+      "generated_by": "tvmtune-ci; do not edit, regenerate with: tvmtune-ci retune",
+      "operator": "matmul",
+      "target": {"kind": "llvm", "mcpu": "znver5", "num-cores": 2},
+      "workloads": {
+        "m512": {
+          "workload": [SHASH, BASE64],   # one line of JSONDatabase's database_workload.json
+          "records": [                   # TuningRecord JSON, as a line of
+            [TRACE, RUN_SECS, TARGET, ARGS_INFO],   # database_tuning_record.json minus the
+            ...                          # workload index; valid ones only, best (lowest
+          ],                             # mean run_secs) first
+          "failures": [{"knobs": {...}, "error": "..."}]   # failed builds/runs, trial order
+        }
+      }
+    }
+
+MetaSchedule's databases ignore the target when they look a record up, which is why
+there is one log per operator and target. `to_json_database` writes the two files
+TVM's own `JSONDatabase(path_workload=..., path_tuning_record=...)` reads;
+`load_database` returns a `MemoryDatabase` holding the same records. Each record sits
+on one line of the log so git diffs stay readable.
+
+Reading a log (`read_log`) never imports TVM; the two converters do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import CorruptFileError
+from .fsutil import atomic_write_text
+
+if TYPE_CHECKING:
+    from .tuner import TuneOutcome
+
+LOG_FORMAT = 1
+GENERATED_BY = "tvmtune-ci; do not edit, regenerate with: tvmtune-ci retune"
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+FAILED_RUN_SECS = 1e10  # MetaSchedule's stub for "no measurement" (an invalid record)
+
+
+def _compact(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def record_mean_secs(record: list[Any]) -> float:
+    """The mean of a TuningRecord JSON's run_secs (how MetaSchedule ranks records)."""
+    secs = record[1] or []
+    return sum(secs) / len(secs) if secs else FAILED_RUN_SECS
+
+
+def record_is_valid(record: list[Any]) -> bool:
+    secs = record[1] or []
+    return any(s != FAILED_RUN_SECS for s in secs)
+
+
+def workload_entry(outcome: TuneOutcome) -> dict[str, Any]:
+    """The log's entry for one tuned workload."""
+    if not outcome.workload_json:
+        raise ValueError(f"outcome for {outcome.workload_name!r} carries no workload JSON")
+    valid = [r for r in outcome.records if r.get("error") is None and record_is_valid(r["record"])]
+    valid.sort(key=lambda r: (record_mean_secs(r["record"]), r.get("trial", 0)))
+    failed = [r for r in outcome.records if r not in valid]
+    failed.sort(key=lambda r: r.get("trial", 0))
+    return {
+        "workload": list(outcome.workload_json),
+        "records": [r["record"] for r in valid],
+        "failures": [
+            {"knobs": r.get("knobs", {}), "error": r.get("error") or "invalid measurement"}
+            for r in failed
+        ],
+    }
+
+
+def render_log(log: Mapping[str, Any]) -> str:
+    """Deterministic text: sorted keys, one record per line."""
+    lines = ["{"]
+    head = [
+        ("format", log["format"]),
+        ("generated_by", log.get("generated_by", GENERATED_BY)),
+        ("operator", log["operator"]),
+        ("target", log["target"]),
+    ]
+    for key, value in head:
+        lines.append(f"  {json.dumps(key)}: {_compact(value)},")
+    lines.append('  "workloads": {')
+    names = sorted(log["workloads"])
+    for wi, name in enumerate(names):
+        w = log["workloads"][name]
+        lines.append(f"    {json.dumps(name)}: {{")
+        lines.append(f'      "workload": {_compact(w["workload"])},')
+        for key in ("records", "failures"):
+            items = w.get(key, [])
+            if not items:
+                lines.append(f'      "{key}": []' + ("," if key == "records" else ""))
+                continue
+            lines.append(f'      "{key}": [')
+            for i, item in enumerate(items):
+                lines.append("        " + _compact(item) + ("," if i < len(items) - 1 else ""))
+            lines.append("      ]" + ("," if key == "records" else ""))
+        lines.append("    }" + ("," if wi < len(names) - 1 else ""))
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def make_log(
+    operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]
+) -> dict[str, Any]:
+    workloads: dict[str, Any] = {}
+    for o in outcomes:
+        if o.workload_name in workloads:
+            raise ValueError(f"two outcomes for workload {o.workload_name!r}")
+        workloads[o.workload_name] = workload_entry(o)
+    return {
+        "format": LOG_FORMAT,
+        "generated_by": GENERATED_BY,
+        "operator": operator,
+        "target": dict(target),
+        "workloads": workloads,
+    }
+
+
+def write_log(
+    path: Path, operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]
+) -> dict[str, Any]:
+    """Write the log for `outcomes` (one per workload) atomically; returns what was written."""
+    log = make_log(operator, target, outcomes)
+    atomic_write_text(Path(path), render_log(log))
+    return log
+
+
+def _corrupt(path: Path, what: str) -> CorruptFileError:
+    return CorruptFileError(
+        f"{path}: {what}; inspect it, or delete it and re-tune (tvmtune-ci retune)"
+    )
+
+
+def validate_log(data: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise _corrupt(path, "not a JSON object")
+    fmt = data.get("format")
+    if fmt != LOG_FORMAT:
+        raise CorruptFileError(
+            f"{path}: log format {fmt!r} is not understood (this tvmtune-ci reads format "
+            f"{LOG_FORMAT}); "
+            "upgrade tvmtune-ci or re-tune"
+        )
+    for key, kind in (("operator", str), ("target", dict), ("workloads", dict)):
+        if not isinstance(data.get(key), kind):
+            raise _corrupt(path, f"missing or mistyped {key!r}")
+    for name, w in data["workloads"].items():
+        if not isinstance(w, dict):
+            raise _corrupt(path, f"workload {name!r} is not an object")
+        wj = w.get("workload")
+        if not (isinstance(wj, list) and len(wj) == 2 and all(isinstance(x, str) for x in wj)):
+            raise _corrupt(path, f"workload {name!r}: 'workload' is not [shash, base64]")
+        recs = w.get("records")
+        if not isinstance(recs, list) or not all(isinstance(r, list) and len(r) == 4 for r in recs):
+            raise _corrupt(
+                path,
+                f"workload {name!r}: 'records' must be a list of "
+                "[trace, run_secs, target, args_info]",
+            )
+        fails = w.get("failures", [])
+        if not isinstance(fails, list) or not all(isinstance(f, dict) for f in fails):
+            raise _corrupt(path, f"workload {name!r}: 'failures' must be a list of objects")
+    return data
+
+
+def read_log(path: Path) -> dict[str, Any]:
+    """Parse and validate a log; CorruptFileError naming `path` if it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _corrupt(path, f"cannot parse the tuning log ({e})") from None
+    return validate_log(data, path)
+
+
+def best_record(log: Mapping[str, Any], workload_name: str) -> list[Any] | None:
+    recs = log["workloads"][workload_name]["records"]
+    return min(recs, key=record_mean_secs) if recs else None
+
+
+def to_json_database(log_path: Path, out_dir: Path) -> tuple[Path, Path]:
+    """Write `database_workload.json` and `database_tuning_record.json` into `out_dir`
+    (what `ms.database.JSONDatabase(path_workload=..., path_tuning_record=...)` loads).
+    Workloads are numbered in name order. Returns (workload_path, record_path)."""
+    log = read_log(Path(log_path))
+    out_dir = Path(out_dir)
+    wl_lines, rec_lines = [], []
+    for idx, name in enumerate(sorted(log["workloads"])):
+        w = log["workloads"][name]
+        wl_lines.append(_compact(w["workload"]))
+        rec_lines.extend(_compact([idx, r]) for r in w["records"])
+    wl_path, rec_path = out_dir / WORKLOAD_FILE, out_dir / RECORD_FILE
+    atomic_write_text(wl_path, "".join(line + "\n" for line in wl_lines))
+    atomic_write_text(rec_path, "".join(line + "\n" for line in rec_lines))
+    return wl_path, rec_path
+
+
+def load_database(log_path: Path) -> Any:
+    """A MetaSchedule `MemoryDatabase` holding every record of the log.
+
+    `db.query_schedule(workload_module(template, name), target, name)` then returns the
+    best schedule of that workload (look up with the target the log was tuned for).
+    """
+    from . import tvmsetup
+
+    ms = tvmsetup.ms()
+    path = Path(log_path)
+    log = read_log(path)
+    db = ms.database.MemoryDatabase()
+    for name in sorted(log["workloads"]):
+        w = log["workloads"][name]
+        try:
+            workload = db.commit_workload(ms.database.Workload.from_json(w["workload"]).mod)
+            for r in w["records"]:
+                db.commit_tuning_record(ms.database.TuningRecord.from_json(r, workload))
+        except Exception as e:  # TVM raises its own error types on a bad trace
+            raise _corrupt(
+                path, f"workload {name!r}: TVM cannot load a record ({str(e).splitlines()[0]})"
+            ) from None
+    return db

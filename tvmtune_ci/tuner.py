@@ -1,0 +1,866 @@
+"""The search driver: tune one workload of an operator template with MetaSchedule.
+
+`tune_workload(req)` runs these steps, each a function of its own:
+
+1. `check_correct`: the default configuration against `reference` (TuningError first).
+2. `measure_baseline`: the noise check; the default configuration's latency.
+3. the search: MetaSchedule's `EvolutionarySearch` with an `XGBModel` over a
+   `ScheduleFn` space (one design space per structural choice), driven batch by batch
+   here (as `TaskScheduler` does) so we own early stop, progress and the builder.
+4. resume: every measured batch is appended (fsync) to a journal in `work_dir`; a
+   rerun after a kill replays it into the database given to `pre_tuning`, counts it
+   toward the budget and trains the cost model on it before searching on.
+5. the winner's knobs are read back from its trace (`decode_knobs`), its numerics
+   checked and it is re-measured next to the baseline in one session.
+
+Search knobs map to MetaSchedule as the template API says: a split is a
+`SamplePerfectTile` (mutated by `MutateTileSize`), a categorical knob a
+`SampleCategorical`. MetaSchedule's only categorical mutator, `MutateUnroll`, touches
+only decisions that feed `meta_schedule.unroll_*` annotations, so `MutateCategorical`
+(a `PyMutator`) re-draws any other categorical decision.
+
+Importing this module does not import TVM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .builder import (
+    build_config,
+    make_builder,
+    make_postprocs,
+    remove_artifact,
+    workload_module,
+    workload_params,
+)
+from .config import EarlyStop, MeasureOptions, RpcRunner
+from .errors import TemplateError, TuningError
+from .manifest import Measured, Trials
+from .measure import (
+    check_correct,
+    flop_count,
+    full_knobs,
+    gflops,
+    make_runner,
+    measure_baseline,
+    measure_config,
+    verify,
+)
+from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
+from .template import Categorical, Knob, Knobs, Split, design_spaces, space_size
+
+__all__ = [
+    "BatchEvent",
+    "TuneRequest",
+    "TuneOutcome",
+    "SpaceInfo",
+    "design_space_infos",
+    "tune_workload",
+    "decode_knobs",
+    "check_correct",
+    "measure_config",
+    "measure_baseline",
+    "build_config",
+    "make_runner",
+    "verify",
+]
+
+JOURNAL_FORMAT = 1
+JOURNAL_NAME = "journal.jsonl"
+SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
+TOP_N = 10
+# Valid samples before the XGB model's predictions replace random scores (stock: 100,
+# which leaves a 64-trial run a random search). It trains on every batch until then.
+WARMUP_SAMPLES = 32
+
+
+# --------------------------------------------------------------------------- API types
+
+
+@dataclass(frozen=True)
+class BatchEvent:
+    """Progress after each measured batch (what `on_batch` receives)."""
+
+    workload_name: str
+    batch: int  # 1-based, counting batches of this process
+    trials_done: int  # including resumed ones
+    budget: int
+    best_latency_s: float | None
+    best_gflops: float | None
+    batch_valid: int
+    batch_failed: int
+    elapsed_s: float  # since tune_workload started
+    resumed: int = 0  # trials loaded from work_dir
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneRequest:
+    template: ModuleType
+    workload_name: str
+    target: dict[str, Any]
+    trials: int
+    work_dir: Path
+    batch_size: int = 16
+    seed: int = 42
+    early_stop: EarlyStop = EarlyStop()
+    measure: MeasureOptions = MeasureOptions()
+    rpc: RpcRunner | None = None
+    on_batch: Callable[[BatchEvent], None] | None = None
+    # EvolutionarySearch's population (stock: 512). Each batch replays the population
+    # through the template and postprocessors about five times; on a 2-core runner
+    # 512 costs 4-7 s per batch of a padded GEMM, 128 about 1 s.
+    population_size: int = 128
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    workload_name: str
+    # One dict per measured trial, in trial order: {"trial", "batch", "space", "knobs",
+    # "latency_s" (None if failed), "error" (None if valid), "record" (TuningRecord JSON
+    # as JSONDatabase writes it)}. records.write_log turns these into the log entry.
+    records: list[dict[str, Any]]
+    best: Measured  # re-measured next to `baseline`
+    baseline: Measured
+    top: tuple[Measured, ...]
+    trials: Trials
+    curve: tuple[tuple[int, float], ...]  # (trial index, best-so-far GFLOPS), 1-based
+    space_size: int  # points in all design spaces together
+    design_spaces: int
+    baseline_cv: float
+    workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
+    flop: float = 0.0
+    # Timings and counts (seconds): correctness_s, baseline_s, setup_s, first_trial_s,
+    # search_s, verify_s, total_s, compile_s, export_s, load_s, eval_s, resumed.
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- design spaces
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    """What a record's trace is compared with to name its decisions."""
+
+    index: int
+    structure: dict[str, Any]
+    signature: str  # canonical JSON of the simplified design-space instructions
+    sample_knobs: tuple[str, ...]  # the knob each sampling instruction belongs to, in order
+
+
+def _plain(obj: Any) -> Any:
+    """TVM JSON-ish values (FloatImm, IntImm, bool) as plain JSON numbers."""
+    if isinstance(obj, bool):
+        return int(obj)
+    if isinstance(obj, (int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    value = getattr(obj, "value", None)  # IntImm / FloatImm
+    if isinstance(value, (int, float)):
+        return value
+    return str(obj)
+
+
+def _signature(insts: Sequence[Any]) -> str:
+    return json.dumps(_plain(list(insts)), sort_keys=True, separators=(",", ":"))
+
+
+def _cut_postproc(insts: Sequence[Any]) -> list[Any]:
+    for i, inst in enumerate(insts):
+        if inst[0] == "EnterPostproc":
+            return list(insts[:i])
+    return list(insts)
+
+
+def space_info(
+    index: int, structure: Mapping[str, Any], sch: Any, order: Sequence[str]
+) -> SpaceInfo:
+    """Describe a design space from its schedule and the knob order `Knobs` recorded.
+
+    MetaSchedule searches `trace.simplified(remove_postproc=True)` of each design
+    space, which drops sampling instructions whose result is unused; instructions keep
+    their identity through simplification, so the kept ones keep their knob name.
+    """
+    full = [inst for inst in sch.trace.insts if inst.kind.name in SAMPLE_KINDS]
+    if len(full) != len(order):
+        raise TemplateError(
+            f"design space {dict(structure)}: schedule() made {len(full)} sampling "
+            f"instructions but sampled {len(order)} knobs through cfg; sample only through "
+            "cfg.split/cfg.knob"
+        )
+    simplified = sch.trace.simplified(remove_postproc=True)
+    kept = [inst for inst in simplified.insts if inst.kind.name in SAMPLE_KINDS]
+    names: list[str] = []
+    for inst in kept:
+        for orig, name in zip(full, order, strict=True):
+            if inst.same_as(orig):
+                names.append(name)
+                break
+        else:  # pragma: no cover - simplification copies instructions by reference
+            raise TemplateError(
+                f"design space {dict(structure)}: cannot name a sampling instruction"
+            )
+    return SpaceInfo(index, dict(structure), _signature(simplified.as_json()[0]), tuple(names))
+
+
+def decode_knobs(
+    trace_json: Sequence[Any], spaces: Sequence[SpaceInfo], knobs: Sequence[Knob]
+) -> tuple[int, dict[str, Any]]:
+    """(design space index, knob values by name) of a trace's JSON (`[insts, decisions]`).
+
+    The instructions before `EnterPostproc` identify the design space (they are its
+    simplified trace replayed; two structural choices that schedule identically are the
+    same program and decode as the first); the decisions of its sampling instructions, in order,
+    are the knobs `SpaceInfo.sample_knobs` names. Split -> the factors; categorical ->
+    the candidate its index picks; structural -> the design space's choice. Knobs the
+    trace does not decide (sampled but unused) are absent; `full_knobs` fills defaults.
+    """
+    insts, decisions = trace_json[0], trace_json[1]
+    pre = _cut_postproc(insts)
+    sig = _signature(pre)
+    space = next((s for s in spaces if s.signature == sig), None)
+    if space is None:
+        raise TuningError(
+            "a trace matches no design space of the template (was the template changed mid-run?)"
+        )
+    decided = {int(i): d for i, d in decisions}
+    positions = [i for i, inst in enumerate(pre) if inst[0] in SAMPLE_KINDS]
+    decls = {k.name: k for k in knobs}
+    out: dict[str, Any] = dict(space.structure)
+    for pos, name in zip(positions, space.sample_knobs, strict=False):
+        decl, d = decls[name], _plain(decided.get(pos))
+        if d is None:
+            continue
+        if isinstance(decl, Split):
+            out[name] = [int(x) for x in d]
+        elif isinstance(decl, Categorical):
+            out[name] = decl.candidates[int(d)]
+    return space.index, out
+
+
+def design_space_infos(template: ModuleType, workload_name: str) -> list[SpaceInfo]:
+    """The design spaces of a template's workload, for `decode_knobs` (e.g. on another
+    tool's records of the same template)."""
+    from . import tvmsetup
+
+    tvm = tvmsetup.load()
+    space = _Space(template, workload_params(template, workload_name))
+    sch = tvm.s_tir.Schedule(workload_module(template, workload_name))
+    return [
+        space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(space(sch))
+    ]
+
+
+def knobs_key(knobs: Mapping[str, Any]) -> str:
+    return json.dumps(knobs, sort_keys=True, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- MetaSchedule pieces
+
+_MUTATOR_CLASS: list[Any] = []
+
+
+def _mutate_categorical_class() -> Any:
+    if _MUTATOR_CLASS:
+        return _MUTATOR_CLASS[0]
+    from . import tvmsetup
+
+    tvmsetup.load()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.mutator import PyMutator
+
+    @derived_object
+    class MutateCategorical(PyMutator):
+        """Re-draw one SampleCategorical decision (any of them) to a different candidate."""
+
+        def __init__(self, seed: int = 0) -> None:
+            self._seed = seed
+            self._rng = random.Random(seed)
+            self._lock = threading.Lock()  # EvolutionarySearch mutates from several threads
+
+        def _initialize_with_tune_context(self, context: Any) -> None:
+            pass
+
+        def apply(self, trace: Any, _rand_state: Any = None) -> Any:
+            cands = [
+                inst
+                for inst in trace.insts
+                if inst.kind.name == "SampleCategorical" and len(inst.attrs[0]) > 1
+            ]
+            if not cands:
+                return None
+            with self._lock:
+                inst = cands[self._rng.randrange(len(cands))]
+                n = len(inst.attrs[0])
+                new = self._rng.randrange(n - 1)
+            current = int(_plain(trace.get_decision(inst)))
+            if new >= current:
+                new += 1
+            return trace.with_decision(inst, new, True)
+
+        def clone(self) -> Any:
+            return MutateCategorical(self._seed + 1)
+
+    _MUTATOR_CLASS.append(MutateCategorical)
+    return MutateCategorical
+
+
+def make_mutators(knobs: Sequence[Knob], seed: int) -> dict[Any, float]:
+    """Mutator -> probability, in proportion to the knobs each one can change."""
+    from . import tvmsetup
+
+    ms = tvmsetup.ms()
+    n_split = sum(isinstance(k, Split) for k in knobs)
+    n_cat = sum(isinstance(k, Categorical) and len(k.candidates) > 1 for k in knobs)
+    total = n_split + n_cat
+    out: dict[Any, float] = {}
+    if n_split:
+        out[ms.mutator.MutateTileSize()] = n_split / total
+    if n_cat:
+        out[_mutate_categorical_class()(seed)] = n_cat / total
+    return out
+
+
+class _Space:
+    """The ScheduleFn space generator of a template; remembers each space's knob order."""
+
+    def __init__(self, template: ModuleType, workload: Mapping[str, Any]) -> None:
+        self.template = template
+        self.workload = dict(workload)
+        self.knobs: list[Knob] = list(getattr(template, "KNOBS", []))
+        self.structures = design_spaces(self.knobs)
+        self.orders: dict[int, list[str]] = {}
+
+    def __call__(self, sch: Any) -> list[Any]:
+        out = []
+        for i, structure in enumerate(self.structures):
+            s = sch.copy()
+            cfg = Knobs(self.knobs, self.workload, structure, mode="search")
+            self.template.schedule(s, cfg)
+            self.orders[i] = list(cfg.order)
+            out.append(s)
+        return out
+
+
+# --------------------------------------------------------------------------- journal (resume)
+
+
+def request_fingerprint(req: TuneRequest) -> str:
+    """What must match for a work_dir's trials to be reused."""
+    try:
+        source = inspect.getsource(req.template)
+    except (OSError, TypeError):
+        source = repr([getattr(req.template, n, None) for n in ("WORKLOADS", "KNOBS")])
+    from . import tvmsetup
+
+    payload = {
+        "tvm": str(tvmsetup.load().__version__),
+        "template": req.template.__name__,
+        "source": hashlib.sha256(source.encode()).hexdigest(),
+        "workload": req.workload_name,
+        "params": workload_params(req.template, req.workload_name),
+        "target": req.target,
+        "measure": [
+            req.measure.number,
+            req.measure.repeat,
+            req.measure.min_repeat_ms,
+            req.measure.enable_cpu_cache_flush,
+        ],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class Journal:
+    """`work_dir/journal.jsonl`: a header line, then one line per measured trial.
+
+    Appended and fsynced after every batch; a line cut short by a kill is dropped on
+    the next open. The JSONDatabase files next to it are rebuilt from the journal.
+    """
+
+    def __init__(self, work_dir: Path, fingerprint: str) -> None:
+        self.work_dir = Path(work_dir)
+        self.path = self.work_dir / JOURNAL_NAME
+        self.fingerprint = fingerprint
+        self.header: dict[str, Any] | None = None
+        self.trials: list[dict[str, Any]] = []
+
+    def load(self) -> bool:
+        """Read a matching journal; False (and nothing kept) if absent or for another request."""
+        if not self.path.exists():
+            return False
+        good: list[str] = []
+        entries: list[dict[str, Any]] = []
+        header = None
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut short by a kill: everything after it is lost
+            if header is None:
+                header = obj
+            else:
+                entries.append(obj)
+            good.append(line)
+        if (
+            not isinstance(header, dict)
+            or header.get("format") != JOURNAL_FORMAT
+            or header.get("fingerprint") != self.fingerprint
+        ):
+            return False
+        from .fsutil import atomic_write_text
+
+        atomic_write_text(self.path, "".join(g + "\n" for g in good))
+        self.header, self.trials = header, entries
+        return True
+
+    def start(self, header: dict[str, Any]) -> None:
+        from .fsutil import atomic_write_text
+
+        self.header = {"format": JOURNAL_FORMAT, "fingerprint": self.fingerprint, **header}
+        self.trials = []
+        atomic_write_text(self.path, json.dumps(self.header, sort_keys=True) + "\n")
+
+    def append(self, entries: Sequence[dict[str, Any]]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            for e in entries:
+                f.write(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.trials.extend(entries)
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def failure_kind(error: str) -> str:
+    """ "build", "run", "timeout" or "wrong_result" for a trial's error message."""
+    if error.startswith("wrong result"):
+        return "wrong_result"
+    if "timeout" in error.lower():
+        return "timeout"
+    if error.startswith("InProcessBuilder"):
+        return "build"
+    return "run"
+
+
+def failure_kinds(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in entries:
+        if e.get("error"):
+            kind = failure_kind(e["error"])
+            out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _rand_state(seed: int, done: int) -> int:
+    """The TuneContext seed: the request's, moved on by the trials a resume starts from
+    (so a resumed search does not replay the first run's random draws)."""
+    return max(1, (seed + done) % (2**31 - 1))
+
+
+def _run_candidate(cand: Any, target: Any, builder: Any, runner: Any, ms: Any) -> Any:
+    """Build one candidate in-process and measure it: a RunnerResult."""
+    (built,) = builder.build([ms.builder.BuilderInput(cand.sch.mod, target)])
+    if built.error_msg:
+        return ms.runner.RunnerResult(None, str(built.error_msg))
+    try:
+        inp = ms.runner.RunnerInput(built.artifact_path, target.kind.name, cand.args_info)
+        (fut,) = runner.run([inp])
+        return fut.result()
+    finally:
+        remove_artifact(built.artifact_path)
+
+
+def _ok(result: Any) -> bool:
+    return result.error_msg is None and bool(result.run_secs)
+
+
+class Search:
+    """One workload's MetaSchedule search: context, design spaces, database, journal,
+    cost model; `run()` measures batch after batch until a stop reason."""
+
+    def __init__(self, req: TuneRequest, builder: Any, runner: Any, t_start: float) -> None:
+        from . import tvmsetup
+
+        self.ms = ms = tvmsetup.ms()
+        self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
+        self.name = req.workload_name
+        workload = workload_params(req.template, self.name)
+        self.knobs: list[Knob] = list(getattr(req.template, "KNOBS", []))
+        per_space, n_spaces = space_size(self.knobs, workload)
+        self.space_size, self.n_spaces = per_space * n_spaces, n_spaces
+        self.target = tvmsetup.make_target(dict(req.target))
+        self.work_dir = Path(req.work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.work_dir, request_fingerprint(req))
+        resumed = self.journal.load()
+        self.resumed = len(self.journal.trials)
+        space = _Space(req.template, workload)
+        self.ctx = ms.TuneContext(
+            mod=workload_module(req.template, self.name),
+            target=self.target,
+            space_generator=ms.space_generator.ScheduleFn(
+                space,
+                sch_rules=[],
+                postprocs=make_postprocs(),
+                mutator_probs=make_mutators(self.knobs, req.seed),
+            ),
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=req.population_size,
+                init_min_unmeasured=min(50, max(1, req.population_size // 2)),
+            ),
+            task_name=self.name,
+            rand_state=_rand_state(req.seed, self.resumed),
+            num_threads="physical",
+        )
+        self.flop = flop_count(self.ctx.mod)
+        self.schedules = self.ctx.generate_design_space()
+        self.spaces = [
+            space_info(i, space.structures[i], sch, space.orders[i])
+            for i, sch in enumerate(self.schedules)
+        ]
+        self.db, self.workload_json = self._open_database(resumed)
+        if not resumed:
+            self.journal.start(
+                {"workload_name": self.name, "seed": req.seed, "workload": self.workload_json}
+            )
+        self.cost_model = ms.cost_model.XGBModel(
+            num_tuning_cores=max(1, int(self.ctx.num_threads)),
+            num_warmup_samples=WARMUP_SAMPLES,
+        )
+        self._warm_start_cost_model()
+        self.progress = _Progress()
+        self.seen: set[str] = set()
+        for entry in self.journal.trials:
+            self.seen.add(knobs_key(entry["knobs"]))
+            self.progress.add(entry["trial"], entry["latency_s"], self.flop)
+        self.stats: dict[str, float] = {}
+        self.batches = 0
+
+    @property
+    def done(self) -> int:
+        return len(self.journal.trials)
+
+    # ---- resume
+
+    def _open_database(self, resumed: bool) -> tuple[Any, list[str]]:
+        """The JSONDatabase in work_dir, rebuilt from the journal; (database, workload JSON)."""
+        wl_path, rec_path = self.work_dir / WORKLOAD_FILE, self.work_dir / RECORD_FILE
+        if resumed:
+            assert self.journal.header is not None
+            wl_path.write_text(json.dumps(self.journal.header["workload"]) + "\n", "utf-8")
+            rec_path.write_text(
+                "".join(json.dumps([0, t["record"]]) + "\n" for t in self.journal.trials), "utf-8"
+            )
+        else:
+            for p in (wl_path, rec_path):
+                p.unlink(missing_ok=True)
+        db = self.ms.database.JSONDatabase(
+            path_workload=str(wl_path), path_tuning_record=str(rec_path)
+        )
+        db.commit_workload(self.ctx.mod)
+        return db, json.loads(wl_path.read_text(encoding="utf-8").splitlines()[0])
+
+    def _warm_start_cost_model(self) -> None:
+        """Train the cost model on the valid records of a resumed run."""
+        records = [
+            r
+            for r in self.db.get_all_tuning_records()
+            if r.run_secs and any(float(x) < FAILED_RUN_SECS for x in r.run_secs)
+        ]
+        if records:
+            results = [
+                self.ms.runner.RunnerResult([float(x) for x in r.run_secs], None) for r in records
+            ]
+            self.cost_model.update(self.ctx, [r.as_measure_candidate() for r in records], results)
+
+    # ---- the loop
+
+    def _time(self, key: str, t0: float) -> None:
+        self.stats[key] = self.stats.get(key, 0.0) + time.perf_counter() - t0
+
+    def run(self) -> str:
+        """Search until the budget is spent, early stop, or the space runs out."""
+        req = self.req
+        if self.done >= req.trials:
+            return "budget"
+        n_built, n_runs = len(self.builder.compile_s), len(self.runner.timings)
+        t0 = time.perf_counter()
+        self.ctx.pre_tuning(
+            max_trials=req.trials - self.done,
+            num_trials_per_iter=req.batch_size,
+            design_spaces=self.schedules,
+            database=self.db,
+            cost_model=self.cost_model,
+        )
+        try:
+            reason = self._loop()
+        finally:
+            self.ctx.post_tuning()
+            self.stats["search_s"] = time.perf_counter() - t0
+            self.stats.update(
+                {  # this process's search trials (not baseline/verify runs)
+                    "search_trials": float(self.done - self.resumed),
+                    "search_compile_s": float(sum(self.builder.compile_s[n_built:])),
+                    "search_export_s": float(sum(self.builder.export_s[n_built:])),
+                    "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
+                    "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
+                }
+            )
+        return reason
+
+    def _loop(self) -> str:
+        req, empty = self.req, 0
+        while self.done < req.trials:
+            if self.done >= self.space_size:
+                return "space_exhausted"
+            picked = self._candidates()
+            if picked is None:
+                return "space_exhausted"
+            if not picked:
+                empty += 1  # all measured before a resume; the strategy moves on
+                if empty >= 3:
+                    return "space_exhausted"
+                continue
+            empty = 0
+            prev_best = self.progress.best_latency
+            self._measure(picked)
+            best = self.progress.best_latency
+            improved = best is not None and (
+                prev_best is None or (prev_best - best) / prev_best > req.early_stop.min_improvement
+            )
+            self.progress.stale_batches = 0 if improved else self.progress.stale_batches + 1
+            patience = req.early_stop.patience
+            if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+                return "early_stop"
+        return "budget"
+
+    def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
+        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
+        t0 = time.perf_counter()
+        cands = self.ctx.generate_measure_candidates()
+        self._time("search_generate_s", t0)
+        if cands is None:
+            return None
+        picked = []
+        for c in cands:
+            sidx, kv = decode_knobs(_plain(c.sch.trace.as_json()), self.spaces, self.knobs)
+            key = knobs_key(kv)
+            if key not in self.seen:  # else measured before a resume: not again
+                self.seen.add(key)
+                picked.append((c, sidx, kv))
+        picked = picked[: self.req.trials - self.done]
+        if not picked:
+            self.ctx.notify_runner_results([], [])
+        return picked
+
+    def _measure(self, picked: list[tuple[Any, int, dict[str, Any]]]) -> None:
+        """Build and run one batch, tell the strategy and the cost model, commit, journal."""
+        ms, req = self.ms, self.req
+        cands = [c for c, _, _ in picked]
+        results = []
+        for c in cands:
+            results.append(_run_candidate(c, self.target, self.builder, self.runner, ms))
+            self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
+        self.ctx.notify_runner_results(cands, results)
+        ok = [(c, r) for c, r in zip(cands, results, strict=True) if _ok(r)]
+        if ok:
+            t0 = time.perf_counter()
+            self.cost_model.update(self.ctx, [c for c, _ in ok], [r for _, r in ok])
+            self._time("search_cost_model_s", t0)
+        # JSONDatabase appends one line per record: the exact JSON the log keeps.
+        rec_path = self.work_dir / RECORD_FILE
+        offset = rec_path.stat().st_size
+        workload = self.db.commit_workload(self.ctx.mod)
+        for c, r in zip(cands, results, strict=True):
+            secs = [float(x) for x in r.run_secs] if _ok(r) else [FAILED_RUN_SECS]
+            self.db.commit_tuning_record(
+                ms.database.TuningRecord(c.sch.trace, workload, secs, self.target, c.args_info)
+            )
+        with open(rec_path, "rb") as f:
+            f.seek(offset)
+            lines = [json.loads(x) for x in f.read().decode("utf-8").splitlines() if x.strip()]
+        self.batches += 1
+        batch = max((e["batch"] for e in self.journal.trials), default=0) + 1
+        entries = []
+        for (_, sidx, kv), r, line in zip(picked, results, lines, strict=True):
+            err = None if _ok(r) else str(r.error_msg or "no measurement")
+            latency = None if err else statistics.fmean(float(x) for x in r.run_secs)
+            trial = self.done + len(entries) + 1
+            entries.append(
+                {
+                    "trial": trial,
+                    "batch": batch,
+                    "space": sidx,
+                    "knobs": kv,
+                    "latency_s": latency,
+                    "error": err,
+                    "record": line[1],
+                }
+            )
+            self.progress.add(trial, latency, self.flop)
+        self.journal.append(entries)
+        if req.on_batch is not None:
+            best = self.progress.best_latency
+            n_ok = sum(e["error"] is None for e in entries)
+            req.on_batch(
+                BatchEvent(
+                    workload_name=self.name,
+                    batch=self.batches,
+                    trials_done=self.done,
+                    budget=req.trials,
+                    best_latency_s=best,
+                    best_gflops=gflops(self.flop, best) if best else None,
+                    batch_valid=n_ok,
+                    batch_failed=len(entries) - n_ok,
+                    elapsed_s=time.perf_counter() - self.t_start,
+                    resumed=self.resumed,
+                )
+            )
+
+
+@dataclass
+class _Progress:
+    best_latency: float | None = None
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    stale_batches: int = 0
+
+    def add(self, trial: int, latency: float | None, flop: float) -> None:
+        if latency is not None and (self.best_latency is None or latency < self.best_latency):
+            self.best_latency = latency
+        best = self.best_latency
+        self.curve.append((trial, gflops(flop, best) if best else 0.0))
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def select_winner(
+    template: ModuleType,
+    workload_name: str,
+    target: Mapping[str, Any],
+    entries: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The fastest trial whose numerics match `reference` (checked in latency order,
+    at most TOP_N); a wrong one is turned into a failure ("wrong result: ...")."""
+    where = f"{template.__name__}/{workload_name}"
+    valid = sorted(
+        (e for e in entries if e["error"] is None), key=lambda e: (e["latency_s"], e["trial"])
+    )
+    if not valid:
+        errors = sorted({e["error"].splitlines()[0][:200] for e in entries if e["error"]})
+        raise TuningError(
+            f"{where}: every one of {len(entries)} trials failed; first errors: "
+            + "; ".join(errors[:3])
+            + "; fix the template's schedule() for those knob values"
+        )
+    for e in valid[:TOP_N]:
+        try:
+            check_correct(template, workload_name, target, e["knobs"])
+        except TuningError as err:
+            e["error"], e["latency_s"] = f"wrong result: {err}", None
+            continue
+        return e
+    raise TuningError(
+        f"{where}: the {min(len(valid), TOP_N)} fastest configurations all compute wrong "
+        "results; fix schedule() so that every knob value keeps the numerics"
+    )
+
+
+def tune_workload(req: TuneRequest) -> TuneOutcome:
+    """Tune one workload; see the module docstring for the steps."""
+    from . import tvmsetup
+
+    t_start = time.perf_counter()
+    tvmsetup.load()
+    if req.trials < 1 or req.batch_size < 1:
+        raise TuningError(
+            f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive"
+        )
+    template, name = req.template, req.workload_name
+    stats: dict[str, float] = {}
+
+    def lap(key: str, t0: float) -> float:
+        now = time.perf_counter()
+        stats[key] = now - t0
+        return now
+
+    runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
+    builder = make_builder()
+    try:
+        check_correct(template, name, req.target)  # 1
+        t = lap("correctness_s", t_start)
+        baseline, baseline_cv = measure_baseline(
+            template, name, req.target, req.measure, runner=runner
+        )  # 2
+        t = lap("baseline_s", t)
+        search = Search(req, builder, runner, t_start)  # 3 + 4
+        t = lap("setup_s", t)
+        stats["resumed"] = float(search.resumed)
+        stop_reason = search.run()
+        stats.update(search.stats)
+        t = time.perf_counter()
+        entries = search.journal.trials  # 5
+        winner = select_winner(template, name, req.target, entries)
+        checked = verify(
+            template,
+            name,
+            req.target,
+            winner["knobs"],
+            req.measure,
+            runner=runner,
+            check_numerics=False,
+        )
+        lap("verify_s", t)
+    finally:
+        builder.close()
+        runner.close()
+    flop = search.flop
+    others = [
+        Measured(
+            full_knobs(template, name, e["knobs"]), e["latency_s"], gflops(flop, e["latency_s"])
+        )
+        for e in sorted(
+            (e for e in entries if e["error"] is None and e is not winner),
+            key=lambda e: (e["latency_s"], e["trial"]),
+        )
+    ]
+    failed = sum(e["error"] is not None for e in entries)
+    stats["total_s"] = time.perf_counter() - t_start
+    return TuneOutcome(
+        workload_name=name,
+        records=[dict(e) for e in entries],
+        best=checked.best,
+        baseline=checked.baseline,
+        top=tuple([checked.best, *others][:TOP_N]),
+        trials=Trials(
+            requested=req.trials,
+            run=len(entries),
+            valid=len(entries) - failed,
+            failed=failed,
+            stop_reason=stop_reason,
+            failures=failure_kinds(entries),
+        ),
+        curve=tuple(search.progress.curve),
+        space_size=search.space_size,
+        design_spaces=search.n_spaces,
+        baseline_cv=baseline_cv,
+        workload_json=list(search.workload_json),
+        flop=flop,
+        stats=stats,
+    )
