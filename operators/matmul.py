@@ -1,26 +1,37 @@
-"""fp32 matmul C = A @ B, scheduled for x86 CPUs (AVX2/AVX-512).
+"""fp32 matmul C = A @ B, scheduled for x86 CPUs with AVX-512.
 
-Blocked like a BLAS micro-kernel: i and j tiled in three levels, k in two; the
-outer tiles run in parallel, the innermost j tile is vectorised and the register
-tile is accumulated in a local cache (`cache_write`) when `write_cache` is set.
+Blocked like a BLAS micro-kernel (see `operators/_gemm.py`): an mr x nr register
+tile (mr = tile_i's innermost factor, nr = 16 x tile_j's innermost factor), outer
+tiles fused and run in parallel, k split into kc blocks of 16 x tile_k's inner
+factor. Design spaces: where the tile accumulates (`register`: a local tile over
+all of K, stored once; `memory`: BLAS-like kc blocking) x whether the B panel is
+packed into a contiguous buffer first.
+
+The awkward workload `m1021` (all three dimensions the prime 1021) is padded to
+1024 by `sch.pad_einsum`; the declared extents below are the padded ones.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tvmtune_ci.template import define_knob, define_split, define_structure
+from operators._gemm import schedule_gemm
+from tvmtune_ci.template import define_split, define_structure
 
 WORKLOADS = {
-    "m512": {"M": 512, "N": 512, "K": 512, "dtype": "float32"},
+    "m1024": {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"},
+    "m1021": {"M": 1021, "N": 1021, "K": 1021, "dtype": "float32"},
 }
 
 KNOBS = [
-    define_split("tile_i", "M", parts=3, max_factor=8),
-    define_split("tile_j", "N", parts=3, max_factor=64),
-    define_split("tile_k", "K", parts=2, max_factor=16),
-    define_knob("unroll", [0, 16, 64]),
-    define_structure("write_cache", [True, False]),
+    # rows: parallel tiles x mc/mr x mr (the register tile's rows)
+    define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=8),
+    # columns in 16-lane vectors: parallel tiles x nc/nr x nr/16
+    define_split("tile_j", "(N + 15)//16", parts=3, max_factor=4),
+    # k in steps of 16: K/kc x kc/16
+    define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32),
+    define_structure("accumulate", ["register", "memory"]),
+    define_structure("pack_b", ["tile", "global", "none"]),
 ]
 
 
@@ -39,22 +50,4 @@ def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 
 def schedule(sch, cfg) -> None:
-    block = sch.get_sblock("C")
-    i, j, k = sch.get_loops(block)
-    i0, i1, i2 = cfg.split(sch, i, "tile_i")
-    j0, j1, j2 = cfg.split(sch, j, "tile_j")
-    k0, k1 = cfg.split(sch, k, "tile_k")
-    # Register tile (i2 x j2) innermost, k just outside it: a micro-kernel.
-    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
-    outer = sch.fuse(i0, j0)
-    sch.parallel(outer)
-    if cfg["write_cache"]:
-        # Accumulate the (i1, j1) tile in a local buffer; write it back once.
-        cache = sch.cache_write(block, 0, "global")
-        sch.reverse_compute_at(cache, j1, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(cache)[-1])
-    sch.vectorize(j2)
-    init = sch.decompose_reduction(block, k0)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.annotate(sch.get_sblock("root"), "pragma_auto_unroll_max_step", cfg.knob(sch, "unroll"))
-    sch.annotate(sch.get_sblock("root"), "pragma_unroll_explicit", 1)
+    schedule_gemm(sch, cfg, "C")

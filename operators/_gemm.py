@@ -1,0 +1,135 @@
+"""The x86 GEMM schedule shared by `matmul` and `dense` (a helper, not a template).
+
+One fp32 micro-kernel for AVX-512: an `mr x nr` register tile (`nr` a multiple of
+the 16 fp32 lanes of a zmm register) updated once per k by `mr` broadcasts of A,
+`nr/16` vector loads of B and `mr*nr/16` FMAs. Around it:
+
+    parallel  fuse(i0, j0)                       2 cores share the outer tiles
+    "register": i1, j1 | k0, k1, kk | i2, j2, lanes
+                the tile is accumulated over all of K in a local buffer
+                (cache_write) and stored once
+    "memory":   k0 | j1, i1 | k1, kk | i2, j2, lanes
+                BLAS-like: K is blocked by kc = k1*16 so the packed B
+                micro-panel (kc x nr) stays in L1 across the i1 loop; the C tile
+                is updated in memory once per kc block
+
+`pack_b` copies the B panel an outer tile needs into a contiguous buffer first
+(for a [N, K] weight it also transposes it to [k, j]), removing the 4 KiB-stride
+cache-set conflicts of walking B down k.
+
+Every dimension is padded to a multiple of 16 (`sch.pad_einsum`) when it is not
+one already, so awkward sizes (1000, the prime 1021) tile like their round
+neighbours instead of collapsing to a 1 x N split. That is why the KNOBS of the
+templates declare their extents as `(M + 15)//16*16` and so on. The padding is a
+property of the workload, not a knob: a split's declared extent is one
+expression per workload, so it cannot change between design spaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LANES = 16  # fp32 lanes of one 512-bit register
+PAD = 16  # every GEMM dimension is padded to a multiple of this
+
+
+def padded(n: int) -> int:
+    return (n + PAD - 1) // PAD * PAD
+
+
+def _parallel_vectorize(sch: Any, block: Any) -> None:
+    """A padding/copy stage on its own: rows over the cores, columns vectorised."""
+    loops = sch.get_loops(block)
+    if len(loops) > 2:
+        outer = sch.fuse(*loops[:-1])
+    else:
+        outer = loops[0]
+    sch.parallel(outer)
+    inner = loops[-1]
+    extent = int(sch.get(inner).extent)
+    if extent % LANES == 0:
+        _, lanes = sch.split(inner, [None, LANES])
+        sch.vectorize(lanes)
+
+
+def schedule_gemm(sch: Any, cfg: Any, block_name: str, *, b_transposed: bool = False) -> None:
+    """Tile `block_name` (loops [batch..., i, j, k]) with the knobs tile_i, tile_j,
+    tile_k and the structural knobs accumulate and pack_b.
+
+    b_transposed: B is stored as [N, K] (a dense layer's weight), not [K, N].
+    """
+    block = sch.get_sblock(block_name)
+    nbatch = len(sch.get_loops(block)) - 3
+    padding = [1] * nbatch + [PAD, PAD, PAD]
+    extents = [int(sch.get(lp).extent) for lp in sch.get_loops(block)]
+    needs_pad = any(e % PAD for e in extents[nbatch:])
+    if needs_pad:
+        sch.pad_einsum(block, padding)
+    loops = sch.get_loops(block)
+    batch, (i, j, k) = loops[:nbatch], loops[nbatch:]
+
+    jv, lanes = sch.split(j, [None, LANES])
+    k_rest, kk = sch.split(k, [None, PAD])
+    i_tiles = cfg.split(sch, i, "tile_i")
+    # A 2-part tile_i ([mc/mr, mr]) leaves the rows out of the parallel loop: for
+    # a dense layer's few rows (tokens), the columns give the parallelism.
+    i0, i1, i2 = ([] if len(i_tiles) == 2 else [i_tiles[0]]), i_tiles[-2], i_tiles[-1]
+    j0, j1, j2 = cfg.split(sch, jv, "tile_j")
+    k0, k1 = cfg.split(sch, k_rest, "tile_k")
+    register = cfg["accumulate"] == "register"
+    if register:
+        sch.reorder(*batch, *i0, j0, i1, j1, k0, k1, kk, i2, j2, lanes)
+    else:
+        sch.reorder(*batch, *i0, j0, k0, j1, i1, k1, kk, i2, j2, lanes)
+    outer = sch.fuse(*batch, *i0, j0) if batch or i0 else j0
+    sch.parallel(outer)
+
+    pack_b = cfg["pack_b"]
+    if pack_b != "none":
+        pack = sch.cache_read(block, 1, "global")
+        for producer in sch.get_producers(pack):
+            # B was padded: the pack reads B itself and zero-fills, no extra pass.
+            sch.compute_inline(producer)
+        if pack_b == "tile":
+            # A compact [kc or K, nc] copy of the B panel this tile needs, made
+            # inside the tile (so in cache), once per tile.
+            if b_transposed:
+                sch.transform_layout(pack, ("write", 0), lambda n, kx: (kx, n))
+            sch.compute_at(pack, outer if register else k0, preserve_unit_loops=True)
+            if b_transposed:
+                # Read the weight along k (contiguous), write the panel along j.
+                n_loop, k_loop = sch.get_loops(pack)[-2:]
+                sch.reorder(k_loop, n_loop)
+            sch.vectorize(sch.get_loops(pack)[-1])
+        else:
+            # "global": B once, as 16-lane column panels [N/16, K, 16]: each
+            # zmm load of the kernel is one cache line, k after k.
+            if b_transposed:
+                sch.transform_layout(pack, ("write", 0), lambda n, kx: (n // LANES, kx, n % LANES))
+                n_loop, k_loop = sch.get_loops(pack)[-2:]
+            else:
+                sch.transform_layout(pack, ("write", 0), lambda kx, n: (n // LANES, kx, n % LANES))
+                k_loop, n_loop = sch.get_loops(pack)[-2:]
+            n_out, n_lane = sch.split(n_loop, [None, LANES])
+            sch.reorder(n_out, k_loop, n_lane)
+            sch.parallel(n_out)
+            sch.vectorize(n_lane)
+    if register:
+        cache = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(cache, j1, preserve_unit_loops=True)
+        c_loops = sch.get_loops(cache)
+        sch.vectorize(c_loops[-1])
+
+    # The register tile: i2 and j2 unrolled, one zmm (16 lanes) per vector op.
+    sch.vectorize(lanes)
+    sch.unroll(j2)
+    sch.unroll(i2)
+    init = sch.decompose_reduction(block, k0)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+    if needs_pad:
+        for producer in sch.get_producers(block):
+            if sch.get(producer).name_hint.endswith("_pad"):
+                _parallel_vectorize(sch, producer)
+        for consumer in sch.get_consumers(block if not register else cache):
+            _parallel_vectorize(sch, consumer)

@@ -1,0 +1,50 @@
+"""fp32 dense layer Y = X @ W.T (weight [N, K], as torch.nn.Linear), for x86 AVX-512.
+
+The feed-forward projections of a BERT-base layer over 128 tokens. Same
+micro-kernel as `matmul` (`operators/_gemm.py`); here B is the weight stored
+[N, K], so packing it (`pack_b`) also transposes it so that the kernel's vector
+loads run along N. With only 128 rows (tokens), the rows are not split across the
+cores: tile_i is [mc/mr, mr] and the parallel loop runs over column panels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from operators._gemm import schedule_gemm
+from tvmtune_ci.template import define_split, define_structure
+
+WORKLOADS = {
+    # BERT-base FFN, 128 tokens: 768 -> 3072 and 3072 -> 768.
+    "bert_ffn1": {"M": 128, "N": 3072, "K": 768, "dtype": "float32"},
+    "bert_ffn2": {"M": 128, "N": 768, "K": 3072, "dtype": "float32"},
+}
+
+KNOBS = [
+    # rows: mc/mr x mr (all rows in every parallel task)
+    define_split("tile_i", "(M + 15)//16*16", parts=2, max_factor=8),
+    # columns in 16-lane vectors: parallel panels x nc/nr x nr/16
+    define_split("tile_j", "(N + 15)//16", parts=3, max_factor=4),
+    # k in steps of 16: K/kc x kc/16
+    define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32),
+    define_structure("accumulate", ["register", "memory"]),
+    define_structure("pack_b", ["tile", "global", "none"]),
+]
+
+
+def compute(M: int, N: int, K: int, dtype: str):
+    from tvm import te
+
+    X = te.placeholder((M, K), dtype, name="X")
+    W = te.placeholder((N, K), dtype, name="W")
+    k = te.reduce_axis((0, K), name="k")
+    Y = te.compute((M, N), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name="Y")
+    return te.create_prim_func([X, W, Y])
+
+
+def reference(X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    return X @ W.T
+
+
+def schedule(sch, cfg) -> None:
+    schedule_gemm(sch, cfg, "Y", b_transposed=True)

@@ -1,0 +1,157 @@
+"""The operator templates of this repository (operators/*.py).
+
+Each template is read statically as `check` reads it (space sizes in range), then
+built on a small test-only workload: the default configuration and one
+non-trivial configuration of every design space must match `reference()`, every
+declared knob must be sampled in every design space (so the reported space size
+is true), a search-mode (traced, randomly sampled) schedule must build too, and
+the real workloads must schedule (their declared split extents match the loops).
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tvmtune_ci.template import (
+    Categorical,
+    Knobs,
+    Split,
+    call_with_workload,
+    design_spaces,
+    discover_templates,
+    eval_extent,
+    import_template,
+    read_template,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+OPERATORS = ROOT / "operators"
+TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+# Points per design space: enough to be worth a search, few enough for 300 trials.
+MIN_SPACE, MAX_SPACE = 100, 5000
+
+# template -> (a small workload, a non-trivial configuration that is valid for it)
+SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # 40 x 56 x 20 pads to 48 x 64 x 32: exercises the padding path too.
+    "matmul": ({"M": 40, "N": 56, "K": 20, "dtype": "float32"},
+               {"tile_i": [2, 3, 8], "tile_j": [1, 2, 2], "tile_k": [2, 1]}),
+    "dense": ({"M": 24, "N": 64, "K": 48, "dtype": "float32"},
+              {"tile_i": [4, 8], "tile_j": [2, 1, 2], "tile_k": [1, 3]}),
+    "conv2d": ({"N": 1, "C": 8, "H": 10, "W": 12, "K": 8, "R": 3, "S": 3, "pad": 1, "stride": 1,
+                "dtype": "float32"},
+               {"tile_k": [2, 4], "tile_h": [5, 2], "tile_w": [1, 12], "tile_c": [2, 4],
+                "unroll": 16}),
+    "softmax": ({"R": 12, "N": 128, "dtype": "float32"},
+                {"tile_r": [3, 4], "acc_max": [2, 4], "acc_sum": [4, 2], "unroll": 16}),
+}
+
+TEMPLATES = sorted(p.stem for p in discover_templates(OPERATORS))
+
+
+@cache
+def load(name: str) -> Any:
+    return import_template(OPERATORS / f"{name}.py", ROOT)
+
+
+def spaces(name: str) -> list[tuple[str, dict[str, Any]]]:
+    decl = read_template(OPERATORS / f"{name}.py")
+    return [(name, s) for s in design_spaces(decl.knobs)]
+
+
+def space_id(case: tuple[str, dict[str, Any]]) -> str:
+    name, structure = case
+    return "-".join([name, *(f"{k}={v}" for k, v in structure.items())])
+
+
+ALL_SPACES = [case for name in TEMPLATES for case in spaces(name)]
+
+
+def check_values(module: Any, workload: dict[str, Any], values: dict[str, Any]) -> None:
+    """The test's configuration must be a point of the declared space."""
+    for knob in module.KNOBS:
+        if knob.name not in values:
+            continue
+        v = values[knob.name]
+        if isinstance(knob, Split):
+            extent = eval_extent(knob.extent, workload)
+            assert len(v) == knob.parts and int(np.prod(v)) == extent, (knob, v)
+            assert v[-1] <= knob.max_factor, (knob, v)
+        elif isinstance(knob, Categorical):
+            assert v in knob.candidates, (knob, v)
+
+
+def build_and_compare(module: Any, workload: dict[str, Any], cfg: Knobs, seed: int = 1) -> None:
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    func = call_with_workload(module.compute, workload)
+    sch = tvm.s_tir.Schedule(func, seed=seed)
+    module.schedule(sch, cfg)
+    exe = tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
+              for a in ArgInfo.from_prim_func(func)]
+    dev = tvm.cpu()
+    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+    exe.mod.get_function(exe.mod.entry_name)(*tensors)
+    expected = call_with_workload(module.reference, workload, *arrays[:-1])
+    np.testing.assert_allclose(tensors[-1].numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_every_template_has_a_small_workload() -> None:
+    assert {"matmul", "conv2d", "softmax"} <= set(TEMPLATES)
+    assert set(TEMPLATES) == set(SMALL), "add a small workload for each new template to SMALL"
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_declared_space_sizes(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    decl = read_template(OPERATORS / f"{name}.py")
+    sizes = decl.space_sizes()
+    with capsys.disabled():
+        for wl, (per_space, n_spaces) in sizes.items():
+            print(f"\n  {name}/{wl}: {per_space} points x {n_spaces} design spaces", end="")
+    for wl, (per_space, n_spaces) in sizes.items():
+        assert MIN_SPACE <= per_space <= MAX_SPACE, f"{name}/{wl}: {per_space} points per space"
+        assert 1 <= n_spaces <= 8
+
+
+@pytest.mark.parametrize("case", ALL_SPACES, ids=space_id)
+def test_design_space_builds_and_matches_reference(case: tuple[str, dict[str, Any]]) -> None:
+    name, structure = case
+    module = load(name)
+    workload, values = SMALL[name]
+    check_values(module, workload, values)
+    sampled = {k.name for k in module.KNOBS if isinstance(k, (Split, Categorical))}
+    for vals in ({}, values):
+        cfg = Knobs(module.KNOBS, workload, structure, mode="fixed", values=vals)
+        build_and_compare(module, workload, cfg)
+        assert set(cfg.order) == sampled, f"declared, never sampled: {sampled - set(cfg.order)}"
+
+
+@pytest.mark.parametrize("case", ALL_SPACES, ids=space_id)
+def test_search_mode_schedule_builds(case: tuple[str, dict[str, Any]]) -> None:
+    """MetaSchedule replays the schedule with sampled decisions: no Python value
+    may depend on a sampled factor. A random point of each design space."""
+    name, structure = case
+    module = load(name)
+    workload, _ = SMALL[name]
+    cfg = Knobs(module.KNOBS, workload, structure, mode="search")
+    build_and_compare(module, workload, cfg, seed=zlib.crc32(space_id(case).encode()) % 1000 + 1)
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_real_workloads_schedule(name: str) -> None:
+    """The declared extents match the loops of every real workload (no build)."""
+    import tvm
+
+    module = load(name)
+    for workload in module.WORKLOADS.values():
+        for structure in design_spaces(module.KNOBS):
+            sch = tvm.s_tir.Schedule(call_with_workload(module.compute, workload))
+            module.schedule(sch, Knobs(module.KNOBS, workload, structure, mode="fixed"))
