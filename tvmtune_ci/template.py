@@ -114,32 +114,40 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+@lru_cache(maxsize=4096)
+def _parse_extent(extent: str) -> ast.Expression:
+    # Parsed once per run: `check` evaluates each extent for every workload of
+    # every template, and most templates share the same few ("M", "N", "K").
+    try:
+        return ast.parse(extent, mode="eval")
+    except SyntaxError:
+        raise TemplateError(f"extent {extent!r} is not an expression over workload keys") from None
+
+
+def _eval_node(node: ast.AST, extent: str, workload: Mapping[str, Any]) -> int:
+    # Module level, not a closure: a recursive closure is a reference cycle per
+    # call, and `check` evaluates extents tens of thousands of times.
+    if isinstance(node, ast.Expression):
+        return _eval_node(node.body, extent, workload)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        v = workload.get(node.id)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (keys: {', '.join(workload)})")
+        return v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return int(_BINOPS[type(node.op)](_eval_node(node.left, extent, workload), _eval_node(node.right, extent, workload)))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval_node(node.operand, extent, workload)
+    raise TemplateError(f"extent {extent!r}: only workload keys, integers and + - * // % are allowed")
+
+
 def eval_extent(extent: int | str, workload: Mapping[str, Any]) -> int:
     """Evaluate a split extent against a workload without running template code."""
     if isinstance(extent, int):
         return extent
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            v = workload.get(node.id)
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (keys: {', '.join(workload)})")
-            return v
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return int(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise TemplateError(f"extent {extent!r}: only workload keys, integers and + - * // % are allowed")
-
-    try:
-        tree = ast.parse(extent, mode="eval")
-    except SyntaxError:
-        raise TemplateError(f"extent {extent!r} is not an expression over workload keys") from None
-    value = ev(tree)
+    value = _eval_node(_parse_extent(extent), extent, workload)
     if value < 1:
         raise TemplateError(f"extent {extent!r} evaluates to {value} for workload {dict(workload)}")
     return value
@@ -208,13 +216,23 @@ class TemplateDecl:
     functions: dict[str, int]  # compute/reference/schedule -> line
 
     def space_sizes(self) -> dict[str, tuple[int, int]]:
-        return {w: space_size(self.knobs, wl) for w, wl in self.workloads.items()}
+        # Computed once per declaration (read_template validates with it, check and
+        # status report it); kept outside the dataclass fields, so equality ignores it.
+        sizes = self.__dict__.get("_space_sizes")
+        if sizes is None:
+            sizes = {w: space_size(self.knobs, wl) for w, wl in self.workloads.items()}
+            object.__setattr__(self, "_space_sizes", sizes)
+        return dict(sizes)
 
 
 REQUIRED_FUNCTIONS = ("compute", "reference", "schedule")
 
 
 def _literal(node: ast.AST, path: Path, what: str) -> Any:
+    # Most knob arguments are plain constants; ast.literal_eval builds a few
+    # self-referencing closures per call (garbage for the cyclic GC), so skip it.
+    if isinstance(node, ast.Constant):
+        return node.value
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError):

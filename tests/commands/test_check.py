@@ -1,0 +1,237 @@
+"""`tvmtune-ci check`: output formats and exit codes, in-process and as a real CLI."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CONFIG, change_function, double_a_shape, double_a_split_bound, run_cli, write
+
+from tvmtune_ci.cli import main
+from tvmtune_ci.template import read_template
+
+MATMUL = "operators/matmul.py"
+
+
+@pytest.fixture
+def cli(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None
+):  # noqa: ANN201
+    """Run `tvmtune-ci ARGS` in-process inside the fresh repo: (exit code, stdout, stderr)."""
+    monkeypatch.chdir(repo)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def edit(root: Path, rel: str, old: str, new: str) -> None:
+    p = root / rel
+    assert old in p.read_text()
+    p.write_text(p.read_text().replace(old, new, 1))
+
+
+def schedule_line(repo: Path) -> int:
+    return read_template(repo / MATMUL).line
+
+
+def test_all_fresh_exits_0(cli) -> None:  # noqa: ANN001
+    code, out, _ = cli("check")
+    lines = out.splitlines()
+    assert code == 0
+    assert (
+        "fresh matmul/avx512 (tuned 0 days ago)" in lines
+        and "fresh matmul/avx2 (tuned 0 days ago)" in lines
+    )
+    assert all(x.startswith("fresh ") for x in lines[:-1])
+    assert lines[-1] == f"all {len(lines) - 1} entries fresh"
+
+
+def test_stale_exits_1_with_one_line_per_entry_and_the_fix(cli, repo: Path) -> None:  # noqa: ANN001
+    change_function(repo / MATMUL, "schedule")
+    code, out, _ = cli("check")
+    assert code == 1
+    lines = out.splitlines()
+    stale = [x for x in lines if x.startswith("STALE")]
+    assert len(stale) == 2 and len(lines) == 1 + sum(
+        1 for x in lines if x.startswith(("fresh ", "STALE "))
+    )
+    line = schedule_line(repo)
+    assert (
+        stale[0] == "STALE matmul/avx512: template_changed "
+        f"(operators/matmul.py:schedule changed (line {line}))"
+    )
+    assert stale[1].startswith("STALE matmul/avx2: template_changed (operators/matmul.py:schedule")
+    assert lines[-1] == (
+        f"2 of {len(lines) - 1} entries stale; run `tvmtune-ci retune` to re-tune the stale "
+        "entries and rewrite their logs, then commit them"
+    )
+
+
+def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
+    edit(repo, "tvmtune.yaml", "mcpu: haswell", "mcpu: znver3")
+    (repo / "tuning_logs/gone/avx2").mkdir(parents=True)
+    code, out, _ = cli("check", "--format", "json")
+    assert code == 1
+    data = json.loads(out)
+    assert set(data) == {"format", "entries", "orphans", "warnings"}
+    assert data["format"] == 1
+    fresh, stale = [e for e in data["entries"] if e["operator"] == "matmul"]
+    line = schedule_line(repo)
+    assert fresh == {
+        "operator": "matmul",
+        "target": "avx512",
+        "fresh": True,
+        "reasons": [],
+        "template": {"file": MATMUL, "line": line},
+    }
+    assert stale["fresh"] is False and set(stale) == set(fresh)
+    assert stale["reasons"] == [
+        {
+            "code": "target_changed",
+            "detail": 'tuned for {"kind": "llvm", "mcpu": "haswell"}, '
+            'configured now as {"kind": "llvm", "mcpu": "znver3"}',
+            "file": "tvmtune.yaml",
+            "line": CONFIG.splitlines().index("  avx2:") + 1,
+        }
+    ]
+    assert (
+        data["orphans"][0]["code"] == "orphaned"
+        and data["orphans"][0]["file"] == "tuning_logs/gone"
+    )
+
+
+def test_github_format_annotates_the_changed_code_and_writes_the_summary(
+    cli,
+    repo: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    change_function(repo / MATMUL, "schedule")
+    log = next((repo / "tuning_logs/matmul/avx512").glob("matmul_*.json"))
+    log.write_bytes(log.read_bytes() + b" ")
+    (repo / "tuning_logs/gone").mkdir()
+    code, out, _ = cli("check", "--format", "github")
+    assert code == 1
+    line = schedule_line(repo)
+    errors = [x for x in out.splitlines() if x.startswith("::error")]
+    assert len(errors) == 2
+    assert errors[0].startswith(
+        f"::error file={MATMUL},line={line},title=stale tuning log%3A matmul/avx512::"
+    )
+    assert "template_changed: operators/matmul.py:schedule changed" in errors[0]
+    assert "log_modified" in errors[0] and "log_modified" not in errors[1]
+    assert "::warning file=tuning_logs/gone,title=orphaned log folder::" in out
+    text = summary.read_text()
+    assert "| entry | state | reasons |" in text and "| matmul/avx512 | **stale** |" in text
+
+
+def test_github_annotation_for_a_non_code_reason_is_at_the_template(cli, repo: Path) -> None:  # noqa: ANN001
+    later = (datetime.date.today() + datetime.timedelta(days=366)).isoformat()
+    code, out, _ = cli("check", "--format", "github", "--as-of", later)
+    assert code == 1
+    line = schedule_line(repo)
+    assert f"::error file={MATMUL},line={line}," in out and "expired: tuned on" in out
+
+
+def test_as_of_a_year_and_a_day_later_is_expired(cli) -> None:  # noqa: ANN001
+    later = (datetime.date.today() + datetime.timedelta(days=366)).isoformat()
+    code, out, _ = cli("check", "--as-of", later)
+    assert code == 1
+    assert "STALE matmul/avx2: expired (tuned on" in out
+
+
+def test_bad_as_of_is_exit_2_with_the_fix(cli) -> None:  # noqa: ANN001
+    code, _, err = cli("check", "--as-of", "2026-13-01")
+    assert code == 2
+    assert "--as-of '2026-13-01' is not a date; write it as YYYY-MM-DD" in err
+
+
+def test_warn_only_and_pr_mode(cli, repo: Path) -> None:  # noqa: ANN001
+    w, key, old, new = double_a_shape(repo / MATMUL)
+    code, out, _ = cli("check", "--warn-only")
+    assert (
+        code == 0
+        and f"STALE matmul/avx2: workload_changed (workload {w}: {key} {old} -> {new})" in out
+    )
+    assert "exiting 0 despite stale entries (--warn-only)" in out
+    assert cli("check", "--pr")[0] == 1  # pr_check defaults to fail
+    (repo / "tvmtune.yaml").write_text(CONFIG + "pr_check: warn\n")
+    code, out, _ = cli("check", "--pr")
+    assert code == 0 and "pr_check: warn" in out
+    assert cli("check")[0] == 1  # without --pr the config value does not apply
+
+
+def test_warn_only_github_uses_warnings(cli, repo: Path) -> None:  # noqa: ANN001
+    double_a_shape(repo / MATMUL)
+    code, out, _ = cli("check", "--format", "github", "--warn-only")
+    assert (
+        code == 0 and "::error" not in out and out.count("::warning file=operators/matmul.py") == 2
+    )
+
+
+def test_changed_since(cli, repo: Path) -> None:  # noqa: ANN001
+    code, out, _ = cli("check", "--changed-since", "HEAD")
+    assert (code, out.strip()) == (0, "no entries to check")
+    code, _, err = cli("check", "--changed-since", "nope")
+    assert code == 2 and "unknown git ref 'nope'" in err
+
+
+# ----------------------------------------------------------------- the real CLI
+
+
+def test_cli_fresh_then_stale(repo: Path) -> None:
+    r = run_cli(repo, "check")
+    assert (r.returncode, r.stderr) == (0, "")
+    double_a_split_bound(repo / MATMUL)
+    r = run_cli(repo, "check")
+    assert r.returncode == 1
+    assert "STALE matmul/avx2: template_changed (operators/matmul.py:KNOBS changed" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        (
+            CONFIG.replace("trials: 64", "trials: 64\n  bad: [1, 2"),
+            "error: tvmtune.yaml:5: invalid YAML: mapping values are not allowed here",
+        ),
+        (
+            CONFIG.replace("max_age_days: 365", "max_age_dys: 365"),
+            "error: tvmtune.yaml:3: unknown key 'max_age_dys' in the top level; "
+            "did you mean 'max_age_days'?",
+        ),
+        (
+            CONFIG.replace("trials: 64", "trials: lots"),
+            "error: tvmtune.yaml:4: trials is 'lots' (str), expected int",
+        ),
+    ],
+    ids=["bad-yaml", "unknown-key", "wrong-type"],
+)
+def test_cli_config_errors_exit_2_with_file_and_line(repo: Path, config: str, message: str) -> None:
+    (repo / "tvmtune.yaml").write_text(config)
+    r = run_cli(repo, "check")
+    assert r.returncode == 2
+    assert r.stderr.startswith(message), r.stderr
+    assert r.stdout == ""
+
+
+def test_cli_config_option_and_github_env(repo: Path, tmp_path: Path) -> None:
+    write(repo, "sub/dir/readme.txt", "x")
+    summary = tmp_path / "step.md"
+    r = run_cli(
+        repo / "sub/dir",
+        "check",
+        "--config",
+        str(repo / "tvmtune.yaml"),
+        env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert r.returncode == 0
+    assert "entries fresh" in r.stdout and "### tvmtune-ci check" in summary.read_text()

@@ -1,0 +1,96 @@
+"""`tvmtune-ci status`: the table of every (operator, target)."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+from conftest import make_repo, run_cli, write_fresh
+
+from tvmtune_ci.cli import main
+from tvmtune_ci.commands.status import human_count
+from tvmtune_ci.template import read_template
+
+
+@pytest.fixture
+def status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None):  # noqa: ANN201
+    def run(root: Path, *args: str) -> tuple[int, list[list[str]], str]:
+        monkeypatch.chdir(root)
+        code = main(["status", *args])
+        out = capsys.readouterr().out
+        # Columns are separated by two or more spaces.
+        import re
+
+        return code, [re.split(r"\s{2,}", line) for line in out.splitlines()], out
+
+    return run
+
+
+def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # noqa: ANN001
+    root = make_repo(tmp_path)
+    ten_days_ago = (datetime.date.today() - datetime.timedelta(days=10)).isoformat()
+    write_fresh(root, "matmul", "avx512", tuned_on=ten_days_ago)
+    code, rows, _ = status(root)
+    assert code == 0  # stale entries are not an error for status
+    assert rows[0] == ["ENTRY", "STATE", "AGE", "TRIALS", "BEST", "SPACE", "REASONS"]
+    decl = read_template(root / "operators/matmul.py")
+    space = human_count(sum(p * s for p, s in decl.space_sizes().values()))
+    n = len(decl.workloads)
+    # write_fresh records best = 1.25 ms x (position in WORKLOADS + 1); manifests keep keys sorted.
+    order = list(decl.workloads)
+    best = ", ".join(f"{w} {1.25 * (order.index(w) + 1):.3g} ms" for w in sorted(order))
+    by_entry = {r[0]: r for r in rows[1:] if r[0].startswith("matmul/")}
+    assert by_entry["matmul/avx512"] == [
+        "matmul/avx512",
+        "fresh",
+        "10d",
+        f"{60 * n}/{64 * n}",
+        best,
+        space,
+        "-",
+    ]
+    assert by_entry["matmul/avx2"] == ["matmul/avx2", "STALE", "-", "-", "-", space, "missing"]
+    assert rows[-1][0].endswith(
+        " entries stale; run `tvmtune-ci retune` to re-tune the stale entries and "
+        "rewrite their logs, then commit them"
+    )
+
+
+def test_reasons_and_as_of(repo: Path, status) -> None:  # noqa: ANN001
+    later = (datetime.date.today() + datetime.timedelta(days=400)).isoformat()
+    code, rows, _ = status(repo, "--as-of", later, "--target", "avx2", "--operator", "matmul")
+    assert code == 0
+    assert len(rows) == 3  # header, the one entry, the summary
+    assert rows[1][:3] == ["matmul/avx2", "STALE", "400d"] and rows[1][-1] == "expired"
+
+
+def test_markdown(repo: Path, status) -> None:  # noqa: ANN001
+    code, _, out = status(repo, "--format", "markdown")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0] == "| entry | state | age | trials | best | space | reasons |"
+    row = next(x for x in lines if x.startswith("| matmul/avx512 |")).split(" | ")
+    assert row[1:3] == ["fresh", "0d"] and row[4].endswith(" ms") and row[-1] == "- |"
+
+
+def test_human_count() -> None:
+    assert [human_count(n) for n in (7, 1000, 50_688, 2_500_000, 3 * 10**9)] == [
+        "7",
+        "1k",
+        "50.7k",
+        "2.5M",
+        "3G",
+    ]
+
+
+def test_cli_status_config_error_exits_2(repo: Path) -> None:
+    (repo / "tvmtune.yaml").write_text("targets:\n  cpu: {target: {kind: llvm}}\nbatch_size: -1\n")
+    r = run_cli(repo, "status")
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: tvmtune.yaml:3: batch_size is -1, it must be positive")
+
+
+def test_cli_status_unknown_operator_exits_2(repo: Path) -> None:
+    r = run_cli(repo, "status", "--operator", "matmal")
+    assert r.returncode == 2 and "unknown operator 'matmal'; did you mean 'matmul'?" in r.stderr

@@ -1,0 +1,217 @@
+"""tvmtune.yaml parsing: values, and every error naming file:line and the fix."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import CONFIG
+
+from tvmtune_ci.config import EarlyStop, load_config, parse_config
+from tvmtune_ci.errors import ConfigError
+
+MINIMAL = "targets:\n  cpu:\n    target: {kind: llvm, mcpu: skylake-avx512}\n"
+
+
+def parse(text: str):  # noqa: ANN201
+    return parse_config(text, Path("/repo/tvmtune.yaml"))
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as e:
+        parse(text)
+    return str(e.value)
+
+
+def test_full_config() -> None:
+    c = parse(
+        CONFIG + "operators:\n  matmul:\n    trials: 10\n    targets: [avx2]\n"
+        "early_stop: {patience: 0}\nmeasure: {repeat: 3, timeout_s: 30}\npr_check: warn\n"
+    )
+    assert c.root == Path("/repo") and c.tvm_version == "0.27" and c.trials == 64
+    assert [t.name for t in c.targets] == ["avx512", "avx2"]
+    assert c.target("avx512").target == {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 4}
+    assert c.target("avx512").runs_on == ("self-hosted", "linux", "x64", "avx512")
+    assert c.target("avx2").line == CONFIG.splitlines().index("  avx2:") + 1
+    assert [t.name for t in c.targets_for("matmul")] == ["avx2"]
+    assert [t.name for t in c.targets_for("conv2d")] == ["avx512", "avx2"]
+    assert c.trials_for("matmul") == 10 and c.trials_for("conv2d") == 64
+    assert c.early_stop == EarlyStop(patience=0, min_improvement=0.01)
+    assert (
+        c.measure.repeat == 3
+        and c.measure.timeout_s == 30.0
+        and isinstance(c.measure.timeout_s, float)
+    )
+    assert c.pr_check == "warn"
+
+
+def test_defaults() -> None:
+    c = parse(MINIMAL)
+    assert (c.operators_dir, c.logs_dir, c.trials, c.max_age_days, c.tvm_version, c.pr_check) == (
+        "operators",
+        "tuning_logs",
+        300,
+        365,
+        None,
+        "fail",
+    )
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            MINIMAL + "trails: 10\n",
+            "tvmtune.yaml:4: unknown key 'trails' in the top level; did you mean 'trials'?",
+        ),
+        (
+            MINIMAL + "measure:\n  repat: 3\n",
+            "tvmtune.yaml:5: unknown key 'repat' in measure; did you mean 'repeat'?",
+        ),
+        (
+            MINIMAL.replace("    target:", "    runs_on: [x]\n    target:"),
+            "tvmtune.yaml:3: unknown key 'runs_on' in targets.cpu; did you mean 'runs-on'?",
+        ),
+        (
+            MINIMAL + "zzz: 1\n",
+            "tvmtune.yaml:4: unknown key 'zzz' in the top level; allowed keys: format, targets",
+        ),
+    ],
+    ids=["top", "nested", "target", "no-suggestion"],
+)
+def test_unknown_keys_name_the_line_and_a_suggestion(text: str, message: str) -> None:
+    assert error_of(text).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            MINIMAL + "trials: many\n",
+            "tvmtune.yaml:4: trials is 'many' (str), expected int; write for example `trials: 300`",
+        ),
+        (MINIMAL + "trials: true\n", "tvmtune.yaml:4: trials is True (bool), expected int"),
+        (MINIMAL + "trials: 0\n", "tvmtune.yaml:4: trials is 0, it must be positive"),
+        (
+            MINIMAL + "measure: {max_cv: high}\n",
+            "tvmtune.yaml:4: measure.max_cv is 'high' (str), expected float",
+        ),
+        (
+            MINIMAL + "pr_check: maybe\n",
+            "tvmtune.yaml:4: pr_check is 'maybe', it must be 'fail' or 'warn'",
+        ),
+        (MINIMAL + "tvm_version: 1\n", "tvmtune.yaml:4: tvm_version '1' is not MAJOR.MINOR"),
+        (MINIMAL + "measure: 5\n", "tvmtune.yaml:4: measure must be a mapping"),
+        (
+            MINIMAL + "operators:\n  matmul:\n    targets: [cpuu]\n",
+            "tvmtune.yaml:6: operators.matmul.targets names unknown target 'cpuu'; "
+            "did you mean 'cpu'?",
+        ),
+        (
+            "targets:\n  cpu:\n    target: {mcpu: x}\n",
+            "tvmtune.yaml:3: target 'cpu' must be a TVM target dict with a 'kind'",
+        ),
+        (
+            "targets:\n  cpu:\n    runs-on: [x]\n",
+            "tvmtune.yaml:3: target 'cpu' needs a 'target' entry",
+        ),
+        ("trials: 3\n", "tvmtune.yaml:1: no `targets:`"),
+        ("", "tvmtune.yaml:1: the file is empty"),
+        (
+            MINIMAL + "trials: 1\ntrials: 2\n",
+            "tvmtune.yaml:5: duplicate key 'trials' in the top level",
+        ),
+        ("format: 2\n" + MINIMAL, "tvmtune.yaml:1: format 2 is not understood"),
+    ],
+    ids=[
+        "type",
+        "bool-for-int",
+        "range",
+        "float",
+        "choice",
+        "version",
+        "mapping",
+        "op-target",
+        "no-kind",
+        "no-target",
+        "no-targets",
+        "empty",
+        "duplicate",
+        "format",
+    ],
+)
+def test_wrong_values_name_the_line_and_the_fix(text: str, message: str) -> None:
+    assert error_of(text).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        (MINIMAL + "trials: [1, 2\n", 5),
+        (MINIMAL + "  bad indent: 1\n  : x\n", 5),
+        ("targets:\n\tcpu: 1\n", 2),
+    ],
+)
+def test_bad_yaml_names_the_line(text: str, line: int) -> None:
+    msg = error_of(text)
+    assert msg.startswith(f"tvmtune.yaml:{line}: invalid YAML"), msg
+    assert "fix the syntax" in msg
+
+
+def test_legacy_string_target_is_converted_with_a_warning() -> None:
+    legacy = "llvm -mcpu=skylake-avx512 -num-cores=4 -mattr=+avx512f,+avx2"
+    text = f"targets:\n  cpu:\n    target: {legacy}\n"
+    with pytest.warns(
+        UserWarning, match=r"tvmtune.yaml:3: target 'cpu' uses the removed string form"
+    ) as w:
+        c = parse(text)
+    assert c.target("cpu").target == {
+        "kind": "llvm",
+        "mattr": ["+avx2", "+avx512f"],
+        "mcpu": "skylake-avx512",
+        "num-cores": 4,
+    }
+    assert "read as {'kind': 'llvm', 'mattr'" in str(w[0].message)  # says what to write instead
+
+
+def test_bad_legacy_string_is_an_error() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert error_of("targets:\n  cpu:\n    target: -mcpu=x\n").startswith(
+            "tvmtune.yaml:3: target 'cpu': target string '-mcpu=x' "
+            "does not start with a target kind"
+        )
+
+
+def test_int_for_a_float_field_and_unquoted_version() -> None:
+    c = parse(MINIMAL + "measure: {max_cv: 1, timeout_s: 30}\ntvm_version: 0.30\n")
+    assert c.measure.max_cv == 1.0 and c.measure.timeout_s == 30.0
+    # Unquoted 0.30 is the YAML float 0.3; the version meant is 0.30.
+    assert c.tvm_version == "0.30"
+
+
+def test_rpc_runner() -> None:
+    c = parse(MINIMAL + "    runner: {rpc: {tracker: 'host:9190', key: pi, devices: 2}}\n")
+    rpc = c.target("cpu").rpc
+    assert rpc is not None and (rpc.tracker_host, rpc.tracker_port, rpc.key, rpc.devices) == (
+        "host",
+        9190,
+        "pi",
+        2,
+    )
+    assert error_of(MINIMAL + "    runner: {rpc: {tracker: host, key: pi}}\n").startswith(
+        "tvmtune.yaml:4: rpc.tracker is 'host', it must be HOST:PORT"
+    )
+
+
+def test_load_config_finds_the_nearest_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tvmtune.yaml").write_text(MINIMAL)
+    (tmp_path / "a/b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a/b")
+    assert load_config().root == tmp_path.resolve()
+    assert load_config(tmp_path / "a").path == (tmp_path / "tvmtune.yaml").resolve()
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")

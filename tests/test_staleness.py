@@ -1,0 +1,571 @@
+"""find_stale on real temporary git repositories: every reason, and only the right ones."""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import (
+    CONFIG,
+    change_function,
+    commit_all,
+    double_a_shape,
+    double_a_split_bound,
+    edit_ast,
+    freshen_all,
+    make_repo,
+    top_level,
+    write,
+    write_fresh,
+)
+from conftest import git as run_git
+
+from tvmtune_ci import git as tvm_git
+from tvmtune_ci import staleness
+from tvmtune_ci.config import load_config
+from tvmtune_ci.errors import UsageError
+from tvmtune_ci.fingerprint import fingerprint_template
+from tvmtune_ci.staleness import Report, find_stale
+from tvmtune_ci.template import discover_templates, read_template
+
+MATMUL = "operators/matmul.py"
+
+
+def report_of(root: Path, **kw: object) -> Report:
+    return find_stale(load_config(root / "tvmtune.yaml"), **kw)  # type: ignore[arg-type]
+
+
+def codes(report: Report) -> dict[str, list[str]]:
+    return {f"{e.operator}/{e.target}": [r.code for r in e.reasons] for e in report.entries}
+
+
+def edit(root: Path, rel: str, old: str, new: str) -> None:
+    p = root / rel
+    src = p.read_text()
+    assert old in src, f"{old!r} not in {rel}"
+    p.write_text(src.replace(old, new, 1))
+
+
+def stale_codes(report: Report) -> dict[str, list[str]]:
+    return {k: v for k, v in codes(report).items() if v}
+
+
+def matmul(report: Report) -> dict[str, list[str]]:
+    """Reason codes of the matmul entries only (the real operators/ may grow)."""
+    return {k: v for k, v in codes(report).items() if k.startswith("matmul/")}
+
+
+FRESH = {"matmul/avx512": [], "matmul/avx2": []}
+
+
+def test_fresh_repo_is_fresh(repo: Path) -> None:
+    report = report_of(repo)
+    assert matmul(report) == FRESH
+    assert report.stale == () and report.orphans == () and report.warnings == ()
+    e = report.entries[[x.operator for x in report.entries].index("matmul")]
+    decl = read_template(repo / MATMUL)
+    assert (
+        e.fresh and e.age_days == 0 and e.template_file == MATMUL and e.template_line == decl.line
+    )
+    assert e.manifest is not None and e.manifest.operator == "matmul"
+    assert e.space_sizes == decl.space_sizes() and all(p > 1 for p, _ in e.space_sizes.values())
+
+
+def comment_every_def(path: Path) -> None:
+    path.write_text(path.read_text().replace("\ndef ", "\n# a comment\n\n\ndef "))
+
+
+def new_docstrings(path: Path) -> None:
+    def edit(tree: ast.Module) -> None:
+        tree.body[0] = ast.Expr(ast.Constant("A new module docstring."))
+        top_level(tree, "schedule").body.insert(0, ast.Expr(ast.Constant("Schedule it.")))  # type: ignore[attr-defined]
+
+    edit_ast(path, edit)
+
+
+@pytest.mark.parametrize(
+    "cosmetic",
+    [comment_every_def, edit_ast, new_docstrings],
+    ids=["comments-and-blank-lines", "reformat", "docstrings"],
+)
+def test_cosmetic_template_edits_keep_entries_fresh(repo: Path, cosmetic) -> None:  # noqa: ANN001
+    before = (repo / MATMUL).read_text()
+    cosmetic(repo / MATMUL)
+    assert (repo / MATMUL).read_text() != before
+    assert matmul(report_of(repo)) == FRESH
+
+
+def test_changing_a_split_bound_is_template_changed_at_knobs(repo: Path) -> None:
+    double_a_split_bound(repo / MATMUL)
+    report = report_of(repo)
+    assert matmul(report) == {
+        "matmul/avx512": ["template_changed"],
+        "matmul/avx2": ["template_changed"],
+    }
+    r = report.stale[0].reasons[0]
+    knobs_line = next(
+        i
+        for i, x in enumerate((repo / MATMUL).read_text().splitlines(), 1)
+        if x.startswith("KNOBS")
+    )
+    assert (r.file, r.line) == (MATMUL, knobs_line)
+    assert r.detail == f"operators/matmul.py:KNOBS changed (line {knobs_line})"
+
+
+def test_changing_the_schedule_names_the_function(repo: Path) -> None:
+    change_function(repo / MATMUL, "schedule")
+    r = report_of(repo).stale[0].reasons
+    assert [(x.code, x.file) for x in r] == [("template_changed", MATMUL)]
+    assert r[0].detail.startswith("operators/matmul.py:schedule changed")
+
+
+def test_changing_a_shape_is_workload_changed_naming_the_key(repo: Path) -> None:
+    workload, key, old, new = double_a_shape(repo / MATMUL)
+    report = report_of(repo)
+    assert matmul(report) == {
+        "matmul/avx512": ["workload_changed"],
+        "matmul/avx2": ["workload_changed"],
+    }
+    r = report.stale[0].reasons[0]
+    assert r.detail == f"workload {workload}: {key} {old} -> {new}"
+    assert r.line == next(
+        i
+        for i, x in enumerate((repo / MATMUL).read_text().splitlines(), 1)
+        if x.startswith("WORKLOADS")
+    )
+
+
+def test_adding_a_workload_is_workload_changed(repo: Path) -> None:
+    def edit(tree: ast.Module) -> None:
+        wl = top_level(tree, "WORKLOADS").value  # type: ignore[attr-defined]
+        wl.keys.append(ast.Constant("extra"))
+        wl.values.append(wl.values[0])
+
+    edit_ast(repo / MATMUL, edit)
+    details = [r.detail for r in report_of(repo).stale[0].reasons]
+    assert details == ["workload extra added"]
+
+
+HELPER_TEMPLATE = '''\
+"""A template whose schedule lives in in-repo helpers."""
+
+from tvmtune_ci.template import define_split
+
+from operators._helpers import finish
+from mylib.tiling import tile_loops
+
+WORKLOADS = {"small": {"M": 64, "N": 64}}
+KNOBS = [define_split("tile_i", "M", parts=2, max_factor=8)]
+
+
+def compute(M, N):
+    from tvm import te
+
+    A = te.placeholder((M, N), "float32", name="A")
+    return te.create_prim_func([A, te.compute((M, N), lambda i, j: A[i, j] * 2, name="C")])
+
+
+def reference(A):
+    return A * 2
+
+
+def schedule(sch, cfg):
+    loops = tile_loops(sch, cfg)
+    finish(sch, loops)
+'''
+
+HELPER_FILES = {
+    "operators/scale.py": HELPER_TEMPLATE,
+    "operators/_helpers.py": "def finish(sch, loops):\n    sch.vectorize(loops[-1])\n",
+    "mylib/__init__.py": "",
+    "mylib/tiling.py": '''\
+        """Tiling helpers shared by templates."""
+
+
+        def tile_loops(sch, cfg):
+            i, j = sch.get_loops(sch.get_sblock("C"))
+            return cfg.split(sch, i, "tile_i") + [j]
+        ''',
+}
+
+
+@pytest.fixture
+def helper_repo(tmp_path: Path) -> Path:
+    # Only the inline templates: independent of how operators/ evolves.
+    root = make_repo(tmp_path, files=HELPER_FILES, operators=False, commit=False)
+    freshen_all(root)
+    commit_all(root, "tuned")
+    return root
+
+
+@pytest.mark.parametrize(
+    "rel,old,new,key",
+    [
+        ("mylib/tiling.py", "+ [j]", "+ [j, j]", "mylib/tiling.py:tile_loops"),
+        ("operators/_helpers.py", "vectorize", "parallel", "operators/_helpers.py:finish"),
+    ],
+)
+def test_changing_a_helper_in_another_module_is_template_changed_there(
+    helper_repo: Path, rel: str, old: str, new: str, key: str
+) -> None:
+    assert not report_of(helper_repo).stale
+    edit(helper_repo, rel, old, new)
+    report = report_of(helper_repo)
+    assert stale_codes(report) == {
+        "scale/avx512": ["template_changed"],
+        "scale/avx2": ["template_changed"],
+    }
+    r = report.stale[0].reasons[0]
+    assert r.file == rel and r.detail.startswith(f"{key} changed")
+    assert (
+        r.line
+        == (helper_repo / rel)
+        .read_text()
+        .splitlines()
+        .index(
+            next(
+                x
+                for x in (helper_repo / rel).read_text().splitlines()
+                if x.startswith(f"def {key.split(':')[1]}(")
+            )
+        )
+        + 1
+    )
+
+
+def test_changing_an_in_repo_dependency_of_the_real_template(repo: Path) -> None:
+    fp = fingerprint_template(repo / MATMUL, repo)
+    helpers = [k for k, (f, _) in fp.lines.items() if f != MATMUL and f.endswith(".py")]
+    funcs = [
+        k
+        for k in helpers
+        if isinstance(
+            top_level(ast.parse((repo / k.split(":")[0]).read_text()), k.split(":")[1]),
+            ast.FunctionDef,
+        )
+    ]
+    if not funcs:
+        pytest.skip("operators/matmul.py uses no in-repo helper function today")
+    file, name = funcs[0].split(":")
+    change_function(repo / file, name)
+    r = [x for x in report_of(repo).stale if x.operator == "matmul"][0].reasons
+    assert [(x.code, x.file) for x in r] == [("template_changed", file)]
+    assert r[0].detail.startswith(f"{file}:{name} changed")
+
+
+def test_a_docstring_edit_in_a_helper_module_keeps_fresh(helper_repo: Path) -> None:
+    edit(
+        helper_repo,
+        "mylib/tiling.py",
+        '"""Tiling helpers shared by templates."""',
+        '"""Tiling helpers.\n\nShared."""\n# note',
+    )
+    assert not report_of(helper_repo).stale
+
+
+def test_changing_the_target_is_target_changed_for_that_target_only(repo: Path) -> None:
+    edit(
+        repo,
+        "tvmtune.yaml",
+        "{kind: llvm, mcpu: haswell}",
+        "{kind: llvm, mcpu: haswell, num-cores: 2}",
+    )
+    report = report_of(repo)
+    assert matmul(report) == {"matmul/avx512": [], "matmul/avx2": ["target_changed"]}
+    r = report.stale[0].reasons[0]
+    assert r.detail == (
+        'tuned for {"kind": "llvm", "mcpu": "haswell"}, configured now as '
+        '{"kind": "llvm", "mcpu": "haswell", "num-cores": 2}'
+    )
+    assert (r.file, r.line) == ("tvmtune.yaml", CONFIG.splitlines().index("  avx2:") + 1)
+
+
+def test_a_modified_log_byte_is_log_modified(repo: Path) -> None:
+    log = next((repo / "tuning_logs/matmul/avx2").glob("matmul_avx2_*.json"))
+    data = bytearray(log.read_bytes())
+    data[3] ^= 1
+    log.write_bytes(bytes(data))
+    report = report_of(repo)
+    assert matmul(report) == {"matmul/avx512": [], "matmul/avx2": ["log_modified"]}
+    r = report.stale[0].reasons[0]
+    assert r.file == f"tuning_logs/matmul/avx2/{log.name}" and "modified after tuning" in r.detail
+
+
+def test_a_deleted_log_is_log_modified(repo: Path) -> None:
+    next((repo / "tuning_logs/matmul/avx2").glob("matmul_avx2_*.json")).unlink()
+    r = report_of(repo).stale[0].reasons
+    assert [x.code for x in r] == ["log_modified"] and "is missing" in r[0].detail
+
+
+def test_an_unparsable_manifest_is_log_modified_not_a_crash(repo: Path) -> None:
+    (repo / "tuning_logs/matmul/avx2/manifest.json").write_text("{not json")
+    report = report_of(repo)
+    assert codes(report)["matmul/avx2"] == ["log_modified"]
+    assert "tuning_logs/matmul/avx2/manifest.json" in report.stale[0].reasons[0].detail
+    assert report.stale[0].manifest is None
+
+
+def test_an_extra_file_of_the_set_is_hashed_too(tmp_path: Path) -> None:
+    root = make_repo(tmp_path)
+    write_fresh(root, "matmul", "avx2", extra_files={"curve.png": b"\x89PNG"})
+    (root / "tuning_logs/matmul/avx2/curve.png").write_bytes(b"\x89PNG!")
+    assert matmul(report_of(root, targets=["avx2"])) == {"matmul/avx2": ["log_modified"]}
+
+
+def test_no_manifest_is_missing(tmp_path: Path) -> None:
+    root = make_repo(tmp_path)
+    write_fresh(root, "matmul", "avx512")
+    report = report_of(root)
+    assert matmul(report) == {"matmul/avx512": [], "matmul/avx2": ["missing"]}
+    assert report.stale[0].age_days is None and report.stale[0].manifest is None
+
+
+def test_a_year_and_a_day_later_is_expired(repo: Path) -> None:
+    today = datetime.date.today()
+    assert not report_of(repo, as_of=today + datetime.timedelta(days=365)).stale
+    report = report_of(repo, as_of=today + datetime.timedelta(days=366))
+    assert matmul(report) == {"matmul/avx512": ["expired"], "matmul/avx2": ["expired"]}
+    assert report.entries[0].age_days == 366
+    assert "max_age_days is 365" in report.entries[0].reasons[0].detail
+
+
+def test_expiry_follows_tuned_on(tmp_path: Path) -> None:
+    root = make_repo(tmp_path)
+    freshen_all(root, tuned_on="2024-03-01")
+    assert not report_of(root, as_of=datetime.date(2025, 3, 1)).stale
+    assert codes(report_of(root, as_of=datetime.date(2025, 3, 2)))["matmul/avx2"] == ["expired"]
+
+
+def test_another_tvm_minor_is_tvm_changed(tmp_path: Path) -> None:
+    root = make_repo(tmp_path)
+    freshen_all(root, tvm_version="0.26.1")
+    r = report_of(root).entries[0].reasons
+    assert [x.code for x in r] == ["tvm_changed"]
+    assert "0.26.1" in r[0].detail and "0.27" in r[0].detail
+    # A patch release is the same TVM.
+    freshen_all(root, tvm_version="0.27.3.post2")
+    assert not report_of(root).stale
+
+
+def test_without_a_pinned_version_the_installed_one_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_repo(tmp_path, config=CONFIG.replace('tvm_version: "0.27"\n', ""))
+    freshen_all(root)
+    monkeypatch.setattr(staleness, "installed_tvm_version", lambda: "0.28.0")
+    assert codes(report_of(root))["matmul/avx2"] == ["tvm_changed"]
+    monkeypatch.setattr(staleness, "installed_tvm_version", lambda: None)
+    report = report_of(root)
+    assert not report.stale
+    assert any("TVM version is unknown" in w for w in report.warnings)
+
+
+def test_installed_tvm_version_reads_metadata_only() -> None:
+    v = staleness.installed_tvm_version()
+    assert v is None or staleness.major_minor(v) is not None
+
+
+def test_every_reason_that_applies_is_reported(repo: Path) -> None:
+    change_function(repo / MATMUL, "schedule")
+    double_a_shape(repo / MATMUL)
+    edit(repo, "tvmtune.yaml", "mcpu: haswell", "mcpu: znver3")
+    next((repo / "tuning_logs/matmul/avx2").glob("matmul_avx2_*.json")).write_bytes(b"{}")
+    as_of = datetime.date.today() + datetime.timedelta(days=400)
+    assert codes(report_of(repo, as_of=as_of))["matmul/avx2"] == [
+        "template_changed",
+        "workload_changed",
+        "target_changed",
+        "expired",
+        "log_modified",
+    ]
+
+
+def test_orphaned_log_folders_are_warnings(repo: Path) -> None:
+    (repo / "tuning_logs/retired_op/avx2").mkdir(parents=True)
+    (repo / "tuning_logs/matmul/neon").mkdir(parents=True)
+    (repo / "tuning_logs/.hidden").mkdir()
+    report = report_of(repo)
+    assert not report.stale
+    assert [(o.code, o.file) for o in report.orphans] == [
+        ("orphaned", "tuning_logs/matmul/neon"),
+        ("orphaned", "tuning_logs/retired_op"),
+    ]
+    # A target dropped from an operator's list orphans its folder too.
+    (repo / "tvmtune.yaml").write_text(CONFIG + "operators:\n  matmul:\n    targets: [avx512]\n")
+    report = report_of(repo)
+    assert matmul(report) == {"matmul/avx512": []}
+    assert ("orphaned", "tuning_logs/matmul/avx2") in [(o.code, o.file) for o in report.orphans]
+
+
+@pytest.mark.parametrize(
+    "source,where,message",
+    [
+        (
+            "WORKLOADS = {'a': {'M': 4}}\nKNOBS = []\n\ndef schedule(:\n    pass\n",
+            4,
+            "syntax error",
+        ),
+        (
+            "KNOBS = []\ndef compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
+            None,
+            "missing WORKLOADS",
+        ),
+        (
+            "WORKLOADS = {'a': {'M': 4}}\nKNOBS = [define_split('t', 'Q')]\n"
+            "def compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
+            2,
+            "no integer 'Q'",
+        ),
+        (
+            "WORKLOADS = make()\nKNOBS = []\n"
+            "def compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
+            1,
+            "must be a literal",
+        ),
+    ],
+    ids=["syntax", "no-workloads", "bad-extent", "not-literal"],
+)
+def test_an_unreadable_template_is_template_invalid_not_a_crash(
+    repo: Path, source: str, where: int | None, message: str
+) -> None:
+    write(repo, "operators/broken.py", source)
+    report = report_of(repo)
+    assert stale_codes(report) == {
+        "broken/avx512": ["missing", "template_invalid"],
+        "broken/avx2": ["missing", "template_invalid"],
+    }
+    broken = next(e for e in report.entries if e.operator == "broken")
+    r = broken.reasons[1]
+    assert (r.file, r.line) == ("operators/broken.py", where)
+    prefix = f"operators/broken.py:{where}: " if where else "operators/broken.py: "
+    assert r.detail.startswith(prefix) and message in r.detail
+    assert broken.space_sizes == {} and broken.template_line == (where or 1)
+
+
+def test_a_broken_helper_makes_its_templates_invalid(helper_repo: Path) -> None:
+    write(helper_repo, "mylib/tiling.py", "def tile_loops(sch, cfg):\n    return [\n")
+    report = report_of(helper_repo)
+    r = report.stale[0].reasons
+    assert [x.code for x in r] == ["template_invalid"]
+    assert r[0].file == "mylib/tiling.py" and r[0].detail.startswith(
+        "mylib/tiling.py:2: syntax error"
+    )
+
+
+def test_template_code_is_never_run(repo: Path) -> None:
+    marker = repo.parent / "ran.txt"
+    src = (repo / MATMUL).read_text()
+    write(
+        repo,
+        "operators/evil.py",
+        src.replace(
+            "import numpy as np\n",
+            f"import numpy as np\nopen({str(marker)!r}, 'w').write('ran')\n"
+            "raise SystemExit('ran')\n",
+        ),
+    )
+    report = report_of(repo)
+    assert codes(report)["evil/avx2"] == ["missing"]
+    assert not marker.exists()
+
+
+def test_changed_since_limits_entries_to_touched_code(helper_repo: Path) -> None:
+    base = "HEAD"
+    assert report_of(helper_repo, changed_since=base).entries == ()
+    # An uncommitted edit of a helper module: only its template's entries.
+    edit(helper_repo, "mylib/tiling.py", "+ [j]", "+ [j, j]")
+    report = report_of(helper_repo, changed_since=base)
+    assert sorted(codes(report)) == ["scale/avx2", "scale/avx512"]
+    # Committed, the change is still since `base`...
+    first = commit_all(helper_repo, "tiling")
+    assert sorted(codes(report_of(helper_repo, changed_since="HEAD~1"))) == [
+        "scale/avx2",
+        "scale/avx512",
+    ]
+    # ...and an untracked edit elsewhere adds nothing; an edited log folder does.
+    write(helper_repo, "notes.txt", "x")
+    (helper_repo / "tuning_logs/scale/avx2/README.md").write_text("hand edit")
+    assert sorted(codes(report_of(helper_repo, changed_since=first))) == ["scale/avx2"]
+
+
+def test_changed_since_with_a_changed_config_includes_everything(repo: Path) -> None:
+    edit(repo, "tvmtune.yaml", "max_age_days: 365", "max_age_days: 300")
+    assert len(report_of(repo, changed_since="HEAD").entries) == len(report_of(repo).entries) >= 2
+
+
+def test_changed_since_an_unknown_ref_is_a_usage_error(repo: Path) -> None:
+    with pytest.raises(UsageError, match="unknown git ref 'no-such-branch'"):
+        report_of(repo, changed_since="no-such-branch")
+
+
+def test_selection_by_name_and_unknown_names(repo: Path) -> None:
+    assert matmul(report_of(repo, operators=["matmul"], targets=["avx2"])) == {"matmul/avx2": []}
+    with pytest.raises(UsageError, match="did you mean 'matmul'"):
+        report_of(repo, operators=["matmull"])
+    with pytest.raises(UsageError, match="did you mean 'avx2'"):
+        report_of(repo, targets=["avx"])
+
+
+def test_configured_operator_without_template_is_a_warning(repo: Path) -> None:
+    (repo / "tvmtune.yaml").write_text(CONFIG + "operators:\n  retired_op:\n    trials: 10\n")
+    report = report_of(repo)
+    assert any(
+        "operators.retired_op has no template operators/retired_op.py" in w for w in report.warnings
+    )
+
+
+def test_workloads_compare_as_json(tmp_path: Path) -> None:
+    # A tuple in the template equals the list the manifest stores.
+    files = {
+        "operators/t.py": HELPER_TEMPLATE.replace(
+            '{"M": 64, "N": 64}', '{"M": 64, "N": 64, "pad": (1, 1)}'
+        ),
+        **{k: v for k, v in HELPER_FILES.items() if k != "operators/scale.py"},
+    }
+    root = make_repo(tmp_path, files=files, operators=False)
+    freshen_all(root)
+    m = json.loads((root / "tuning_logs/t/avx2/manifest.json").read_text())
+    assert m["workloads"]["small"]["pad"] == [1, 1]
+    assert not report_of(root).stale
+
+
+def test_git_queries(tmp_path: Path) -> None:
+    # The config may live in a subfolder of the repository: paths are relative to it.
+    top = tmp_path / "top"
+    root = make_repo(top, name="sub", commit=False)
+    git_root = top
+    shutil.rmtree(root / ".git")  # one repository, at the top
+    run_git(git_root, "init", "-q", "-b", "main")
+    write(git_root, "outside.txt", "x")
+    head = commit_all(git_root, "first")
+    assert tvm_git.repo_root(root) == git_root.resolve()
+    assert tvm_git.repo_root(tmp_path) is None
+    assert tvm_git.last_commit(root, "operators/matmul.py") == head
+    assert tvm_git.last_commit(root, "nope.py") is None
+    assert tvm_git.last_commit(tmp_path, "x") is None
+    # Renames list both names; untracked files count; outside the root does not.
+    run_git(git_root, "mv", "sub/operators/matmul.py", "sub/operators/gemm.py")
+    write(root, "new.py", "x = 1\n")
+    write(git_root, "outside.txt", "y")
+    assert tvm_git.changed_files(root, "HEAD") == {
+        "operators/matmul.py",
+        "operators/gemm.py",
+        "new.py",
+    }
+    with pytest.raises(UsageError, match="not in a git work tree"):
+        tvm_git.changed_files(tmp_path, "HEAD")
+
+
+def test_every_real_template_can_be_fresh(tmp_path: Path) -> None:
+    # operators/ grows: each template must read statically and fingerprint.
+    root = make_repo(tmp_path, operators=True)
+    freshen_all(root)
+    report = report_of(root)
+    assert report.stale == () and report.warnings == ()
+    assert {e.operator for e in report.entries} == {
+        p.stem for p in discover_templates(root / "operators")
+    }

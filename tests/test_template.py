@@ -1,0 +1,193 @@
+"""The template API read statically: declarations, space sizes, errors with file:line."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+from conftest import OPERATORS, write
+
+from tvmtune_ci.errors import TemplateError
+from tvmtune_ci.template import (
+    Categorical,
+    Split,
+    Structural,
+    count_perfect_tiles,
+    define_knob,
+    define_split,
+    define_structure,
+    design_spaces,
+    discover_templates,
+    eval_extent,
+    read_template,
+    space_size,
+)
+
+BODY = (
+    "def compute(M):\n    pass\n\n\n"
+    "def reference(A):\n    pass\n\n\n"
+    "def schedule(sch, cfg):\n    pass\n"
+)
+
+
+def brute_tiles(extent: int, parts: int, max_inner: int) -> int:
+    """Every ordered `parts`-tuple of factors whose product is `extent`, inner <= max."""
+    divisors = [d for d in range(1, extent + 1) if extent % d == 0]
+    return sum(
+        1
+        for t in itertools.product(divisors, repeat=parts)
+        if math.prod(t) == extent and t[-1] <= max_inner
+    )
+
+
+@pytest.mark.parametrize(
+    "extent,parts,max_inner", [(8, 2, 64), (512, 3, 8), (96, 3, 16), (7, 2, 1), (360, 4, 12)]
+)
+def test_count_perfect_tiles_matches_brute_force(extent: int, parts: int, max_inner: int) -> None:
+    assert count_perfect_tiles(extent, parts, max_inner) == brute_tiles(extent, parts, max_inner)
+
+
+def test_the_real_templates_read_statically() -> None:
+    # operators/ evolves: check what holds for any template, against brute force.
+    paths = discover_templates(OPERATORS)
+    assert any(p.name == "matmul.py" for p in paths)
+    for path in paths:
+        decl = read_template(path)
+        src = path.read_text().splitlines()
+        assert decl.name == path.stem
+        assert src[decl.line - 1].startswith("def schedule(")
+        assert set(decl.functions) == {"compute", "reference", "schedule"}
+        for name, wl in decl.workloads.items():
+            expected = 1
+            for k in decl.knobs:
+                if isinstance(k, Split):
+                    expected *= brute_tiles(eval_extent(k.extent, wl), k.parts, k.max_factor)
+                elif isinstance(k, Categorical):
+                    expected *= len(k.candidates)
+            spaces = math.prod(len(k.candidates) for k in decl.knobs if isinstance(k, Structural))
+            assert decl.space_sizes()[name] == (expected, spaces)
+
+
+def test_eval_extent() -> None:
+    wl = {"H": 30, "pad": 1, "R": 3, "stride": 2, "dtype": "float32"}
+    assert eval_extent("(H + 2*pad - R)//stride + 1", wl) == 15
+    assert eval_extent(7, wl) == 7
+    with pytest.raises(TemplateError, match="no integer 'dtype'"):
+        eval_extent("dtype", wl)
+    with pytest.raises(TemplateError, match="only workload keys"):
+        eval_extent("H ** 2", wl)
+    with pytest.raises(TemplateError, match="evaluates to 0"):
+        eval_extent("H - 30", wl)
+
+
+def test_design_spaces_and_space_size() -> None:
+    knobs = [
+        define_split("t", "M", parts=2, max_factor=4),
+        define_knob("u", [0, 8]),
+        define_structure("a", [True, False]),
+        define_structure("b", ["x", "y", "z"]),
+    ]
+    assert len(design_spaces(knobs)) == 6
+    assert design_spaces(knobs)[0] == {"a": True, "b": "x"}
+    assert space_size(knobs, {"M": 16}) == (brute_tiles(16, 2, 4) * 2, 6)
+    assert (
+        isinstance(knobs[0], Split)
+        and isinstance(knobs[1], Categorical)
+        and isinstance(knobs[2], Structural)
+    )
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: define_split("s", "M", parts=1), "parts must be >= 2"),
+        (lambda: define_knob("k", []), "needs at least one candidate"),
+        (lambda: define_knob("k", [1, "a"]), "candidates must be integers"),
+        (lambda: define_structure("s", []), "needs at least one candidate"),
+    ],
+)
+def test_definer_errors(call, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(TemplateError, match=message):
+        call()
+
+
+@pytest.mark.parametrize(
+    "source,message",
+    [
+        ("KNOBS = []\n" + BODY, r"op\.py: not an operator template: missing WORKLOADS"),
+        ("WORKLOADS = {'w': {'M': 4}}\nKNOBS = []\n", "missing compute, reference, schedule"),
+        (
+            "WORKLOADS = {'w': {'M': M0}}\nKNOBS = []\n" + BODY,
+            r"op\.py:1: WORKLOADS must be a literal",
+        ),
+        (
+            "WORKLOADS = {'w': {[1]: 4}}\nKNOBS = []\n" + BODY,
+            r"op\.py:1: WORKLOADS must be a literal",
+        ),
+        ("WORKLOADS = {}\nKNOBS = []\n" + BODY, "WORKLOADS must be a non-empty dict"),
+        ("WORKLOADS = {'w': {'M': 4}}\nKNOBS = make()\n" + BODY, r"op\.py:2: KNOBS must be a list"),
+        (
+            "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [\n    tile('t', 'M'),\n]\n" + BODY,
+            r"op\.py:3: tile\(\) is not a knob",
+        ),
+        (
+            "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [define_split('t', 'M', parts=1)]\n" + BODY,
+            r"op\.py:2: .*parts must be >= 2",
+        ),
+        (
+            "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [define_split('t', 'M', bogus=1)]\n" + BODY,
+            r"op\.py:2: define_split\(\): .*bogus",
+        ),
+        (
+            "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [define_knob('u', [1]), define_knob('u', [2])]\n"
+            + BODY,
+            "knob names must be unique; repeated: u",
+        ),
+        (
+            "WORKLOADS = {'w': {'M': 4}}\n\nKNOBS = [define_split('t', 'N')]\n" + BODY,
+            r"op\.py:3: extent 'N': workload has no integer 'N'",
+        ),
+        ("WORKLOADS = {'w': {'M': 4}\n" + BODY, r"op\.py:1: syntax error"),
+    ],
+    ids=[
+        "no-workloads",
+        "no-functions",
+        "name-in-workloads",
+        "unhashable",
+        "empty",
+        "knobs-not-list",
+        "not-a-knob",
+        "bad-parts",
+        "bad-kwarg",
+        "duplicate",
+        "bad-extent",
+        "syntax",
+    ],
+)
+def test_read_template_errors_name_the_file_and_line(
+    tmp_path: Path, source: str, message: str
+) -> None:
+    p = write(tmp_path, "op.py", source)
+    with pytest.raises(TemplateError, match=message):
+        read_template(p)
+
+
+def test_reading_never_runs_the_module(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    p = write(
+        tmp_path,
+        "op.py",
+        f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n"
+        "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [define_split('t', 'M')]\n" + BODY,
+    )
+    decl = read_template(p)
+    assert decl.workloads == {"w": {"M": 4}} and not marker.exists()
+
+
+def test_discover_templates_skips_private_helpers(tmp_path: Path) -> None:
+    for name in ("b.py", "a.py", "_helpers.py", "notes.txt"):
+        write(tmp_path, f"operators/{name}", "")
+    assert [p.name for p in discover_templates(tmp_path / "operators")] == ["a.py", "b.py"]
+    assert discover_templates(tmp_path / "missing") == []

@@ -1,0 +1,242 @@
+"""`tvmtune-ci check`: exit 1 when any committed log is stale. Never imports TVM.
+
+Exit codes: 0 all fresh (or stale under --warn-only / --pr with `pr_check: warn`),
+1 stale, 2 config or usage error. The work is `staleness.find_stale`; this module
+only prints (text, JSON or GitHub annotations + step summary) and picks the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from .. import ci
+from ..config import Config, load_config
+from ..staleness import (
+    FIX_HINT,
+    TEMPLATE_CHANGED,
+    TEMPLATE_INVALID,
+    Entry,
+    Reason,
+    Report,
+    find_stale,
+    parse_date,
+)
+
+JSON_FORMAT = 1
+
+
+# --------------------------------------------------------------------------- shared with status
+
+
+def add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """Options `check` and `status` share: which entries, as of which day."""
+    parser.add_argument(
+        "--changed-since",
+        metavar="REF",
+        default=None,
+        help="only entries whose template, in-repo dependencies or log folder differ "
+        "between REF and the work tree (all when tvmtune.yaml does)",
+    )
+    parser.add_argument(
+        "--as-of",
+        metavar="YYYY-MM-DD",
+        default=None,
+        help="judge expiry on this day instead of today",
+    )
+    parser.add_argument(
+        "--operator",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="only this operator (repeatable)",
+    )
+    parser.add_argument(
+        "--target",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="only this configured target (repeatable)",
+    )
+
+
+def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
+    as_of = parse_date(args.as_of) if args.as_of else None
+    config = load_config(Path(args.config) if args.config else None)
+    report = find_stale(
+        config,
+        as_of=as_of,
+        changed_since=args.changed_since,
+        operators=args.operator,
+        targets=args.target,
+    )
+    return config, report
+
+
+def reason_json(r: Reason) -> dict[str, Any]:
+    return {"code": r.code, "detail": r.detail, "file": r.file, "line": r.line}
+
+
+def group_reasons(reasons: tuple[Reason, ...]) -> list[tuple[str, list[str]]]:
+    """Reasons by code, in order of first appearance: [(code, [detail, ...])]."""
+    out: dict[str, list[str]] = {}
+    for r in reasons:
+        out.setdefault(r.code, []).append(r.detail)
+    return list(out.items())
+
+
+def md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def entry_line(e: Entry) -> str:
+    name = f"{e.operator}/{e.target}"
+    if e.fresh:
+        age = f" (tuned {e.age_days} days ago)" if e.age_days is not None else ""
+        return f"fresh {name}{age}"
+    reasons = "; ".join(
+        f"{code} ({'; '.join(details)})" for code, details in group_reasons(e.reasons)
+    )
+    return f"STALE {name}: {reasons}"
+
+
+def summary_line(report: Report) -> str:
+    n, stale = len(report.entries), len(report.stale)
+    if not n:
+        return "no entries to check"
+    if not stale:
+        return f"all {n} entries fresh"
+    fix = f"run `{FIX_HINT}` to re-tune the stale entries and rewrite their logs, then commit them"
+    if any(r.code == TEMPLATE_INVALID for e in report.stale for r in e.reasons):
+        fix = "fix the templates reported as template_invalid, then " + fix
+    return f"{stale} of {n} entries stale; {fix}"
+
+
+def render_text(report: Report, out: TextIO) -> None:
+    for e in report.entries:
+        print(entry_line(e), file=out)
+    for o in report.orphans:
+        print(f"warning: {o.detail}", file=out)
+    for w in report.warnings:
+        print(f"warning: {w}", file=out)
+    print(summary_line(report), file=out)
+
+
+def render_json(report: Report) -> str:
+    data = {
+        "format": JSON_FORMAT,
+        "entries": [
+            {
+                "operator": e.operator,
+                "target": e.target,
+                "fresh": e.fresh,
+                "reasons": [reason_json(r) for r in e.reasons],
+                "template": {"file": e.template_file, "line": e.template_line},
+            }
+            for e in report.entries
+        ],
+        "orphans": [reason_json(o) for o in report.orphans],
+        "warnings": list(report.warnings),
+    }
+    return json.dumps(data, indent=2)
+
+
+def annotation_site(e: Entry) -> tuple[str, int]:
+    """Where GitHub shows an entry's annotation: the changed code, else the template."""
+    for code in (TEMPLATE_CHANGED, TEMPLATE_INVALID):
+        for r in e.reasons:
+            if r.code == code and r.file:
+                return r.file, r.line or 1
+    return e.template_file, e.template_line
+
+
+def render_github(report: Report, level: str) -> list[str]:
+    lines = []
+    for e in report.stale:
+        file, line = annotation_site(e)
+        reasons = "; ".join(f"{r.code}: {r.detail}" for r in e.reasons)
+        lines.append(
+            ci.annotation(
+                level,
+                f"{reasons}. Fix: {FIX_HINT}",
+                file=file,
+                line=line,
+                title=f"stale tuning log: {e.operator}/{e.target}",
+            )
+        )
+    for o in report.orphans:
+        lines.append(ci.annotation("warning", o.detail, file=o.file, title="orphaned log folder"))
+    for w in report.warnings:
+        lines.append(ci.annotation("warning", w))
+    return lines
+
+
+def step_summary(report: Report) -> str:
+    rows = [
+        "### tvmtune-ci check",
+        "",
+        summary_line(report),
+        "",
+        "| entry | state | reasons |",
+        "|---|---|---|",
+    ]
+    for e in report.entries:
+        reasons = "<br>".join(f"`{r.code}` {md_escape(r.detail)}" for r in e.reasons)
+        rows.append(
+            f"| {e.operator}/{e.target} | {'fresh' if e.fresh else '**stale**'} | {reasons} |"
+        )
+    for o in report.orphans:
+        rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
+    return "\n".join(rows) + "\n"
+
+
+# --------------------------------------------------------------------------- command
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=["text", "json", "github"],
+        default=None,
+        help="output format (default: github inside GitHub Actions, else text)",
+    )
+    add_selection_options(parser)
+    parser.add_argument("--warn-only", action="store_true", help="report stale entries but exit 0")
+    parser.add_argument(
+        "--pr",
+        action="store_true",
+        help="this is a pull-request check: exit as tvmtune.yaml's pr_check says "
+        "(fail: 1 when stale, warn: 0)",
+    )
+
+
+def exit_code(report: Report, config: Config, args: argparse.Namespace) -> int:
+    if not report.stale:
+        return 0
+    if args.warn_only or (args.pr and config.pr_check == "warn"):
+        return 0
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    config, report = report_from_args(args)
+    code = exit_code(report, config, args)
+    fmt = args.format or ("github" if ci.on_github() else "text")
+    if fmt == "json":
+        print(render_json(report))
+        return code
+    if fmt == "github":
+        for line in render_github(report, "error" if code else "warning"):
+            print(line)
+        ci.append_step_summary(step_summary(report))
+    render_text(report, sys.stdout)
+    if report.stale and code == 0:
+        why = "--warn-only" if args.warn_only else "pr_check: warn in tvmtune.yaml"
+        print(f"exiting 0 despite stale entries ({why})")
+    return code

@@ -1,0 +1,94 @@
+"""`tvmtune-ci status`: one row per (operator, target); never imports TVM.
+
+Columns: state, age in days, trials run/requested (summed over workloads), best
+latency per workload, config-space size (all workloads and design spaces), and
+the stale reasons. Exit 0; 2 on a config or usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from ..staleness import Entry, Report
+from .check import add_selection_options, md_escape, report_from_args, summary_line
+
+COLUMNS = ("entry", "state", "age", "trials", "best", "space", "reasons")
+
+
+def human_count(n: int) -> str:
+    """12345678 -> "12.3M": spaces grow fast, the magnitude is what matters."""
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def row(e: Entry) -> dict[str, str]:
+    m = e.manifest
+    trials = best = "-"
+    if m is not None:
+        try:
+            run = sum(t.run for t in m.trials.values())
+            requested = sum(t.requested for t in m.trials.values())
+            trials = f"{run}/{requested}"
+            best = (
+                ", ".join(f"{w} {r.best.latency_s * 1e3:.3g} ms" for w, r in m.results.items())
+                or "-"
+            )
+        except (AttributeError, TypeError):
+            pass  # a hand-edited manifest; its reasons say so
+    space = sum(points * spaces for points, spaces in e.space_sizes.values())
+    return {
+        "entry": f"{e.operator}/{e.target}",
+        "state": "fresh" if e.fresh else "STALE",
+        "age": f"{e.age_days}d" if e.age_days is not None else "-",
+        "trials": trials,
+        "best": best,
+        "space": human_count(space) if e.space_sizes else "-",
+        "reasons": ", ".join(dict.fromkeys(r.code for r in e.reasons)) or "-",
+    }
+
+
+def rows(report: Report) -> list[dict[str, str]]:
+    return [row(e) for e in report.entries]
+
+
+def render_text(report: Report, out: TextIO) -> None:
+    table = rows(report)
+    widths = {c: max([len(c), *(len(r[c]) for r in table)]) for c in COLUMNS}
+    print("  ".join(c.upper().ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
+    for r in table:
+        print("  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
+    for o in report.orphans:
+        print(f"warning: {o.detail}", file=out)
+    for w in report.warnings:
+        print(f"warning: {w}", file=out)
+    print(summary_line(report), file=out)
+
+
+def render_markdown(report: Report) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows(report):
+        lines.append("| " + " | ".join(md_escape(r[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=["text", "markdown"],
+        default="text",
+        help="a plain table, or a markdown table (for READMEs and step summaries)",
+    )
+    add_selection_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    _, report = report_from_args(args)
+    if args.format == "markdown":
+        print(render_markdown(report), end="")
+    else:
+        render_text(report, sys.stdout)
+    return 0

@@ -1,0 +1,631 @@
+"""A semantic hash of an operator template and the in-repo code it uses.
+
+What is hashed: the template's `compute`, `reference` and `schedule` functions and
+its `KNOBS`, plus, transitively, every definition they name that lives under the
+repository root: helper functions, classes and module-level constants of the same
+file, and of in-repo modules reached through `from x.y import f`,
+`import x.y as z` + `z.f` or relative imports. `WORKLOADS` is not part of the
+code hash: workloads are compared as values (`workloads_hash`). TVM, numpy, the
+standard library and `tvmtune_ci` itself are external: they are recorded only as
+the name a definition binds (`np -> numpy`), never hashed.
+
+Each definition is hashed from its AST with docstrings dropped and without
+positions, so comments, docstrings, blank lines, formatting and line numbers do
+not count while any change of meaning does. The per-definition hashes are kept
+(`dependencies`, keyed "path/in/repo.py:qualname") so a stale report can name the
+function that changed, and where it is now (`lines`).
+
+Nothing here imports or runs template code: files are read as text and parsed.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import TemplateError
+from .template import TemplateDecl, read_template
+
+# Bump when the canonical form changes: every manifest then reads as stale.
+ALGORITHM = "tvmtune-fingerprint/1"
+
+# Roots of the walk inside the template module (WORKLOADS is compared as values).
+ROOTS = ("compute", "reference", "schedule", "KNOBS")
+
+# Top-level packages that are never hashed even when they sit under the root
+# (this repository vendors tvmtune_ci next to its operators).
+EXTERNAL_PACKAGES = frozenset({"tvmtune_ci"})
+
+MODULE_QUALNAME = "<module>"  # key suffix when a whole module is used as a value
+MISSING_HASH = "missing"  # a name imported from an in-repo module that defines no such thing
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The semantic hash of one template; what Manifest.fingerprint/dependencies record."""
+
+    digest: str
+    dependencies: dict[str, str]  # "path/in/repo.py:qualname" -> sha256 of its canonical AST
+    lines: dict[str, tuple[str, int]]  # same keys -> (repo-relative file, current line)
+    workloads_hash: str
+
+    @property
+    def files(self) -> frozenset[str]:
+        """Repo-relative files the template's meaning depends on (itself included)."""
+        return frozenset(f for f, _ in self.lines.values())
+
+
+@dataclass(frozen=True)
+class DependencyChange:
+    key: str  # "path/in/repo.py:qualname"
+    change: str  # "changed", "added" or "removed"
+    file: str
+    line: int | None  # current line; None when removed
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """ "operators/_helpers.py:tile" -> ("operators/_helpers.py", "tile")."""
+    file, _, qualname = key.rpartition(":")
+    return file, qualname
+
+
+def compare_dependencies(
+    recorded: Mapping[str, str], current: Fingerprint
+) -> list[DependencyChange]:
+    """Which dependencies differ between a manifest and the current fingerprint."""
+    out = []
+    for key in sorted(set(recorded) | set(current.dependencies)):
+        old, new = recorded.get(key), current.dependencies.get(key)
+        if old == new:
+            continue
+        if new is None:
+            out.append(DependencyChange(key, "removed", split_key(key)[0], None))
+            continue
+        file, line = current.lines[key]
+        out.append(DependencyChange(key, "added" if old is None else "changed", file, line))
+    return out
+
+
+def workloads_json(workloads: Mapping[str, Any]) -> str:
+    """Canonical JSON of a WORKLOADS dict (tuples and lists read alike)."""
+    return json.dumps(workloads, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- canonical AST
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
+
+
+_BODY_OWNERS = frozenset({ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
+_IMPORTS = (ast.Import, ast.ImportFrom)
+
+
+def canonical_dump(node: ast.AST) -> str:
+    """A position-free, docstring-free text form of `node`.
+
+    Like `ast.dump(node, include_attributes=False)` on a tree without docstrings,
+    but written out here because ast.dump's format changed in Python 3.13 (empty
+    fields omitted): a hash recorded by a tuning runner must match on a PR runner
+    with another Python. None and empty lists are omitted, so fields added by new
+    Pythons with empty defaults (e.g. `type_params`) do not change the text.
+    """
+    return _Canon(node).text
+
+
+class _Canon:
+    """One pass over a definition: its canonical text, the names it reads, its imports.
+
+    One pass, not three (dump, name visitor, import walk): `check` is dominated
+    by this loop. Names are collected as attribute chains, `z.f.g` -> ("z", "f",
+    "g"), so that `import mylib.tiling as z` + `z.f` resolves to the function f.
+    """
+
+    __slots__ = ("_out", "refs", "imports")
+
+    def __init__(self, node: ast.AST) -> None:
+        self._out: list[str] = []
+        self.refs: dict[tuple[str, ...], None] = {}  # ordered set
+        self.imports: list[ast.Import | ast.ImportFrom] = []
+        self._node(node, False)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._out)
+
+    def _node(self, node: ast.AST, in_chain: bool) -> None:
+        # in_chain: `node` is the value of an Attribute whose chain is already recorded.
+        cls = node.__class__
+        out = self._out
+        if cls is ast.Name:
+            if not in_chain and node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
+                self.refs[(node.id,)] = None  # type: ignore[attr-defined]
+        elif cls is ast.Attribute:
+            if not in_chain:
+                parts = [node.attr]  # type: ignore[attr-defined]
+                base = node.value  # type: ignore[attr-defined]
+                while base.__class__ is ast.Attribute:
+                    parts.append(base.attr)
+                    base = base.value
+                if base.__class__ is ast.Name:
+                    parts.append(base.id)
+                    self.refs[tuple(reversed(parts))] = None
+        elif cls in _IMPORTS:
+            self.imports.append(node)  # type: ignore[arg-type]
+        out.append(cls.__name__ + "(")
+        for name in cls._fields:
+            value = getattr(node, name, None)
+            if value is None:
+                continue
+            vcls = value.__class__
+            if vcls is list:
+                if not value:
+                    continue
+                if name == "body" and cls in _BODY_OWNERS and _is_docstring(value[0]):
+                    # A docstring-only body means the same as `pass`.
+                    value = value[1:] or [ast.Pass()]
+                out.append(name + "=[")
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self._node(item, False)
+                        out.append(",")
+                    else:
+                        out.append(repr(item) + ",")
+                out.append("],")
+            elif vcls in _LEAVES:
+                # Load, Store, Add, ...: no fields, so no call (they are a third of all nodes).
+                out.append(f"{name}={vcls.__name__}(),")
+            elif isinstance(value, ast.AST):
+                out.append(name + "=")
+                # The value of a recorded chain (`z` in `z.f`) is not a reference of its own.
+                self._node(value, in_chain or (cls is ast.Attribute and vcls in _CHAIN))
+                out.append(",")
+            elif name != "type_comment":
+                out.append(f"{name}={value!r},")
+        out.append(")")
+
+
+_LEAVES = frozenset(
+    c
+    for c in vars(ast).values()
+    if isinstance(c, type) and issubclass(c, ast.AST) and not c._fields
+)
+_CHAIN = frozenset({ast.Name, ast.Attribute})
+
+
+# --------------------------------------------------------------------------- modules
+
+
+@dataclass(frozen=True)
+class _Def:
+    module: _Module
+    name: str
+    node: ast.AST  # FunctionDef, ClassDef, Assign, ...
+    line: int
+
+
+@dataclass(frozen=True)
+class _ModRef:
+    module: _Module
+
+
+@dataclass(frozen=True)
+class _External:
+    name: str  # dotted: "numpy", "tvm.te", "tvmtune_ci.template.define_split"
+
+
+@dataclass(frozen=True)
+class _Missing:
+    module: _Module
+    name: str
+
+
+_Target = _Def | _ModRef | _External | _Missing
+_Seen = frozenset[tuple[int, str]]  # (id(module), name) already followed: import cycles
+
+
+@dataclass(frozen=True)
+class _Import:
+    """What an import statement binds a name to, resolved lazily."""
+
+    module: str  # absolute dotted name, or relative tail
+    attr: str | None  # `from module import attr`; None for `import module`
+    level: int = 0
+
+
+class _Module:
+    """One parsed in-repo file (or a namespace package folder, `tree` None)."""
+
+    def __init__(self, rel: str, folder: Path, tree: ast.Module | None, is_package: bool) -> None:
+        self.rel = rel  # repo-relative posix path ("" for a namespace package)
+        self.folder = folder  # where its submodules live (package) or its siblings (module)
+        self.tree = tree
+        self.is_package = is_package
+        self.defs: dict[str, _Def] = {}
+        self.imports: dict[str, _Import] = {}
+        self.star_imports: list[_Import] = []
+        if tree is not None:
+            self._index(tree.body)
+
+    def _index(self, body: Iterable[ast.stmt]) -> None:
+        # Later bindings win, as at run time. Conditional blocks (if/try/with) at
+        # module level are looked into; function and class bodies are not.
+        for stmt in body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._bind_def(stmt.name, stmt)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    self._bind_target(t, stmt)
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                for name, imp in _import_bindings(stmt):
+                    if name == "*":
+                        self.star_imports.append(imp)
+                    else:
+                        self.imports[name] = imp
+                        self.defs.pop(name, None)
+            elif isinstance(stmt, ast.If):
+                self._index(stmt.body)
+                self._index(stmt.orelse)
+            elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+                self._index(stmt.body)  # type: ignore[attr-defined]
+                for h in stmt.handlers:  # type: ignore[attr-defined]
+                    self._index(h.body)
+                self._index(stmt.orelse)  # type: ignore[attr-defined]
+                self._index(stmt.finalbody)  # type: ignore[attr-defined]
+            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+                self._index(stmt.body)
+
+    def _bind_target(self, target: ast.expr, stmt: ast.stmt) -> None:
+        if isinstance(target, ast.Name):
+            rebinds = isinstance(stmt, ast.Assign) or (
+                isinstance(stmt, ast.AnnAssign) and stmt.value is not None
+            )
+            self._bind_def(target.id, stmt, extend=not rebinds)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for e in target.elts:
+                self._bind_target(e, stmt)
+        elif isinstance(target, ast.Starred):
+            self._bind_target(target.value, stmt)
+        else:
+            # `X[0] = ...`, `X.a = ...` change X: part of X's definition.
+            base = target
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                self._bind_def(base.id, stmt, extend=True)
+
+    def _bind_def(self, name: str, node: ast.stmt, extend: bool = False) -> None:
+        prev = self.defs.get(name)
+        if extend and prev is not None:
+            # `X += [..]` extends the earlier definition: hash both statements.
+            both = ast.Module(body=[prev.node, node], type_ignores=[])
+            self.defs[name] = _Def(self, name, both, prev.line)
+        else:
+            self.defs[name] = _Def(self, name, node, node.lineno)
+        self.imports.pop(name, None)
+
+
+def _import_bindings(stmt: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, _Import]]:
+    if isinstance(stmt, ast.Import):
+        for a in stmt.names:
+            if a.asname:
+                yield a.asname, _Import(a.name, None)
+            else:
+                # `import x.y` binds `x`; `x.y.f` is resolved attribute by attribute.
+                top = a.name.split(".")[0]
+                yield top, _Import(top, None)
+    else:
+        for a in stmt.names:
+            yield (a.asname or a.name), _Import(stmt.module or "", a.name, stmt.level)
+
+
+class SourceCache:
+    """Parsed files for one run: each file is read and parsed once.
+
+    `check` fingerprints every template; helper modules shared by many templates
+    are parsed and hashed once. Not meant to outlive a run (files may change).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._prefix = os.path.join(str(self.root), "")  # "/repo/": string tests are cheap
+        self._trees: dict[Path, ast.Module] = {}
+        self._modules: dict[Path, _Module] = {}
+        self._found: dict[tuple[str, tuple[Path, ...]], _Module | None] = {}
+        self._hashes: dict[str, str] = {}  # whole-module hashes
+        self._def_hashes: dict[tuple[str, str, tuple[Path, ...]], tuple[str, list[_Target]]] = {}
+        self._decls: dict[Path, TemplateDecl] = {}
+        self._fingerprints: dict[Path, Fingerprint] = {}
+
+    # ------------------------------------------------------------------ files
+
+    def rel(self, path: Path) -> str:
+        """`path` relative to the root, posix; as given when outside it."""
+        s = str(path)
+        if s.startswith(self._prefix):
+            return s[len(self._prefix) :].replace(os.sep, "/")
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def _abs(self, path: Path) -> Path:
+        # Paths under the (resolved) root are used as they are: resolve() costs a
+        # syscall per path component, and check handles thousands of files.
+        return path if str(path).startswith(self._prefix) else path.resolve()
+
+    def tree(self, path: Path) -> ast.Module:
+        """The parsed file; TemplateError naming file:line on a syntax error."""
+        path = self._abs(path)
+        tree = self._trees.get(path)
+        if tree is None:
+            try:
+                source = path.read_bytes()
+            except OSError as e:
+                raise TemplateError(f"{path}: cannot read: {e.strerror}") from None
+            try:
+                tree = ast.parse(source, filename=str(path))
+            except (SyntaxError, ValueError) as e:
+                line = getattr(e, "lineno", None) or 1
+                msg = getattr(e, "msg", None) or str(e)
+                raise TemplateError(f"{path}:{line}: syntax error: {msg}") from None
+            self._trees[path] = tree
+        return tree
+
+    def template(self, path: Path) -> TemplateDecl:
+        """read_template on the cached tree (WORKLOADS, KNOBS, functions)."""
+        path = self._abs(path)
+        decl = self._decls.get(path)
+        if decl is None:
+            decl = self._decls[path] = read_template(path, self.tree(path))
+        return decl
+
+    # ------------------------------------------------------------------ modules
+
+    def _load(self, file: Path | None, folder: Path, is_package: bool) -> _Module:
+        key = file or folder
+        mod = self._modules.get(key)
+        if mod is None:
+            tree = self.tree(file) if file is not None else None
+            rel = self.rel(file) if file is not None else ""
+            mod = self._modules[key] = _Module(rel, folder, tree, is_package)
+        return mod
+
+    def module_at(self, file: Path) -> _Module:
+        file = self._abs(file)
+        return self._load(file, file.parent, file.name == "__init__.py")
+
+    def _find(self, parts: list[str], bases: tuple[Path, ...]) -> _Module | None:
+        """The in-repo module for dotted `parts` under one of `bases`; None: external."""
+        if not parts or parts[0] in EXTERNAL_PACKAGES:
+            return None
+        key = (".".join(parts), bases)
+        if key in self._found:
+            return self._found[key]
+        found = None
+        for base in bases:
+            p = base.joinpath(*parts)
+            if not str(p).startswith(self._prefix):
+                continue  # outside the repository: external, never hashed
+            if p.with_name(p.name + ".py").is_file():
+                found = self._load(p.with_name(p.name + ".py"), p.parent, False)
+            elif (p / "__init__.py").is_file():
+                found = self._load(p / "__init__.py", p, True)
+            elif p.is_dir():
+                found = self._load(None, p, True)  # namespace package
+            if found is not None:
+                break
+        self._found[key] = found
+        return found
+
+    def _package_at(self, folder: Path) -> _Module | None:
+        if not (str(folder) + os.sep).startswith(self._prefix):
+            return None
+        init = folder / "__init__.py"
+        return self._load(init if init.is_file() else None, folder, True)
+
+    def resolve_import(
+        self, imp: _Import, at: _Module, bases: tuple[Path, ...], seen: _Seen = frozenset()
+    ) -> _Target:
+        """What `imp`, written in module `at`, binds its name to."""
+        if imp.level:
+            # Relative: from the importing module's package, up level-1 folders.
+            folder = at.folder
+            for _ in range(imp.level - 1):
+                folder = folder.parent
+            parts = imp.module.split(".") if imp.module else []
+            mod = self._find(parts, (folder,)) if parts else self._package_at(folder)
+            dotted = "." * imp.level + imp.module
+        else:
+            mod = self._find(imp.module.split("."), bases)
+            dotted = imp.module
+        if mod is None:
+            return _External(f"{dotted}.{imp.attr}" if imp.attr else dotted)
+        if imp.attr is None:
+            return _ModRef(mod)
+        return self.resolve_attr(mod, imp.attr, bases, seen)
+
+    def resolve_attr(
+        self, mod: _Module, name: str, bases: tuple[Path, ...], seen: _Seen = frozenset()
+    ) -> _Target:
+        """`mod.name`: a definition, a re-export followed to its source, or a submodule."""
+        if (id(mod), name) in seen:
+            return _Missing(mod, name)  # an import cycle that defines nothing
+        seen = seen | {(id(mod), name)}
+        d = mod.defs.get(name)
+        if d is not None:
+            return d
+        imp = mod.imports.get(name)
+        if imp is not None:
+            return self.resolve_import(imp, mod, bases, seen)
+        if mod.is_package:
+            sub = self._find([name], (mod.folder,))
+            if sub is not None:
+                return _ModRef(sub)
+        for star in mod.star_imports:
+            t = self.resolve_import(_Import(star.module, None, star.level), mod, bases, seen)
+            if isinstance(t, _ModRef):
+                found = self.resolve_attr(t.module, name, bases, seen)
+                if not isinstance(found, _Missing):
+                    return found
+        return _Missing(mod, name)
+
+    # ------------------------------------------------------------------ hashing
+
+    def fingerprint(self, path: Path) -> Fingerprint:
+        path = self._abs(path)
+        fp = self._fingerprints.get(path)
+        if fp is None:
+            fp = self._fingerprints[path] = self._fingerprint(path)
+        return fp
+
+    def forget(self, path: Path) -> None:
+        """Drop a template's parsed tree once its entries are checked (keeps its results).
+
+        A run over thousands of templates must not hold every AST: the memory,
+        and the cyclic GC walking it on every allocation burst, would make check
+        quadratic. Shared helper modules stay cached.
+        """
+        path = self._abs(path)
+        self._trees.pop(path, None)
+        self._decls.pop(path, None)
+        mod = self._modules.pop(path, None)
+        if mod is not None:
+            for key in [k for k in self._def_hashes if k[0] == mod.rel]:
+                del self._def_hashes[key]
+            for key in [k for k, v in self._found.items() if v is mod]:
+                del self._found[key]
+            # _Def.module points back at the module: break the cycle so the tree
+            # is freed now, by reference counting, not at the next full GC.
+            mod.defs.clear()
+            mod.imports.clear()
+
+    def _fingerprint(self, path: Path) -> Fingerprint:
+        decl = self.template(path)
+        template = self.module_at(path)
+        # Absolute imports resolve from the repository root (retune puts it first
+        # on sys.path) and from the template's own folder (script-style imports).
+        bases = (self.root, path.parent)
+        deps: dict[str, str] = {}
+        lines: dict[str, tuple[str, int]] = {}
+        queue: list[_Target] = []
+        for name in ROOTS:
+            d = template.defs.get(name)
+            if d is None:
+                raise TemplateError(
+                    f"{path}: {name} is not defined at module level; "
+                    "see `tvmtune_ci.template` for the API"
+                )
+            queue.append(d)
+        done: set[str] = set()
+        while queue:
+            t = queue.pop()
+            if isinstance(t, _Def):
+                key = f"{t.module.rel}:{t.name}"
+                if key in done:
+                    continue
+                done.add(key)
+                digest, refs = self._hash_def(t, bases)
+                deps[key], lines[key] = digest, (t.module.rel, t.line)
+                queue.extend(refs)
+            elif isinstance(t, _ModRef) and t.module.tree is not None:
+                key = f"{t.module.rel}:{MODULE_QUALNAME}"
+                if key not in done:
+                    done.add(key)
+                    deps[key] = self._module_hash(t.module)
+                    lines[key] = (t.module.rel, 1)
+            elif isinstance(t, _Missing) and t.module.tree is not None:
+                key = f"{t.module.rel}:{t.name}"
+                deps[key], lines[key] = MISSING_HASH, (t.module.rel, 1)
+        wl_hash = _sha(workloads_json(decl.workloads))
+        body = "".join(f"{k}\t{deps[k]}\n" for k in sorted(deps))
+        digest = _sha(f"{ALGORITHM}\n{body}workloads\t{wl_hash}\n")
+        return Fingerprint(digest, dict(sorted(deps.items())), dict(sorted(lines.items())), wl_hash)
+
+    def _module_hash(self, mod: _Module) -> str:
+        h = self._hashes.get(mod.rel)
+        if h is None:
+            h = _sha(canonical_dump(mod.tree)) if mod.tree is not None else MISSING_HASH
+            self._hashes[mod.rel] = h
+        return h
+
+    def _hash_def(self, d: _Def, bases: tuple[Path, ...]) -> tuple[str, list[_Target]]:
+        """The hash of one definition and the in-repo definitions it names."""
+        key = (d.module.rel, d.name, bases)
+        cached = self._def_hashes.get(key)
+        if cached is None:
+            cached = self._def_hashes[key] = self._hash_def_uncached(d, bases)
+        return cached
+
+    def _hash_def_uncached(self, d: _Def, bases: tuple[Path, ...]) -> tuple[str, list[_Target]]:
+        canon = _Canon(d.node)
+        # Imports inside the definition (`from tvm import te` in compute) bind too.
+        local: dict[str, _Import] = {}
+        for imp in canon.imports:
+            local.update(_import_bindings(imp))
+        targets: list[_Target] = []
+        external: set[str] = set()
+        for chain in canon.refs:
+            t = self._resolve_chain(d.module, chain, local, bases)
+            if t is None:
+                continue
+            if isinstance(t, _External):
+                external.add(f"{chain[0]}={t.name}")
+            else:
+                targets.append(t)
+        # Which external thing a name is bound to is part of the meaning
+        # (`import numpy as np` vs `import cupy as np`), its code is not.
+        extra = "".join(f"\n{e}" for e in sorted(external))
+        return _sha(canon.text + extra), targets
+
+    def _resolve_chain(
+        self,
+        mod: _Module,
+        chain: tuple[str, ...],
+        local: Mapping[str, _Import],
+        bases: tuple[Path, ...],
+    ) -> _Target | None:
+        """What `a.b.c` read inside a definition of `mod` is; None: not bound there."""
+        if chain[0] in local:
+            t = self.resolve_import(local[chain[0]], mod, bases)
+        else:
+            t = self.resolve_attr(mod, chain[0], bases)
+            if isinstance(t, _Missing) and t.module is mod:
+                return None  # a builtin, a parameter or a local variable
+        for attr in chain[1:]:
+            if not isinstance(t, _ModRef):
+                break
+            t = self.resolve_attr(t.module, attr, bases)
+        return t
+
+
+# --------------------------------------------------------------------------- API
+
+
+def fingerprint_template(
+    path: Path, root: Path, *, cache: SourceCache | None = None
+) -> Fingerprint:
+    """The fingerprint of the template at `path`, in-repo code resolved under `root`.
+
+    Raises TemplateError (with file:line) when the template or an in-repo module
+    it uses cannot be parsed, or the template lacks WORKLOADS/KNOBS/functions.
+    Pass one `cache` to fingerprint many templates: shared modules parse once.
+    """
+    cache = cache if cache is not None else SourceCache(root)
+    return cache.fingerprint(path)

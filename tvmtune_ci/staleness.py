@@ -1,0 +1,549 @@
+"""Is each committed log set still true? Every reason it is not, with where to look.
+
+For every (operator, target) the config asks for, `find_stale` compares the log
+set's manifest with what the repository says now: the template's fingerprint
+(fingerprint.py), its WORKLOADS, the configured target, the TVM version, the age
+of the log and the bytes of the files the manifest names. Nothing is imported or
+run: templates are read as text, TVM's version is read from package metadata.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import datetime
+import difflib
+import gc
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import git
+from .config import Config, TargetConfig
+from .errors import CorruptFileError, TemplateError, UsageError
+from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
+from .fsutil import sha256_file
+from .layout import LogSet
+from .manifest import MANIFEST_NAME, Manifest, read_manifest
+from .targets import canonical_target, slug, target_json
+from .template import TemplateDecl, discover_templates
+
+# Reason codes, in the order they are reported.
+MISSING = "missing"
+TEMPLATE_INVALID = "template_invalid"
+TEMPLATE_CHANGED = "template_changed"
+WORKLOAD_CHANGED = "workload_changed"
+TARGET_CHANGED = "target_changed"
+TVM_CHANGED = "tvm_changed"
+EXPIRED = "expired"
+LOG_MODIFIED = "log_modified"
+ORPHANED = "orphaned"  # a warning (Report.orphans), never a reason
+
+FIX_HINT = "tvmtune-ci retune"
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    detail: str
+    file: str | None = None  # repo-relative posix path
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    operator: str
+    target: str  # config target name
+    template_file: str  # repo-relative posix path
+    template_line: int
+    reasons: tuple[Reason, ...]
+    manifest: Manifest | None
+    logset: LogSet
+    space_sizes: dict[str, tuple[int, int]]  # workload -> (points per design space, design spaces)
+    as_of: datetime.date | None = None  # the day ages are counted to; None: today
+
+    @property
+    def fresh(self) -> bool:
+        return not self.reasons
+
+    @property
+    def age_days(self) -> int | None:
+        tuned = _tuned_on(self.manifest) if self.manifest is not None else None
+        if tuned is None:
+            return None
+        return ((self.as_of or datetime.date.today()) - tuned).days
+
+
+@dataclass(frozen=True)
+class Report:
+    entries: tuple[Entry, ...]
+    orphans: tuple[Reason, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def stale(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if not e.fresh)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _tuned_on(manifest: Manifest) -> datetime.date | None:
+    try:
+        return datetime.date.fromisoformat(manifest.tuned_on)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_date(text: str, option: str = "--as-of") -> datetime.date:
+    """YYYY-MM-DD, or UsageError (exit 2) saying how to write it."""
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"{option} {text!r} is not a date; write it as YYYY-MM-DD, "
+            f"e.g. {option} {datetime.date.today().isoformat()}"
+        ) from None
+
+
+_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)")
+
+
+def major_minor(version: str) -> str | None:
+    """ "0.27.0.post1" -> "0.27"; None when `version` does not start with MAJOR.MINOR."""
+    m = _VERSION.match(version or "")
+    return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
+
+
+def installed_tvm_version() -> str | None:
+    """The installed apache-tvm distribution's version, from metadata: TVM is not imported."""
+    import importlib.metadata  # only when tvmtune.yaml does not pin tvm_version
+
+    try:
+        return importlib.metadata.version("apache-tvm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _select(wanted: Sequence[str] | None, known: Iterable[str], what: str) -> set[str] | None:
+    if wanted is None:
+        return None
+    known = list(known)
+    for name in wanted:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = (
+                f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known) or '(none)'}"
+            )
+            raise UsageError(f"unknown {what} {name!r}; {hint}")
+    return set(wanted)
+
+
+_LOCATED = re.compile(r"^(?P<path>.+?\.py)(?::(?P<line>\d+))?: (?P<msg>.*)$", re.S)
+
+
+def _invalid_reason(error: TemplateError, cache: SourceCache, template_rel: str) -> Reason:
+    """template_invalid naming the repo-relative file:line the TemplateError names."""
+    m = _LOCATED.match(str(error))
+    if m is None:
+        return Reason(TEMPLATE_INVALID, f"{template_rel}: {error}", template_rel, None)
+    rel = cache.rel(Path(m.group("path")))
+    line = int(m.group("line")) if m.group("line") else None
+    where = f"{rel}:{line}" if line else rel
+    return Reason(TEMPLATE_INVALID, f"{where}: {m.group('msg')}", rel, line)
+
+
+def _assign_line(tree: ast.Module, name: str) -> int | None:
+    for stmt in tree.body:
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else ([stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        )
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return stmt.lineno
+    return None
+
+
+def _normal(obj: Any) -> Any:
+    # Workloads as JSON sees them: a tuple in the template equals the list on disk.
+    return json.loads(workloads_json(obj))
+
+
+def _value_diff(old: Any, new: Any) -> str:
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return f"{old!r} -> {new!r}"
+    parts = []
+    for k in sorted(set(old) | set(new)):
+        if k not in old:
+            parts.append(f"{k} added ({new[k]!r})")
+        elif k not in new:
+            parts.append(f"{k} removed (was {old[k]!r})")
+        elif old[k] != new[k]:
+            parts.append(f"{k} {old[k]!r} -> {new[k]!r}")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass(frozen=True)
+class _Template:
+    """What one template contributes to each of its entries (computed once)."""
+
+    rel: str
+    line: int
+    decl: TemplateDecl | None
+    fingerprint: Fingerprint | None
+    invalid: Reason | None
+    workloads_line: int | None
+    space_sizes: dict[str, tuple[int, int]]
+    workloads: Any = None  # WORKLOADS as JSON reads it back: a tuple equals the stored list
+
+
+def _read_template(path: Path, cache: SourceCache) -> _Template:
+    rel = cache.rel(path)
+    try:
+        decl = cache.template(path)
+        fp = cache.fingerprint(path)
+        workloads_line = _assign_line(cache.tree(path), "WORKLOADS")
+    except TemplateError as e:
+        reason = _invalid_reason(e, cache, rel)
+        line = reason.line if reason.file == rel and reason.line else 1
+        return _Template(rel, line, None, None, reason, None, {})
+    finally:
+        cache.forget(path)  # its tree is not needed again; keeps memory flat
+    return _Template(
+        rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads)
+    )
+
+
+class _Checker:
+    """Compares one manifest with the repository; collects Reasons."""
+
+    def __init__(
+        self,
+        config: Config,
+        cache: SourceCache,
+        as_of: datetime.date,
+        tvm_expected: str | None,
+        tvm_source: str,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.as_of = as_of
+        self.tvm_expected = tvm_expected
+        self.tvm_source = tvm_source
+        self.config_rel = cache.rel(config.path) if config.path is not None else "tvmtune.yaml"
+
+    def check(
+        self, tpl: _Template, target: TargetConfig, logset: LogSet
+    ) -> tuple[Manifest | None, list[Reason]]:
+        reasons: list[Reason] = [tpl.invalid] if tpl.invalid else []
+        folder = self.cache.rel(logset.folder)
+        try:
+            manifest = read_manifest(logset.manifest)
+        except FileNotFoundError:
+            reasons.insert(
+                0,
+                Reason(
+                    MISSING,
+                    f"no tuned log: {folder}/{logset.manifest.name} does not exist; "
+                    f"run `{FIX_HINT}` to tune it",
+                    folder,
+                    None,
+                ),
+            )
+            return None, reasons
+        except (CorruptFileError, OSError) as e:
+            msg = str(e).replace(str(logset.manifest), f"{folder}/{logset.manifest.name}")
+            reasons.append(
+                Reason(
+                    LOG_MODIFIED, f"manifest unreadable: {msg}", f"{folder}/{logset.manifest.name}"
+                )
+            )
+            return None, reasons
+        if tpl.fingerprint is not None and tpl.decl is not None:
+            reasons += self._template(tpl, manifest)
+        reasons += self._target(target, manifest)
+        reasons += self._tvm(manifest)
+        reasons += self._age(manifest, folder)
+        reasons += self._files(logset, manifest, folder)
+        return manifest, reasons
+
+    def _template(self, tpl: _Template, manifest: Manifest) -> list[Reason]:
+        assert tpl.fingerprint is not None and tpl.decl is not None
+        out = []
+        # The manifest's workloads come from JSON already; the template's are
+        # normalised once per template (_Template.workloads).
+        old_wl, new_wl = manifest.workloads, tpl.workloads
+        if not isinstance(old_wl, dict):
+            old_wl = {}  # a hand-edited manifest: every workload reads as added
+        if manifest.fingerprint != tpl.fingerprint.digest:
+            changes = compare_dependencies(manifest.dependencies, tpl.fingerprint)
+            for c in changes:
+                where = f" (line {c.line})" if c.line else ""
+                out.append(Reason(TEMPLATE_CHANGED, f"{c.key} {c.change}{where}", c.file, c.line))
+            if not changes and old_wl == new_wl:
+                out.append(
+                    Reason(
+                        TEMPLATE_CHANGED,
+                        "the fingerprint differs from the manifest's although no "
+                        "dependency does (recorded by another tvmtune-ci version?)",
+                        tpl.rel,
+                        tpl.line,
+                    )
+                )
+        if old_wl != new_wl:
+            for w in sorted(set(old_wl) | set(new_wl)):
+                if w not in old_wl:
+                    detail = f"workload {w} added"
+                elif w not in new_wl:
+                    detail = f"workload {w} removed"
+                elif old_wl[w] != new_wl[w]:
+                    detail = f"workload {w}: {_value_diff(old_wl[w], new_wl[w])}"
+                else:
+                    continue
+                out.append(Reason(WORKLOAD_CHANGED, detail, tpl.rel, tpl.workloads_line))
+        return out
+
+    def _target(self, target: TargetConfig, manifest: Manifest) -> list[Reason]:
+        try:
+            tuned_for = canonical_target(manifest.target)
+        except AttributeError:  # not a dict
+            tuned_for = manifest.target
+        if tuned_for == target.target:
+            return []
+        old = target_json(tuned_for) if isinstance(tuned_for, dict) else repr(tuned_for)
+        return [
+            Reason(
+                TARGET_CHANGED,
+                f"tuned for {old}, configured now as {target_json(target.target)}",
+                self.config_rel,
+                target.line or None,
+            )
+        ]
+
+    def _tvm(self, manifest: Manifest) -> list[Reason]:
+        if self.tvm_expected is None:
+            return []
+        recorded = major_minor(str(manifest.tvm_version))
+        if recorded == self.tvm_expected:
+            return []
+        return [
+            Reason(
+                TVM_CHANGED,
+                f"tuned with TVM {manifest.tvm_version}, expected {self.tvm_expected}.x "
+                f"({self.tvm_source})",
+            )
+        ]
+
+    def _age(self, manifest: Manifest, folder: str) -> list[Reason]:
+        tuned = _tuned_on(manifest)
+        if tuned is None:
+            return [
+                Reason(
+                    LOG_MODIFIED,
+                    f"manifest tuned_on {manifest.tuned_on!r} is not a YYYY-MM-DD date",
+                    f"{folder}/{MANIFEST_NAME}",
+                )
+            ]
+        age = (self.as_of - tuned).days
+        if age <= self.config.max_age_days:
+            return []
+        return [
+            Reason(
+                EXPIRED,
+                f"tuned on {tuned} ({age} days before {self.as_of}); "
+                f"max_age_days is {self.config.max_age_days}",
+            )
+        ]
+
+    def _files(self, logset: LogSet, manifest: Manifest, folder: str) -> list[Reason]:
+        out = []
+        for name, expected, what in [
+            (manifest.log, manifest.log_sha256, "log"),
+            *((n, h, "file") for n, h in sorted(manifest.files.items())),
+        ]:
+            rel = f"{folder}/{name}"
+            if not isinstance(name, str) or not name or Path(name).name != name:
+                out.append(
+                    Reason(
+                        LOG_MODIFIED,
+                        f"the manifest names {what} {name!r}, not a file in its folder",
+                        f"{folder}/manifest.json",
+                    )
+                )
+                continue
+            try:
+                actual = sha256_file(logset.folder / name)
+            except FileNotFoundError:
+                out.append(
+                    Reason(LOG_MODIFIED, f"{rel}, the {what} the manifest names, is missing", rel)
+                )
+                continue
+            except OSError as e:
+                out.append(Reason(LOG_MODIFIED, f"{rel} cannot be read: {e.strerror}", rel))
+                continue
+            if actual != expected:
+                out.append(
+                    Reason(
+                        LOG_MODIFIED,
+                        f"{rel} was modified after tuning (sha256 {actual[:12]}, "
+                        f"manifest records {str(expected)[:12]})",
+                        rel,
+                    )
+                )
+        return out
+
+
+def _orphans(
+    config: Config, cache: SourceCache, templates: dict[str, Path], logs: Path
+) -> list[Reason]:
+    if not logs.is_dir():
+        return []
+    known = {slug(op): {t.slug for t in config.targets_for(op)} for op in templates}
+    out = []
+    for d in sorted(logs.iterdir()):
+        if not d.is_dir() or d.name.startswith("."):
+            continue
+        rel = cache.rel(d)
+        if d.name not in known:
+            out.append(
+                Reason(
+                    ORPHANED,
+                    f"{rel}/ holds logs of operator {d.name!r}, which has no template "
+                    f"{config.operators_dir}/{d.name}.py; "
+                    "delete the folder or restore the template",
+                    rel,
+                )
+            )
+            continue
+        for t in sorted(d.iterdir()):
+            if t.is_dir() and not t.name.startswith(".") and t.name not in known[d.name]:
+                out.append(
+                    Reason(
+                        ORPHANED,
+                        f"{rel}/{t.name}/ holds logs for target {t.name!r}, which is not "
+                        f"configured for {d.name}; "
+                        "delete the folder or add the target to tvmtune.yaml",
+                        f"{rel}/{t.name}",
+                    )
+                )
+    return out
+
+
+def _touched(entry: Entry, tpl: _Template, changed: set[str], cache: SourceCache) -> bool:
+    """Whether `--changed-since` concerns this entry: its code or its log set changed."""
+    files = {tpl.rel}
+    if tpl.fingerprint is not None:
+        files |= tpl.fingerprint.files
+    if tpl.invalid is not None and tpl.invalid.file:
+        files.add(tpl.invalid.file)
+    if entry.manifest is not None:
+        # Dependencies the manifest recorded: a deleted helper file counts.
+        files |= {split_key(k)[0] for k in entry.manifest.dependencies}
+    if files & changed:
+        return True
+    # A log set edited by hand is the entry's business too.
+    prefix = cache.rel(entry.logset.folder) + "/"
+    return any(c.startswith(prefix) for c in changed)
+
+
+@contextlib.contextmanager
+def _gc_deferred() -> Iterator[None]:
+    # The loop allocates millions of short-lived AST nodes, freed by reference
+    # counting (SourceCache.forget breaks the one cycle); collecting during it
+    # rescans the growing report again and again. One collection after is cheaper.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# --------------------------------------------------------------------------- API
+
+
+def find_stale(
+    config: Config,
+    *,
+    as_of: datetime.date | None = None,
+    changed_since: str | None = None,
+    operators: Sequence[str] | None = None,
+    targets: Sequence[str] | None = None,
+) -> Report:
+    """Every configured (operator, target), fresh or stale with all its reasons.
+
+    `changed_since=REF` keeps the entries whose template, in-repo dependencies or
+    log folder differ between REF and the work tree (all of them when tvmtune.yaml
+    does); an unknown REF is a UsageError. `operators`/`targets` select by name.
+    """
+    as_of = as_of or datetime.date.today()
+    cache = SourceCache(config.root)
+    warnings: list[str] = []
+    # Resolved once: every path below is joined onto these, never resolved again.
+    templates = {p.stem: p for p in discover_templates(config.operators_path.resolve())}
+    logs_path = config.logs_path.resolve()
+    want_ops = _select(operators, templates, "operator")
+    want_targets = _select(targets, [t.name for t in config.targets], "target")
+    changed = git.changed_files(config.root, changed_since) if changed_since is not None else None
+
+    if not templates:
+        warnings.append(
+            f"no operator templates in {config.operators_dir}/; add one "
+            f"(e.g. {config.operators_dir}/matmul.py) or set operators_dir in tvmtune.yaml"
+        )
+    for o in config.operators:
+        if o.name not in templates:
+            warnings.append(
+                f"tvmtune.yaml:{o.line}: operators.{o.name} has no template "
+                f"{config.operators_dir}/{o.name}.py; fix the name or remove the entry"
+            )
+
+    tvm_expected, tvm_source = None, ""
+    if config.tvm_version is not None:
+        tvm_expected, tvm_source = major_minor(config.tvm_version), "tvm_version in tvmtune.yaml"
+    else:
+        installed = installed_tvm_version()
+        if installed is not None:
+            tvm_expected, tvm_source = major_minor(installed), f"installed apache-tvm {installed}"
+    if tvm_expected is None:
+        warnings.append(
+            "the TVM version is unknown, so tvm_changed was not checked; set "
+            'tvm_version in tvmtune.yaml (e.g. tvm_version: "0.27") or install apache-tvm'
+        )
+
+    checker = _Checker(config, cache, as_of, tvm_expected, tvm_source)
+    config_changed = changed is not None and checker.config_rel in changed
+    entries = []
+    with _gc_deferred():
+        for op in sorted(templates):
+            if want_ops is not None and op not in want_ops:
+                continue
+            tpl = _read_template(templates[op], cache)
+            for target in config.targets_for(op):
+                if want_targets is not None and target.name not in want_targets:
+                    continue
+                logset = LogSet.of(logs_path, op, target.name)
+                manifest, reasons = checker.check(tpl, target, logset)
+                entry = Entry(
+                    op,
+                    target.name,
+                    tpl.rel,
+                    tpl.line,
+                    tuple(reasons),
+                    manifest,
+                    logset,
+                    tpl.space_sizes,
+                    as_of,
+                )
+                if changed is None or config_changed or _touched(entry, tpl, changed, cache):
+                    entries.append(entry)
+    orphans = _orphans(config, cache, templates, logs_path)
+    return Report(tuple(entries), tuple(orphans), tuple(warnings))
