@@ -1,4 +1,4 @@
-"""`check` and `status` never import TVM and never run template code.
+"""`check` and `status` never import TVM (nor GitPython) and never run template code.
 
 They run on GitHub-hosted PR runners without TVM, on forks' templates. Each test
 runs the real CLI in a subprocess, so nothing imported by the test session itself
@@ -20,6 +20,8 @@ from tvmtune_ci.cli import main
 code = main(sys.argv[1:])
 leaked = sorted(m for m in sys.modules if m == "tvm" or m.startswith(("tvm.", "tvm_ffi")))
 assert not leaked, f"imported: {leaked}"
+# Nor GitPython (slow to import): --changed-since runs the git command instead.
+assert "git" not in sys.modules, "imported GitPython"
 sys.exit(code)
 """
 
