@@ -28,6 +28,7 @@ class Progress:
         self.interval = interval
         self._last = 0.0
         self._start = time.monotonic()
+        self._said_resumed = False
 
     def __call__(self, event: Any) -> None:
         """Accepts the tuner's BatchEvent (duck-typed: trials_done, budget, best_latency_s, best_gflops)."""
@@ -37,6 +38,10 @@ class Progress:
         gflops = getattr(event, "best_gflops", None)
         failed = getattr(event, "failed", None)
         elapsed = time.monotonic() - self._start
+        resumed = int(getattr(event, "resumed", 0) or 0)
+        if resumed and not self._said_resumed:
+            self._said_resumed = True
+            print(f"{self.label}: resuming from {resumed} trials measured by an interrupted run", file=self.stream, flush=True)
         best_s = f"best {_fmt_latency(best)}" + (f" ({gflops:.1f} GFLOPS)" if gflops else "")
         fail_s = f", {failed} failed" if failed else ""
         if self.tty:

@@ -21,7 +21,8 @@ def _ms(s: float) -> str:
 
 
 def _knob_value(v: Any) -> str:
-    return json.dumps(v) if not isinstance(v, str) else v
+    # As a template author writes it in Python: [4, 8, 32], True, "NCHW16c".
+    return repr(v) if isinstance(v, (bool, str)) else json.dumps(v)
 
 
 def _knobs_inline(m: Measured) -> str:
@@ -93,7 +94,7 @@ def render_readme(m: Manifest) -> str:
             lines.append(f"- previous log's best, re-measured on this machine: {_ms(r.previous_best.latency_s)}")
         lines += ["", "Chosen splits and knobs:", "", "```"]
         lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
-        lines += ["```", "", "Top configurations:", "", "| # | latency | GFLOPS | knobs |", "|---|---|---|---|"]
+        lines += ["```", "", "Top configurations (latency as measured during the search; the best above was re-measured next to the default):", "", "| # | latency | GFLOPS | knobs |", "|---|---|---|---|"]
         for i, c in enumerate(r.top[:10], 1):
             lines.append(f"| {i} | {_ms(c.latency_s)} | {c.gflops:.1f} | {_knobs_inline(c)} |" if c.gflops else f"| {i} | {_ms(c.latency_s)} | - | {_knobs_inline(c)} |")
     if any(r.curve for r in m.results.values()):
