@@ -78,7 +78,7 @@ def render_readme(m: Manifest) -> str:
         wl = m.workloads.get(wname, {})
         lines += [
             "",
-            f"## Workload `{wname}`: {', '.join(f'{k}={v}' for k, v in wl.items())}",
+            f"## Workload `{wname}`: {', '.join(f'{k}={v}' for k, v in sorted(wl.items()))}",
             "",
             f"- trials: {t.requested} requested, {t.run} run, {t.valid} valid, {t.failed} failed; stopped because {_STOP.get(t.stop_reason, t.stop_reason)}",
         ]
