@@ -95,14 +95,17 @@ wl = tmpl.WORKLOADS[args["workload"]]
 mod = workload_module(tmpl, args["workload"])
 space = ms.space_generator.ScheduleFn(_Space(tmpl, wl), sch_rules=[], postprocs=make_postprocs(),
                                       mutator_probs=make_mutators(tmpl.KNOBS, args["seed"]))
-runner = ms.runner.LocalRunner(
+runner_args = dict(
     evaluator_config=ms.runner.EvaluatorConfig(number=args["number"], repeat=args["repeat"],
                                                min_repeat_ms=args["min_repeat_ms"]),
-    initializer=fix_llvm_device,
 )
-db = ms.tir_integration.tune_tir(mod, tvm.target.Target(args["target"]), args["work_dir"],
-                                 max_trials_global=args["trials"], space=space, runner=runner,
-                                 seed=args["seed"])
+if args["fix_device"]:
+    runner_args["initializer"] = fix_llvm_device
+runner = ms.runner.LocalRunner(**runner_args)
+with ms.Profiler() as prof:
+    db = ms.tir_integration.tune_tir(mod, tvm.target.Target(args["target"]), args["work_dir"],
+                                     max_trials_global=args["trials"], space=space,
+                                     runner=runner, seed=args["seed"])
 wall = time.perf_counter() - start
 records = db.get_all_tuning_records()
 valid = [r for r in records if r.run_secs and float(r.run_secs[0]) < 1e9]
@@ -116,11 +119,14 @@ print("STOCK-RESULT " + json.dumps({{
     "trials": len(records), "valid": len(valid),
     "best_latency_s": mean(best) if best else None,
     "best_trace": best.as_json()[0] if best else None,
+    "profile": {{str(k): float(v) for k, v in prof.get().items()}},
 }}))
 """
 
 
-def run_stock(args: argparse.Namespace, target: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+def run_stock(
+    args: argparse.Namespace, target: dict[str, Any], work_dir: Path, fix_device: bool = True
+) -> dict[str, Any]:
     payload = json.dumps(
         {
             "workload": args.workload,
@@ -131,6 +137,7 @@ def run_stock(args: argparse.Namespace, target: dict[str, Any], work_dir: Path) 
             "repeat": args.repeat,
             "min_repeat_ms": args.min_repeat_ms,
             "work_dir": str(work_dir),
+            "fix_device": fix_device,
         }
     )
     r = subprocess.run(
@@ -171,6 +178,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-cv", type=float, default=0.05)
     p.add_argument("--mcpu", default=None, help="default: this machine's CPU")
     p.add_argument("--skip-stock", action="store_true")
+    p.add_argument(
+        "--stock-as-shipped",
+        action="store_true",
+        help="also run stock without the LocalRunner fix (every trial fails: builder-bound)",
+    )
     p.add_argument(
         "--wait-idle",
         type=float,
@@ -312,13 +324,26 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## stock: ms.tir_integration.tune_tir (fresh process)", flush=True)
     stock = run_stock(args, target, scratch / "stock")
     stock_tpm = stock["trials"] / stock["wall_s"] * 60
+    stock_pt = stock["wall_s"] / max(1, stock["trials"])
     print(
         f"wall, tune_tir incl. its tensor_intrin import ({stock['intrin_import_s']:.1f} s): "
         f"{stock['wall_s']:.1f} s for {stock['trials']} trials ({stock['valid']} valid)"
     )
+    print(f"trials per minute: {stock_tpm:.1f}; per trial {_ms(stock_pt)}")
+    prof = stock["profile"]
     print(
-        f"trials per minute: {stock_tpm:.1f}; per trial "
-        f"{_ms(stock['wall_s'] / max(1, stock['trials']))}"
+        "  MetaSchedule profiler: "
+        + ", ".join(
+            f"{k} {prof[k]:.1f} s"
+            for k in (
+                "SendToBuilder",
+                "SendToRunner",
+                "MeasureCallback/UpdateCostModel",
+                "EvoSearch/Evolve/Mutation",
+                "EvoSearch/SampleInitPopulation",
+            )
+            if k in prof
+        )
     )
 
     print("\n## side by side")
@@ -326,6 +351,26 @@ def main(argv: list[str] | None = None) -> int:
         f"trials per minute: ours {ours_tpm:.1f} / stock {stock_tpm:.1f} = "
         f"{ours_tpm / stock_tpm:.1f}x (goal >= 5x)"
     )
+    ceiling = stock_pt / floor
+    print(
+        f"  the most any tuner can reach with these measurement settings is stock per trial / "
+        f"floor = {_ms(stock_pt)} / {_ms(floor)} = {ceiling:.1f}x"
+    )
+    ours_over = ours_wall / n - floor
+    stock_over = stock_pt - floor
+    print(
+        f"time per trial beyond the floor: ours {_ms(ours_over)}, stock {_ms(stock_over)} "
+        f"= {stock_over / max(ours_over, 1e-9):.1f}x less"
+    )
+    if args.stock_as_shipped:
+        print("\n## stock as shipped (no LocalRunner fix; fresh process)", flush=True)
+        raw = run_stock(args, target, scratch / "stock-raw", fix_device=False)
+        raw_tpm = raw["trials"] / raw["wall_s"] * 60
+        print(
+            f"wall {raw['wall_s']:.1f} s for {raw['trials']} trials ({raw['valid']} valid: the "
+            f"runner fails each in ms); trials per minute {raw_tpm:.1f}; ours / it = "
+            f"{ours_tpm / raw_tpm:.1f}x"
+        )
     if stock["best_trace"] is None:
         print("stock found no valid configuration")
         return 0

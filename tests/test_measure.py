@@ -68,6 +68,12 @@ def test_reference_with_wrong_arity(tmp_path: Path) -> None:
         measure.check_correct(bad, "m64", TARGET)
 
 
+def test_a_failing_schedule_is_a_template_error(tmp_path: Path) -> None:
+    bad = make_template(tmp_path, "mm_sched", extra='sch.get_sblock("no_such_block")\n')
+    with pytest.raises(TemplateError, match=r"mm_sched.schedule\(\) failed for workload 'm64'"):
+        measure.check_correct(bad, "m64", TARGET)
+
+
 def test_tolerance_per_dtype() -> None:
     assert measure.tolerance("float32") == (1e-4, 1e-4)
     assert measure.tolerance("float16")[0] > measure.tolerance("float32")[0]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from .errors import TemplateError
+from .errors import TemplateError, TvmtuneError
 from .template import Categorical, Knob, Knobs, Split, Structural, call_with_workload, eval_extent
 
 # --------------------------------------------------------------------------- workloads
@@ -183,7 +183,16 @@ def schedule_config(
         mode="fixed",
         values=values,
     )
-    template.schedule(sch, cfg)
+    try:
+        template.schedule(sch, cfg)
+    except TvmtuneError:
+        raise
+    except Exception as e:  # a TVM ScheduleError or a bug in the template
+        first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise TemplateError(
+            f"{template.__name__}.schedule() failed for workload {workload_name!r} at "
+            f"{dict(structure, **values)}: {type(e).__name__}: {first}"
+        ) from e
     if target is not None:
         apply_postprocs(sch, target)
     return sch

@@ -539,9 +539,10 @@ class Search:
             self.journal.start(
                 {"workload_name": self.name, "seed": req.seed, "workload": self.workload_json}
             )
+        # One XGBoost thread: the data is small, and two OpenMP threads on a 2-core
+        # runner that is busy elsewhere spin-wait each other (0.1 s trainings took 3-10 s).
         self.cost_model = ms.cost_model.XGBModel(
-            num_tuning_cores=max(1, int(self.ctx.num_threads)),
-            num_warmup_samples=WARMUP_SAMPLES,
+            num_tuning_cores=1, num_warmup_samples=WARMUP_SAMPLES
         )
         self._warm_start_cost_model()
         self.progress = _Progress()
