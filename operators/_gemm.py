@@ -100,7 +100,10 @@ def schedule_gemm(sch: Any, cfg: Any, block_name: str, *, b_transposed: bool = F
                 # Read the weight along k (contiguous), write the panel along j.
                 n_loop, k_loop = sch.get_loops(pack)[-2:]
                 sch.reorder(k_loop, n_loop)
-            sch.vectorize(sch.get_loops(pack)[-1])
+            # The panel row is nc wide (up to N): one zmm at a time, not one
+            # nc-lane vector (LLVM takes minutes to legalise those).
+            _, lanes_p = sch.split(sch.get_loops(pack)[-1], [None, LANES])
+            sch.vectorize(lanes_p)
         else:
             # "global": B once, as 16-lane column panels [N/16, K, 16]: each
             # zmm load of the kernel is one cache line, k after k.
@@ -128,8 +131,15 @@ def schedule_gemm(sch: Any, cfg: Any, block_name: str, *, b_transposed: bool = F
     sch.vectorize(sch.get_loops(init)[-1])
 
     if needs_pad:
+        # A (and B when not packed) padded once, in a parallel pass of its own.
         for producer in sch.get_producers(block):
             if sch.get(producer).name_hint.endswith("_pad"):
                 _parallel_vectorize(sch, producer)
-        for consumer in sch.get_consumers(block if not register else cache):
-            _parallel_vectorize(sch, consumer)
+        if register:
+            # The tile is stored straight into C, clipped to its bounds: no
+            # padded C, no copy pass.
+            for consumer in sch.get_consumers(cache):
+                sch.reverse_compute_inline(consumer)
+        else:
+            for consumer in sch.get_consumers(block):
+                _parallel_vectorize(sch, consumer)

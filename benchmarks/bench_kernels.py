@@ -1,0 +1,414 @@
+"""Each operator template's best configuration against numpy/OpenBLAS, same run, same threads.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_kernels.py
+    python benchmarks/bench_kernels.py --ops matmul,conv2d --rounds 30 --threads 2
+    python benchmarks/bench_kernels.py --knobs picks.json   # {"matmul/m1024": {...}, ...}
+
+The configuration of each (operator, workload) is the committed best
+(tuning_logs/<op>/<target>/manifest.json, results[workload].best.knobs) when there
+is one, else a hand-found one (`HAND_PICKS` below, or `--knobs`), labelled
+"untuned hand pick". Baselines: numpy/OpenBLAS matmul for matmul and dense,
+im2col + numpy matmul for conv2d, numpy for softmax (its ufuncs are
+single-threaded whatever --threads says).
+
+Timing: `rounds` rounds, each runs the TVM kernel and then the baseline back
+to back for at least --min-round-ms each, after --settle-ms of idle time (both
+OpenBLAS and TVM leave worker threads spinning after a call, which would
+otherwise steal the other side's cores); the table shows the best round of each
+(the least disturbed by other processes on the machine) and the median round,
+and the ratios come from the same run.
+
+The fp32 peak is printed two ways: nominal, cores x 2 FMA pipes x 16 lanes x 2
+flop x the clock /proc/cpuinfo reports (Zen 5: two 512-bit FMA pipes per core);
+and measured, by a C loop of independent zmm FMAs on every core (needs `cc`),
+which runs at the boost clock the kernels actually get.
+
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, when set, pin OpenBLAS to slower kernels:
+unset them for this command only (first line above); the BLAS kernel in use is
+printed (threadpoolctl) either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_NAME = "zen5-2c"
+TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+FMA_PIPES, LANES = 2, 16  # Zen 5: two 512-bit FMA pipes per core, 16 fp32 lanes each
+
+# Found by hand on this machine (benchmarks/README-free: rerun this script to check).
+# Structural knobs and sampled knobs together, as a manifest's best.knobs.
+HAND_PICKS: dict[str, dict[str, Any]] = {
+    "matmul/m1024": {"accumulate": "register", "pack_b": "global",
+                     "tile_i": [1, 128, 8], "tile_j": [16, 2, 2], "tile_k": [8, 8]},
+    "matmul/m1021": {"accumulate": "register", "pack_b": "tile",
+                     "tile_i": [2, 64, 8], "tile_j": [8, 4, 2], "tile_k": [16, 4]},
+    "dense/bert_ffn1": {"accumulate": "register", "pack_b": "global",
+                        "tile_i": [32, 4], "tile_j": [48, 1, 4], "tile_k": [3, 16]},
+    "dense/bert_ffn2": {"accumulate": "register", "pack_b": "global",
+                        "tile_i": [16, 8], "tile_j": [24, 1, 2], "tile_k": [12, 16]},
+    "conv2d/resnet50_3x3": {"pad": "stage", "tile_k": [16, 4], "tile_h": [14, 4],
+                            "tile_w": [4, 14], "tile_c": [4, 16], "unroll": 64},
+    "softmax/attn_512": {"exp_mode": "store", "tile_r": [8192, 1], "acc_max": [16, 2],
+                         "acc_sum": [16, 2], "unroll": 0},
+    "softmax/vocab_32k": {"exp_mode": "store", "tile_r": [16, 4], "acc_max": [250, 8],
+                          "acc_sum": [250, 8], "unroll": 0},
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--ops", default="matmul,dense,conv2d,softmax",
+                   help="comma-separated operators (default: all four)")
+    p.add_argument("--threads", type=int, default=2, help="threads for TVM and OpenBLAS (2)")
+    p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds (20)")
+    p.add_argument("--min-round-ms", type=float, default=20.0,
+                   help="each round runs a kernel at least this long (20 ms)")
+    p.add_argument("--settle-ms", type=float, default=200.0,
+                   help="idle time before each timed segment, so the other side's spinning "
+                        "worker threads have gone to sleep (200 ms)")
+    p.add_argument("--knobs", help="JSON (or a file of it): {\"op/workload\": knobs} hand picks")
+    p.add_argument("--no-peak-probe", action="store_true", help="skip the C FMA peak probe")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- peak
+
+
+def nominal_clock_ghz() -> float | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) / 1000
+    except OSError:
+        pass
+    return None
+
+
+PROBE_C = r"""
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9;
+}
+int main(int argc, char **argv){
+  int threads = atoi(argv[1]); double best = 0;
+  for (int r = 0; r < 7; r++) {
+    double t0 = 0, t1 = 0; float sink = 0; long it = 20000000L;
+    #pragma omp parallel num_threads(threads) reduction(+:sink)
+    {
+      __m512 a[16], b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+      for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+      #pragma omp barrier
+      #pragma omp master
+      t0 = now();
+      for (long i = 0; i < it; i++) {
+        #pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(a[j], b, c);
+      }
+      #pragma omp barrier
+      #pragma omp master
+      t1 = now();
+      for (int i = 0; i < 16; i++) sink += _mm512_reduce_add_ps(a[i]);
+    }
+    double gf = threads * it * 16.0 * 16 * 2 / (t1 - t0) / 1e9 + 0 * sink;
+    if (gf > best) best = gf;
+  }
+  printf("%f\n", best);
+  return 0;
+}
+"""
+
+
+def measured_peak_gflops(threads: int) -> float | None:
+    """Best of 7 runs of independent zmm FMAs on `threads` cores (None without cc)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = Path(d) / "peak.c", Path(d) / "peak"
+        src.write_text(PROBE_C)
+        cmd = [cc, "-O2", "-mavx512f", "-mfma", "-fopenmp", str(src), "-o", str(exe)]
+        build = subprocess.run(cmd, capture_output=True, text=True)
+        if build.returncode != 0:
+            return None
+        run = subprocess.run([str(exe), str(threads)], capture_output=True, text=True, timeout=120)
+        try:
+            return float(run.stdout.strip())
+        except ValueError:
+            return None
+
+
+# --------------------------------------------------------------------------- configurations
+
+
+def manifest_knobs(op: str, workload: str) -> dict[str, Any] | None:
+    path = ROOT / "tuning_logs" / op / TARGET_NAME / "manifest.json"
+    if not path.is_file():
+        return None
+    from tvmtune_ci.manifest import read_manifest
+
+    result = read_manifest(path).results.get(workload)
+    return dict(result.best.knobs) if result is not None else None
+
+
+def load_picks(arg: str | None) -> dict[str, dict[str, Any]]:
+    picks = dict(HAND_PICKS)
+    if arg:
+        text = Path(arg).read_text() if Path(arg).is_file() else arg
+        picks.update(json.loads(text))
+    return picks
+
+
+def flop_count(op: str, wl: dict[str, Any]) -> float | None:
+    if op in ("matmul", "dense"):
+        return 2.0 * wl["M"] * wl["N"] * wl["K"]
+    if op == "conv2d":
+        oh = (wl["H"] + 2 * wl["pad"] - wl["R"]) // wl["stride"] + 1
+        ow = (wl["W"] + 2 * wl["pad"] - wl["S"]) // wl["stride"] + 1
+        return 2.0 * wl["N"] * wl["K"] * oh * ow * wl["C"] * wl["R"] * wl["S"]
+    return None  # softmax: bandwidth-bound, reported in GB/s
+
+
+def moved_bytes(op: str, wl: dict[str, Any]) -> float | None:
+    if op == "softmax":
+        return 2.0 * wl["R"] * wl["N"] * 4  # read x once, write out once
+    return None
+
+
+def baseline(op: str, wl: dict[str, Any], arrays: list[Any]) -> tuple[str, Callable[[], Any]]:
+    """The numpy way to compute the same output, writing into a preallocated array
+    as the TVM kernel does (a fresh 4 MB result costs page faults, not flops)."""
+    import numpy as np
+
+    out = np.empty_like(arrays[-1])
+    if op == "matmul":
+        a, b = arrays[0], arrays[1]
+        return "numpy matmul(A, B, out=)", lambda: np.matmul(a, b, out=out)
+    if op == "dense":
+        x, wt = arrays[0], arrays[1].T
+        return "numpy matmul(X, W.T, out=)", lambda: np.matmul(x, wt, out=out)
+    if op == "conv2d":
+        data, kernel = arrays[0], arrays[1]
+        pad, stride = wl["pad"], wl["stride"]
+        k = kernel.reshape(kernel.shape[0], -1)
+        flat = out.reshape(out.shape[0], out.shape[1], -1)
+
+        def im2col_matmul() -> Any:
+            x = np.pad(data, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+            win = np.lib.stride_tricks.sliding_window_view(x, (wl["R"], wl["S"]), axis=(2, 3))
+            win = win[:, :, ::stride, ::stride]  # n, c, oh, ow, r, s
+            n, c, oh, ow = win.shape[:4]
+            cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * wl["R"] * wl["S"], oh * ow)
+            for i in range(n):
+                np.matmul(k, cols[i], out=flat[i])
+            return out
+
+        return "im2col + numpy matmul", im2col_matmul
+    if op == "softmax":
+        x = arrays[0]
+
+        def softmax() -> Any:
+            np.subtract(x, x.max(axis=-1, keepdims=True), out=out)
+            np.exp(out, out=out)
+            np.multiply(out, 1 / out.sum(axis=-1, keepdims=True), out=out)
+            return out
+
+        return "numpy, in place (1 thread)", softmax
+    raise SystemExit(f"no baseline for operator {op!r}")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def check_in_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> None:
+    """A configuration outside the declared space is one the tuner can never pick."""
+    from tvmtune_ci.template import Categorical, Split, Structural, eval_extent
+
+    declared = {k.name: k for k in module.KNOBS}
+    for name, v in knobs.items():
+        k = declared.get(name)
+        if k is None:
+            raise SystemExit(f"knob {name!r} is not declared in the template's KNOBS")
+        if isinstance(k, Split):
+            ext = eval_extent(k.extent, wl)
+            prod = 1
+            for f in v:
+                prod *= int(f)
+            if len(v) != k.parts or prod != ext or int(v[-1]) > k.max_factor:
+                raise SystemExit(f"{name}={v} is not a point of define_split({name!r}, "
+                                 f"extent {ext}, parts={k.parts}, max_factor={k.max_factor})")
+        elif isinstance(k, (Categorical, Structural)) and v not in k.candidates:
+            raise SystemExit(f"{name}={v!r} is not one of {list(k.candidates)}")
+
+
+def build(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> Any:
+    import tvm
+
+    from tvmtune_ci.template import Knobs, Structural, call_with_workload
+
+    check_in_space(module, wl, knobs)
+    structural = {k.name for k in module.KNOBS if isinstance(k, Structural)}
+    structure = {k: v for k, v in knobs.items() if k in structural}
+    values = {k: v for k, v in knobs.items() if k not in structural}
+    sch = tvm.s_tir.Schedule(call_with_workload(module.compute, wl))
+    module.schedule(sch, Knobs(module.KNOBS, wl, structure, mode="fixed", values=values))
+    return tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
+
+
+def time_rounds(run_tvm: Callable[[int], float], run_base: Callable[[], Any], rounds: int,
+                min_round_s: float, settle_s: float) -> tuple[list[float], list[float]]:
+    """Per-round mean seconds of the TVM kernel and the baseline, interleaved."""
+    t0 = time.perf_counter()
+    run_base()
+    one = max(time.perf_counter() - t0, 1e-6)
+    t_one = max(run_tvm(1), 1e-6)
+    n_tvm = max(1, int(min_round_s / t_one))
+    n_base = max(1, int(min_round_s / one))
+    tvm_s, base_s = [], []
+    for _ in range(rounds):
+        # Both runtimes' idle workers spin for a while after a call (OpenBLAS for
+        # up to ~2^28 cycles): let them go to sleep before the other side runs, or
+        # each measures the other's spinning.
+        time.sleep(settle_s)
+        tvm_s.append(run_tvm(n_tvm))
+        time.sleep(settle_s)
+        t0 = time.perf_counter()
+        for _ in range(n_base):
+            run_base()
+        base_s.append((time.perf_counter() - t0) / n_base)
+    return tvm_s, base_s
+
+
+def bench_one(op: str, name: str, wl: dict[str, Any], knobs: dict[str, Any], source: str,
+              args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from tvmtune_ci.template import call_with_workload, import_template
+
+    module = import_template(ROOT / "operators" / f"{op}.py", ROOT)
+    exe = build(module, wl, knobs)
+    func = call_with_workload(module.compute, wl)
+    rng = np.random.default_rng(1)
+    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
+              for a in ArgInfo.from_prim_func(func)]
+    dev = tvm.cpu()
+    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+    entry = exe.mod.get_function(exe.mod.entry_name)
+    entry(*tensors)
+    expected = call_with_workload(module.reference, wl, *arrays[:-1])
+    scale = max(1e-30, float(np.max(np.abs(expected))))
+    err = float(np.max(np.abs(tensors[-1].numpy() - expected))) / scale
+    base_name, run_base = baseline(op, wl, arrays)
+    base_err = float(np.max(np.abs(run_base() - expected))) / scale
+
+    def run_tvm(n: int) -> float:
+        ev = exe.mod.time_evaluator(exe.mod.entry_name, dev, number=n, repeat=1)
+        return float(ev(*tensors).mean)
+
+    tvm_s, base_s = time_rounds(run_tvm, run_base, args.rounds, args.min_round_ms / 1000,
+                                args.settle_ms / 1000)
+    return {"op": op, "workload": name, "source": source, "knobs": knobs, "baseline": base_name,
+            "tvm_best": min(tvm_s), "tvm_median": statistics.median(tvm_s),
+            "base_best": min(base_s), "base_median": statistics.median(base_s),
+            "rel_err": err, "base_rel_err": base_err,
+            "flop": flop_count(op, wl), "bytes": moved_bytes(op, wl)}
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed: see numpy.show_config() for the BLAS build"
+    infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "; ".join(f"{i.get('internal_api')} {i.get('version')} kernel={i.get('architecture')} "
+                     f"threads={i.get('num_threads')}" for i in infos) or "no BLAS found"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Before numpy/TVM load: both sides get the same threads. TVM's own default on
+    # x86 is hardware_concurrency/2 (it assumes SMT), one thread on this 2-core VM.
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    pinned = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.get(v)]
+    if pinned:
+        print(f"::warning::{' and '.join(pinned)} set: OpenBLAS runs a slower kernel than it would "
+              "choose; for a fair baseline rerun as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
+              "python benchmarks/bench_kernels.py`")
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from tvmtune_ci.template import import_template
+
+    picks = load_picks(args.knobs)
+    ops = [o for o in args.ops.split(",") if o]
+    clock = nominal_clock_ghz()
+    nominal = args.threads * FMA_PIPES * LANES * 2 * clock if clock else None
+    probe = None if args.no_peak_probe else measured_peak_gflops(args.threads)
+    print(f"numpy {np.__version__}; BLAS: {blas_info()}")
+    print(f"threads: {args.threads} (TVM_NUM_THREADS, OPENBLAS_NUM_THREADS); rounds: {args.rounds}")
+    if nominal:
+        print(f"fp32 peak, nominal: {args.threads} cores x {FMA_PIPES} FMA pipes x {LANES} lanes"
+              f" x 2 flop x {clock:.3f} GHz (/proc/cpuinfo) = {nominal:.0f} GFLOP/s")
+    if probe:
+        print(f"fp32 peak, measured: zmm FMA loop on {args.threads} cores = {probe:.0f} GFLOP/s "
+              f"(= {probe / (args.threads * FMA_PIPES * LANES * 2):.2f} GHz effective clock)")
+    header = (f"{'operator/workload':24} {'config':18} {'TVM ms':>8} {'GFLOP/s':>8} {'%nom':>5} "
+              f"{'%meas':>5} {'base ms':>8} {'x base':>6} {'(median)':>8}  baseline")
+    print(header)
+    rows = []
+    for op in ops:
+        module = import_template(ROOT / "operators" / f"{op}.py", ROOT)
+        for name, wl in module.WORKLOADS.items():
+            knobs = manifest_knobs(op, name)
+            source = "tuned (manifest)"
+            if knobs is None:
+                knobs = picks.get(f"{op}/{name}")
+                source = "untuned hand pick"
+            if knobs is None:
+                print(f"{op + '/' + name:24} no manifest and no hand pick: skipped")
+                continue
+            r = bench_one(op, name, wl, knobs, source, args)
+            rows.append(r)
+            if r["flop"]:
+                gf = r["flop"] / r["tvm_best"] / 1e9
+                rate = f"{gf:8.1f}"
+                pn = f"{100 * gf / nominal:5.0f}" if nominal else "    -"
+                pm = f"{100 * gf / probe:5.0f}" if probe else "    -"
+            else:
+                rate = f"{r['bytes'] / r['tvm_best'] / 1e9:6.1f}GB"
+                pn = pm = "    -"
+            wrong = f"  WRONG: rel err {r['rel_err']:.1e}" if r["rel_err"] > 1e-3 else ""
+            print(f"{op + '/' + name:24} {source:18} {r['tvm_best'] * 1e3:8.3f} {rate} {pn} {pm} "
+                  f"{r['base_best'] * 1e3:8.3f} {r['base_best'] / r['tvm_best']:6.2f} "
+                  f"{r['base_median'] / r['tvm_median']:8.2f}  {r['baseline']}"
+                  f"{wrong}")
+    print("x base: baseline time / TVM time (best rounds; median rounds in parentheses); "
+          "%nom/%meas: share of the nominal/measured fp32 peak")
+    for r in rows:
+        knobs = json.dumps(r["knobs"], sort_keys=True)
+        print(f"  {r['op']}/{r['workload']}: {r['source']}: {knobs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
