@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="idle time before each timed segment, so the other side's spinning "
                         "worker threads have gone to sleep (200 ms)")
     p.add_argument("--knobs", help="JSON (or a file of it): {\"op/workload\": knobs} hand picks")
+    p.add_argument("--wait-idle", type=float, default=120.0,
+                   help="before measuring, wait up to this many seconds for the 1-minute load "
+                        "average to drop below 0.5 (other processes' load is noise) (120)")
     p.add_argument("--no-peak-probe", action="store_true", help="skip the C FMA peak probe")
     return p.parse_args(argv)
 
@@ -342,6 +345,14 @@ def blas_info() -> str:
                      f"threads={i.get('num_threads')}" for i in infos) or "no BLAS found"
 
 
+def wait_idle(limit_s: float) -> float:
+    """Seconds waited (at most limit_s) for the 1-minute load average to drop below 0.5."""
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
+        time.sleep(5)
+    return time.monotonic() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Before numpy/TVM load: both sides get the same threads. TVM's own default on
@@ -363,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     ops = [o for o in args.ops.split(",") if o]
     clock = nominal_clock_ghz()
     nominal = args.threads * FMA_PIPES * LANES * 2 * clock if clock else None
+    waited = wait_idle(args.wait_idle)
+    print(f"waited {waited:.0f} s for an idle machine; 1-minute load {os.getloadavg()[0]:.2f}")
     probe = None if args.no_peak_probe else measured_peak_gflops(args.threads)
     print(f"numpy {np.__version__}; BLAS: {blas_info()}")
     print(f"threads: {args.threads} (TVM_NUM_THREADS, OPENBLAS_NUM_THREADS); rounds: {args.rounds}")

@@ -1,0 +1,288 @@
+"""Search quality: tvmtune-ci's tuner on a template vs stock MetaSchedule on TVM's own space.
+
+    python benchmarks/bench_search.py                    # matmul/m1024, 300 trials each (hours)
+    python benchmarks/bench_search.py --op softmax --workload attn_512 --trials 32
+    python benchmarks/bench_search.py --trials 64 --skip-stock
+
+Both searches get the same budget of measured trials on the same workload:
+
+- tool: `tvmtune_ci.tuner.tune_workload` over the template's knob space (its
+  design spaces and knobs), early stop off so the whole budget is spent;
+- stock: `tvm.s_tir.meta_schedule.tir_integration.tune_tir` on the template's
+  compute with TVM's own auto-scheduled space (`space="post-order-apply"`: the
+  llvm schedule rules), its defaults otherwise, in a fresh process. One fix:
+  TVM 0.27's LocalRunner worker asks for device "llvm", which does not exist, so
+  its initializer maps the target kind to "cpu" (else every stock trial fails).
+
+Printed: the best-so-far curve of each (GFLOP/s by trial), the trials each needs
+to reach 95% of its own final best and of the better of the two finals, and both
+final bests rebuilt and re-measured back to back in this process.
+
+Measurements use --threads cores: TVM_NUM_THREADS is set for both searches' runner
+processes (TVM's default on x86 is half the hardware threads, one on a 2-core VM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+FAILED = 1e9  # MetaSchedule records a failed run as 1e10 s
+
+STOCK_SCRIPT = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+args = json.loads(sys.argv[1])
+import tvm
+from tvm.s_tir import meta_schedule as ms
+from tvmtune_ci.builder import workload_module
+from tvmtune_ci.template import import_template
+
+
+def fix_llvm_device():
+    # LocalRunner worker initializer: tvm.runtime.device("llvm") raises
+    # "Unknown device: llvm" in TVM 0.27; map the target kind to cpu.
+    import tvm.runtime
+
+    orig = tvm.runtime.device
+
+    def device(dev_type, dev_id=0):
+        return orig("cpu" if dev_type in ("llvm", "c") else dev_type, dev_id)
+
+    tvm.runtime.device = device
+
+
+from pathlib import Path
+tmpl = import_template(Path(args["template"]), Path(args["root"]))
+mod = workload_module(tmpl, args["workload"])
+runner = ms.runner.LocalRunner(
+    evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=args["repeat"],
+                                               min_repeat_ms=args["min_repeat_ms"]),
+    initializer=fix_llvm_device,
+)
+t0 = time.perf_counter()
+db = ms.tir_integration.tune_tir(mod, tvm.target.Target(args["target"]), args["work_dir"],
+                                 max_trials_global=args["trials"],
+                                 num_trials_per_iter=args["batch"], space="post-order-apply",
+                                 runner=runner, seed=args["seed"])
+print("STOCK-RESULT " + json.dumps({{"wall_s": time.perf_counter() - t0}}))
+"""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--op", default="matmul", help="operator template in operators/ (matmul)")
+    p.add_argument("--workload", default="m1024", help="one of its WORKLOADS (m1024)")
+    p.add_argument("--trials", type=int, default=300, help="measured trials for each (300)")
+    p.add_argument("--batch", type=int, default=16, help="trials per search batch (16)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--threads", type=int, default=2, help="threads the kernels run on (2)")
+    p.add_argument("--repeat", type=int, default=5, help="time_evaluator repeats per trial (5)")
+    p.add_argument("--min-repeat-ms", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=10, help="re-measurement rounds of the bests")
+    p.add_argument("--work-dir", help="keep the searches' files here (default: a temp dir)")
+    p.add_argument("--wait-idle", type=float, default=120.0,
+                   help="before measuring, wait up to this many seconds for the 1-minute load "
+                        "average to drop below 0.5 (other processes' load is noise) (120)")
+    p.add_argument("--skip-stock", action="store_true")
+    p.add_argument("--skip-tool", action="store_true")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def best_so_far(gflops_by_trial: list[float | None]) -> list[float]:
+    out, best = [], 0.0
+    for g in gflops_by_trial:
+        if g is not None and g > best:
+            best = g
+        out.append(best)
+    return out
+
+
+def trials_to(curve: list[float], level: float) -> int | None:
+    """1-based trial at which the best-so-far first reaches `level` (None: never)."""
+    for i, g in enumerate(curve, 1):
+        if g >= level:
+            return i
+    return None
+
+
+def curve_points(curve: list[float], n: int = 10) -> str:
+    if not curve:
+        return "-"
+    marks = sorted({max(1, round(len(curve) * k / n)) for k in range(1, n + 1)})
+    return "  ".join(f"{t}:{curve[t - 1]:.0f}" for t in marks)
+
+
+def stock_trials(work_dir: Path, flop: float) -> tuple[list[float | None], Any]:
+    """GFLOP/s of each stock trial in the order measured, and the best record's trace JSON."""
+    lines = (work_dir / "database_tuning_record.json").read_text().splitlines()
+    out: list[float | None] = []
+    best, best_s = None, float("inf")
+    for line in lines:
+        _, rec = json.loads(line)
+        trace, run_secs = rec[0], rec[1]
+        secs = [float(x) for x in run_secs or []]
+        if not secs or min(secs) >= FAILED:
+            out.append(None)
+            continue
+        mean = statistics.fmean(secs)
+        out.append(flop / mean / 1e9)
+        if mean < best_s:
+            best, best_s = trace, mean
+    return out, best
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def run_tool(args: argparse.Namespace, template: Any, work_dir: Path) -> Any:
+    from tvmtune_ci.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.tuner import TuneRequest, tune_workload
+
+    req = TuneRequest(
+        template=template, workload_name=args.workload, target=TARGET, trials=args.trials,
+        work_dir=work_dir, batch_size=args.batch, seed=args.seed,
+        early_stop=EarlyStop(patience=0),
+        measure=MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms),
+    )
+    return tune_workload(req)
+
+
+def run_stock(args: argparse.Namespace, work_dir: Path) -> float:
+    payload = json.dumps({
+        "template": str(ROOT / "operators" / f"{args.op}.py"), "root": str(ROOT),
+        "workload": args.workload, "target": TARGET, "trials": args.trials, "batch": args.batch,
+        "seed": args.seed, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms,
+        "work_dir": str(work_dir),
+    })
+    r = subprocess.run([sys.executable, "-c", STOCK_SCRIPT.format(root=str(ROOT)), payload],
+                       capture_output=True, text=True, cwd=ROOT)
+    for line in r.stdout.splitlines():
+        if line.startswith("STOCK-RESULT "):
+            return float(json.loads(line[len("STOCK-RESULT "):])["wall_s"])
+    raise SystemExit(f"stock run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n"
+                     f"{r.stderr[-3000:]}")
+
+
+def build_stock_best(template: Any, workload: str, trace_json: Any) -> Any:
+    """The stock best, replayed on the workload and post-processed as tune_tir measured it."""
+    import tvm
+
+    from tvmtune_ci.builder import apply_postprocs, workload_module
+
+    sch = tvm.s_tir.Schedule(workload_module(template, workload))
+    tvm.s_tir.schedule.Trace.apply_json_to_schedule(trace_json, sch)
+    apply_postprocs(sch, TARGET)
+    return tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
+
+
+def remeasure(template: Any, workload: str, exes: dict[str, Any], rounds: int) -> dict[str, float]:
+    """Best round (seconds) of each executable, measured in interleaved rounds."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from tvmtune_ci.builder import workload_module
+
+    mod = workload_module(template, workload)
+    rng = np.random.default_rng(1)
+    dev = tvm.cpu()
+    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
+              for a in ArgInfo.from_prim_func(mod["main"])]
+    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+    times: dict[str, list[float]] = {k: [] for k in exes}
+    for _ in range(rounds):
+        for name, exe in exes.items():
+            time.sleep(0.1)  # the other kernel's idle workers stop spinning
+            ev = exe.mod.time_evaluator(exe.mod.entry_name, dev, number=1, repeat=5,
+                                        min_repeat_ms=50)
+            times[name].append(min(float(x) for x in ev(*tensors).results))
+    return {k: min(v) for k, v in times.items()}
+
+
+def wait_idle(limit_s: float) -> float:
+    """Seconds waited (at most limit_s) for the 1-minute load average to drop below 0.5."""
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
+        time.sleep(5)
+    return time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by both runners' workers
+    sys.path.insert(0, str(ROOT))
+    from tvmtune_ci.builder import build_config, workload_module
+    from tvmtune_ci.measure import flop_count
+    from tvmtune_ci.template import import_template, space_size
+
+    template = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
+    if args.workload not in template.WORKLOADS:
+        raise SystemExit(f"{args.op} has no workload {args.workload!r}; "
+                         f"it has {', '.join(template.WORKLOADS)}")
+    per_space, n_spaces = space_size(template.KNOBS, template.WORKLOADS[args.workload])
+    flop = flop_count(workload_module(template, args.workload))
+    base = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_search-"))
+    print(f"{args.op}/{args.workload}: {flop / 1e9:.3f} GFLOP; template space {per_space} points x "
+          f"{n_spaces} design spaces; {args.trials} trials each, batch {args.batch}, seed "
+          f"{args.seed}, {args.threads} threads; work dir {base}", flush=True)
+
+    curves: dict[str, list[float]] = {}
+    exes: dict[str, Any] = {}
+    if not args.skip_tool:
+        t0 = time.perf_counter()
+        out = run_tool(args, template, base / "tool")
+        wall = time.perf_counter() - t0
+        by_trial: list[float | None] = [None] * out.trials.run
+        for trial, g in out.curve:  # (1-based trial, best-so-far GFLOP/s)
+            if 1 <= trial <= len(by_trial):
+                by_trial[trial - 1] = g
+        curves["tool"] = best_so_far(by_trial)
+        print(f"tool:  {out.trials.run} trials ({out.trials.valid} valid, {out.trials.failed} "
+              f"failed) in {wall:.0f} s; best {json.dumps(out.best.knobs, sort_keys=True)}",
+              flush=True)
+        exes["tool"] = build_config(template, args.workload, TARGET, out.best.knobs)
+    if not args.skip_stock:
+        wall = run_stock(args, base / "stock")
+        per_trial, best_trace = stock_trials(base / "stock", flop)
+        curves["stock"] = best_so_far(per_trial)
+        valid = sum(g is not None for g in per_trial)
+        print(f"stock: {len(per_trial)} trials ({valid} valid) in {wall:.0f} s", flush=True)
+        if best_trace is not None:
+            exes["stock"] = build_stock_best(template, args.workload, best_trace)
+
+    finals = {k: c[-1] for k, c in curves.items() if c}
+    top = max(finals.values(), default=0.0)
+    print("\nbest-so-far GFLOP/s by trial (as measured during the search):")
+    for name, c in curves.items():
+        print(f"  {name:5} {curve_points(c)}")
+    print(f"\n{'search':6} {'final GF/s':>10} {'to 95% own':>11} {'to 95% best':>12}")
+    for name, c in curves.items():
+        own, both = trials_to(c, 0.95 * finals[name]), trials_to(c, 0.95 * top)
+        print(f"{name:6} {finals[name]:10.1f} {own or '-':>11} {both or 'never':>12}")
+    if exes:
+        waited = wait_idle(args.wait_idle)
+        print(f"\nwaited {waited:.0f} s for an idle machine; load now {os.getloadavg()[0]:.2f}")
+        got = remeasure(template, args.workload, exes, args.rounds)
+        print("\nfinal bests rebuilt and re-measured back to back: " + ", ".join(
+            f"{k} {v * 1e3:.3f} ms = {flop / v / 1e9:.1f} GFLOP/s" for k, v in got.items()))
+        if "tool" in got and "stock" in got:
+            print(f"tool / stock speed: {got['stock'] / got['tool']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
