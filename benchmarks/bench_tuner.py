@@ -15,11 +15,6 @@ model, JSON database. The stock run is a fresh Python process, so its one-time
 costs (the ~30 s `tvm.s_tir.tensor_intrin` import in `TuneContext`) count, as they
 would in CI.
 
-One fix is applied to the stock run: in TVM 0.27 with tvm-ffi 0.1.14,
-`LocalRunner`'s worker calls `tvm.runtime.device("llvm", 0)`, which raises
-"Unknown device: llvm", so every stock trial fails in ~1 ms and measures nothing.
-The runner's worker `initializer` maps the target kind to the "cpu" device.
-
 Figures printed: wall time and trials per minute of each, the ratio; the floor
 (compile time + measured run time per trial, both measured in our run); our
 per-trial time against it; time from the start of `tune_workload` to the first
@@ -73,20 +68,6 @@ import tvm.s_tir.tensor_intrin  # what TuneContext.__init__ does first
 t_intrin = time.perf_counter() - start
 from tvm.s_tir import meta_schedule as ms
 from benchmarks.bench_tuner import bench_template
-
-
-def fix_llvm_device():
-    # LocalRunner worker initializer (pickled by value from __main__):
-    # tvm.runtime.device("llvm") raises "Unknown device: llvm"; map it to cpu.
-    import tvm.runtime
-
-    orig = tvm.runtime.device
-
-    def device(dev_type, dev_id=0):
-        return orig("cpu" if dev_type in ("llvm", "c") else dev_type, dev_id)
-
-    tvm.runtime.device = device
-
 from tvmtune_ci.builder import make_postprocs, workload_module
 from tvmtune_ci.tuner import _Space, make_mutators
 
@@ -95,38 +76,38 @@ wl = tmpl.WORKLOADS[args["workload"]]
 mod = workload_module(tmpl, args["workload"])
 space = ms.space_generator.ScheduleFn(_Space(tmpl, wl), sch_rules=[], postprocs=make_postprocs(),
                                       mutator_probs=make_mutators(tmpl.KNOBS, args["seed"]))
-runner_args = dict(
+runner = ms.runner.LocalRunner(
     evaluator_config=ms.runner.EvaluatorConfig(number=args["number"], repeat=args["repeat"],
                                                min_repeat_ms=args["min_repeat_ms"]),
 )
-if args["fix_device"]:
-    runner_args["initializer"] = fix_llvm_device
-runner = ms.runner.LocalRunner(**runner_args)
 with ms.Profiler() as prof:
     db = ms.tir_integration.tune_tir(mod, tvm.target.Target(args["target"]), args["work_dir"],
                                      max_trials_global=args["trials"], space=space,
                                      runner=runner, seed=args["seed"])
 wall = time.perf_counter() - start
-records = db.get_all_tuning_records()
-valid = [r for r in records if r.run_secs and float(r.run_secs[0]) < 1e9]
+# The best record as the JSONDatabase wrote it (TuningRecord.as_json() cannot convert
+# an IndexMap in a trace).
+lines = [json.loads(x) for x in open(args["work_dir"] + "/database_tuning_record.json")]
+recs = [rec for _, rec in lines]
+valid = [r for r in recs if r[1] and float(r[1][0]) < 1e9]
+
+
 def mean(r):
-    return sum(float(x) for x in r.run_secs) / len(r.run_secs)
+    return sum(float(x) for x in r[1]) / len(r[1])
 
 
 best = min(valid, key=mean) if valid else None
 print("STOCK-RESULT " + json.dumps({{
     "import_s": t_import, "intrin_import_s": t_intrin, "wall_s": wall,
-    "trials": len(records), "valid": len(valid),
+    "trials": len(recs), "valid": len(valid),
     "best_latency_s": mean(best) if best else None,
-    "best_trace": best.as_json()[0] if best else None,
+    "best_trace": best[0] if best else None,
     "profile": {{str(k): float(v) for k, v in prof.get().items()}},
 }}))
 """
 
 
-def run_stock(
-    args: argparse.Namespace, target: dict[str, Any], work_dir: Path, fix_device: bool = True
-) -> dict[str, Any]:
+def run_stock(args: argparse.Namespace, target: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     payload = json.dumps(
         {
             "workload": args.workload,
@@ -137,7 +118,6 @@ def run_stock(
             "repeat": args.repeat,
             "min_repeat_ms": args.min_repeat_ms,
             "work_dir": str(work_dir),
-            "fix_device": fix_device,
         }
     )
     r = subprocess.run(
@@ -178,11 +158,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-cv", type=float, default=0.05)
     p.add_argument("--mcpu", default=None, help="default: this machine's CPU")
     p.add_argument("--skip-stock", action="store_true")
-    p.add_argument(
-        "--stock-as-shipped",
-        action="store_true",
-        help="also run stock without the LocalRunner fix (every trial fails: builder-bound)",
-    )
     p.add_argument(
         "--wait-idle",
         type=float,
@@ -362,15 +337,6 @@ def main(argv: list[str] | None = None) -> int:
         f"time per trial beyond the floor: ours {_ms(ours_over)}, stock {_ms(stock_over)} "
         f"= {stock_over / max(ours_over, 1e-9):.1f}x less"
     )
-    if args.stock_as_shipped:
-        print("\n## stock as shipped (no LocalRunner fix; fresh process)", flush=True)
-        raw = run_stock(args, target, scratch / "stock-raw", fix_device=False)
-        raw_tpm = raw["trials"] / raw["wall_s"] * 60
-        print(
-            f"wall {raw['wall_s']:.1f} s for {raw['trials']} trials ({raw['valid']} valid: the "
-            f"runner fails each in ms); trials per minute {raw_tpm:.1f}; ours / it = "
-            f"{ours_tpm / raw_tpm:.1f}x"
-        )
     if stock["best_trace"] is None:
         print("stock found no valid configuration")
         return 0

@@ -178,6 +178,16 @@ def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> Non
     infos = design_space_infos(template, "m64")
     for r in out.records:
         assert decode_knobs(r["record"][0], infos, template.KNOBS)[1] == r["knobs"]
+    # A fixed configuration's (unsimplified) trace decodes too.
+    fixed = {
+        "tile_i": [8, 8],
+        "tile_j": [2, 32],
+        "tile_k": [8, 8],
+        "unroll": 16,
+        "write_cache": False,
+    }
+    trace = schedule_config(template, "m64", fixed, TARGET).trace.as_json()
+    assert decode_knobs(trace, infos, template.KNOBS) == (1, fixed)
     for r in out.records[::5]:
         db = ms().database.MemoryDatabase()
         wl = db.commit_workload(workload_module(template, "m64"))
@@ -332,3 +342,16 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert out.trials.run == 24 and len(out.records) == 24  # the budget counts the resumed trials
     assert [r["trial"] for r in out.records] == list(range(1, 25))
     assert len({json.dumps(r["knobs"], sort_keys=True) for r in out.records}) == 24
+
+
+def test_trace_json_is_compared_in_one_canonical_form() -> None:
+    """Python's Trace.as_json and the JSONDatabase file spell some values differently."""
+    from tvmtune_ci.tuner import _plain
+
+    db_side = [
+        "TransformLayout",
+        ["b1", '{\n  "root_index": 1,\n  "nodes": []\n}'],
+        [0, 1, None, False],
+    ]
+    py_side = ["TransformLayout", ["b1", '{"nodes":[],"root_index":1}'], [0, True, None, 0]]
+    assert _plain(db_side) == _plain(py_side)

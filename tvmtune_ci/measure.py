@@ -198,6 +198,12 @@ def evaluator_args(measure: MeasureOptions) -> tuple[int, int, int, bool]:
     return number, measure.repeat, measure.min_repeat_ms, measure.enable_cpu_cache_flush
 
 
+def device_type(target: Any) -> str:
+    """The runtime device a target's kernels run on ("llvm" and "c" -> "cpu")."""
+    kind = str(target.kind.name)
+    return "cpu" if kind in ("llvm", "c") else kind
+
+
 def _worker_ping() -> bool:
     import tvm  # noqa: F401 - warms the worker up
 
@@ -206,7 +212,7 @@ def _worker_ping() -> bool:
 
 def _worker_measure(
     artifact_path: str,
-    device_type: str,
+    device: str,
     args_info: list[Any],
     number: int,
     repeat: int,
@@ -222,8 +228,8 @@ def _worker_measure(
     t0 = _time.perf_counter()
     rt_mod = tvm.runtime.load_module(artifact_path)
     t1 = _time.perf_counter()
-    # A target kind is not a device name ("llvm" -> cpu).
-    dev = tvm.runtime.device("cpu" if device_type in ("llvm", "c") else device_type, 0)
+    # A target kind is not a device name: tvm.runtime.device("llvm") raises.
+    dev = tvm.runtime.device("cpu" if device in ("llvm", "c") else device, 0)
     args = default_alloc_argument(dev, args_info, 1)[0]
     evaluator = rt_mod.time_evaluator(
         rt_mod.entry_name or "main",
@@ -353,7 +359,7 @@ def run_schedule(
         try:
             args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             (fut,) = runner.run(
-                [ms.runner.RunnerInput(built.artifact_path, tgt.kind.name, args_info)]
+                [ms.runner.RunnerInput(built.artifact_path, device_type(tgt), args_info)]
             )
             res = fut.result()
         finally:

@@ -51,6 +51,7 @@ from .errors import TemplateError, TuningError
 from .manifest import Measured, Trials
 from .measure import (
     check_correct,
+    device_type,
     flop_count,
     full_knobs,
     gflops,
@@ -158,12 +159,24 @@ class SpaceInfo:
     structure: dict[str, Any]
     signature: str  # canonical JSON of the simplified design-space instructions
     sample_knobs: tuple[str, ...]  # the knob each sampling instruction belongs to, in order
+    # The same for the unsimplified trace (what a fixed configuration's schedule records).
+    full_signature: str = ""
+    full_sample_knobs: tuple[str, ...] = ()
 
 
 def _plain(obj: Any) -> Any:
-    """TVM JSON-ish values (FloatImm, IntImm, bool) as plain JSON numbers."""
+    """A trace's JSON in one canonical form, whichever way it was produced.
+
+    `Trace.as_json()` in Python and the JSONDatabase file differ in small ways: FloatImm
+    objects vs numbers, bools vs 0/1, an IndexMap's JSON graph compact vs indented.
+    """
     if isinstance(obj, bool):
         return int(obj)
+    if isinstance(obj, str) and obj[:1] == "{":
+        try:  # an embedded JSON document (IndexMap): canonical whitespace
+            return json.dumps(json.loads(obj), sort_keys=True, separators=(",", ":"))
+        except ValueError:
+            return obj
     if isinstance(obj, (int, float, str)) or obj is None:
         return obj
     if isinstance(obj, (list, tuple)):
@@ -215,7 +228,14 @@ def space_info(
             raise TemplateError(
                 f"design space {dict(structure)}: cannot name a sampling instruction"
             )
-    return SpaceInfo(index, dict(structure), _signature(simplified.as_json()[0]), tuple(names))
+    return SpaceInfo(
+        index,
+        dict(structure),
+        _signature(simplified.as_json()[0]),
+        tuple(names),
+        _signature(_cut_postproc(sch.trace.as_json()[0])),
+        tuple(order),
+    )
 
 
 def decode_knobs(
@@ -223,26 +243,30 @@ def decode_knobs(
 ) -> tuple[int, dict[str, Any]]:
     """(design space index, knob values by name) of a trace's JSON (`[insts, decisions]`).
 
-    The instructions before `EnterPostproc` identify the design space (they are its
-    simplified trace replayed; two structural choices that schedule identically are the
-    same program and decode as the first); the decisions of its sampling instructions, in order,
-    are the knobs `SpaceInfo.sample_knobs` names. Split -> the factors; categorical ->
-    the candidate its index picks; structural -> the design space's choice. Knobs the
-    trace does not decide (sampled but unused) are absent; `full_knobs` fills defaults.
+    The instructions before `EnterPostproc` identify the design space: a searched trace
+    replays the design space's simplified trace, a fixed configuration's schedule
+    (`schedule_config`) records the unsimplified one. Two structural choices that
+    schedule identically are one program and decode as the first. The decisions of the
+    sampling instructions, in order, are the knobs the design space sampled: split -> the
+    factors; categorical -> the candidate its index picks; structural -> the design
+    space's choice. Knobs the trace does not decide (sampled but unused) are absent;
+    `full_knobs` fills in their defaults.
     """
     insts, decisions = trace_json[0], trace_json[1]
     pre = _cut_postproc(insts)
     sig = _signature(pre)
-    space = next((s for s in spaces if s.signature == sig), None)
-    if space is None:
+    found = [(s, s.sample_knobs) for s in spaces if s.signature == sig]
+    found += [(s, s.full_sample_knobs) for s in spaces if s.full_signature == sig]
+    if not found:
         raise TuningError(
-            "a trace matches no design space of the template (was the template changed mid-run?)"
+            "a trace matches no design space of the template (was the template changed since?)"
         )
+    space, sample_knobs = found[0]
     decided = {int(i): d for i, d in decisions}
     positions = [i for i, inst in enumerate(pre) if inst[0] in SAMPLE_KINDS]
     decls = {k.name: k for k in knobs}
     out: dict[str, Any] = dict(space.structure)
-    for pos, name in zip(positions, space.sample_knobs, strict=False):
+    for pos, name in zip(positions, sample_knobs, strict=False):
         decl, d = decls[name], _plain(decided.get(pos))
         if d is None:
             continue
@@ -479,7 +503,7 @@ def _run_candidate(cand: Any, target: Any, builder: Any, runner: Any, ms: Any) -
     if built.error_msg:
         return ms.runner.RunnerResult(None, str(built.error_msg))
     try:
-        inp = ms.runner.RunnerInput(built.artifact_path, target.kind.name, cand.args_info)
+        inp = ms.runner.RunnerInput(built.artifact_path, device_type(target), cand.args_info)
         (fut,) = runner.run([inp])
         return fut.result()
     finally:
