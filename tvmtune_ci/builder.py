@@ -260,6 +260,7 @@ def _builder_class() -> Any:
             super().__init__()
             self.artifact_dir = artifact_dir or tempfile.mkdtemp(prefix="tvmtune-artifacts-")
             self._own_dir = artifact_dir is None
+            os.makedirs(self.artifact_dir, exist_ok=True)
             self._count = 0
             self.compile_s: list[float] = []
             self.export_s: list[float] = []

@@ -826,7 +826,9 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         return now
 
     runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
-    builder = make_builder()
+    # Built libraries live in work_dir (each is deleted once measured), so a killed run
+    # leaves nothing behind that the caller's removal of work_dir does not remove.
+    builder = make_builder(str(Path(req.work_dir) / "artifacts"))
     try:
         check_correct(template, name, req.target)  # 1
         t = lap("correctness_s", t_start)
