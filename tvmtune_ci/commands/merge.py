@@ -1,0 +1,22 @@
+"""`tvmtune-ci merge`: one log from logs measured on several devices of one target."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..fsutil import atomic_write_text
+from ..merge import merge_logs, render
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("logs", nargs="+", metavar="LOG", type=Path, help="tuning logs (tvmtune-ci format 1) of one operator and target")
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="PATH", help="where to write the merged log")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = merge_logs(args.logs)
+    atomic_write_text(args.output, render(result))
+    print(f"merged {len(args.logs)} logs of {result.log['operator']}: {result.records_in} records -> "
+          f"{result.records_out} configurations ({result.replaced} measured more than once, the faster kept) -> {args.output}")
+    return 0
