@@ -60,7 +60,7 @@ HAND_PICKS: dict[str, dict[str, Any]] = {
     "dense/bert_ffn2": {"accumulate": "register", "pack_b": "global",
                         "tile_i": [16, 8], "tile_j": [24, 1, 2], "tile_k": [12, 16]},
     "conv2d/resnet50_3x3": {"pad": "stage", "tile_k": [16, 4], "tile_h": [14, 4],
-                            "tile_w": [4, 14], "tile_c": [4, 16], "unroll": 64},
+                            "tile_w": [4, 14], "unroll": 64},
     "softmax/attn_512": {"exp_mode": "store", "tile_r": [8192, 1], "acc_max": [16, 2],
                          "acc_sum": [16, 2], "unroll": 0},
     "softmax/vocab_32k": {"exp_mode": "store", "tile_r": [16, 4], "acc_max": [250, 8],

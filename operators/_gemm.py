@@ -13,9 +13,11 @@ the 16 fp32 lanes of a zmm register) updated once per k by `mr` broadcasts of A,
                 micro-panel (kc x nr) stays in L1 across the i1 loop; the C tile
                 is updated in memory once per kc block
 
-`pack_b` copies the B panel an outer tile needs into a contiguous buffer first
-(for a [N, K] weight it also transposes it to [k, j]), removing the 4 KiB-stride
-cache-set conflicts of walking B down k.
+`pack_b` removes the 4 KiB-stride cache-set conflicts of walking B down k (and,
+for a [N, K] weight, the strided loads along N): "tile" copies the B panel one
+parallel tile needs into a compact buffer inside that tile (cache-hot, but once
+per row tile); "global" copies B once, in a parallel pass, into 16-lane column
+panels [N/16, K, 16] (each zmm load one cache line); "none" reads B in place.
 
 Every dimension is padded to a multiple of 16 (`sch.pad_einsum`) when it is not
 one already, so awkward sizes (1000, the prime 1021) tile like their round

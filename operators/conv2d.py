@@ -31,8 +31,6 @@ KNOBS = [
     define_split("tile_h", "(H + 2*pad - R)//stride + 1", parts=2, max_factor=4),
     # output columns: parallel tiles x vector lanes (56: three zmm and a ymm)
     define_split("tile_w", "(W + 2*pad - S)//stride + 1", parts=2, max_factor=64),
-    # input channels: outer x inner reduction steps
-    define_split("tile_c", "C", parts=2, max_factor=64),
     define_knob("unroll", [0, 16, 64]),
     define_structure("pad", ["stage", "inline"]),
 ]
@@ -89,8 +87,7 @@ def schedule(sch, cfg) -> None:
     k0, k1 = cfg.split(sch, k, "tile_k")
     h0, h1 = cfg.split(sch, h, "tile_h")
     w0, w1 = cfg.split(sch, w, "tile_w")
-    c0, c1 = cfg.split(sch, c, "tile_c")
-    sch.reorder(n, k0, h0, w0, c0, c1, r, s, k1, h1, w1)
+    sch.reorder(n, k0, h0, w0, c, r, s, k1, h1, w1)
     outer = sch.fuse(n, k0, h0, w0)
     sch.parallel(outer)
 
@@ -101,10 +98,10 @@ def schedule(sch, cfg) -> None:
     sch.vectorize(w1)
     sch.unroll(h1)
     sch.unroll(k1)
-    init = sch.decompose_reduction(conv, c0)
+    init = sch.decompose_reduction(conv, c)
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.annotate(c1, "pragma_auto_unroll_max_step", cfg.knob(sch, "unroll"))
-    sch.annotate(c1, "pragma_unroll_explicit", 1)
+    sch.annotate(c, "pragma_auto_unroll_max_step", cfg.knob(sch, "unroll"))
+    sch.annotate(c, "pragma_unroll_explicit", 1)
 
     data_pad = sch.get_sblock("data_pad")
     if cfg["pad"] == "inline":

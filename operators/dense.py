@@ -28,7 +28,7 @@ KNOBS = [
     # k in steps of 16: K/kc x kc/16
     define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32),
     define_structure("accumulate", ["register", "memory"]),
-    define_structure("pack_b", ["tile", "global", "none"]),
+    define_structure("pack_b", ["tile", "global"]),
 ]
 
 

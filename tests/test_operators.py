@@ -45,8 +45,7 @@ SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
               {"tile_i": [4, 8], "tile_j": [2, 1, 2], "tile_k": [1, 3]}),
     "conv2d": ({"N": 1, "C": 8, "H": 10, "W": 12, "K": 8, "R": 3, "S": 3, "pad": 1, "stride": 1,
                 "dtype": "float32"},
-               {"tile_k": [2, 4], "tile_h": [5, 2], "tile_w": [1, 12], "tile_c": [2, 4],
-                "unroll": 16}),
+               {"tile_k": [2, 4], "tile_h": [5, 2], "tile_w": [1, 12], "unroll": 16}),
     "softmax": ({"R": 12, "N": 128, "dtype": "float32"},
                 {"tile_r": [3, 4], "acc_max": [2, 4], "acc_sum": [4, 2], "unroll": 16}),
 }
