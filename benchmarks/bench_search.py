@@ -1,6 +1,6 @@
 """Search quality: tvmtune-ci's tuner on a template vs stock MetaSchedule on TVM's own space.
 
-    python benchmarks/bench_search.py                    # matmul/m1024, 300 trials each (hours)
+    python benchmarks/bench_search.py                    # matmul/m1024, 300 trials each (~30 min)
     python benchmarks/bench_search.py --op softmax --workload attn_512 --trials 32
     python benchmarks/bench_search.py --trials 64 --skip-stock
 
