@@ -12,6 +12,7 @@ command's business: steps report through the `say` callback.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,14 @@ class RetuneResult:
 
     def speedups(self) -> dict[str, float]:
         return {w: r.speedup for w, r in self.manifest.results.items()}
+
+
+def measure_threads(target: TargetConfig) -> int | None:
+    """Threads a local measurement uses: the target's num-cores (None: TVM's default)."""
+    cores = target.target.get("num-cores")
+    if target.rpc is not None or not isinstance(cores, int) or cores < 1:
+        return None
+    return cores
 
 
 def can_reuse_previous(entry: Entry) -> bool:
@@ -86,6 +95,12 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
 
     root = config.root
     path = root / entry.template_file
+    threads = measure_threads(target)
+    if threads is not None:
+        # TVM sizes its thread pool from TVM_NUM_THREADS, else half the cores it
+        # sees (it assumes hyper-threading): a 2-core runner would tune on one
+        # thread. The measuring worker inherits this when it starts.
+        os.environ["TVM_NUM_THREADS"] = str(threads)
     decl = read_template(path)
     module = import_template(path, root)
     fp = fingerprint_template(path, root)
@@ -140,7 +155,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
         dependencies=dict(fp.dependencies), workloads=decl.workloads,
         tvm_version=installed_tvm_version(), tuned_on=date, seed=seed,
         trials=trials_by_wl, results=results,
-        measure={k: v for k, v in vars(config.measure).items()},
+        measure={**vars(config.measure), "threads": threads or "TVM default"},
         template_file=entry.template_file, template_commit=_git_commit_of(root, path),
         host=host,
     ), data
