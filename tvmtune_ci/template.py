@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from .errors import TemplateError
 
@@ -74,7 +74,7 @@ class Structural:
     kind = "structural"
 
 
-Knob = Union[Split, Categorical, Structural]
+Knob = Split | Categorical | Structural
 
 
 def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int = 64) -> Split:
@@ -187,7 +187,7 @@ def count_perfect_tiles(extent: int, parts: int, max_innermost: int) -> int:
 def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
     """Every combination of structural choices; one MetaSchedule design space each."""
     structural = [k for k in knobs if isinstance(k, Structural)]
-    return [dict(zip([k.name for k in structural], combo)) for combo in itertools.product(*(k.candidates for k in structural))]
+    return [dict(zip([k.name for k in structural], combo, strict=True)) for combo in itertools.product(*(k.candidates for k in structural))]
 
 
 def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> tuple[int, int]:

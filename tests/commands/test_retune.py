@@ -7,7 +7,6 @@ work on copies of that repository.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -16,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import commit_all, git, git_env, make_repo, run_cli
 
 tvm = pytest.importorskip("tvm")

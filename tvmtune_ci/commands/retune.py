@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         with ci.group(f"re-tune {e.operator} on {e.target}"):
             bars: list[Progress] = []
 
-            def progress(label: str) -> Progress:
+            def progress(label: str, bars: list[Progress] = bars) -> Progress:
                 bars.append(Progress(label))
                 return bars[-1]
 
