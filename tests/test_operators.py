@@ -32,7 +32,12 @@ from tvmtune_ci.template import (
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATORS = ROOT / "operators"
-TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+# This host's CPU, not the repo's tuning target: CI may run on another x86 CPU,
+# and code built for a CPU the host lacks dies with SIGILL.
+def _host_target() -> dict[str, Any]:
+    import tvm
+
+    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2}
 # Points per design space: enough to be worth a search, few enough for 300 trials.
 MIN_SPACE, MAX_SPACE = 100, 5000
 
@@ -92,7 +97,7 @@ def build_and_compare(module: Any, workload: dict[str, Any], cfg: Knobs, seed: i
     func = call_with_workload(module.compute, workload)
     sch = tvm.s_tir.Schedule(func, seed=seed)
     module.schedule(sch, cfg)
-    exe = tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
+    exe = tvm.compile(sch.mod, target=tvm.target.Target(_host_target()))
     rng = np.random.default_rng(seed)
     arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
               for a in ArgInfo.from_prim_func(func)]
