@@ -58,6 +58,7 @@ from .measure import (
     make_runner,
     measure_baseline,
     measure_config,
+    rpc_failure,
     verify,
 )
 from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
@@ -130,8 +131,10 @@ class TuneRequest:
 class TuneOutcome:
     workload_name: str
     # One dict per measured trial, in trial order: {"trial", "batch", "space", "knobs",
-    # "latency_s" (None if failed), "error" (None if valid), "record" (TuningRecord JSON
-    # as JSONDatabase writes it)}. records.write_log turns these into the log entry.
+    # "latency_s" (None if failed), "error" (None if valid), "device" (who measured it:
+    # "local", an RPC server's "host:port", None if it never reached one), "record"
+    # (TuningRecord JSON as JSONDatabase writes it)}. records.write_log turns these
+    # into the log entry.
     records: list[dict[str, Any]]
     best: Measured  # re-measured next to `baseline`
     baseline: Measured
@@ -144,8 +147,12 @@ class TuneOutcome:
     workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
     flop: float = 0.0
     # Timings and counts (seconds): correctness_s, baseline_s, setup_s, first_trial_s,
-    # search_s, verify_s, total_s, compile_s, export_s, load_s, eval_s, resumed.
+    # search_s, verify_s, total_s, compile_s, export_s, load_s, eval_s, resumed,
+    # devices_used (distinct devices that measured a valid trial), device_retries (RPC
+    # measurements measured again after their device failed).
     stats: dict[str, float] = field(default_factory=dict)
+    # The devices that measured a valid trial, sorted ("local" or RPC "host:port").
+    devices: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- design spaces
@@ -385,7 +392,8 @@ class _Space:
 
 
 def request_fingerprint(req: TuneRequest) -> str:
-    """What must match for a work_dir's trials to be reused."""
+    """What must match for a work_dir's trials to be reused (over RPC also the device
+    key; not the tracker's address or the number of devices)."""
     try:
         source = inspect.getsource(req.template)
     except (OSError, TypeError):
@@ -406,6 +414,8 @@ def request_fingerprint(req: TuneRequest) -> str:
             req.measure.enable_cpu_cache_flush,
         ],
     }
+    if req.rpc is not None:  # trials measured on other hardware are not resumed
+        payload["rpc_key"] = req.rpc.key
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -497,17 +507,30 @@ def _rand_state(seed: int, done: int) -> int:
     return max(1, (seed + done) % (2**31 - 1))
 
 
-def _run_candidate(cand: Any, target: Any, builder: Any, runner: Any, ms: Any) -> Any:
-    """Build one candidate in-process and measure it: a RunnerResult."""
-    (built,) = builder.build([ms.builder.BuilderInput(cand.sch.mod, target)])
-    if built.error_msg:
-        return ms.runner.RunnerResult(None, str(built.error_msg))
+def _run_batch(
+    cands: Sequence[Any], target: Any, builder: Any, runner: Any, ms: Any
+) -> list[tuple[Any, str | None, bool]]:
+    """Build every candidate in-process, then give all that built to the runner at once
+    (an RPC runner measures them on its devices in parallel). Per candidate, in order:
+    (RunnerResult, the device that measured it or None, whether it reached the runner)."""
+    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+    out: list[tuple[Any, str | None, bool]] = [
+        (ms.runner.RunnerResult(None, str(b.error_msg)), None, False) for b in built
+    ]
+    todo = [i for i, b in enumerate(built) if not b.error_msg]
     try:
-        inp = ms.runner.RunnerInput(built.artifact_path, device_type(target), cand.args_info)
-        (fut,) = runner.run([inp])
-        return fut.result()
+        inputs = [
+            ms.runner.RunnerInput(built[i].artifact_path, device_type(target), cands[i].args_info)
+            for i in todo
+        ]
+        futures = runner.run(inputs) if inputs else []
+        for i, inp, fut in zip(todo, inputs, futures, strict=True):
+            result = fut.result()
+            out[i] = (result, runner.device_of(str(inp.artifact_path)), True)
     finally:
-        remove_artifact(built.artifact_path)
+        for b in built:
+            remove_artifact(b.artifact_path)
+    return out
 
 
 def _ok(result: Any) -> bool:
@@ -698,10 +721,20 @@ class Search:
         """Build and run one batch, tell the strategy and the cost model, commit, journal."""
         ms, req = self.ms, self.req
         cands = [c for c, _, _ in picked]
-        results = []
-        for c in cands:
-            results.append(_run_candidate(c, self.target, self.builder, self.runner, ms))
-            self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
+        measured = _run_batch(cands, self.target, self.builder, self.runner, ms)
+        self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
+        results = [r for r, _, _ in measured]
+        ran = [r for r, _, reached in measured if reached]
+        if req.rpc is not None and ran and not any(_ok(r) for r in ran):
+            # Nothing reached a device and came back: lost or hung devices, or sessions
+            # too short. Stop (the journal keeps the batches before) rather than finish
+            # with a log of failures.
+            raise rpc_failure(
+                req.rpc,
+                [str(r.error_msg) for r in ran],
+                f"{req.template.__name__}/{self.name}: all {len(ran)} measurements of a batch "
+                f"(after {self.done} trials)",
+            )
         self.ctx.notify_runner_results(cands, results)
         ok = [(c, r) for c, r in zip(cands, results, strict=True) if _ok(r)]
         if ok:
@@ -723,7 +756,7 @@ class Search:
         self.batches += 1
         batch = max((e["batch"] for e in self.journal.trials), default=0) + 1
         entries = []
-        for (_, sidx, kv), r, line in zip(picked, results, lines, strict=True):
+        for (_, sidx, kv), (r, device, _), line in zip(picked, measured, lines, strict=True):
             err = None if _ok(r) else str(r.error_msg or "no measurement")
             latency = None if err else statistics.fmean(float(x) for x in r.run_secs)
             trial = self.done + len(entries) + 1
@@ -735,6 +768,7 @@ class Search:
                     "knobs": kv,
                     "latency_s": latency,
                     "error": err,
+                    "device": device,
                     "record": line[1],
                 }
             )
@@ -868,6 +902,9 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         )
     ]
     failed = sum(e["error"] is not None for e in entries)
+    devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
+    stats["devices_used"] = float(len(devices))
+    stats["device_retries"] = float(len(getattr(runner, "retries", None) or ()))
     stats["total_s"] = time.perf_counter() - t_start
     return TuneOutcome(
         workload_name=name,
@@ -890,4 +927,5 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         workload_json=list(search.workload_json),
         flop=flop,
         stats=stats,
+        devices=devices,
     )

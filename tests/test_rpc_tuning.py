@@ -1,0 +1,307 @@
+"""Tuning through RPC devices: a real tracker and real `rpc_server` processes on
+127.0.0.1 (tests/rpcfleet.py), the small matmul of tests/commands/test_retune.py.
+
+Both servers share this machine's cores, so the latencies are only fit to pick a
+winner among themselves; what is checked is who measured what and how the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from conftest import commit_all, make_repo, run_cli
+from rpcfleet import DEFAULT_KEY, RpcFleet, rpc_fleet  # noqa: F401 - the fixture
+
+from tvmtune_ci.config import MeasureOptions, RpcRunner
+from tvmtune_ci.errors import DeviceError, TuningError
+from tvmtune_ci.tuner import BatchEvent, TuneOutcome, TuneRequest, tune_workload
+
+tvm = pytest.importorskip("tvm")
+
+HOST_MCPU = str(tvm.target.codegen.llvm_get_system_cpu())
+TARGET = {"kind": "llvm", "mcpu": HOST_MCPU}
+FAST = MeasureOptions(repeat=3, min_repeat_ms=5, max_cv=1.0)
+
+# The 64x64 matmul of tests/commands/test_retune.py.
+SMALL_MM = """\
+import numpy as np
+from tvmtune_ci.template import define_knob, define_split, define_structure
+
+WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"}}
+KNOBS = [
+    define_split("tile_i", "M", parts=2, max_factor=8),
+    define_split("tile_j", "N", parts=2, max_factor=32),
+    define_knob("unroll", [0, 16]),
+    define_structure("cache", [False, True]),
+]
+
+
+def compute(M, N, K, dtype):
+    from tvm import te
+
+    A = te.placeholder((M, K), dtype, name="A")
+    B = te.placeholder((K, N), dtype, name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def reference(A, B):
+    return A @ B
+
+
+def schedule(sch, cfg):
+    b = sch.get_sblock("C")
+    i, j, k = sch.get_loops(b)
+    i0, i1 = cfg.split(sch, i, "tile_i")
+    j0, j1 = cfg.split(sch, j, "tile_j")
+    sch.reorder(i0, j0, k, i1, j1)
+    sch.parallel(i0)
+    if cfg["cache"]:
+        c = sch.cache_write(b, 0, "global")
+        sch.reverse_compute_at(c, j0)
+    sch.vectorize(j1)
+    sch.decompose_reduction(b, k)
+    sch.annotate(sch.get_sblock("root"), "pragma_auto_unroll_max_step", cfg.knob(sch, "unroll"))
+"""
+
+
+@pytest.fixture(scope="module")
+def small_mm(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    import importlib.util
+
+    path = tmp_path_factory.mktemp("ops") / "rpc_small_mm.py"
+    path.write_text(SMALL_MM, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("rpc_small_mm", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tune(
+    template: ModuleType,
+    work_dir: Path,
+    rpc: RpcRunner,
+    measure: MeasureOptions = FAST,
+    **kw: object,
+) -> TuneOutcome:
+    return tune_workload(
+        TuneRequest(
+            template=template,
+            workload_name="s64",
+            target=TARGET,
+            trials=16,
+            batch_size=8,
+            work_dir=work_dir,
+            measure=measure,
+            rpc=rpc,
+            **kw,  # type: ignore[arg-type]
+        )
+    )
+
+
+def _journal(work_dir: Path) -> list[dict[str, object]]:
+    lines = (work_dir / "journal.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines[1:]]
+
+
+def _check_valid(out: TuneOutcome) -> None:
+    """Results are real, and a failed trial is never the winner."""
+    assert out.trials.run == 16 and out.trials.valid + out.trials.failed == 16
+    valid = [r for r in out.records if r["error"] is None]
+    assert valid and all(r["latency_s"] and r["latency_s"] > 0 for r in valid)
+    winners = [r for r in valid if r["knobs"] == {k: out.best.knobs[k] for k in r["knobs"]}]
+    assert winners, "the winner must be a valid trial"
+    assert 0 < out.best.latency_s < 1e-2 and out.best.gflops > 0
+
+
+def test_tunes_on_two_devices_in_parallel(rpc_fleet, small_mm: ModuleType, tmp_path: Path) -> None:  # noqa: F811
+    fleet: RpcFleet = rpc_fleet(servers=2)
+    servers = {s.address for s in fleet.servers}
+    out = _tune(small_mm, tmp_path / "work", fleet.rpc(devices=2))
+    _check_valid(out)
+    assert out.trials.failed == 0
+    # Every trial names the server that measured it; both servers measured.
+    assert {r["device"] for r in out.records} == servers
+    assert set(out.devices) == servers and out.stats["devices_used"] == 2
+    assert out.stats["device_retries"] == 0
+    # The journal (what a resume reads) keeps the device too.
+    assert [e["device"] for e in _journal(tmp_path / "work")] == [r["device"] for r in out.records]
+    fleet.wait_free(2)  # every session was closed: the servers are free again
+
+
+def _kill_when_in_session(fleet: RpcFleet, index: int, timeout_s: float = 60.0) -> threading.Thread:
+    """A thread that SIGKILLs server `index` while it is in a session: a device lost
+    mid-measurement. Its log says "connected from" more often than "finish serving"
+    then; the server is stopped (SIGSTOP) before the log is read again, so that the
+    session cannot end between that reading and the kill."""
+    log = fleet.servers[index].log
+
+    def in_session() -> bool:
+        text = log.read_text(errors="replace")
+        return text.count("connected from") > text.count("finish serving")
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if in_session():
+                fleet.pause_server(index)
+                if in_session():
+                    fleet.kill_server(index, wait=False)
+                    return
+                fleet.resume_server(index)
+            time.sleep(0.001)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def test_losing_a_device_mid_run_retries_on_the_other_and_finishes(
+    rpc_fleet,  # noqa: F811
+    small_mm: ModuleType,
+    tmp_path: Path,
+) -> None:
+    """Server 0 is killed while it measures (during batch 2): that measurement is
+    retried once on server 1, and the run finishes there. (It finishes rather than
+    stops because a device is left: every later session goes to server 1.)"""
+    fleet: RpcFleet = rpc_fleet(servers=2)
+    lost, left = fleet.servers[0].address, fleet.servers[1].address
+    watchers: list[threading.Thread] = []
+
+    def on_batch(e: BatchEvent) -> None:
+        if e.batch == 1:
+            watchers.append(_kill_when_in_session(fleet, 0))
+
+    # Longer runs (>= 60 ms a measurement) so that the kill lands inside a session.
+    slow = MeasureOptions(repeat=3, min_repeat_ms=20, max_cv=1.0)
+    out = _tune(small_mm, tmp_path / "work", fleet.rpc(devices=2), slow, on_batch=on_batch)
+    watchers[0].join(5)
+    assert fleet.servers[0].state == "killed"
+    _check_valid(out)
+    batch1 = [r for r in out.records if r["batch"] == 1]
+    batch2 = [r for r in out.records if r["batch"] == 2]
+    assert {r["device"] for r in batch1} == {lost, left}
+    # The measurement in flight on the killed server was measured again on the other.
+    assert out.stats["device_retries"] >= 1
+    # After the kill everything went to the surviving server; a measurement that still
+    # failed is a failure (never the winner, see _check_valid), not a lost trial.
+    assert batch2[-1]["device"] == left
+    for r in batch2:
+        assert r["device"] in (lost, left)
+        if r["error"] is not None:
+            assert "RPCRunner" in r["error"] and r["latency_s"] is None
+    assert set(out.devices) == {lost, left} and out.stats["devices_used"] == 2
+    assert fleet.summary().get(DEFAULT_KEY).servers == (left,)
+
+
+def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_path: Path) -> None:  # noqa: F811
+    """Both servers killed after batch 1: batch 2 cannot measure anything, so the run
+    stops with a TuningError (no log of failures); the journal keeps batch 1."""
+    fleet: RpcFleet = rpc_fleet(servers=2)
+
+    def on_batch(e: BatchEvent) -> None:
+        if e.batch == 1:
+            fleet.kill_server(0)
+            fleet.kill_server(1)
+
+    rpc = fleet.rpc(devices=2, session_timeout_s=3)
+    t0 = time.monotonic()
+    with pytest.raises(TuningError) as err:
+        _tune(small_mm, tmp_path / "work", rpc, on_batch=on_batch)
+    msg = str(err.value)
+    assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
+    assert "all 8 measurements of a batch (after 8 trials) failed" in msg
+    assert "no server" in msg and "tvmtune-ci devices" in msg
+    # The first failures find the tracker empty; the rest of the batch fails at once.
+    assert time.monotonic() - t0 < 60
+    assert len(_journal(tmp_path / "work")) == 8
+    # Devices back (new servers, new addresses): a rerun resumes after batch 1.
+    fleet.add_servers(2)
+    out = _tune(small_mm, tmp_path / "work", fleet.rpc(devices=2))
+    _check_valid(out)
+    assert out.stats["resumed"] == 8 and out.stats["search_trials"] == 8
+    new = {s.address for s in fleet.live()}
+    assert {r["device"] for r in out.records[8:]} <= new and out.stats["devices_used"] >= 3
+
+
+def test_journal_of_other_hardware_is_not_resumed(small_mm: ModuleType, tmp_path: Path) -> None:
+    from tvmtune_ci.tuner import request_fingerprint
+
+    def fp(rpc: RpcRunner | None) -> str:
+        req = TuneRequest(
+            template=small_mm, workload_name="s64", target=TARGET, trials=16, work_dir=tmp_path
+        )
+        return request_fingerprint(replace(req, rpc=rpc))
+
+    local = fp(None)
+    board = fp(RpcRunner(tracker="10.0.0.1:9190", key="board", devices=2))
+    assert board != local and board != fp(RpcRunner(tracker="10.0.0.1:9190", key="other"))
+    # Another tracker address or device count for the same key: the same hardware.
+    assert board == fp(RpcRunner(tracker="10.0.0.2:9191", key="board", devices=4))
+
+
+def test_a_hung_only_device_stops_with_a_clear_error(
+    rpc_fleet,  # noqa: F811
+    small_mm: ModuleType,
+    tmp_path: Path,
+) -> None:
+    """The only server is stopped (SIGSTOP: still listed as free): nothing answers, the
+    client gives up after 2 x session_timeout_s + grace, the retry finds no free server,
+    and the run stops before searching, naming the tracker, the key and the server."""
+    fleet: RpcFleet = rpc_fleet(servers=1)
+    fleet.pause_server(0)
+    rpc = fleet.rpc(devices=1, session_timeout_s=1.5)
+    with pytest.raises(TuningError) as err:
+        _tune(small_mm, tmp_path / "work", rpc)
+    msg = str(err.value)
+    assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
+    assert f"server {fleet.servers[0].address}" in msg and "timeout" in msg
+    assert "no free server" in msg  # the retry
+    assert not (tmp_path / "work" / "journal.jsonl").exists()  # stopped before the search
+
+
+def test_session_timeout_must_hold_a_measurement(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811
+    from tvmtune_ci.measure import make_runner
+
+    fleet: RpcFleet = rpc_fleet(servers=0)
+    with pytest.raises(DeviceError, match=r"session_timeout_s \(1s\).*cannot hold one measurement"):
+        make_runner(MeasureOptions(repeat=10, min_repeat_ms=100), fleet.rpc(session_timeout_s=1))
+    with pytest.raises(DeviceError, match="has no server for key 'nope'"):
+        make_runner(FAST, fleet.rpc(devices=1, key="nope"))
+
+
+CONFIG = """\
+format: 1
+trials: 16
+batch_size: 8
+measure: {{repeat: 3, min_repeat_ms: 5, max_cv: 0.5}}
+targets:
+  host:
+    target: {target}
+    runs-on: [linux, x64]
+    runner: {{rpc: {{tracker: "{tracker}", key: {key}, devices: 2, session_timeout_s: 60}}}}
+"""
+
+
+def test_retune_command_through_rpc_devices(rpc_fleet, tmp_path: Path) -> None:  # noqa: F811
+    fleet: RpcFleet = rpc_fleet(servers=2)
+    config = CONFIG.format(target=json.dumps(TARGET), tracker=fleet.tracker, key=DEFAULT_KEY)
+    root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
+    r = run_cli(root, "retune")
+    assert r.returncode == 0, r.stdout + r.stderr
+    folder = root / "tuning_logs" / "mm" / "host"
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["host"]["runner"] == f"rpc {DEFAULT_KEY}@{fleet.tracker} x2"
+    assert m["trials"]["s64"]["run"] == 16 and m["trials"]["s64"]["valid"] > 0
+    assert (folder / m["log"]).is_file()
+    commit_all(root, "tuned")
+    check = run_cli(root, "check")
+    assert check.returncode == 0, check.stdout + check.stderr
