@@ -153,6 +153,10 @@ def test_a_crashing_or_slow_kernel_is_a_failed_run_not_a_crash(template) -> None
         slow.close()
 
 
-def test_rpc_is_not_there_yet() -> None:
-    with pytest.raises(DeviceError, match="not implemented yet"):
-        measure.make_runner(FAST, RpcRunner(tracker="127.0.0.1:9190", key="x"))
+def test_rpc_runner_needs_a_tracker() -> None:
+    from rpcfleet import free_port
+
+    port = free_port()
+    with pytest.raises(DeviceError, match=f"cannot reach the RPC tracker at 127.0.0.1:{port}"):
+        measure.make_runner(FAST, RpcRunner(tracker=f"127.0.0.1:{port}", key="x"))
+

@@ -300,6 +300,7 @@ def test_retune_command_through_rpc_devices(rpc_fleet, tmp_path: Path) -> None: 
     folder = root / "tuning_logs" / "mm" / "host"
     m = json.loads((folder / "manifest.json").read_text())
     assert m["host"]["runner"] == f"rpc {DEFAULT_KEY}@{fleet.tracker} x2"
+    assert m["host"]["devices"] == sorted(s.address for s in fleet.servers)  # both measured
     assert m["trials"]["s64"]["run"] == 16 and m["trials"]["s64"]["valid"] > 0
     assert (folder / m["log"]).is_file()
     commit_all(root, "tuned")

@@ -89,7 +89,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
                say: Say, progress: Callable[[str], Callable[[Any], None]] | None = None) -> tuple[Manifest, bytes]:
     """Tune every workload of the entry; returns the new set's manifest and log bytes (not yet written)."""
     from .fingerprint import fingerprint_template
-    from .measure import measure_config
+    from .measure import make_runner, measure_config
     from .template import import_template, read_template
     from .tuner import TuneRequest, tune_workload
 
@@ -127,10 +127,16 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
         previous = None
         if reuse and entry.manifest is not None and wname in entry.manifest.results:
             old = entry.manifest.results[wname].best
-            say(f"{wname}: re-measuring the previous log's best on this machine ({old.latency_s * 1e3:.4g} ms when it was tuned)")
-            # Back to back, so machine load changes between runs do not pick the winner.
-            previous = measure_config(module, wname, target.target, old.knobs, config.measure)
-            again = measure_config(module, wname, target.target, outcome.best.knobs, config.measure)
+            where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
+            say(f"{wname}: re-measuring the previous log's best {where} ({old.latency_s * 1e3:.4g} ms when it was tuned)")
+            # Back to back, so machine load changes between runs do not pick the
+            # winner; on the target's runner (its RPC devices), where the search measured.
+            runner = make_runner(config.measure, target.rpc)
+            try:
+                previous = measure_config(module, wname, target.target, old.knobs, config.measure, runner=runner)
+                again = measure_config(module, wname, target.target, outcome.best.knobs, config.measure, runner=runner)
+            finally:
+                runner.close()
             outcome = _with_best(outcome, again)
         best, prev = keep_faster(outcome, previous)
         if prev is not None and best is prev:
@@ -149,6 +155,8 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
     data = render_log_with(entry, target, {w: o for w, (o, b) in outcomes.items()}, {w: b for w, (o, b) in outcomes.items()})
     host = host_description()
     host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
+    # Who measured the trials: "local", or each RPC server's "host:port".
+    host["devices"] = sorted({d for o, _ in outcomes.values() for d in o.devices})
     return Manifest(
         operator=entry.operator, target_name=target.name, target=target.target,
         log=log_name, log_sha256=sha256_bytes(data), fingerprint=fp.digest,
