@@ -33,7 +33,7 @@ class WorkloadResult:
     baseline: Measured  # the default configuration
     # Top configurations, best first (for the README); at most 10.
     top: tuple[Measured, ...] = ()
-    space_size: int = 0
+    space_size: int = 0  # points in all design spaces together
     design_spaces: int = 1
     # (trial index, best-so-far GFLOPS) per measured trial: the tuning curve.
     curve: tuple[tuple[int, float], ...] = ()

@@ -84,7 +84,7 @@ def render_readme(m: Manifest) -> str:
         ]
         if t.failures:
             lines.append("- failures: " + ", ".join(f"{k} × {v}" for k, v in sorted(t.failures.items())))
-        lines.append(f"- config space: {r.space_size:,} points per design space × {r.design_spaces} design space(s)")
+        lines.append(f"- config space: {r.space_size:,} points in {r.design_spaces} design space(s)")
         gf = f" ({r.best.gflops:.1f} GFLOPS)" if r.best.gflops else ""
         gfb = f" ({r.baseline.gflops:.2f} GFLOPS)" if r.baseline.gflops else ""
         lines += [
