@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _common import wait_idle  # noqa: E402 - benchmarks/ is the script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_NAME = "zen5-2c"
 TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
@@ -343,14 +345,6 @@ def blas_info() -> str:
     infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     return "; ".join(f"{i.get('internal_api')} {i.get('version')} kernel={i.get('architecture')} "
                      f"threads={i.get('num_threads')}" for i in infos) or "no BLAS found"
-
-
-def wait_idle(limit_s: float) -> float:
-    """Seconds waited (at most limit_s) for the 1-minute load average to drop below 0.5."""
-    t0 = time.monotonic()
-    while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
-        time.sleep(5)
-    return time.monotonic() - t0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The small matmul the RPC tests tune (tests/small_mm.py).
 sys.path.insert(0, str(ROOT / "tests"))
+from _common import wait_idle  # noqa: E402 - benchmarks/ is the script's folder
 from small_mm import SMALL_MM  # noqa: E402
 
 
@@ -62,14 +63,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "below 0.5 (other processes' load is noise) (60)",
     )
     return p.parse_args(argv)
-
-
-def wait_idle(limit_s: float) -> float:
-    """Seconds waited (at most limit_s) for the 1-minute load average to drop below 0.5."""
-    t0 = time.monotonic()
-    while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
-        time.sleep(5)
-    return time.monotonic() - t0
 
 
 def load_template(folder: Path) -> types.ModuleType:

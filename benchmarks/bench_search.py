@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import wait_idle  # benchmarks/ is the script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
 FAILED = 1e9  # MetaSchedule records a failed run as 1e10 s
@@ -211,14 +213,6 @@ def remeasure(template: Any, workload: str, exes: dict[str, Any], rounds: int) -
                                         min_repeat_ms=50)
             times[name].append(min(float(x) for x in ev(*tensors).results))
     return {k: min(v) for k, v in times.items()}
-
-
-def wait_idle(limit_s: float) -> float:
-    """Seconds waited (at most limit_s) for the 1-minute load average to drop below 0.5."""
-    t0 = time.monotonic()
-    while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
-        time.sleep(5)
-    return time.monotonic() - t0
 
 
 def main(argv: list[str] | None = None) -> int:

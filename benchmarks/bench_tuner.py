@@ -36,6 +36,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from _common import wait_idle  # benchmarks/ is the script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -70,6 +72,7 @@ from tvm.s_tir import meta_schedule as ms
 from benchmarks.bench_tuner import bench_template
 from tvmtune_ci.builder import make_postprocs, workload_module
 from tvmtune_ci.tuner import _Space, make_mutators
+
 
 tmpl = bench_template(args["workload"])
 wl = tmpl.WORKLOADS[args["workload"]]
@@ -135,14 +138,6 @@ def run_stock(args: argparse.Namespace, target: dict[str, Any], work_dir: Path) 
 
 
 # --------------------------------------------------------------------------- main
-
-
-def wait_idle(limit_s: float) -> float:
-    """Measurements on a busy machine are noise: wait (bounded) for it to calm down."""
-    t0 = time.monotonic()
-    while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
-        time.sleep(5)
-    return time.monotonic() - t0
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
