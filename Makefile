@@ -1,9 +1,10 @@
-# One command each: `make test` (set up + the test suite, as CI runs it) and
-# `make tune` (set up + re-tune this repo's stale logs on this machine's CPU).
+# One command each: `make test` (set up + the test suite, as CI runs it),
+# `make demo` (set up + the whole re-tune job on this machine's CPU, in a scratch
+# copy) and `make tune` (set up + re-tune this repo's stale logs).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test tune check bench
+.PHONY: test tune demo check bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,6 +18,9 @@ test: $(VENV)/.installed
 
 tune: $(VENV)/.installed
 	$(VENV)/bin/tvmtune-ci retune
+
+demo: $(VENV)/.installed
+	$(PY) scripts/demo.py
 
 check: $(VENV)/.installed
 	$(VENV)/bin/tvmtune-ci status

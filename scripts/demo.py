@@ -1,0 +1,59 @@
+"""The main job end to end on this machine's CPU, in a scratch copy of this repo.
+
+    make demo                      # or: .venv/bin/python scripts/demo.py --trials 32
+
+Copies operators/ into a new git repo under a temp folder, writes a tvmtune.yaml
+whose one target is this CPU (its LLVM name, all cores), then runs
+`tvmtune-ci retune`, `status` and `check` there and prints where the generated
+READMEs are. This repository's own logs are not touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trials", type=int, default=32, help="trial budget per workload (32)")
+    p.add_argument("--operators", nargs="*", default=None, help="operators to tune (default: all)")
+    p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a new temp folder)")
+    args = p.parse_args()
+
+    import tvm
+
+    target = {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": os.cpu_count() or 1}
+    work = args.dir or Path(tempfile.mkdtemp(prefix="tvmtune-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ROOT / "operators", work / "operators", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (work / "tvmtune.yaml").write_text(
+        "# written by scripts/demo.py: this machine's CPU as the only target\n"
+        f"format: 1\ntrials: {args.trials}\ntargets:\n  this-cpu:\n    target: {json.dumps(target)}\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, "GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
+           "GIT_COMMITTER_NAME": "demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "demo templates"]):
+        subprocess.run(cmd, cwd=work, env=env, check=True)
+    cli = [sys.executable, "-m", "tvmtune_ci"]
+    print(f"scratch repo: {work}\ntarget: {json.dumps(target)}\n", flush=True)
+    rc = subprocess.run([*cli, "retune", *(args.operators or [])], cwd=work, env=env).returncode
+    subprocess.run([*cli, "status"], cwd=work, env=env)
+    subprocess.run([*cli, "check"], cwd=work, env=env)
+    for readme in sorted((work / "tuning_logs").glob("*/*/README.md")):
+        print(f"generated: {readme}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
