@@ -135,9 +135,12 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
             try:
                 previous = measure_config(module, wname, target.target, old.knobs, config.measure, runner=runner)
                 again = measure_config(module, wname, target.target, outcome.best.knobs, config.measure, runner=runner)
+                outcome = _with_best(outcome, again)
+            except Exception as e:  # noqa: BLE001 - e.g. a new TVM cannot build the old configuration
+                say(f"{wname}: the previous best could not be re-measured ({type(e).__name__}: {e}); keeping this run's best")
+                previous = None
             finally:
                 runner.close()
-            outcome = _with_best(outcome, again)
         best, prev = keep_faster(outcome, previous)
         if prev is not None and best is prev:
             say(f"{wname}: the previous best ({prev.latency_s * 1e3:.4g} ms) is still faster than this run's ({outcome.best.latency_s * 1e3:.4g} ms); keeping it")

@@ -256,3 +256,18 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
     assert run_cli(fresh, "check").returncode == 0
+
+
+def test_previous_best_that_no_longer_builds_does_not_stop_the_retune(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    # E.g. after a TVM upgrade (tvm_changed) the old configuration may not build.
+    root = _copy(tuned[0], tmp_path)
+    mpath = root / FOLDER / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["results"]["s64"]["best"]["knobs"]["tile_i"] = [3, 5]  # not a tiling of 64
+    mpath.write_text(json.dumps(m))
+    r = run_cli(root, "retune", "--all", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "could not be re-measured" in r.stdout
+    new = json.loads(mpath.read_text())
+    assert new["results"]["s64"]["previous_best"] is None
+    assert run_cli(root, "check").returncode == 0
