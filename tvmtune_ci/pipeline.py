@@ -15,7 +15,7 @@ import datetime as _dt
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from .layout import LogSet
 from .manifest import Manifest, Measured, Trials, WorkloadResult
 from .publish import Published, publish
 from .readme import render_curve, render_readme
-from .staleness import Entry
+from .staleness import Entry, installed_tvm_version
 
 Say = Callable[[str], None]
 
@@ -57,12 +57,6 @@ def can_reuse_previous(entry: Entry) -> bool:
     return entry.manifest is not None and not ({r.code for r in entry.reasons} & _SAME_TEMPLATE_BLOCKERS)
 
 
-def installed_tvm_version() -> str:
-    from importlib.metadata import version
-
-    return version("apache-tvm")
-
-
 def _git_commit_of(root: Path, path: Path) -> str | None:
     from .git import last_commit
 
@@ -70,12 +64,6 @@ def _git_commit_of(root: Path, path: Path) -> str | None:
         return last_commit(root, path)
     except Exception:  # not a git repo, or the template is not committed yet
         return None
-
-
-def _with_best(outcome: Any, best: Measured) -> Any:
-    from dataclasses import replace
-
-    return replace(outcome, best=best)
 
 
 def keep_faster(outcome: Any, previous: Measured | None) -> tuple[Measured, Measured | None]:
@@ -135,7 +123,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
             try:
                 previous = measure_config(module, wname, target.target, old.knobs, config.measure, runner=runner)
                 again = measure_config(module, wname, target.target, outcome.best.knobs, config.measure, runner=runner)
-                outcome = _with_best(outcome, again)
+                outcome = replace(outcome, best=again)
             except Exception as e:  # noqa: BLE001 - e.g. a new TVM cannot build the old configuration
                 say(f"{wname}: the previous best could not be re-measured ({type(e).__name__}: {e}); keeping this run's best")
                 previous = None
@@ -164,7 +152,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
         operator=entry.operator, target_name=target.name, target=target.target,
         log=log_name, log_sha256=sha256_bytes(data), fingerprint=fp.digest,
         dependencies=dict(fp.dependencies), workloads=decl.workloads,
-        tvm_version=installed_tvm_version(), tuned_on=date, seed=seed,
+        tvm_version=installed_tvm_version() or "unknown", tuned_on=date, seed=seed,
         trials=trials_by_wl, results=results,
         measure={**vars(config.measure), "threads": threads or "TVM default"},
         template_file=entry.template_file, template_commit=_git_commit_of(root, path),
