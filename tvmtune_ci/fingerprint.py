@@ -9,6 +9,17 @@ code hash: workloads are compared as values (`workloads_hash`). TVM, numpy, the
 standard library and `tvmtune_ci` itself are external: they are recorded only as
 the name a definition binds (`np -> numpy`), never hashed.
 
+Import-time code counts too: retune imports the template, and that runs every
+module-level statement of the template and of every in-repo module it imports
+(transitively, package `__init__`s included, and modules imported by the code
+that is hashed). Each such statement is hashed under
+"path.py:<module>.LABEL" (LABEL: the names it binds, or `<expr>`, `<if>`, ...;
+`#2` for the second of a label), with the bodies of undecorated functions left
+out: they run only when called, and a call is followed to the function. The
+order of the statements is "path.py:<module>". A statement already hashed in
+full as a definition (`def schedule`, `KNOBS = ...`) has no key of its own, and
+the template's `WORKLOADS` literal is compared as values.
+
 Each definition is hashed from its AST with docstrings dropped and without
 positions, so comments, docstrings, blank lines, formatting and line numbers do
 not count while any change of meaning does. The per-definition hashes are kept
@@ -33,7 +44,7 @@ from .errors import TemplateError
 from .template import TemplateDecl, read_template
 
 # Bump when the canonical form changes: every manifest then reads as stale.
-ALGORITHM = "tvmtune-fingerprint/1"
+ALGORITHM = "tvmtune-fingerprint/2"
 
 # Roots of the walk inside the template module (WORKLOADS is compared as values).
 ROOTS = ("compute", "reference", "schedule", "KNOBS")
@@ -42,7 +53,7 @@ ROOTS = ("compute", "reference", "schedule", "KNOBS")
 # (this repository vendors tvmtune_ci next to its operators).
 EXTERNAL_PACKAGES = frozenset({"tvmtune_ci"})
 
-MODULE_QUALNAME = "<module>"  # key suffix when a whole module is used as a value
+MODULE_QUALNAME = "<module>"  # key of a module's import-time code ("path.py:<module>.LABEL")
 MISSING_HASH = "missing"  # a name imported from an in-repo module that defines no such thing
 
 
@@ -136,12 +147,15 @@ class _Canon:
     "g"), so that `import mylib.tiling as z` + `z.f` resolves to the function f.
     """
 
-    __slots__ = ("_out", "refs", "imports")
+    __slots__ = ("_out", "refs", "imports", "_strip")
 
-    def __init__(self, node: ast.AST) -> None:
+    def __init__(self, node: ast.AST, *, import_time: bool = False) -> None:
         self._out: list[str] = []
         self.refs: dict[tuple[str, ...], None] = {}  # ordered set
         self.imports: list[ast.Import | ast.ImportFrom] = []
+        # import_time: only what runs when the module is imported; the bodies of
+        # undecorated functions are left out until something else reaches them.
+        self._strip = import_time
         self._node(node, False)
 
     @property
@@ -151,6 +165,13 @@ class _Canon:
     def _node(self, node: ast.AST, in_chain: bool) -> None:
         # in_chain: `node` is the value of an Attribute whose chain is already recorded.
         cls = node.__class__
+        if self._strip and (cls is ast.ClassDef or (cls in _FUNCS and node.decorator_list)):  # type: ignore[attr-defined]
+            # A class body runs at import, and a decorator may call the function:
+            # all of it counts, nested functions included.
+            self._strip = False
+            self._node(node, in_chain)
+            self._strip = True
+            return
         out = self._out
         if cls is ast.Name:
             if not in_chain and node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
@@ -176,7 +197,9 @@ class _Canon:
             if vcls is list:
                 if not value:
                     continue
-                if name == "body" and cls in _BODY_OWNERS and _is_docstring(value[0]):
+                if name == "body" and self._strip and cls in _FUNCS:
+                    value = _ELIDED  # runs only when called
+                elif name == "body" and cls in _BODY_OWNERS and _is_docstring(value[0]):
                     # A docstring-only body means the same as `pass`.
                     value = value[1:] or [ast.Pass()]
                 out.append(name + "=[")
@@ -206,6 +229,8 @@ _LEAVES = frozenset(
     if isinstance(c, type) and issubclass(c, ast.AST) and not c._fields
 )
 _CHAIN = frozenset({ast.Name, ast.Attribute})
+_FUNCS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef})
+_ELIDED: list[ast.stmt] = [ast.Pass()]
 
 
 # --------------------------------------------------------------------------- modules
@@ -235,7 +260,14 @@ class _Missing:
     name: str
 
 
-_Target = _Def | _ModRef | _External | _Missing
+@dataclass(frozen=True)
+class _Exec:
+    """`module` is imported: its module-level statements run."""
+
+    module: _Module
+
+
+_Target = _Def | _ModRef | _External | _Missing | _Exec
 _Seen = frozenset[tuple[int, str]]  # (id(module), name) already followed: import cycles
 
 
@@ -321,6 +353,59 @@ class _Module:
         self.imports.pop(name, None)
 
 
+@dataclass(frozen=True)
+class _Stmt:
+    """One module-level statement as it runs at import."""
+
+    label: str  # "LANES", "np", "<expr>", "<if>#2", ...
+    line: int
+    node: ast.stmt
+    digest: str
+    targets: tuple[_Target, ...]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What importing one module runs: its statements, in order."""
+
+    order: str  # hash of the labels in order
+    stmts: tuple[_Stmt, ...]
+
+
+def _bound_names(target: ast.expr) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for e in target.elts:
+            yield from _bound_names(e)
+    elif isinstance(target, ast.Starred):
+        yield from _bound_names(target.value)
+    else:
+        while isinstance(target, (ast.Subscript, ast.Attribute)):
+            target = target.value
+        if isinstance(target, ast.Name):
+            yield target.id
+
+
+def _label(stmt: ast.stmt) -> str:
+    """A name for a module-level statement that does not depend on where it is."""
+    names: list[str] = []
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names = [stmt.name]
+    elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+            names.extend(_bound_names(t))
+    elif isinstance(stmt, _IMPORTS):
+        names = [name for name, _ in _import_bindings(stmt)]
+    return ",".join(names) if names else f"<{type(stmt).__name__.lower()}>"
+
+
+def _first_line(stmt: ast.stmt) -> int:
+    # A decorated definition starts at its first decorator.
+    decorators = getattr(stmt, "decorator_list", None) or []
+    return min([stmt.lineno, *(d.lineno for d in decorators)])
+
+
 def _import_bindings(stmt: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, _Import]]:
     if isinstance(stmt, ast.Import):
         for a in stmt.names:
@@ -348,8 +433,8 @@ class SourceCache:
         self._trees: dict[Path, ast.Module] = {}
         self._modules: dict[Path, _Module] = {}
         self._found: dict[tuple[str, tuple[Path, ...]], _Module | None] = {}
-        self._hashes: dict[str, str] = {}  # whole-module hashes
         self._def_hashes: dict[tuple[str, str, tuple[Path, ...]], tuple[str, list[_Target]]] = {}
+        self._runs: dict[tuple[str, tuple[Path, ...], bool], _Run] = {}
         self._decls: dict[Path, TemplateDecl] = {}
         self._fingerprints: dict[Path, Fingerprint] = {}
 
@@ -461,6 +546,55 @@ class SourceCache:
             return _ModRef(mod)
         return self.resolve_attr(mod, imp.attr, bases, seen)
 
+    def executed_modules(
+        self, stmt: ast.Import | ast.ImportFrom, at: _Module, bases: tuple[Path, ...]
+    ) -> list[_Module]:
+        """The in-repo modules that running import `stmt` (written in `at`) executes.
+
+        Every package on the way (`import a.b.c` runs a, a.b and a.b.c) and, for
+        `from pkg import name`, the submodule `name` when there is one.
+        """
+        out: list[_Module] = []
+        if isinstance(stmt, ast.Import):
+            for a in stmt.names:
+                out += self._module_chain(None, a.name.split("."), bases)
+            return out
+        parts = stmt.module.split(".") if stmt.module else []
+        if stmt.level:
+            folder = at.folder
+            for _ in range(stmt.level - 1):
+                folder = folder.parent
+            pkg = self._package_at(folder)
+            if pkg is None:
+                return out  # above the repository root
+            out = [pkg, *self._module_chain(pkg, parts, bases)]
+        else:
+            out = self._module_chain(None, parts, bases)
+        last = out[-1] if out and len(out) == len(parts) + bool(stmt.level) else None
+        if last is not None and last.is_package:
+            for a in stmt.names:
+                if a.name != "*":
+                    sub = self._find([a.name], (last.folder,))
+                    if sub is not None:
+                        out.append(sub)
+        return out
+
+    def _module_chain(
+        self, start: _Module | None, parts: list[str], bases: tuple[Path, ...]
+    ) -> list[_Module]:
+        """`start.parts[0]`, `start.parts[0].parts[1]`, ... while they are in-repo modules."""
+        out: list[_Module] = []
+        cur = start
+        for part in parts:
+            if cur is not None and not cur.is_package:
+                break
+            found = self._find([part], bases if cur is None else (cur.folder,))
+            if found is None:
+                break
+            out.append(found)
+            cur = found
+        return out
+
     def resolve_attr(
         self, mod: _Module, name: str, bases: tuple[Path, ...], seen: _Seen = frozenset()
     ) -> _Target:
@@ -509,6 +643,8 @@ class SourceCache:
         if mod is not None:
             for key in [k for k in self._def_hashes if k[0] == mod.rel]:
                 del self._def_hashes[key]
+            for rkey in [k for k in self._runs if k[0] == mod.rel]:
+                del self._runs[rkey]
             for key in [k for k, v in self._found.items() if v is mod]:
                 del self._found[key]
             # _Def.module points back at the module: break the cycle so the tree
@@ -524,7 +660,8 @@ class SourceCache:
         bases = (self.root, path.parent)
         deps: dict[str, str] = {}
         lines: dict[str, tuple[str, int]] = {}
-        queue: list[_Target] = []
+        # Importing the template runs its module-level code: the walk starts there.
+        queue: list[_Target] = [_Exec(template)]
         for name in ROOTS:
             d = template.defs.get(name)
             if d is None:
@@ -534,6 +671,8 @@ class SourceCache:
                 )
             queue.append(d)
         done: set[str] = set()
+        ran: dict[str, tuple[_Module, _Run]] = {}
+        in_full: set[int] = set()  # ids of statements hashed whole as a definition
         while queue:
             t = queue.pop()
             if isinstance(t, _Def):
@@ -543,27 +682,68 @@ class SourceCache:
                 done.add(key)
                 digest, refs = self._hash_def(t, bases)
                 deps[key], lines[key] = digest, (t.module.rel, t.line)
+                in_full.add(id(t.node))
                 queue.extend(refs)
-            elif isinstance(t, _ModRef) and t.module.tree is not None:
-                key = f"{t.module.rel}:{MODULE_QUALNAME}"
-                if key not in done:
-                    done.add(key)
-                    deps[key] = self._module_hash(t.module)
-                    lines[key] = (t.module.rel, 1)
+                # Its module was imported to get at it.
+                queue.append(_Exec(t.module))
+            elif isinstance(t, _Exec):
+                mod = t.module
+                if mod.tree is None or mod.rel in ran:
+                    continue
+                run = self._import_time(mod, bases, mod is template)
+                ran[mod.rel] = (mod, run)
+                for st in run.stmts:
+                    queue.extend(st.targets)
+            elif isinstance(t, _ModRef):
+                # A module used as a value (`getattr(mod, name)`) may reach any of
+                # its definitions.
+                queue.append(_Exec(t.module))
+                queue.extend(t.module.defs.values())
             elif isinstance(t, _Missing) and t.module.tree is not None:
                 key = f"{t.module.rel}:{t.name}"
                 deps[key], lines[key] = MISSING_HASH, (t.module.rel, 1)
+                queue.append(_Exec(t.module))
+        for mod, run in ran.values():
+            key = f"{mod.rel}:{MODULE_QUALNAME}"
+            deps[key], lines[key] = run.order, (mod.rel, 1)
+            for st in run.stmts:
+                if id(st.node) not in in_full:
+                    key = f"{mod.rel}:{MODULE_QUALNAME}.{st.label}"
+                    deps[key], lines[key] = st.digest, (mod.rel, st.line)
         wl_hash = _sha(workloads_json(decl.workloads))
         body = "".join(f"{k}\t{deps[k]}\n" for k in sorted(deps))
         digest = _sha(f"{ALGORITHM}\n{body}workloads\t{wl_hash}\n")
         return Fingerprint(digest, dict(sorted(deps.items())), dict(sorted(lines.items())), wl_hash)
 
-    def _module_hash(self, mod: _Module) -> str:
-        h = self._hashes.get(mod.rel)
-        if h is None:
-            h = _sha(canonical_dump(mod.tree)) if mod.tree is not None else MISSING_HASH
-            self._hashes[mod.rel] = h
-        return h
+    def _import_time(self, mod: _Module, bases: tuple[Path, ...], is_template: bool) -> _Run:
+        """The module-level statements of `mod`, hashed as they run at import."""
+        key = (mod.rel, bases, is_template)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = self._import_time_uncached(mod, bases, is_template)
+        return run
+
+    def _import_time_uncached(
+        self, mod: _Module, bases: tuple[Path, ...], is_template: bool
+    ) -> _Run:
+        assert mod.tree is not None
+        workloads = mod.defs.get("WORKLOADS") if is_template else None
+        counts: dict[str, int] = {}
+        labels: list[str] = []
+        stmts: list[_Stmt] = []
+        for stmt in mod.tree.body:
+            if _is_docstring(stmt):
+                continue  # a bare string does nothing
+            label = _label(stmt)
+            n = counts[label] = counts.get(label, 0) + 1
+            if n > 1:
+                label = f"{label}#{n}"
+            labels.append(label)
+            if workloads is not None and stmt is workloads.node:
+                continue  # a literal, compared as values (read_template rejects others)
+            digest, targets = self._hash_code(mod, _Canon(stmt, import_time=True), bases)
+            stmts.append(_Stmt(label, _first_line(stmt), stmt, digest, tuple(targets)))
+        return _Run(_sha("\n".join(labels)), tuple(stmts))
 
     def _hash_def(self, d: _Def, bases: tuple[Path, ...]) -> tuple[str, list[_Target]]:
         """The hash of one definition and the in-repo definitions it names."""
@@ -574,15 +754,22 @@ class SourceCache:
         return cached
 
     def _hash_def_uncached(self, d: _Def, bases: tuple[Path, ...]) -> tuple[str, list[_Target]]:
-        canon = _Canon(d.node)
-        # Imports inside the definition (`from tvm import te` in compute) bind too.
+        return self._hash_code(d.module, _Canon(d.node), bases)
+
+    def _hash_code(
+        self, mod: _Module, canon: _Canon, bases: tuple[Path, ...]
+    ) -> tuple[str, list[_Target]]:
+        """The hash of code written in `mod` and the in-repo things it names or imports."""
+        # Imports inside the code (`from tvm import te` in compute) bind too, and
+        # running them runs the in-repo modules they import.
         local: dict[str, _Import] = {}
+        targets: list[_Target] = []
         for imp in canon.imports:
             local.update(_import_bindings(imp))
-        targets: list[_Target] = []
+            targets.extend(_Exec(m) for m in self.executed_modules(imp, mod, bases))
         external: set[str] = set()
         for chain in canon.refs:
-            t = self._resolve_chain(d.module, chain, local, bases)
+            t = self._resolve_chain(mod, chain, local, bases)
             if t is None:
                 continue
             if isinstance(t, _External):
