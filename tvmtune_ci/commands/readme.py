@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import lock
 from ..config import load_config
 from ..errors import UsageError
-from ..fsutil import atomic_write_bytes, atomic_write_text
 from ..layout import LogSet
 from ..manifest import read_manifest
+from ..publish import publish, recover
 from ..readme import render_curve, render_readme
 
 
@@ -19,14 +20,30 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def regenerate(logset: LogSet) -> list[Path]:
-    m = read_manifest(logset.manifest)
-    written = [logset.readme]
-    atomic_write_text(logset.readme, render_readme(m))
-    curve = render_curve(m)
-    if curve is not None:
-        atomic_write_bytes(logset.curve, curve)
-        written.append(logset.curve)
-    return written
+    """Rewrite README.md and curve.png from the manifest; the paths that changed.
+
+    Under the folder's lock, like a re-tune: a re-tune publishing meanwhile would
+    otherwise swap the folder under us, or we would write into its old set. Both
+    files are published together through the same atomic swap.
+    """
+    with lock.hold(logset.lock, f"{logset.operator}/{logset.target_slug}"):
+        recover(logset.folder)  # a killed publish must not be mistaken for the set
+        m = read_manifest(logset.manifest)
+        files = {logset.readme.name: render_readme(m).encode()}
+        curve = render_curve(m)
+        if curve is not None:
+            files[logset.curve.name] = curve
+        changed = {n: d for n, d in files.items() if not _holds(logset.folder / n, d)}
+        if changed:
+            publish(logset.folder, changed, archive=False)
+    return [logset.folder / n for n in changed]
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,8 +56,11 @@ def run(args: argparse.Namespace) -> int:
             if args.target:
                 raise UsageError(f"{logset.manifest} does not exist; run `tvmtune-ci retune {args.operator} --target {t.name}` first")
             continue
-        for p in regenerate(logset):
+        written = regenerate(logset)
+        for p in written:
             print(f"wrote {p}")
+        if not written:
+            print(f"up to date: {logset.readme}")
         done += 1
     if not done:
         raise UsageError(f"no log of {args.operator!r} has a manifest under {config.logs_path}; run `tvmtune-ci retune {args.operator}` first")
