@@ -7,6 +7,7 @@ manifest names, with the hashes it records. See `layout.py` for the file names.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ class Manifest:
         fmt = data.get("format")
         if fmt != MANIFEST_FORMAT:
             raise CorruptFileError(f"{path}: manifest format {fmt!r} is not understood (this tvmtune-ci reads format {MANIFEST_FORMAT}); upgrade tvmtune-ci or re-tune")
+        validate_manifest_shape(data, path)
         try:
             d = dict(data)
             d["trials"] = {w: Trials(**t) for w, t in d["trials"].items()}
@@ -119,3 +121,123 @@ def read_manifest(path: Path) -> Manifest:
 
 def write_manifest(path: Path, manifest: Manifest) -> None:
     atomic_write_json(path, manifest.to_json())
+
+
+# --------------------------------------------------------------------------- shape
+
+class _Shape(Exception):
+    """One field that is not what the manifest format says; `where` is a dotted path."""
+
+    def __init__(self, where: str, value: Any, expected: str) -> None:
+        shown = repr(value)
+        super().__init__(f"{where} is {shown if len(shown) <= 60 else shown[:57] + '...'}, expected {expected}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    # JSON may carry NaN/Infinity; neither is a measurement.
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _need(ok: bool, where: str, value: Any, expected: str) -> None:
+    if not ok:
+        raise _Shape(where, value, expected)
+
+
+def _obj(data: Any, where: str) -> dict[str, Any]:
+    _need(isinstance(data, dict), where, data, "an object")
+    return data
+
+
+def _str_map(data: Any, where: str) -> None:
+    for k, v in _obj(data, where).items():
+        _need(isinstance(v, str), f"{where}.{k}", v, "a string")
+
+
+def _no_floats(value: Any, where: str) -> None:
+    # TVM target attributes are ints, strings, booleans, lists and dicts; a float
+    # such as num-cores 2.0 compares equal to 2 here but TVM rejects it.
+    if isinstance(value, float):
+        raise _Shape(where, value, "an integer, string or boolean (TVM targets have no floats)")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _no_floats(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _no_floats(v, f"{where}[{i}]")
+
+
+def _measured(data: Any, where: str) -> None:
+    # Only the fields every version writes; optional extras (ci_rel, samples, ...) pass.
+    m = _obj(data, where)
+    _need(isinstance(m.get("knobs"), dict), f"{where}.knobs", m.get("knobs"), "an object")
+    lat = m.get("latency_s")
+    _need(_is_number(lat) and lat > 0, f"{where}.latency_s", lat, "a positive number of seconds")
+    g = m.get("gflops")
+    _need(g is None or _is_number(g), f"{where}.gflops", g, "a number or null")
+
+
+def _result(data: Any, where: str) -> None:
+    r = _obj(data, where)
+    _measured(r.get("best"), f"{where}.best")
+    _measured(r.get("baseline"), f"{where}.baseline")
+    top = r.get("top", [])
+    _need(isinstance(top, list), f"{where}.top", top, "a list")
+    for i, m in enumerate(top):
+        _measured(m, f"{where}.top[{i}]")
+    for key, low in (("space_size", 0), ("design_spaces", 1)):
+        if key in r:
+            _need(_is_int(r[key]) and r[key] >= low, f"{where}.{key}", r[key], f"an integer >= {low}")
+    curve = r.get("curve", [])
+    _need(isinstance(curve, list), f"{where}.curve", curve, "a list of [trial, gflops]")
+    for i, point in enumerate(curve):
+        ok = isinstance(point, list) and len(point) == 2 and _is_int(point[0]) and _is_number(point[1])
+        _need(ok, f"{where}.curve[{i}]", point, "[trial, gflops]")
+    if r.get("previous_best") is not None:
+        _measured(r["previous_best"], f"{where}.previous_best")
+
+
+def _trials(data: Any, where: str) -> None:
+    t = _obj(data, where)
+    for key in ("requested", "run", "valid", "failed"):
+        _need(_is_int(t.get(key)) and t[key] >= 0, f"{where}.{key}", t.get(key), "an integer >= 0")
+    _need(isinstance(t.get("stop_reason"), str), f"{where}.stop_reason", t.get("stop_reason"), "a string")
+    for k, v in _obj(t.get("failures", {}), f"{where}.failures").items():
+        _need(_is_int(v) and v >= 0, f"{where}.failures.{k}", v, "an integer >= 0")
+
+
+def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
+    """CorruptFileError naming the first field of `data` that is not what format 1 says.
+
+    A hand-edited or truncated manifest must read as corrupt, not crash a reader
+    later (a curve point [1]) nor pass as fresh (latency "abc", dependencies a list).
+    Unknown optional keys inside results and measurements are accepted.
+    """
+    try:
+        for key in ("operator", "target_name", "log", "log_sha256", "fingerprint", "tvm_version",
+                    "tuned_on", "template_file"):
+            _need(isinstance(data.get(key), str), key, data.get(key), "a string")
+        target = _obj(data.get("target"), "target")
+        _need(isinstance(target.get("kind"), str), "target.kind", target.get("kind"), "a string")
+        _no_floats(target, "target")
+        _str_map(data.get("dependencies"), "dependencies")
+        for w, params in _obj(data.get("workloads"), "workloads").items():
+            _obj(params, f"workloads.{w}")
+        _need(_is_int(data.get("seed")), "seed", data.get("seed"), "an integer")
+        for w, t in _obj(data.get("trials"), "trials").items():
+            _trials(t, f"trials.{w}")
+        for w, r in _obj(data.get("results"), "results").items():
+            _result(r, f"results.{w}")
+        _obj(data.get("measure"), "measure")
+        _obj(data.get("host", {}), "host")
+        _str_map(data.get("files", {}), "files")
+        commit = data.get("template_commit")
+        _need(commit is None or isinstance(commit, str), "template_commit", commit, "a string or null")
+    except _Shape as e:
+        raise CorruptFileError(
+            f"{path}: manifest field {e}; the manifest was edited by hand or truncated: "
+            "restore it from git or re-tune (tvmtune-ci retune)"
+        ) from None

@@ -13,9 +13,12 @@ import ast
 import contextlib
 import datetime
 import difflib
+import errno
 import gc
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,10 @@ from . import git
 from .config import Config, TargetConfig
 from .errors import CorruptFileError, TemplateError, UsageError
 from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
-from .fsutil import sha256_file
+from .fsutil import sha256_bytes
 from .layout import LogSet
-from .manifest import MANIFEST_NAME, Manifest, read_manifest
+from .manifest import MANIFEST_NAME, Manifest
+from .records import LOG_FORMAT
 from .targets import canonical_target, slug, target_json
 from .template import TemplateDecl, discover_templates
 
@@ -43,6 +47,12 @@ LOG_MODIFIED = "log_modified"
 ORPHANED = "orphaned"  # a warning (Report.orphans), never a reason
 
 FIX_HINT = "tvmtune-ci retune"
+
+# Reads of committed files are bounded: a manifest is a few KB, a log a few MB.
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_LOG_BYTES = 512 << 20
+# A log tuned "tomorrow" is a time zone, not a hand edit.
+FUTURE_SLACK = datetime.timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,80 @@ class Report:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+class NotRegularFileError(OSError):
+    """A path in a log folder that is not a plain file we may read (symlink, device, FIFO, too big)."""
+
+
+def _what_is(path: Path, st: os.stat_result | None) -> str:
+    if st is None or stat.S_ISLNK(st.st_mode):
+        try:
+            return f"a symbolic link (to {os.readlink(path)})"
+        except OSError:
+            return "a symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "a folder"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "a device"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(st.st_mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes.
+
+    Symlinks are not followed (a committed link to /dev/zero would hash forever,
+    one to a copy outside the repository would read as fresh); devices, FIFOs and
+    oversized files are refused: NotRegularFileError saying what the path is.
+    FileNotFoundError when it does not exist.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFileError(f"{path} is {_what_is(path, None)}") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(f"{path} is {_what_is(path, st)}")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise NotRegularFileError(f"{path} is larger than {limit >> 20} MiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _symlinked_folder(logset: LogSet) -> Path | None:
+    """The log folder or its operator folder when it is a symlink (it could lead anywhere)."""
+    for d in (logset.folder, logset.folder.parent):
+        if d.is_symlink():
+            return d
+    return None
+
+
+def _safe_name(name: object) -> bool:
+    # A plain file name in the log folder: no "../x.json", no absolute path, no "..".
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and Path(name).name == name
+    )
 
 
 def _tuned_on(manifest: Manifest) -> datetime.date | None:
@@ -244,8 +328,25 @@ class _Checker:
     ) -> tuple[Manifest | None, list[Reason]]:
         reasons: list[Reason] = [tpl.invalid] if tpl.invalid else []
         folder = self.cache.rel(logset.folder)
+        manifest_rel = f"{folder}/{logset.manifest.name}"
+        linked = _symlinked_folder(logset)
+        if linked is not None:
+            rel = self.cache.rel(linked)
+            reasons.append(
+                Reason(
+                    LOG_MODIFIED,
+                    f"{rel} is {_what_is(linked, None)}; log folders must be real folders "
+                    f"inside {self.config.logs_dir}/: replace the link with the folder or "
+                    f"run `{FIX_HINT}`",
+                    rel,
+                )
+            )
+            return None, reasons
         try:
-            manifest = read_manifest(logset.manifest)
+            manifest = Manifest.from_json(
+                json.loads(read_regular_file(logset.manifest, MAX_MANIFEST_BYTES)),
+                logset.manifest,
+            )
         except FileNotFoundError:
             reasons.insert(
                 0,
@@ -258,13 +359,31 @@ class _Checker:
                 ),
             )
             return None, reasons
-        except (CorruptFileError, OSError) as e:
-            msg = str(e).replace(str(logset.manifest), f"{folder}/{logset.manifest.name}")
+        except NotRegularFileError as e:
+            msg = str(e).replace(str(logset.manifest), manifest_rel)
             reasons.append(
                 Reason(
-                    LOG_MODIFIED, f"manifest unreadable: {msg}", f"{folder}/{logset.manifest.name}"
+                    LOG_MODIFIED,
+                    f"manifest unreadable: {msg}; tvmtune-ci reads only regular files inside "
+                    f"the log folder: restore the file from git or run `{FIX_HINT}`",
+                    manifest_rel,
                 )
             )
+            return None, reasons
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            # JSON syntax, bad UTF-8, or a field that is not what it claims.
+            reasons.append(
+                Reason(
+                    LOG_MODIFIED,
+                    f"manifest unreadable: {manifest_rel}: cannot parse it ({e}); "
+                    f"restore it from git or run `{FIX_HINT}`",
+                    manifest_rel,
+                )
+            )
+            return None, reasons
+        except (CorruptFileError, OSError) as e:
+            msg = str(e).replace(str(logset.manifest), manifest_rel)
+            reasons.append(Reason(LOG_MODIFIED, f"manifest unreadable: {msg}", manifest_rel))
             return None, reasons
         if tpl.fingerprint is not None and tpl.decl is not None:
             reasons += self._template(tpl, manifest)
@@ -351,6 +470,17 @@ class _Checker:
                     f"{folder}/{MANIFEST_NAME}",
                 )
             ]
+        if tuned > datetime.date.today() + FUTURE_SLACK:
+            # A date in the future would never expire.
+            return [
+                Reason(
+                    LOG_MODIFIED,
+                    f"manifest tuned_on {tuned} is in the future (today is "
+                    f"{datetime.date.today()}); the manifest was edited by hand: restore it "
+                    f"from git or run `{FIX_HINT}`",
+                    f"{folder}/{MANIFEST_NAME}",
+                )
+            ]
         age = (self.as_of - tuned).days
         if age <= self.config.max_age_days:
             return []
@@ -369,24 +499,55 @@ class _Checker:
             *((n, h, "file") for n, h in sorted(manifest.files.items())),
         ]:
             rel = f"{folder}/{name}"
-            if not isinstance(name, str) or not name or Path(name).name != name:
+            if not _safe_name(name):
                 out.append(
                     Reason(
                         LOG_MODIFIED,
-                        f"the manifest names {what} {name!r}, not a file in its folder",
-                        f"{folder}/manifest.json",
+                        f"the manifest names {what} {name!r}, not a file in its folder; "
+                        f"the manifest was edited by hand: restore it from git or run "
+                        f"`{FIX_HINT}`",
+                        f"{folder}/{MANIFEST_NAME}",
                     )
                 )
                 continue
             try:
-                actual = sha256_file(logset.folder / name)
+                data = read_regular_file(logset.folder / name, MAX_LOG_BYTES)
             except FileNotFoundError:
                 out.append(
-                    Reason(LOG_MODIFIED, f"{rel}, the {what} the manifest names, is missing", rel)
+                    Reason(
+                        LOG_MODIFIED,
+                        f"{rel}, the {what} the manifest names, is missing; restore it from "
+                        f"git or run `{FIX_HINT}`",
+                        rel,
+                    )
+                )
+                continue
+            except NotRegularFileError as e:
+                out.append(
+                    Reason(
+                        LOG_MODIFIED,
+                        f"{str(e).replace(str(logset.folder / name), rel)}; tvmtune-ci reads "
+                        "only regular files inside the log folder: replace it with the file "
+                        f"itself (restore it from git) or run `{FIX_HINT}`",
+                        rel,
+                    )
                 )
                 continue
             except OSError as e:
                 out.append(Reason(LOG_MODIFIED, f"{rel} cannot be read: {e.strerror}", rel))
+                continue
+            actual = sha256_bytes(data)
+            if actual == expected and what == "log":
+                problem = _log_problem(data)
+                if problem is not None:
+                    out.append(
+                        Reason(
+                            LOG_MODIFIED,
+                            f"{rel} is not a tvmtune-ci log ({problem}) although the manifest "
+                            f"records its sha256; restore both from git or run `{FIX_HINT}`",
+                            rel,
+                        )
+                    )
                 continue
             if actual != expected:
                 out.append(
@@ -398,6 +559,23 @@ class _Checker:
                     )
                 )
         return out
+
+
+def _log_problem(data: bytes) -> str | None:
+    """What is wrong with a log's bytes at the top level, or None.
+
+    The sha256 already ties the log to the manifest; this catches a manifest
+    re-hashed over a hand-made file. Records are validated where they are used.
+    """
+    try:
+        log = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"not JSON: {e}"
+    if not isinstance(log, dict):
+        return "not a JSON object"
+    if log.get("format") != LOG_FORMAT:
+        return f"format {log.get('format')!r}, this tvmtune-ci reads format {LOG_FORMAT}"
+    return None
 
 
 def _orphans(
