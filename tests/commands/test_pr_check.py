@@ -1,47 +1,166 @@
 """The PR status check on a fork's change: flagged, annotated, never executed.
 
 What `tvmtune-pr-check.yml` runs on a GitHub-hosted runner without TVM:
-`tvmtune-ci check --format github --changed-since <base> --pr`. The fork's
-template is hostile: importing it would write a marker file, and `tvm` on the
-path refuses to import. Neither may happen.
+`tvmtune-ci check --format github --changed-since <base> --pr`. The fork's code
+is hostile: importing it would write a marker file, and `tvm` on the path
+refuses to import. Neither may happen in `check`, `check --pr`, `status` or
+`matrix`, and each must still see the entry as stale.
+
+The payloads are valid Python placed where an import runs them (the test proves
+it by importing the template once at the end): after the `__future__` import of
+a template, at module level of an in-repo helper module, inside a KNOBS
+expression.
 """
 
 from __future__ import annotations
 
+import ast
+import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import change_function, commit_all, git, run_cli, write
+import pytest
+from conftest import commit_all, freshen_all, git, make_repo, run_cli, write
 
-HOSTILE = """
-import pathlib
-pathlib.Path({marker!r}).write_text("template code ran")
-"""
+FUTURE = "from __future__ import annotations\n"
+OPERATORS = ("conv2d", "dense", "matmul", "softmax")
 
 
-def test_fork_change_to_a_template_is_flagged_without_running_it(repo: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def _all_fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Every operator, not just matmul: "the others are not reported" must be able to fail.
+    root = make_repo(tmp_path_factory.mktemp("pr"), operators=True)
+    assert {p.stem for p in (root / "operators").glob("[!_]*.py")} == set(OPERATORS)
+    freshen_all(root)
+    commit_all(root, "tune")
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path: Path, _all_fresh: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(_all_fresh, root, symlinks=True)
+    return root
+
+
+def payload(marker: Path) -> str:
+    return f"import pathlib\npathlib.Path({str(marker)!r}).write_text('fork code ran')\n"
+
+
+def after_future(path: Path, code: str) -> str:
+    """Insert `code` right after the file's `from __future__` import (still valid Python)."""
+    src = path.read_text()
+    assert src.count(FUTURE) == 1, path
+    return src.replace(FUTURE, FUTURE + "\n" + code, 1)
+
+
+def hostile_template(root: Path, marker: Path) -> set[str]:
+    tpl = root / "operators/matmul.py"
+    tpl.write_text(after_future(tpl, payload(marker)))
+    return {"matmul"}
+
+
+def hostile_helper(root: Path, marker: Path) -> set[str]:
+    helper = root / "operators/_gemm.py"
+    helper.write_text(after_future(helper, payload(marker)))
+    return {"matmul", "dense"}  # both import operators._gemm
+
+
+def hostile_knobs(root: Path, marker: Path) -> set[str]:
+    tpl = root / "operators/matmul.py"
+    src = tpl.read_text()
+    knobs = "KNOBS = [\n"
+    assert src.count(knobs) == 1
+    knob = f'    define_knob("x", [__import__("os").system("touch {marker}") or 1]),\n'
+    src = src.replace(knobs, knobs + knob, 1)
+    if "define_knob" not in src.split("KNOBS")[0]:
+        src = src.replace(
+            "from tvmtune_ci.template import ", "from tvmtune_ci.template import define_knob, ", 1
+        )
+    tpl.write_text(src)
+    return {"matmul"}
+
+
+HOSTILE = {"template": hostile_template, "helper": hostile_helper, "knobs": hostile_knobs}
+
+
+@pytest.mark.parametrize("where", list(HOSTILE))
+def test_hostile_fork_code_is_flagged_and_never_run(repo: Path, tmp_path: Path, where: str) -> None:
     base = git(repo, "rev-parse", "HEAD").strip()
-    marker = tmp_path / "template-code-ran"
+    marker = tmp_path / "fork-code-ran"
     tvm_marker = tmp_path / "tvm-imported"
     fake = tmp_path / "fake"
-    write(fake, "tvm/__init__.py", f"open({str(tvm_marker)!r}, 'w').close()\nraise RuntimeError('no TVM here')\n")
-    # The fork: a "fix" to the schedule plus module-level code that must never run.
-    tpl = repo / "operators/matmul.py"
-    src = tpl.read_text()
-    tpl.write_text(HOSTILE.format(marker=str(marker)) + src)
-    change_function(tpl, "schedule")
-    commit_all(repo, "fork: tweak the matmul schedule")
+    write(
+        fake,
+        "tvm/__init__.py",
+        f"open({str(tvm_marker)!r}, 'w').close()\nraise RuntimeError('no TVM here')\n",
+    )
+    stale_ops = HOSTILE[where](repo, marker)
+    commit_all(repo, f"fork: hostile code in the {where}")
+    changed = git(repo, "diff", "--name-only", base, "HEAD").split()
+    for rel in changed:
+        ast.parse((repo / rel).read_text(), filename=rel)  # valid Python, so it could run
+    env = {"PYTHONPATH": str(fake)}
     summary = tmp_path / "summary.md"
-    r = run_cli(repo, "check", "--format", "github", "--changed-since", base, "--pr",
-                env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary), "PYTHONPATH": str(fake)})
+    gh = {**env, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
+
+    def ran() -> str:
+        return f"the fork's code ran (marker written) in {where}"
+
+    # check: exit 1, the stale operators and no others.
+    r = run_cli(repo, "check", "--format", "json", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
+    assert not marker.exists(), ran()
+    stale = {e["operator"] for e in json.loads(r.stdout)["entries"] if not e["fresh"]}
+    assert stale == stale_ops, r.stdout
+
+    # check --pr, as the PR workflow runs it: errors on the changed files only.
+    r = run_cli(repo, "check", "--format", "github", "--changed-since", base, "--pr", env=gh)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not marker.exists(), ran()
     errors = [line for line in r.stdout.splitlines() if line.startswith("::error ")]
-    assert errors and all("file=operators/matmul.py" in e for e in errors), r.stdout
-    assert any("template_changed" in e for e in errors)
-    # Only the changed operator's entries are reported.
-    assert "conv2d" not in r.stdout and "softmax" not in r.stdout
-    assert "matmul" in summary.read_text()
-    assert not marker.exists(), "the fork's template code was executed"
+    assert errors, r.stdout
+    assert all(any(f"file={rel}" in e for rel in changed) for e in errors), r.stdout
+    for op in set(OPERATORS) - stale_ops:
+        assert op not in r.stdout, f"{op} is fresh but reported:\n{r.stdout}"
+    assert all(op in summary.read_text() for op in stale_ops)
+
+    # status: every entry shown, the stale ones as STALE.
+    r = run_cli(repo, "status", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not marker.exists(), ran()
+    states = {
+        line.split()[0].split("/")[0]
+        for line in r.stdout.splitlines()
+        if line.split()[1:2] == ["STALE"]
+    }
+    assert states == stale_ops, r.stdout
+
+    # matrix (as the push trigger runs it): a job per stale entry, no others.
+    for args in ([], ["--changed-since", base]):
+        r = run_cli(repo, "matrix", *args, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not marker.exists(), ran()
+        jobs = json.loads(r.stdout.splitlines()[0])["include"]
+        assert {j["operator"] for j in jobs} == stale_ops, r.stdout
+        assert len(jobs) == 2 * len(stale_ops)  # two configured targets
+
     assert not tvm_marker.exists(), "tvm was imported"
+
+    # The payload is live: importing the template (what retune does) runs it.
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, sys; sys.path.insert(0, '.'); runpy.run_path('operators/matmul.py')",
+        ],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+    assert marker.exists(), f"the {where} payload would never run: the test proves nothing"
 
 
 def test_pr_check_warns_only_when_configured(repo: Path, tmp_path: Path) -> None:
@@ -51,6 +170,15 @@ def test_pr_check_warns_only_when_configured(repo: Path, tmp_path: Path) -> None
     tpl = repo / "operators/matmul.py"
     tpl.write_text(tpl.read_text().replace("max_factor=", "max_factor=2*", 1))
     commit_all(repo, "fork: widen a split")
-    r = run_cli(repo, "check", "--format", "github", "--changed-since", base, "--pr", env={"GITHUB_ACTIONS": "true"})
+    r = run_cli(
+        repo,
+        "check",
+        "--format",
+        "github",
+        "--changed-since",
+        base,
+        "--pr",
+        env={"GITHUB_ACTIONS": "true"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "::warning " in r.stdout and "::error " not in r.stdout
