@@ -728,6 +728,8 @@ class SourceCache:
     ) -> _Run:
         assert mod.tree is not None
         workloads = mod.defs.get("WORKLOADS") if is_template else None
+        # The roots are hashed whole as definitions anyway (KNOBS can be long).
+        roots = {id(mod.defs[n].node) for n in ROOTS if n in mod.defs} if is_template else set()
         counts: dict[str, int] = {}
         labels: list[str] = []
         stmts: list[_Stmt] = []
@@ -741,6 +743,8 @@ class SourceCache:
             labels.append(label)
             if workloads is not None and stmt is workloads.node:
                 continue  # a literal, compared as values (read_template rejects others)
+            if id(stmt) in roots:
+                continue
             digest, targets = self._hash_code(mod, _Canon(stmt, import_time=True), bases)
             stmts.append(_Stmt(label, _first_line(stmt), stmt, digest, tuple(targets)))
         return _Run(_sha("\n".join(labels)), tuple(stmts))
