@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import commit_all, git, git_env, make_repo, run_cli
+from conftest import GIT_ENV, commit_all, git, git_env, make_repo, run_cli
 from small_mm import SMALL_MM
 
 tvm = pytest.importorskip("tvm")
@@ -246,12 +246,27 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     assert "has-work=true" in out.read_text()
     # Dirt in the work tree must not be committed.
     (work / "scratch.txt").write_text("not mine\n")
+    # Files of the log folder that tvmtune-ci did not write stay as they are.
+    mine = {".gitattributes": "*.json -diff\n", "notes/keep.txt": "keep\n", "NOTES.md": "# notes\n"}
+    for rel, text in mine.items():
+        (work / FOLDER / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / FOLDER / rel).write_text(text)
+    git(work, "add", "--", *(str(FOLDER / rel) for rel in mine))
+    git(work, "commit", "-q", "-m", "notes beside the log")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    before = git(work, "rev-parse", "HEAD").strip()
     r = run_cli(work, "retune", "mm", "--target", "host", "--trials", "8", "--commit", "--push")
     assert r.returncode == 0, r.stdout + r.stderr
     log = git(origin, "log", "--format=%H %s", f"{before}..main").splitlines()
     assert len(log) == 1 and "re-tune mm on host" in log[0]
     touched = git(origin, "show", "--name-only", "--format=", "main").split()
     assert touched and all(p.startswith("tuning_logs/mm/host/") for p in touched)
+    for rel, text in mine.items():
+        assert (work / FOLDER / rel).read_text() == text, rel
+        assert git(origin, "show", f"main:{FOLDER / rel}") == text, rel
+        assert str(FOLDER / rel) not in touched
+    assert not [p for p in touched if "NOTES" in p or "gitattributes" in p], touched
+    assert git(work, "status", "--porcelain", "--", str(FOLDER)) == ""
     assert (work / "scratch.txt").exists() and "scratch.txt" in git(work, "status", "--porcelain")
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
@@ -271,3 +286,43 @@ def test_previous_best_that_no_longer_builds_does_not_stop_the_retune(tuned: tup
     new = json.loads(mpath.read_text())
     assert new["results"]["s64"]["previous_best"] is None
     assert run_cli(root, "check").returncode == 0
+
+
+def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_pushed(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None
+) -> None:
+    """Two entries; committing the first fails (its new files are git-ignored): the
+    second is still re-tuned, committed and pushed, and the exit status is git's (8)."""
+    from tvmtune_ci import cli, pipeline
+    from tvmtune_ci.publish import publish
+
+    origin = tmp_path / "origin.git"
+    (repo / ".gitignore").write_text("tuning_logs/matmul/avx512/*.bak\n")
+    commit_all(repo, "ignore avx512 backups")
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(origin))
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "fetch", "-q", "origin")
+    git(repo, "branch", "-q", "--set-upstream-to", "origin/main")
+    before = git(repo, "rev-parse", "HEAD").strip()
+    tuned: list[str] = []
+
+    def fake_retune_entry(config, entry, **kw):  # noqa: ANN001, ANN003, ANN202 - the real one tunes with TVM
+        tuned.append(entry.target)
+        data = json.loads(entry.logset.manifest.read_text())
+        data["seed"] += 1
+        files = {data["log"]: b'{"format": 1, "workloads": [], "records": [], "new": true}\n',
+                 "manifest.json": json.dumps(data, sort_keys=True).encode()}
+        return pipeline.RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
+
+    monkeypatch.setattr(pipeline, "retune_entry", fake_retune_entry)
+    for k, v in GIT_ENV.items():
+        monkeypatch.setenv(k, v)
+    rc = cli.main(["retune", "--all", "--commit", "--push", "--config", str(repo / "tvmtune.yaml")])
+    assert rc == 8
+    assert tuned == ["avx512", "avx2"]
+    err = capsys.readouterr().err
+    assert "matmul/avx512: the new log set is written but not committed" in err and "1 failure" in err
+    subjects = git(origin, "log", "--format=%s", f"{before}..main").splitlines()
+    assert len(subjects) == 1 and "matmul on avx2" in subjects[0], subjects
+    # The failed entry's set is published (nothing lost), just not committed.
+    assert "tuning_logs/matmul/avx512/" in git(repo, "status", "--porcelain", "--ignored")

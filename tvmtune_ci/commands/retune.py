@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import ci
 from ..config import Config, load_config
-from ..errors import TvmtuneError, UsageError
+from ..errors import LockError, TvmtuneError, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..staleness import Entry
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -39,7 +44,35 @@ def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
     print(f"tvmtune-ci retune: {n} entr{'y' if n == 1 else 'ies'} from {config.path}")
     print(f"  trials per workload: {args.trials if args.trials is not None else f'{config.trials} (per-operator overrides apply)'}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}")
     print(f"  early stop: {'off' if es.patience == 0 else f'best not improved by >{es.min_improvement:.0%} for {es.patience} batches'}")
-    print(f"  measure: number={m.number or 'auto'} repeat={m.repeat} min_repeat_ms={m.min_repeat_ms} max_cv={m.max_cv:.0%} timeout={m.timeout_s:g}s")
+    # Every option by name, so the line follows MeasureOptions as it changes.
+    print("  measure: " + " ".join(f"{f.name}={getattr(m, f.name)!r}" for f in dataclasses.fields(m)))
+
+
+def recover_interrupted(config: Config, operators: list[str]) -> list[str]:
+    """Finish the publishes a killed run left half done; the entries recovered.
+
+    Before staleness is decided: a set swapped in but not cleaned up is fresh and
+    would never be re-tuned (its leftovers would stay forever), and one caught
+    between the fallback's two renames would look missing. A folder whose lock
+    is held is skipped: its holder recovers it before it publishes.
+    """
+    from .. import lock
+    from ..layout import LogSet
+    from ..publish import MARKER_NAME, leftovers, recover
+
+    done = []
+    for op in operators:
+        for t in config.targets_for(op):
+            logset = LogSet.of(config.logs_path, op, t.name)
+            if not leftovers(logset.folder) and not (logset.folder / MARKER_NAME).exists():
+                continue
+            try:
+                with lock.hold(logset.lock, f"{op}/{t.name}"):
+                    recover(logset.folder)
+            except LockError:
+                continue
+            done.append(f"{op}/{t.name}")
+    return done
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown operator {op!r}; operators in {config.operators_dir}/: {', '.join(known) or '(none)'}")
     for t in args.target:
         config.target(t)  # raises with the configured names
+    for name in recover_interrupted(config, args.operators or known):
+        print(f"recovered {name}: finished a publish that an earlier run did not complete")
     report = find_stale(config, as_of=parse_date(args.as_of), operators=args.operators or None, targets=args.target or None)
     entries = report.entries if args.all else report.stale
     skipped = [e for e in report.entries if e not in entries]
@@ -73,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     commit = args.commit or args.push
     results = []
+    committed = []
     failures: list[TvmtuneError] = []
     for e in entries:
         with ci.group(f"re-tune {e.operator} on {e.target}"):
@@ -87,9 +123,7 @@ def run(args: argparse.Namespace) -> int:
             except TvmtuneError as err:
                 for b in bars:
                     b.close()
-                print(f"error: {e.operator}/{e.target}: {err}", file=sys.stderr)
-                if ci.on_github():
-                    print(ci.annotation("error", str(err), file=e.template_file, line=e.template_line, title=f"tvmtune-ci retune {e.operator}/{e.target}"))
+                _report(e, str(err))
                 failures.append(err)
                 continue
             for b in bars:
@@ -103,13 +137,30 @@ def run(args: argparse.Namespace) -> int:
             if commit:
                 from ..gitops import commit_paths
 
-                sha = commit_paths(config.root, r.published.changed_paths, commit_message([r]), config.git)
+                # One entry's commit failing must not cost the others theirs:
+                # reported now, the exit status says so at the end.
+                try:
+                    sha = commit_paths(config.root, r.published.changed_paths, commit_message([r]), config.git)
+                except TvmtuneError as err:
+                    _report(e, f"the new log set is written but not committed: {err}")
+                    failures.append(err)
+                    continue
+                committed.append(r)
                 print(f"committed {sha[:12]}: {commit_message([r]).splitlines()[0]}")
-    if args.push and results:
+    if args.push and committed:
         from ..gitops import push_with_retry
 
-        pushed = push_with_retry(config.root, identity=config.git)
-        print(f"pushed: {pushed}")
+        try:
+            pushed = push_with_retry(config.root, identity=config.git)
+        except TvmtuneError as err:
+            print(f"error: push: {err}", file=sys.stderr)
+            if ci.on_github():
+                print(ci.annotation("error", str(err), title="tvmtune-ci retune --push"))
+            failures.append(err)
+        else:
+            print(f"pushed {len(committed)} commit{'s' if len(committed) != 1 else ''}: {pushed}")
+    elif args.push:
+        print("nothing was committed, so nothing was pushed")
     if results:
         ci.append_step_summary("\n".join(
             ["| operator | target | workload | best | vs default | trials | stop |", "|---|---|---|---|---|---|---|"]
@@ -117,5 +168,12 @@ def run(args: argparse.Namespace) -> int:
                for r in results for w, res in sorted(r.manifest.results.items())]
         ))
     if failures:
+        print(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}; see the errors above", file=sys.stderr)
         return max(f.exit_code for f in failures)
     return 0
+
+
+def _report(e: Entry, message: str) -> None:
+    print(f"error: {e.operator}/{e.target}: {message}", file=sys.stderr)
+    if ci.on_github():
+        print(ci.annotation("error", message, file=e.template_file, line=e.template_line, title=f"tvmtune-ci retune {e.operator}/{e.target}"))
