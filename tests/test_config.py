@@ -215,3 +215,47 @@ def test_load_config_finds_the_nearest_file(
     assert load_config(tmp_path / "a").path == (tmp_path / "tvmtune.yaml").resolve()
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")
+
+
+# ----------------------------------------------------------------- issue 11: typos that checked nothing
+
+
+def test_an_empty_targets_mapping_is_an_error() -> None:
+    msg = error_of("targets: {}\n")
+    assert msg.startswith("tvmtune.yaml:1: targets is empty, so nothing would be checked; add one"), msg
+
+
+@pytest.mark.parametrize("value", ["2.0", "2.5", "'2'", "true"])
+def test_num_cores_must_be_an_integer(value: str) -> None:
+    msg = error_of(f"targets:\n  cpu:\n    target: {{kind: llvm, mcpu: haswell, num-cores: {value}}}\n")
+    assert msg.startswith("tvmtune.yaml:3: target 'cpu': num-cores is "), msg
+    assert "TVM takes an integer; write" in msg
+    if value == "2.0":
+        assert msg.endswith("write `num-cores: 2`")
+
+
+def test_a_float_anywhere_in_a_target_is_an_error() -> None:
+    msg = error_of("targets:\n  cpu:\n    target: {kind: llvm, mcpu: haswell, opt: {x: 1.5}}\n")
+    assert msg.startswith("tvmtune.yaml:3: target 'cpu': opt.x is the float 1.5"), msg
+
+
+@pytest.mark.parametrize("version", ['"a.b"', '"0"', '"x0.27"', "[0, 27]"])
+def test_tvm_version_must_be_major_minor(version: str) -> None:
+    msg = error_of(MINIMAL + f"tvm_version: {version}\n")
+    assert msg.startswith("tvmtune.yaml:4: tvm_version ") and "is not MAJOR.MINOR" in msg, msg
+
+
+@pytest.mark.parametrize("version", ['"0.27"', '"0.27.0.post1"', '"v1.2"', "0.30"])
+def test_tvm_version_accepts_real_versions(version: str) -> None:
+    assert parse(MINIMAL + f"tvm_version: {version}\n").tvm_version
+
+
+def test_the_legacy_target_warning_is_kept_in_the_config() -> None:
+    with pytest.warns(UserWarning):
+        c = parse("targets:\n  cpu:\n    target: llvm -mcpu=haswell\n")
+    (w,) = c.warnings
+    assert w.startswith("tvmtune.yaml:3: target 'cpu' uses the removed string form 'llvm -mcpu=haswell'")
+    assert w.endswith("write that dict instead")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert parse(MINIMAL).warnings == ()

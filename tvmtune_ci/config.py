@@ -7,6 +7,7 @@ came from; unknown keys get a "did you mean" from difflib.
 from __future__ import annotations
 
 import difflib
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,13 @@ from .errors import ConfigError
 from .targets import canonical_target, parse_legacy_string, slug
 
 CONFIG_NAME = "tvmtune.yaml"
+
+
+class ConfigWarning(UserWarning):
+    """tvmtune.yaml works but should change (e.g. a legacy string target).
+
+    Also kept in `Config.warnings`, so that `check` can report it in every format.
+    """
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,10 @@ class Config:
     pr_check: str = "fail"
     git: GitIdentity = field(default_factory=GitIdentity)
     path: Path | None = None
+    # What parsing warned about, as "tvmtune.yaml:LINE: ...; fix" lines.
+    warnings: tuple[str, ...] = ()
+    # Top-level key -> its line in tvmtune.yaml, for errors found after parsing.
+    lines: dict[str, int] = field(default_factory=dict)
 
     @property
     def operators_path(self) -> Path:
@@ -145,6 +157,12 @@ class _Ctx:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.display = path.name
+        self.warnings: list[str] = []
+
+    def warn(self, node: yaml.Node, what: str, fix: str) -> None:
+        message = f"{self.display}:{node.start_mark.line + 1}: {what}; {fix}"
+        self.warnings.append(message)
+        warnings.warn(message, ConfigWarning, stacklevel=4)
 
     def error(self, node: yaml.Node | None, what: str, fix: str) -> ConfigError:
         line = node.start_mark.line + 1 if node is not None else 1
@@ -233,17 +251,45 @@ def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]
             converted = parse_legacy_string(value)
         except ValueError as e:
             raise ctx.error(node, f"target {name!r}: {e}", 'write a dict such as {kind: llvm, mcpu: skylake-avx512}') from None
-        line = node.start_mark.line + 1
-        warnings.warn(
-            f"{ctx.display}:{line}: target {name!r} uses the removed string form {value!r}; "
-            f"read as {canonical_target(converted)}; write that dict instead",
-            UserWarning,
-            stacklevel=2,
+        ctx.warn(
+            node,
+            f"target {name!r} uses the removed string form {value!r}; "
+            f"read as {canonical_target(converted)}",
+            "write that dict instead",
         )
         value = converted
     if not isinstance(value, dict) or "kind" not in value:
         raise ctx.error(node, f"target {name!r} must be a TVM target dict with a 'kind'", "write for example `target: {kind: llvm, mcpu: skylake-avx512, num-cores: 4}`")
+    problem = target_value_problem(value)
+    if problem is not None:
+        raise ctx.error(node, f"target {name!r}: {problem[0]}", problem[1])
     return canonical_target(value)
+
+
+# Target attributes TVM reads as integers (a float 2.0 would compare equal to 2 here).
+_INT_ATTRS = ("num-cores", "max_num_threads", "thread_warp_size", "max_threads_per_block", "opt-level")
+
+
+def target_value_problem(target: dict[str, Any], where: str = "") -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a target dict TVM would reject; None when fine.
+
+    TVM target attributes are integers, strings, booleans, lists and dicts: a float
+    is never valid, and the integer attributes must be integers.
+    """
+    for key, value in target.items():
+        here = f"{where}{key}"
+        if key in _INT_ATTRS and (not isinstance(value, int) or isinstance(value, bool)):
+            fix = f"write `{key}: {int(value)}`" if isinstance(value, float) and value.is_integer() else f"write an integer, e.g. `{key}: 4`"
+            return f"{here} is {value!r}, TVM takes an integer", fix
+        if isinstance(value, float):
+            return f"{here} is the float {value!r}; TVM target attributes are integers, strings, booleans or lists", "write it without a fraction, or quoted if it is a string"
+        if isinstance(value, dict):
+            inner = target_value_problem(value, f"{here}.")
+            if inner is not None:
+                return inner
+        if isinstance(value, list) and any(isinstance(v, float) for v in value):
+            return f"{here} holds a float ({value!r}); TVM target attributes are integers, strings, booleans or lists", "write integers or quoted strings"
+    return None
 
 
 def _parse_runner(ctx: _Ctx, name: str, node: yaml.Node) -> RpcRunner | None:
@@ -273,6 +319,9 @@ def _parse_runner(ctx: _Ctx, name: str, node: yaml.Node) -> RpcRunner | None:
 
 def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
     items = _mapping(ctx, node, "targets")
+    if not items:
+        # No target means no entries: `check` would pass on anything.
+        raise ctx.error(node, "targets is empty, so nothing would be checked", "add one, e.g. `targets: {cpu: {target: {kind: llvm, mcpu: skylake-avx512}}}`")
     out = []
     for name, (knode, vnode) in items.items():
         try:
@@ -347,7 +396,8 @@ def parse_config(text: str, path: Path) -> Config:
     if "targets" not in items:
         raise ConfigError(f"{ctx.display}:1: no `targets:`; add e.g. `targets: {{cpu: {{target: {{kind: llvm, mcpu: skylake-avx512}}}}}}`")
     targets = _parse_targets(ctx, items["targets"][1])
-    kw: dict[str, Any] = {"root": path.parent, "targets": targets, "path": path}
+    lines = {key: knode.start_mark.line + 1 for key, (knode, _) in items.items()}
+    kw: dict[str, Any] = {"root": path.parent, "targets": targets, "path": path, "lines": lines}
     for key, kind, example, chk in [
         ("operators_dir", str, "operators_dir: operators", None),
         ("logs_dir", str, "logs_dir: tuning_logs", None),
@@ -363,7 +413,8 @@ def parse_config(text: str, path: Path) -> Config:
         v = _construct(vnode)
         # Unquoted `0.30` is the float 0.3: keep the text as written, not the float.
         v = str(vnode.value) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
-        if not isinstance(v, str) or len(v.split(".")) < 2:
+        # As staleness.major_minor reads it: "a.b" would silently skip tvm_changed.
+        if not isinstance(v, str) or not re.match(r"v?\d+\.\d+(?![\d])", v.strip()):
             raise ctx.error(items["tvm_version"][1], f"tvm_version {v!r} is not MAJOR.MINOR", 'write `tvm_version: "0.27"` (quoted)')
         kw["tvm_version"] = v
     if "early_stop" in items:
@@ -379,6 +430,7 @@ def parse_config(text: str, path: Path) -> Config:
         g = _mapping(ctx, items["git"][1], "git")
         _check_keys(ctx, g, ["name", "email"], "git")
         kw["git"] = GitIdentity(**{k: _typed(ctx, g[k][1], f"git.{k}", str, f"{k}: tvmtune-ci") for k in g})
+    kw["warnings"] = tuple(ctx.warnings)
     return Config(**kw)
 
 

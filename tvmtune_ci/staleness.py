@@ -26,7 +26,7 @@ from typing import Any
 
 from . import git
 from .config import Config, TargetConfig
-from .errors import CorruptFileError, TemplateError, UsageError
+from .errors import ConfigError, CorruptFileError, TemplateError, UsageError
 from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
 from .fsutil import sha256_bytes
 from .layout import LogSet
@@ -573,8 +573,10 @@ def _log_problem(data: bytes) -> str | None:
         return f"not JSON: {e}"
     if not isinstance(log, dict):
         return "not a JSON object"
-    if log.get("format") != LOG_FORMAT:
-        return f"format {log.get('format')!r}, this tvmtune-ci reads format {LOG_FORMAT}"
+    fmt = log.get("format")
+    # Every format up to ours reads (records.read_log converts older ones).
+    if not (isinstance(fmt, int) and not isinstance(fmt, bool) and 1 <= fmt <= LOG_FORMAT):
+        return f"format {fmt!r}, this tvmtune-ci reads formats 1 to {LOG_FORMAT}"
     return None
 
 
@@ -612,6 +614,26 @@ def _orphans(
                     )
                 )
     return out
+
+
+def _check_folders(config: Config) -> None:
+    """ConfigError when operators_dir is not a folder: a typo must not check nothing."""
+    path = config.operators_path
+    if path.is_dir():
+        return
+    name = config.path.name if config.path is not None else "tvmtune.yaml"
+    line = config.lines.get("operators_dir")
+    what = "is not a folder" if path.exists() else "does not exist"
+    if line is None:
+        raise ConfigError(
+            f"{name}:1: operators_dir is not set and the default folder "
+            f"{config.operators_dir}/ {what}; set `operators_dir:` to the folder of "
+            "your operator templates"
+        )
+    raise ConfigError(
+        f"{name}:{line}: operators_dir {config.operators_dir!r} {what} ({path}); "
+        "fix the path (relative to tvmtune.yaml) or create the folder"
+    )
 
 
 def _touched(entry: Entry, tpl: _Template, changed: set[str], cache: SourceCache) -> bool:
@@ -664,7 +686,8 @@ def find_stale(
     """
     as_of = as_of or datetime.date.today()
     cache = SourceCache(config.root)
-    warnings: list[str] = []
+    warnings: list[str] = list(config.warnings)
+    _check_folders(config)
     # Resolved once: every path below is joined onto these, never resolved again.
     templates = {p.stem: p for p in discover_templates(config.operators_path.resolve())}
     logs_path = config.logs_path.resolve()

@@ -235,3 +235,61 @@ def test_cli_config_option_and_github_env(repo: Path, tmp_path: Path) -> None:
     )
     assert r.returncode == 0
     assert "entries fresh" in r.stdout and "### tvmtune-ci check" in summary.read_text()
+
+
+# ----------------------------------------------------------------- issue 11: never green by mistake
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (
+            ("format: 1\n", "format: 1\noperators_dir: nosuchdir\n"),
+            "error: tvmtune.yaml:2: operators_dir 'nosuchdir' does not exist",
+        ),
+        (
+            ("targets:\n", "targets: {}\nold_targets:\n"),
+            "error: tvmtune.yaml:5: targets is empty, so nothing would be checked; add one",
+        ),
+    ],
+    ids=["operators-dir-typo", "no-targets"],
+)
+def test_a_config_that_checks_nothing_exits_2(repo: Path, edit: tuple[str, str], message: str) -> None:
+    text = CONFIG.replace(*edit, 1)
+    if "old_targets" in text:  # drop the real targets block
+        text = text.split("old_targets:")[0]
+    (repo / "tvmtune.yaml").write_text(text)
+    for fmt in ("text", "json", "github"):
+        r = run_cli(repo, "check", "--format", fmt)
+        assert r.returncode == 2, (fmt, r.stdout, r.stderr)
+        assert r.stderr.startswith(message), r.stderr
+        assert "no entries to check" not in r.stdout
+
+
+def test_legacy_target_warning_in_github_and_json(repo: Path) -> None:
+    line = CONFIG.splitlines().index("    target: {kind: llvm, mcpu: haswell}") + 1
+    (repo / "tvmtune.yaml").write_text(
+        CONFIG.replace("target: {kind: llvm, mcpu: haswell}", "target: llvm -mcpu=haswell")
+    )
+    r = run_cli(repo, "check", "--format", "github")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (ann,) = [x for x in r.stdout.splitlines() if x.startswith("::warning")]
+    assert ann.startswith(f"::warning file=tvmtune.yaml,line={line}::tvmtune.yaml:{line}: target 'avx2'")
+    assert "removed string form" in ann
+    r = run_cli(repo, "check", "--format", "json")
+    (w,) = json.loads(r.stdout)["warnings"]
+    assert w.startswith(f"tvmtune.yaml:{line}: target 'avx2' uses the removed string form")
+    r = run_cli(repo, "check")
+    assert r.stdout.count("removed string form") == 1 and "removed string form" not in r.stderr
+
+
+def test_template_invalid_annotation_says_to_fix_the_template(cli, repo: Path) -> None:  # noqa: ANN001
+    p = repo / MATMUL
+    p.write_text(p.read_text() + "\ndef broken(:\n")
+    code, out, _ = cli("check", "--format", "github")
+    assert code == 1
+    errors = [x for x in out.splitlines() if x.startswith("::error")]
+    assert errors and all("template_invalid" in x for x in errors)
+    for x in errors:
+        fix = x.split("Fix: ", 1)[1]
+        assert fix.startswith(f"fix the template at {MATMUL}:") and "retune" not in fix, fix

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, commit_all, freshen_all, git, make_repo, write_fresh
+from conftest import CONFIG, change_function, commit_all, freshen_all, git, make_repo, write_fresh
 
 from tvmtune_ci.cli import main
 from tvmtune_ci.commands import matrix as matrix_cmd
@@ -234,3 +234,18 @@ def test_matrix_never_imports_tvm(tuned: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], cwd=tuned, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "tvm modules: []" in r.stdout
+
+
+def test_template_invalid_entries_are_not_runner_work(
+    tuned: Path, outputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = tuned / "operators/add.py"
+    p.write_text(p.read_text() + "\ndef broken(:\n")
+    change_function(tuned / "operators/matmul.py")  # a real stale entry, still listed
+    for args in ((), ("--all",)):
+        code, m, err = run_matrix(capsys, *args)
+        assert code == 0
+        assert ("add", "avx2") not in pairs(m), args
+        assert "skipped add on avx2: its template does not read" in err and "fix the template" in err
+    code, m, _ = run_matrix(capsys)
+    assert pairs(m) == [("matmul", "avx2"), ("matmul", "avx512")]

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
 from .. import ci
-from ..config import Config, load_config
+from ..config import Config, ConfigWarning, load_config
 from ..staleness import (
     FIX_HINT,
     TEMPLATE_CHANGED,
@@ -63,9 +65,16 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def load_quietly(path: str | None) -> Config:
+    """load_config without printing its warnings: they reach the report (every format)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        return load_config(Path(path) if path else None)
+
+
 def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
     as_of = parse_date(args.as_of) if args.as_of else None
-    config = load_config(Path(args.config) if args.config else None)
+    config = load_quietly(args.config)
     report = find_stale(
         config,
         as_of=as_of,
@@ -156,6 +165,26 @@ def annotation_site(e: Entry) -> tuple[str, int]:
     return e.template_file, e.template_line
 
 
+def fix_hint(e: Entry) -> str:
+    """What to do about a stale entry: re-tuning cannot fix a template that does not read."""
+    invalid = [r for r in e.reasons if r.code == TEMPLATE_INVALID]
+    if not invalid:
+        return f"run `{FIX_HINT}` and commit the new log"
+    where = ", ".join(dict.fromkeys(f"{r.file}:{r.line}" if r.line else str(r.file) for r in invalid))
+    then = (
+        f"; then run `{FIX_HINT}` for the other reasons"
+        if any(r.code != TEMPLATE_INVALID for r in e.reasons)
+        else ""
+    )
+    return (
+        f"fix the template at {where} as the message says (it cannot be read, so it "
+        f"cannot be tuned){then}"
+    )
+
+
+_WHERE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+): ")
+
+
 def render_github(report: Report, level: str) -> list[str]:
     lines = []
     for e in report.stale:
@@ -164,7 +193,7 @@ def render_github(report: Report, level: str) -> list[str]:
         lines.append(
             ci.annotation(
                 level,
-                f"{reasons}. Fix: {FIX_HINT}",
+                f"{reasons}. Fix: {fix_hint(e)}",
                 file=file,
                 line=line,
                 title=f"stale tuning log: {e.operator}/{e.target}",
@@ -173,7 +202,12 @@ def render_github(report: Report, level: str) -> list[str]:
     for o in report.orphans:
         lines.append(ci.annotation("warning", o.detail, file=o.file, title="orphaned log folder"))
     for w in report.warnings:
-        lines.append(ci.annotation("warning", w))
+        # "tvmtune.yaml:7: ..." warnings are shown at that line.
+        m = _WHERE.match(w)
+        if m:
+            lines.append(ci.annotation("warning", w, file=m.group("file"), line=int(m.group("line"))))
+        else:
+            lines.append(ci.annotation("warning", w))
     return lines
 
 

@@ -19,11 +19,10 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from .. import ci
-from ..config import Config, load_config
+from ..config import Config
 from ..errors import UsageError
 
 # GitHub Actions refuses a matrix with more jobs than this.
@@ -85,7 +84,11 @@ def select(
     operators: Sequence[str] = (),
     targets: Sequence[str] = (),
 ) -> tuple[Any, list[Any]]:
-    """(staleness report, the entries the matrix lists)."""
+    """(staleness report, the entries the matrix lists).
+
+    Entries whose template does not read (template_invalid) are never listed: a
+    runner cannot tune them, and `check` already fails for them.
+    """
     from ..staleness import find_stale  # unknown names: UsageError with "did you mean"
 
     report = find_stale(
@@ -94,8 +97,17 @@ def select(
         operators=list(operators) or None,
         targets=list(targets) or None,
     )
-    entries = list(report.entries if all_entries else report.stale)
+    entries = [
+        e for e in (report.entries if all_entries else report.stale) if not untunable(e)
+    ]
     return report, entries
+
+
+def untunable(entry: Any) -> Any:
+    """The entry's template_invalid Reason, or None."""
+    from ..staleness import TEMPLATE_INVALID
+
+    return next((r for r in entry.reasons if r.code == TEMPLATE_INVALID), None)
 
 
 def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_entries: bool) -> str:
@@ -123,7 +135,9 @@ def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_en
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(Path(args.config) if args.config else None)
+    from .check import load_quietly  # config warnings reach report.warnings below
+
+    config = load_quietly(args.config)
     report, entries = select(
         config,
         all_entries=args.all,
@@ -133,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
     )
     for w in getattr(report, "warnings", ()) or ():
         print(f"warning: {w}", file=sys.stderr)
+    for e in report.entries:
+        where = untunable(e)
+        if where is not None:
+            print(
+                f"skipped {e.operator} on {e.target}: its template does not read "
+                f"({where.detail}); fix the template, a runner cannot tune it",
+                file=sys.stderr,
+            )
     matrix = build_matrix(config, entries)
     n = len(matrix["include"])
     if n > MAX_JOBS:
