@@ -318,3 +318,50 @@ def test_fingerprinting_never_runs_module_level_code(root: Path, tmp_path: Path)
     fp = fp_of(root)
     assert "operators/_h.py:<module>.<expr>" in fp.dependencies
     assert not marker.exists()
+
+
+# --------------------------------------------------------------------------- names in strings
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "globals()['_payload']()",
+        "eval('_payload()')",
+        "getattr(__import__('sys').modules[__name__], '_payload')()",
+    ],
+    ids=["globals", "eval", "sys-modules"],
+)
+def test_a_function_reached_by_a_string_counts(root: Path, call: str) -> None:
+    # Its name is never written as code: every definition of the module counts.
+    edit(
+        root,
+        "operators/_h.py",
+        "STEP = 4\n",
+        f"STEP = 4\n\n\ndef _payload():\n    pass\n\n\n{call}\n",
+    )
+    before = fp_of(root)
+    edit(
+        root, "operators/_h.py", "def _payload():\n    pass\n", "def _payload():\n    os.getpid()\n"
+    )
+    after = fp_of(root)
+    assert after.digest != before.digest
+    assert "operators/_h.py:_payload" in changes(before, after)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "__import__('operators._other')",
+        "import importlib\nimportlib.import_module('operators._other')",
+    ],
+    ids=["__import__", "import_module"],
+)
+def test_a_module_imported_by_a_string_counts(root: Path, line: str) -> None:
+    edit(root, "operators/_h.py", "STEP = 4\n", f"STEP = 4\n{line}\n")
+    before = fp_of(root)
+    edit(root, "operators/_other.py", "def g():", "_v = 1\n\n\ndef g():")
+    after = fp_of(root)
+    assert after.digest != before.digest
+    # What it returns is used as a value: all of its definitions count.
+    assert "operators/_other.py:_v" in changes(before, after)

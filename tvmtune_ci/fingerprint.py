@@ -56,6 +56,17 @@ EXTERNAL_PACKAGES = frozenset({"tvmtune_ci"})
 MODULE_QUALNAME = "<module>"  # key of a module's import-time code ("path.py:<module>.LABEL")
 MISSING_HASH = "missing"  # a name imported from an in-repo module that defines no such thing
 
+# Builtins through which code reaches its module's definitions by a string
+# (`globals()["f"]()`, `eval("f()")`, `sys.modules[__name__]`): every
+# definition of the module then counts, as for a module used as a value.
+DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec", "compile", "__name__"})
+# Calls that import a module named by a string, and the module that has them
+# (None: a builtin): `__import__("m")`, `importlib.import_module("m")`.
+STRING_IMPORTS: dict[tuple[str, ...], str | None] = {
+    ("__import__",): None,
+    ("importlib", "import_module"): "importlib",
+}
+
 
 @dataclass(frozen=True)
 class Fingerprint:
@@ -745,7 +756,8 @@ class SourceCache:
                 continue  # a literal, compared as values (read_template rejects others)
             if id(stmt) in roots:
                 continue
-            digest, targets = self._hash_code(mod, _Canon(stmt, import_time=True), bases)
+            canon = _Canon(stmt, import_time=True)
+            digest, targets = self._hash_code(mod, stmt, canon, bases)
             stmts.append(_Stmt(label, _first_line(stmt), stmt, digest, tuple(targets)))
         return _Run(_sha("\n".join(labels)), tuple(stmts))
 
@@ -758,10 +770,10 @@ class SourceCache:
         return cached
 
     def _hash_def_uncached(self, d: _Def, bases: tuple[Path, ...]) -> tuple[str, list[_Target]]:
-        return self._hash_code(d.module, _Canon(d.node), bases)
+        return self._hash_code(d.module, d.node, _Canon(d.node), bases)
 
     def _hash_code(
-        self, mod: _Module, canon: _Canon, bases: tuple[Path, ...]
+        self, mod: _Module, node: ast.AST, canon: _Canon, bases: tuple[Path, ...]
     ) -> tuple[str, list[_Target]]:
         """The hash of code written in `mod` and the in-repo things it names or imports."""
         # Imports inside the code (`from tvm import te` in compute) bind too, and
@@ -773,6 +785,12 @@ class SourceCache:
             targets.extend(_Exec(m) for m in self.executed_modules(imp, mod, bases))
         external: set[str] = set()
         for chain in canon.refs:
+            if chain[0] in DYNAMIC_NAMES and self._unbound(mod, chain[0], local):
+                targets.append(_ModRef(mod))
+            if chain[:2] in STRING_IMPORTS and self._unbound(
+                mod, chain[0], local, STRING_IMPORTS[chain[:2]]
+            ):
+                targets.extend(self._string_imports(node, mod, bases))
             t = self._resolve_chain(mod, chain, local, bases)
             if t is None:
                 continue
@@ -784,6 +802,39 @@ class SourceCache:
         # (`import numpy as np` vs `import cupy as np`), its code is not.
         extra = "".join(f"\n{e}" for e in sorted(external))
         return _sha(canon.text + extra), targets
+
+    def _unbound(
+        self, mod: _Module, name: str, local: Mapping[str, _Import], module: str | None = None
+    ) -> bool:
+        """`name` is the builtin (or, with `module`, that external module), not a local binding."""
+        if name in local:
+            imp = local[name]
+        elif name in mod.defs:
+            return False
+        else:
+            imp = mod.imports.get(name)  # type: ignore[assignment]
+        if imp is None:
+            return module is None
+        return module is not None and imp.attr is None and imp.module == module and not imp.level
+
+    def _string_imports(
+        self, node: ast.AST, mod: _Module, bases: tuple[Path, ...]
+    ) -> list[_Target]:
+        """In-repo modules imported by name: `__import__("pkg.m")`, `import_module("pkg.m")`."""
+        out: list[_Target] = []
+        for call in ast.walk(node):
+            if not (isinstance(call, ast.Call) and call.args):
+                continue
+            func = call.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name not in ("__import__", "import_module"):
+                continue
+            arg = call.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                parts = arg.value.split(".")
+                for m in self._module_chain(None, parts, bases):
+                    out += [_Exec(m), _ModRef(m)]  # what it returns is used as a value
+        return out
 
     def _resolve_chain(
         self,
