@@ -25,7 +25,11 @@ from tvmtune_ci.errors import TuningError
 from tvmtune_ci.tuner import SpaceInfo, TuneRequest, decode_knobs, tune_workload
 
 TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
-FAST = MeasureOptions(number=0, repeat=3, min_repeat_ms=5, max_cv=1.0, timeout_s=20)
+# Short samples and loose precision: tests check behaviour, not latencies.
+FAST = MeasureOptions(
+    sample_ms=2, precision=0.05, search_precision=0.1, search_cap_s=0.1, time_cap_s=0.5,
+    usable_precision=0.9, finalists=3, timeout_s=20,
+)
 
 SMALL_MM = '''\
 """A small matmul template for tests."""
@@ -161,7 +165,14 @@ def test_outcome_is_complete_and_best_beats_baseline(tuned) -> None:
     assert [i for i, _ in out.curve] == list(range(1, 25))
     assert all(b >= a for (_, a), (_, b) in zip(out.curve, out.curve[1:], strict=False))
     assert [e.trials_done for e in events] == [8, 16, 24]
-    assert events[-1].best_latency_s == min(r["latency_s"] for r in out.records if r["latency_s"])
+    assert events[-1].best_latency_s is not None
+    # The best comes from the finals, and the log's best record is the same number.
+    assert out.best.stage == "finals" and out.best.n >= 11
+    assert out.best.ci_lo_s <= out.best.latency_s <= out.best.ci_hi_s
+    assert min(r["latency_s"] for r in out.records if r["latency_s"]) == out.best.latency_s
+    assert out.baseline.stage == "finals" and out.noise_check.stage == "single"
+    roles = [f["role"] for f in out.final_results]
+    assert roles.count("default") == 1 and roles.count("search") == 3
     assert out.workload_json and len(out.workload_json) == 2
     assert out.stats["first_trial_s"] < out.stats["total_s"]
 

@@ -39,16 +39,43 @@ class EarlyStop:
 
 @dataclass(frozen=True)
 class MeasureOptions:
-    # As in AutoTVM's LocalRunner: `number` runs per repeat (0: enough runs to
-    # last min_repeat_ms), `repeat` samples, `min_repeat_ms` per sample.
-    number: int = 0
-    repeat: int = 5
-    min_repeat_ms: int = 50
-    # Coefficient of variation allowed for the baseline before the runner is
-    # judged too noisy.
-    max_cv: float = 0.03
+    """How a configuration is measured: adaptive sampling to a stated precision.
+
+    One sample is as many runs as fill `sample_ms` (calibrated once per measurement);
+    samples are taken until the median's 95% confidence interval is within
+    `precision` (relative half-width) or `time_cap_s` is spent. See `stats.py` and
+    docs/measurement.md for the estimator and why.
+    """
+
+    sample_ms: float = 10.0
+    # Target precision of the finals, the baseline and `remeasure`.
+    precision: float = 0.01
+    # The search ranks contenders at this precision, within search_cap_s each.
+    search_precision: float = 0.03
+    search_cap_s: float = 0.4
+    # Sampling of one configuration stops after this long, converged or not.
+    time_cap_s: float = 2.0
+    # A runner that cannot get the baseline within this after time_cap_s is refused.
+    usable_precision: float = 0.05
+    # Racing: a candidate whose `probe` samples are all slower than `race` x the
+    # incumbent gets no more samples (recorded as measured-slow).
+    race: float = 1.25
+    probe: int = 3
+    # Configurations re-measured in interleaved rounds at the end (plus the default
+    # and the previous best).
+    finalists: int = 5
     enable_cpu_cache_flush: bool = False
     timeout_s: float = 30.0
+
+
+# Keys of the fixed-repeat measurement (tvmtune-ci 0.1) and what replaced them.
+LEGACY_MEASURE_KEYS = {
+    "number": "runs per sample are calibrated to fill measure.sample_ms",
+    "repeat": "samples are taken until measure.precision or measure.time_cap_s",
+    "min_repeat_ms": "use measure.sample_ms (the least duration of one sample)",
+    "max_cv": "a noisy runner gets more samples; it is refused only when the baseline "
+    "cannot reach measure.usable_precision within measure.time_cap_s",
+}
 
 
 @dataclass(frozen=True)
@@ -231,17 +258,46 @@ def _parse_early_stop(ctx: _Ctx, node: yaml.Node) -> EarlyStop:
 
 def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
     items = _mapping(ctx, node, "measure")
+    frac = (lambda v: 0 < v < 1, "it must be a fraction between 0 and 1 (0.01 is 1%)")
     spec: dict[str, tuple[type | tuple[type, ...], str, tuple[Callable[[Any], bool], str]]] = {
-        "number": (int, "number: 0", _NONNEG),
-        "repeat": (int, "repeat: 5", _POS),
-        "min_repeat_ms": (int, "min_repeat_ms: 50", _NONNEG),
-        "max_cv": (float, "max_cv: 0.03", _POS),
+        "sample_ms": (float, "sample_ms: 10", _POS),
+        "precision": (float, "precision: 0.01", frac),
+        "search_precision": (float, "search_precision: 0.03", frac),
+        "search_cap_s": (float, "search_cap_s: 0.4", _POS),
+        "time_cap_s": (float, "time_cap_s: 2", _POS),
+        "usable_precision": (float, "usable_precision: 0.05", frac),
+        "race": (float, "race: 1.25", (lambda v: v >= 1.0, "it must be at least 1 (1.25: 25% slower)")),
+        "probe": (int, "probe: 3", (lambda v: v >= 1, "it must be at least 1")),
+        "finalists": (int, "finalists: 5", (lambda v: v >= 1, "it must be at least 1")),
         "enable_cpu_cache_flush": (bool, "enable_cpu_cache_flush: false", (lambda v: True, "")),
         "timeout_s": (float, "timeout_s: 30", _POS),
     }
+    for key, why in LEGACY_MEASURE_KEYS.items():
+        if key in items:
+            raise ctx.error(items[key][0], f"measure.{key} is gone: measurement is adaptive now ({why})",
+                            f"remove `{key}:` (see README, Measurement)")
     _check_keys(ctx, items, list(spec), "measure")
     kw = {k: _typed(ctx, items[k][1], f"measure.{k}", t, ex, *chk) for k, (t, ex, chk) in spec.items() if k in items}
-    return MeasureOptions(**kw)
+    m = MeasureOptions(**kw)
+    from .stats import MIN_SAMPLES
+
+    def at(key: str) -> yaml.Node:
+        return items[key][1] if key in items else node
+
+    # A cap that cannot hold the samples one interval needs would never converge.
+    need_s = MIN_SAMPLES * m.sample_ms / 1000.0
+    for cap in ("time_cap_s", "search_cap_s"):
+        if getattr(m, cap) < need_s:
+            raise ctx.error(at(cap), f"measure.{cap} ({getattr(m, cap):g}s) is shorter than the {MIN_SAMPLES} samples of "
+                            f"measure.sample_ms ({m.sample_ms:g} ms) one confidence interval needs ({need_s:g}s)",
+                            f"raise measure.{cap} to at least {need_s:g} or lower measure.sample_ms")
+    if m.precision > m.usable_precision:
+        raise ctx.error(at("precision"), f"measure.precision ({m.precision:g}) is looser than measure.usable_precision "
+                        f"({m.usable_precision:g})", "the target must be at least as tight as what is usable: lower precision")
+    if m.timeout_s <= m.time_cap_s:
+        raise ctx.error(at("timeout_s"), f"measure.timeout_s ({m.timeout_s:g}s) would kill a measurement before its "
+                        f"time_cap_s ({m.time_cap_s:g}s)", f"raise measure.timeout_s above {m.time_cap_s:g} (e.g. 30)")
+    return m
 
 
 def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]:

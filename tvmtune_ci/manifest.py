@@ -15,17 +15,34 @@ from typing import Any
 from .errors import CorruptFileError
 from .fsutil import atomic_write_json
 
-MANIFEST_FORMAT = 1
+# 2: latencies are stats.estimate values with their intervals (ci_lo_s, ci_hi_s, n,
+# stage), previous_verdict, best_source. Format 1 (fixed-repeat means) still reads.
+MANIFEST_FORMAT = 2
+READ_FORMATS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 
 
 @dataclass(frozen=True)
 class Measured:
-    """One configuration's knob values and its measured latency."""
+    """One configuration's knob values and its measured latency: the estimate of
+    `stats.py` (the lower quartile of its samples) with its 95% interval."""
 
     knobs: dict[str, Any]
     latency_s: float
-    gflops: float | None = None
+    gflops: float | None = None  # of the workload's FLOP count, never a padded one
+    ci_lo_s: float | None = None  # None: no interval (a format-1 log, or too few samples)
+    ci_hi_s: float | None = None
+    n: int = 0  # samples behind the estimate
+    # Where it was measured: "finals" (interleaved rounds), "search", "probe" (raced:
+    # measured slow after the first samples), "single" (measured alone).
+    stage: str = ""
+
+    @property
+    def rel_halfwidth(self) -> float | None:
+        """The precision: the interval's half-width over the estimate; None if unknown."""
+        if self.ci_lo_s is None or self.ci_hi_s is None or self.latency_s <= 0:
+            return None
+        return (self.ci_hi_s - self.ci_lo_s) / 2.0 / self.latency_s
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,11 @@ class WorkloadResult:
     curve: tuple[tuple[int, float], ...] = ()
     # A previous log's best re-measured on this machine, when one was compared.
     previous_best: Measured | None = None
+    # This run's best against the previous best, from the finals: "faster" or
+    # "slower" beyond the noise, or "equal" within it (then the previous is kept).
+    previous_verdict: str | None = None
+    # "search" | "default" | "previous": where the published best came from.
+    best_source: str = "search"
 
     @property
     def speedup(self) -> float:
@@ -86,8 +108,8 @@ class Manifest:
         if not isinstance(data, dict):
             raise CorruptFileError(f"{path}: not a JSON object; inspect it or delete it and re-tune")
         fmt = data.get("format")
-        if fmt != MANIFEST_FORMAT:
-            raise CorruptFileError(f"{path}: manifest format {fmt!r} is not understood (this tvmtune-ci reads format {MANIFEST_FORMAT}); upgrade tvmtune-ci or re-tune")
+        if fmt not in READ_FORMATS:
+            raise CorruptFileError(f"{path}: manifest format {fmt!r} is not understood (this tvmtune-ci reads formats {', '.join(map(str, READ_FORMATS))}); upgrade tvmtune-ci or re-tune")
         validate_manifest_shape(data, path)
         try:
             d = dict(data)
@@ -101,6 +123,8 @@ class Manifest:
                     design_spaces=r.get("design_spaces", 1),
                     curve=tuple((int(a), float(b)) for a, b in r.get("curve", ())),
                     previous_best=Measured(**r["previous_best"]) if r.get("previous_best") else None,
+                    previous_verdict=r.get("previous_verdict"),
+                    best_source=r.get("best_source", "search"),
                 )
                 for w, r in d["results"].items()
             }

@@ -1,40 +1,47 @@
-"""Measuring: numerics against `reference`, the runner, the noise check, fixed configurations.
+"""Measuring: numerics against `reference`, the runner, adaptive sampling, the finals.
 
-Latency is the mean of the runner's `repeat` samples (MetaSchedule's database ranks
-records by the mean of `run_secs`, so our "best" and `query_schedule`'s agree).
-`number: 0` means "enough runs to last `min_repeat_ms`": TVM's time evaluator is
-given `number=1` and grows it until one sample lasts `min_repeat_ms`.
+Every latency is `stats.estimate` of a set of samples: the median with its 95%
+order-statistic interval. A measurement samples adaptively (`SamplePolicy`): one
+sample is as many runs as fill `sample_ms` (calibrated once, the calibration run
+doubling as the warm-up), and samples are taken in chunks until the interval is
+within the policy's precision, its time cap is spent, or (racing) the first
+`probe` samples are all slower than `race_above_s`. The loop runs where the kernel
+runs (the local worker, or inside the RPC session), so a measurement costs one
+round trip however many samples it takes.
 
 The runner is a MetaSchedule `Runner` behind `make_runner(measure, rpc)`: locally a
 `WorkerRunner`, one persistent worker process (TVM's `PopenPoolExecutor`, as the
 stock `LocalRunner`) that loads each built library, fills the arguments with random
-data and runs the time evaluator; it also returns how long loading and evaluating
-took, which the benchmark needs for its floor. A kernel that crashes or outlives
-`timeout_s` kills only the worker, which restarts on the next measurement.
+data and samples it. A kernel that crashes or outlives `timeout_s` kills only the
+worker, which restarts on the next measurement. Its `run_secs` are the samples;
+`info_of(path)` says how the measurement ended (raced, converged, runs per sample).
 
 With `runner.rpc`, an `RpcDeviceRunner`: MetaSchedule's `RPCRunner` recipe (one
-`PopenPoolExecutor` worker per device, `RPCConfig` / `EvaluatorConfig`, its
-`default_upload_module`, `default_alloc_argument`, `default_run_evaluator`,
-`default_cleanup`) with three things the stock runner lacks: a client-side bound on
-every measurement (the stock pool has none, so a hung device hangs the run), the
-address of the server that measured (`device_of`), and one retry of a measurement
-whose device was lost or hung (on another server: the tracker never hands out a
-dead or stuck one again). See `RpcDeviceRunner`.
+`PopenPoolExecutor` worker per device, `RPCConfig`, its `default_upload_module`,
+`default_alloc_argument`, `default_cleanup`) with three things the stock runner
+lacks: a client-side bound on every measurement (the stock pool has none, so a hung
+device hangs the run), the address of the server that measured (`device_of`), and
+one retry of a measurement whose device was lost or hung (on another server: the
+tracker never hands out a dead or stuck one again). See `RpcDeviceRunner`.
+
+`finals()` re-measures a few configurations in interleaved rounds (A B C A B C ...)
+so that a slow period of the machine hits all of them alike; winners, the previous
+best and the default are decided on that data only.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from . import stats
 from .builder import build_config, make_builder, remove_artifact, schedule_config, workload_params
 from .config import MeasureOptions, RpcRunner
 from .errors import DeviceError, TemplateError, TuningError
@@ -202,10 +209,107 @@ class RunTiming:
     session_s: float = 0.0  # over RPC: the tracker handing out a server + opening the session
 
 
-def evaluator_args(measure: MeasureOptions) -> tuple[int, int, int, bool]:
-    """(number, repeat, min_repeat_ms, cache_flush) for TVM's time evaluator."""
-    number = measure.number if measure.number > 0 else 1
-    return number, measure.repeat, measure.min_repeat_ms, measure.enable_cpu_cache_flush
+@dataclass(frozen=True)
+class SamplePolicy:
+    """When one measurement stops sampling (see the module docstring)."""
+
+    sample_ms: float = 10.0
+    precision: float = 0.01  # target relative half-width of the 95% interval
+    cap_s: float = 2.0  # sampling time, excluding loading and calibration
+    min_samples: int = stats.MIN_SAMPLES
+    max_samples: int = 10_000
+    race_above_s: float | None = None  # probe samples all above this: stop (raced)
+    probe: int = 3
+    chunk: int = 3  # samples per evaluator call (each call runs the kernel once unmeasured)
+    number: int = 0  # runs per sample; 0: calibrate to fill sample_ms
+    cache_flush: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def search_policy(measure: MeasureOptions, race_above_s: float | None = None) -> SamplePolicy:
+    """A candidate during the search: probe, race, then sample to search_precision."""
+    return SamplePolicy(
+        sample_ms=measure.sample_ms,
+        precision=measure.search_precision,
+        cap_s=measure.search_cap_s,
+        race_above_s=race_above_s,
+        probe=measure.probe,
+        chunk=measure.probe,
+        cache_flush=measure.enable_cpu_cache_flush,
+    )
+
+
+def full_policy(measure: MeasureOptions) -> SamplePolicy:
+    """The baseline and one-off measurements: sample to `precision` within `time_cap_s`."""
+    return SamplePolicy(
+        sample_ms=measure.sample_ms,
+        precision=measure.precision,
+        cap_s=measure.time_cap_s,
+        cache_flush=measure.enable_cpu_cache_flush,
+    )
+
+
+def sample_loop(evaluator_for: Any, args: Sequence[Any], policy: Mapping[str, Any]) -> dict[str, Any]:
+    """Sample one loaded kernel as `policy` says (runs in the worker or RPC client).
+
+    `evaluator_for(number, repeat, min_repeat_ms)` returns a time evaluator; returns
+    {"samples", "number", "raced", "converged", "calibrate_s", "sample_s"}.
+    """
+    import time as _time
+
+    from tvmtune_ci.stats import estimate as _estimate
+
+    p = dict(policy)
+    t0 = _time.perf_counter()
+    number = int(p["number"])
+    if number <= 0:
+        # One sample of `sample_ms` with TVM's own calibration; its mean run time sets
+        # the runs per sample from now on. It warms caches and the thread pool too.
+        cal = evaluator_for(1, 1, int(math.ceil(p["sample_ms"])))
+        per_run = float(cal(*args).mean)
+        number = max(1, math.ceil(p["sample_ms"] / 1e3 / per_run)) if per_run > 0 else 1
+    t1 = _time.perf_counter()
+    samples: list[float] = []
+    raced = converged = False
+    first = max(1, int(p["probe"]) if p["race_above_s"] is not None else int(p["chunk"]))
+    ev_first = evaluator_for(number, first, 0)
+    ev = evaluator_for(number, max(1, int(p["chunk"])), 0)
+    while True:
+        call = ev_first if not samples else ev
+        samples.extend(float(x) for x in call(*args).results)
+        n = len(samples)
+        if p["race_above_s"] is not None and n <= first and min(samples) > p["race_above_s"]:
+            raced = True
+            break
+        if n >= p["min_samples"] and _estimate(samples).rel_halfwidth <= p["precision"]:
+            converged = True
+            break
+        # The cap stops sampling once an interval is possible; a slow kernel may take
+        # up to 4x the cap to get there.
+        spent = _time.perf_counter() - t1
+        if n >= p["max_samples"] or (spent >= p["cap_s"] and (
+            n >= p["min_samples"] or spent >= 4 * p["cap_s"]
+        )):
+            break
+    return {
+        "samples": samples,
+        "number": number,
+        "raced": raced,
+        "converged": converged,
+        "calibrate_s": t1 - t0,
+        "sample_s": _time.perf_counter() - t1,
+    }
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """How one measurement ended, beside its samples (`runner.info_of(path)`)."""
+
+    number: int
+    raced: bool
+    converged: bool
 
 
 def device_type(target: Any) -> str:
@@ -224,15 +328,9 @@ def _worker_ping() -> bool:
 
 
 def _worker_measure(
-    artifact_path: str,
-    device: str,
-    args_info: list[Any],
-    number: int,
-    repeat: int,
-    min_repeat_ms: int,
-    cache_flush: bool,
-) -> tuple[list[float], float, float]:
-    """Runs in the runner's worker process."""
+    artifact_path: str, device: str, args_info: list[Any], policy: dict[str, Any]
+) -> tuple[dict[str, Any], float, float]:
+    """Runs in the runner's worker process: load, fill arguments, `sample_loop`."""
     import time as _time
 
     import tvm
@@ -244,19 +342,18 @@ def _worker_measure(
     # A target kind is not a device name: tvm.runtime.device("llvm") raises.
     dev = tvm.runtime.device("cpu" if device in ("llvm", "c") else device, 0)
     args = default_alloc_argument(dev, args_info, 1)[0]
-    evaluator = rt_mod.time_evaluator(
-        rt_mod.entry_name or "main",
-        dev,
-        number=number,
-        repeat=repeat,
-        min_repeat_ms=min_repeat_ms,
-        f_preproc="cache_flush_cpu_non_first_arg" if cache_flush else "",
-    )
+    pre = "cache_flush_cpu_non_first_arg" if policy.get("cache_flush") else ""
+
+    def evaluator_for(number: int, repeat: int, min_repeat_ms: int) -> Any:
+        return rt_mod.time_evaluator(
+            rt_mod.entry_name or "main", dev, number=number, repeat=repeat,
+            min_repeat_ms=min_repeat_ms, f_preproc=pre,
+        )
+
     dev.sync()
     t2 = _time.perf_counter()
-    result = evaluator(*args)
-    t3 = _time.perf_counter()
-    return [float(x) for x in result.results], t1 - t0, t3 - t2
+    out = sample_loop(evaluator_for, args, policy)
+    return out, t1 - t0, _time.perf_counter() - t2
 
 
 _RUNNER_CLASS: list[Any] = []
@@ -280,7 +377,9 @@ def _runner_class() -> Any:
         def __init__(self, measure: MeasureOptions) -> None:
             super().__init__()
             self.options = measure
+            self.policy = full_policy(measure)
             self.timings: list[RunTiming] = []
+            self._info: dict[str, Sampled] = {}
             self.pool = PopenPoolExecutor(
                 max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL
             )
@@ -290,12 +389,19 @@ def _runner_class() -> Any:
 
         def set_options(self, measure: MeasureOptions) -> None:
             self.options = measure
+            self.policy = full_policy(measure)
+
+        def set_policy(self, policy: SamplePolicy) -> None:
+            self.policy = policy
 
         def device_of(self, artifact_path: str) -> str | None:
             return LOCAL_DEVICE
 
+        def info_of(self, artifact_path: str) -> Sampled | None:
+            return self._info.get(str(artifact_path))
+
         def run(self, runner_inputs: list[Any]) -> list[Any]:
-            number, repeat, min_ms, flush = evaluator_args(self.options)
+            policy = self.policy.to_json()
             futures = []
             for inp in runner_inputs:
                 fut = self.pool.submit(
@@ -303,14 +409,15 @@ def _runner_class() -> Any:
                     str(inp.artifact_path),
                     str(inp.device_type),
                     [a.as_json() for a in inp.args_info],
-                    number,
-                    repeat,
-                    min_ms,
-                    flush,
+                    policy,
                 )
                 res, err = None, None
                 try:
-                    res, load_s, eval_s = fut.result()
+                    out, load_s, eval_s = fut.result()
+                    res = out["samples"]
+                    self._info[str(inp.artifact_path)] = Sampled(
+                        out["number"], out["raced"], out["converged"]
+                    )
                     self.timings.append(RunTiming(load_s, eval_s))
                 except TimeoutError:
                     err = f"WorkerRunner: timeout, killed after {self.options.timeout_s} s"
@@ -343,23 +450,23 @@ def rpc_where(rpc: RpcRunner) -> str:
 
 
 def min_session_s(measure: MeasureOptions) -> float:
-    """The least time one measurement keeps a session: the timed runs (each of `repeat`
-    samples lasts at least `min_repeat_ms`) plus connecting, uploading and loading."""
-    return measure.repeat * measure.min_repeat_ms / 1000.0 + RPC_OVERHEAD_S
+    """The longest one measurement may keep a session: sampling up to `time_cap_s`
+    (plus the calibration sample) and connecting, uploading and loading."""
+    return measure.time_cap_s + measure.sample_ms / 1000.0 + RPC_OVERHEAD_S
 
 
 def check_session_timeout(rpc: RpcRunner, measure: MeasureOptions) -> None:
-    """DeviceError unless `session_timeout_s` exceeds what one measurement takes at least."""
+    """DeviceError unless `session_timeout_s` exceeds what one measurement may take."""
     need = min_session_s(measure)
     if rpc.session_timeout_s > need:
         return
     raise DeviceError(
         f"runner.rpc.session_timeout_s ({rpc.session_timeout_s:g}s) for {rpc_where(rpc)} cannot "
-        f"hold one measurement: {measure.repeat} repeats of at least measure.min_repeat_ms "
-        f"({measure.min_repeat_ms} ms) plus ~{RPC_OVERHEAD_S:g}s to connect and upload take "
-        f"{need:g}s, and the server ends the session at session_timeout_s, so every trial would "
-        f"time out; raise runner.rpc.session_timeout_s above {need:g} (e.g. {max(60, 4 * need):g}) "
-        "or lower measure.repeat / measure.min_repeat_ms in tvmtune.yaml"
+        f"hold one measurement: sampling may last measure.time_cap_s ({measure.time_cap_s:g}s) "
+        f"plus ~{RPC_OVERHEAD_S:g}s to connect and upload ({need:g}s), and the server ends the "
+        f"session at session_timeout_s, so measurements would time out; raise "
+        f"runner.rpc.session_timeout_s above {need:g} (e.g. {max(60, 4 * need):g}) "
+        "or lower measure.time_cap_s in tvmtune.yaml"
     )
 
 
@@ -370,7 +477,7 @@ def _last_line(e: BaseException) -> str:
 
 def _rpc_measure(
     rpc_config: Any,
-    evaluator_config: Any,
+    policy: dict[str, Any],
     artifact_path: str,
     device: str,
     args_info: list[Any],
@@ -381,7 +488,8 @@ def _rpc_measure(
     The steps of MetaSchedule's `rpc_runner._worker_func`, but the server is requested
     from the tracker here, so that its address is known (and written to `note_path` at
     once: a measurement the parent kills still names its device), and nothing raises:
-    {"device", "stage", "error", "secs", "session_s", "load_s", "eval_s"}.
+    {"device", "stage", "error", "secs", "sampled", "session_s", "load_s", "eval_s"}.
+    Sampling is `sample_loop` over the remote module's time evaluator.
     """
     import os as _os
     import time as _time
@@ -421,11 +529,21 @@ def _rpc_measure(
         args = stock.default_alloc_argument(session, dev, args_info, 1)
         t2 = _time.perf_counter()
         out["stage"] = "run"
-        secs = stock.default_run_evaluator(session, rt_mod, dev, evaluator_config, args)
+        pre = "cache_flush_cpu_non_first_arg" if policy.get("cache_flush") else ""
+
+        def evaluator_for(number: int, repeat: int, min_repeat_ms: int) -> Any:
+            return rt_mod.time_evaluator(
+                rt_mod.entry_name, dev, number=number, repeat=repeat,
+                min_repeat_ms=min_repeat_ms, f_preproc=pre,
+            )
+
+        # The remote arguments: the first (and only) set default_alloc_argument made.
+        sampled = sample_loop(evaluator_for, args[0], policy)
         t3 = _time.perf_counter()
         out.update(
             stage="done",
-            secs=[float(x) for x in secs],
+            secs=sampled.pop("samples"),
+            sampled=sampled,
             session_s=t1 - t0,
             load_s=t2 - t1,
             eval_s=t3 - t2,
@@ -458,7 +576,7 @@ def _rpc_runner_class() -> Any:
     tvmsetup.load()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
-    from tvm.s_tir.meta_schedule.runner.config import EvaluatorConfig, RPCConfig
+    from tvm.s_tir.meta_schedule.runner.config import RPCConfig
     from tvm.support.popen_pool import PopenPoolExecutor
 
     @derived_object
@@ -505,6 +623,8 @@ def _rpc_runner_class() -> Any:
             super().__init__()
             self.rpc = rpc
             self.options = measure
+            self.policy = full_policy(measure)
+            self._info: dict[str, Sampled] = {}
             self.timings: list[RunTiming] = []
             self.retries: list[dict[str, Any]] = []  # {"first", "then", "error"}, in order
             self.devices_used: set[str] = set()  # servers that returned a measurement
@@ -535,15 +655,21 @@ def _rpc_runner_class() -> Any:
 
         def set_options(self, measure: MeasureOptions) -> None:
             self.options = measure
+            self.policy = full_policy(measure)
+
+        def set_policy(self, policy: SamplePolicy) -> None:
+            self.policy = policy
 
         def device_of(self, artifact_path: str) -> str | None:
             """The server that measured `artifact_path` ("host:port"); None if none did."""
             return self._devices.get(str(artifact_path))
 
+        def info_of(self, artifact_path: str) -> Sampled | None:
+            return self._info.get(str(artifact_path))
+
         def run(self, runner_inputs: list[Any]) -> list[Any]:
             self.lost = None  # each batch asks the tracker afresh
-            number, repeat, min_ms, flush = evaluator_args(self.options)
-            evaluator = EvaluatorConfig(number, repeat, min_ms, flush)
+            evaluator = self.policy.to_json()
             return [
                 RpcRunnerFuture(self, inp, self.threads.submit(self._measure, inp, evaluator))
                 for inp in runner_inputs
@@ -634,6 +760,12 @@ def _rpc_runner_class() -> Any:
             if out["error"] is not None:
                 return RunnerResult(None, out["error"])
             self.devices_used.add(str(out["device"]))
+            sampled = out.get("sampled") or {}
+            self._info[str(inp.artifact_path)] = Sampled(
+                int(sampled.get("number", 0)),
+                bool(sampled.get("raced")),
+                bool(sampled.get("converged")),
+            )
             self.timings.append(RunTiming(out["load_s"], out["eval_s"], out["session_s"]))
             return RunnerResult(out["secs"], None)
 
@@ -693,13 +825,6 @@ def make_runner(measure: MeasureOptions, rpc: RpcRunner | None = None) -> Any:
     return _rpc_runner_class()(measure, rpc)
 
 
-def _cv(samples: Sequence[float]) -> float:
-    if len(samples) < 2:
-        return 0.0
-    mean = statistics.fmean(samples)
-    return statistics.pstdev(samples) / mean if mean > 0 else math.inf
-
-
 def flop_count(mod: Any) -> float:
     from . import tvmsetup
 
@@ -713,6 +838,29 @@ def gflops(flops: float, latency_s: float) -> float:
     return flops / latency_s / 1e9 if latency_s > 0 else 0.0
 
 
+def workload_flops(template: ModuleType, workload_name: str) -> float:
+    """The FLOP count of the workload as declared (not of a padded schedule): the one
+    count every GFLOPS figure uses."""
+    from .builder import workload_module
+
+    return flop_count(workload_module(template, workload_name))
+
+
+def measured(
+    knobs: Mapping[str, Any], est: stats.Estimate, flop: float, stage: str
+) -> Measured:
+    """A manifest entry from an estimate."""
+    return Measured(
+        dict(knobs),
+        est.value,
+        gflops(flop, est.value) if flop else None,
+        ci_lo_s=est.lo if math.isfinite(est.lo) else None,
+        ci_hi_s=est.hi if math.isfinite(est.hi) else None,
+        n=est.n,
+        stage=stage,
+    )
+
+
 def run_schedule(
     sch: Any,
     target: Mapping[str, Any],
@@ -720,9 +868,8 @@ def run_schedule(
     builder: Any | None = None,
     what: str = "measuring a schedule",
 ) -> list[float]:
-    """Build `sch` in-process, measure it with `runner`; the `repeat` samples in seconds.
-
-    `what` names the measurement in the TuningError of an RPC runner's failure."""
+    """Build `sch` in-process, measure it with `runner` (its current policy); the samples
+    in seconds. `what` names the measurement in the TuningError of an RPC failure."""
     from . import tvmsetup
 
     ms = tvmsetup.ms()
@@ -760,6 +907,7 @@ class _Session:
     runner: Any = None
     builder: Any = None
     own: bool = False
+    own_builder: bool = False
 
     def __enter__(self) -> _Session:
         if self.runner is None:
@@ -767,30 +915,14 @@ class _Session:
             self.own = True
         if self.builder is None:
             self.builder = make_builder()
+            self.own_builder = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.own:
             self.runner.close()
-        self.builder.close()
-
-
-def _measure_knobs(
-    template: ModuleType,
-    workload_name: str,
-    target: Mapping[str, Any],
-    knobs: Mapping[str, Any] | None,
-    measure: MeasureOptions,
-    s: _Session,
-) -> tuple[Measured, list[float]]:
-    sch = schedule_config(template, workload_name, knobs, target)
-    s.runner.set_options(measure)
-    config = "a tuned configuration" if knobs else "the default configuration"
-    what = f"{template.__name__}/{workload_name}: measuring {config}"
-    secs = run_schedule(sch, target, s.runner, s.builder, what)
-    latency = statistics.fmean(secs)
-    full = full_knobs(template, workload_name, knobs)
-    return Measured(full, latency, gflops(flop_count(sch.mod), latency)), secs
+        if self.own_builder:
+            self.builder.close()
 
 
 def full_knobs(
@@ -821,10 +953,22 @@ def measure_config(
     measure: MeasureOptions = DEFAULT_MEASURE,
     *,
     runner: Any = None,
+    policy: SamplePolicy | None = None,
 ) -> Measured:
-    """Build and measure one configuration (knobs by name; None: the default) here."""
+    """Build and measure one configuration (knobs by name; None: the default), sampled
+    to `measure.precision` within `measure.time_cap_s` (or as `policy` says)."""
     with _Session(measure, runner) as s:
-        return _measure_knobs(template, workload_name, target, knobs, measure, s)[0]
+        sch = schedule_config(template, workload_name, knobs, target)
+        s.runner.set_policy(policy or full_policy(measure))
+        config = "a tuned configuration" if knobs else "the default configuration"
+        what = f"{template.__name__}/{workload_name}: measuring {config}"
+        try:
+            secs = run_schedule(sch, target, s.runner, s.builder, what)
+        finally:
+            s.runner.set_options(measure)
+        full = full_knobs(template, workload_name, knobs)
+        est = stats.estimate(secs)
+        return measured(full, est, workload_flops(template, workload_name), "single")
 
 
 def measure_baseline(
@@ -834,60 +978,147 @@ def measure_baseline(
     measure: MeasureOptions = DEFAULT_MEASURE,
     *,
     runner: Any = None,
-) -> tuple[Measured, float]:
-    """The noise check: measure the default configuration; if the repeats' coefficient
-    of variation exceeds `max_cv`, measure once more with twice the repeats; still too
-    noisy -> TuningError. Returns (baseline, its CV)."""
-    with _Session(measure, runner) as s:
-        base, secs = _measure_knobs(template, workload_name, target, None, measure, s)
-        cv = _cv(secs)
-        if cv <= measure.max_cv:
-            return base, cv
-        doubled = replace(measure, repeat=measure.repeat * 2)
-        base, secs = _measure_knobs(template, workload_name, target, None, doubled, s)
-        s.runner.set_options(measure)
-        cv2 = _cv(secs)
-        if cv2 <= measure.max_cv:
-            return base, cv2
+    warn: Any = None,
+) -> Measured:
+    """The noise check: the default configuration sampled to `measure.precision` within
+    `time_cap_s`. Short of it, `warn` is told (the search samples more); worse than
+    `usable_precision` -> TuningError (the runner cannot measure at all)."""
+    where = f"{template.__name__}/{workload_name}"
+    base = measure_config(template, workload_name, target, None, measure, runner=runner)
+    rel = _rel(base)
+    if rel <= measure.precision:
+        return base
+    if rel <= measure.usable_precision:
+        if warn is not None:
+            warn(
+                f"{where}: noisy runner: the default configuration reached ±{rel:.1%} in "
+                f"{measure.time_cap_s:g}s ({base.n} samples), short of measure.precision "
+                f"±{measure.precision:.1%}; measuring on with more samples"
+            )
+        return base
     raise TuningError(
-        f"runner too noisy: CV {cv2:.1%} > {measure.max_cv:.1%} over {doubled.repeat} "
-        f"repeats of the default configuration of {template.__name__}/{workload_name} "
-        f"(first try: {cv:.1%} over {measure.repeat}); run on an idle, dedicated runner "
-        "(no other jobs, fixed CPU frequency), or raise measure.min_repeat_ms / measure.repeat, "
-        "or, knowingly, measure.max_cv in tvmtune.yaml"
+        f"runner too noisy: the default configuration of {where} reached only "
+        f"±{rel:.1%} (95% interval of the {stats.ESTIMATOR}) in {base.n} samples within "
+        f"measure.time_cap_s ({measure.time_cap_s:g}s), worse than measure.usable_precision "
+        f"±{measure.usable_precision:.1%}; run on an idle runner (stop other jobs; "
+        "`tvmtune-ci retune` alone on a dedicated self-hosted runner), or give it more time: "
+        "raise measure.time_cap_s in tvmtune.yaml"
     )
 
 
+def _rel(m: Measured) -> float:
+    if m.ci_lo_s is None or m.ci_hi_s is None or m.latency_s <= 0:
+        return math.inf
+    return (m.ci_hi_s - m.ci_lo_s) / 2.0 / m.latency_s
+
+
+# --------------------------------------------------------------------------- finals
+
+
 @dataclass(frozen=True)
-class Verified:
-    best: Measured
-    baseline: Measured
-    best_cv: float
-    baseline_cv: float
+class Finalist:
+    """A configuration in the finals: `role` is "search", "default" or "previous"."""
 
-    @property
-    def speedup(self) -> float:
-        return self.baseline.latency_s / self.best.latency_s
+    role: str
+    knobs: dict[str, Any] | None  # None: the default configuration
+    key: str = ""  # the search's identity of it (its knobs as JSON)
+    sch: Any = None  # a schedule to measure instead of building from knobs
 
 
-def verify(
+@dataclass(frozen=True)
+class FinalResult:
+    finalist: Finalist
+    estimate: stats.Estimate | None
+    samples: tuple[float, ...] = ()
+    error: str | None = None
+
+
+def finals(
     template: ModuleType,
     workload_name: str,
     target: Mapping[str, Any],
-    best_knobs: Mapping[str, Any],
-    measure: MeasureOptions = DEFAULT_MEASURE,
+    finalists: Sequence[Finalist],
+    measure: MeasureOptions,
     *,
-    runner: Any = None,
-    check_numerics: bool = True,
-) -> Verified:
-    """Check the winner's numerics against `reference` (unless the caller just did),
-    then re-measure it and the default configuration in one session."""
-    if check_numerics:
-        check_correct(template, workload_name, target, best_knobs)
-    with _Session(measure, runner) as s:
-        base, base_secs = _measure_knobs(template, workload_name, target, None, measure, s)
-        best, best_secs = _measure_knobs(template, workload_name, target, best_knobs, measure, s)
-    return Verified(best, base, _cv(best_secs), _cv(base_secs))
+    runner: Any,
+    builder: Any,
+) -> list[FinalResult]:
+    """Re-measure `finalists` in interleaved rounds (A B C, B C A, ...) until each is
+    within `measure.precision`, or separated from the leader (its interval entirely
+    above the leader's: out of the race, no more samples), or the finals' time
+    (`time_cap_s` per finalist) is spent. One result per finalist, in order."""
+    from . import tvmsetup
+
+    ms = tvmsetup.ms()
+    tgt = tvmsetup.make_target(dict(target))
+    results: list[FinalResult | None] = [None] * len(finalists)
+    schs: list[Any] = []
+    for i, f in enumerate(finalists):
+        try:
+            schs.append(f.sch or schedule_config(template, workload_name, f.knobs, target))
+        except Exception as e:  # noqa: BLE001 - e.g. an old configuration the template refuses
+            schs.append(None)
+            results[i] = FinalResult(f, None, error=f"{type(e).__name__}: {e}")
+    todo = [i for i, sch in enumerate(schs) if sch is not None]
+    built = builder.build([ms.builder.BuilderInput(schs[i].mod, tgt) for i in todo])
+    inputs: dict[int, Any] = {}
+    for i, b in zip(todo, built, strict=True):
+        if b.error_msg:
+            results[i] = FinalResult(finalists[i], None, error=f"build failed: {b.error_msg}")
+        else:
+            info = ms.arg_info.ArgInfo.from_entry_func(schs[i].mod, remove_preproc=True)
+            inputs[i] = ms.runner.RunnerInput(b.artifact_path, device_type(tgt), info)
+    # An RPC measurement is a session (connect, upload): fewer, longer visits there.
+    chunk = 3 if getattr(runner, "rpc", None) is None else 12
+    samples: dict[int, list[float]] = {i: [] for i in inputs}
+    number: dict[int, int] = {}
+    active = list(inputs)
+    budget_s = measure.time_cap_s * max(2, len(inputs))
+    t0 = time.perf_counter()
+    rnd = 0
+    try:
+        while active:
+            order = active[rnd % len(active):] + active[: rnd % len(active)]
+            for i in order:
+                runner.set_policy(
+                    SamplePolicy(
+                        sample_ms=measure.sample_ms, precision=0.0, cap_s=math.inf,
+                        min_samples=chunk, max_samples=chunk, chunk=chunk,
+                        number=number.get(i, 0), cache_flush=measure.enable_cpu_cache_flush,
+                    )
+                )
+                (fut,) = runner.run([inputs[i]])
+                res = fut.result()
+                if res.error_msg:
+                    results[i] = FinalResult(finalists[i], None, error=str(res.error_msg))
+                    active.remove(i)
+                    continue
+                samples[i].extend(float(x) for x in res.run_secs)
+                sampled = runner.info_of(str(inputs[i].artifact_path))
+                if sampled is not None and sampled.number:
+                    number[i] = sampled.number
+            rnd += 1
+            ests = {i: stats.estimate(v) for i, v in samples.items() if v}
+            if not ests or min(ests[i].n if i in ests else 0 for i in active) < stats.MIN_SAMPLES:
+                continue
+            leader = min(ests.values(), key=lambda e: e.value)
+            active = [
+                i for i in active
+                if i in ests and ests[i].rel_halfwidth > measure.precision
+                and not (ests[i].lo > leader.hi)
+            ]
+            if time.perf_counter() - t0 >= budget_s:
+                break
+    finally:
+        runner.set_options(measure)
+        for inp in inputs.values():
+            remove_artifact(inp.artifact_path)
+    for i in inputs:
+        if results[i] is None:
+            results[i] = FinalResult(
+                finalists[i], stats.estimate(samples[i]), tuple(samples[i])
+            )
+    return [r for r in results if r is not None]
 
 
 def time_compile(

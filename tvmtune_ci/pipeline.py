@@ -11,19 +11,21 @@ command's business: steps report through the `say` callback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import lock as _lock
 from .config import Config, TargetConfig
+from .errors import LockError
 from .fsutil import canonical_json, sha256_bytes
 from .layout import LogSet
-from .manifest import Manifest, Measured, Trials, WorkloadResult
+from .manifest import Manifest, Trials, WorkloadResult
 from .publish import Published, publish
 from .readme import render_curve, render_readme
 from .staleness import Entry, installed_tvm_version
@@ -66,114 +68,116 @@ def _git_commit_of(root: Path, path: Path) -> str | None:
         return None
 
 
-def keep_faster(outcome: Any, previous: Measured | None) -> tuple[Measured, Measured | None]:
-    """(best to record, previous re-measured) - a re-tune never makes the result slower."""
-    if previous is None or previous.latency_s >= outcome.best.latency_s:
-        return outcome.best, previous
-    return previous, previous
-
-
 def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: int, seed: int,
                say: Say, progress: Callable[[str], Callable[[Any], None]] | None = None) -> tuple[Manifest, bytes]:
-    """Tune every workload of the entry; returns the new set's manifest and log bytes (not yet written)."""
+    """Tune every workload of the entry; returns the new set's manifest and log bytes (not yet written).
+
+    The previous log's best (same template, workload and target) is a finalist of each
+    workload's finals: it is kept unless this run's best is faster beyond the noise."""
     from .fingerprint import fingerprint_template
-    from .measure import make_runner, measure_config
     from .template import import_template, read_template
     from .tuner import TuneRequest, tune_workload
 
     root = config.root
     path = root / entry.template_file
     threads = measure_threads(target)
-    if threads is not None:
-        # TVM sizes its thread pool from TVM_NUM_THREADS, else half the cores it
-        # sees (it assumes hyper-threading): a 2-core runner would tune on one
-        # thread. The measuring worker inherits this when it starts.
-        os.environ["TVM_NUM_THREADS"] = str(threads)
     decl = read_template(path)
-    module = import_template(path, root)
     fp = fingerprint_template(path, root)
     logset = entry.logset
     reuse = can_reuse_previous(entry)
-    outcomes = {}
     results: dict[str, WorkloadResult] = {}
     trials_by_wl: dict[str, Trials] = {}
-    for wname in decl.workloads:
-        req = TuneRequest(
-            template=module,
-            workload_name=wname,
-            target=target.target,
-            trials=trials,
-            batch_size=config.batch_size,
-            seed=seed,
-            early_stop=config.early_stop,
-            measure=config.measure,
-            work_dir=logset.work_dir / wname,
-            rpc=target.rpc,
-            on_batch=progress(f"{entry.operator}/{entry.target}/{wname}") if progress else None,
-        )
-        outcome = tune_workload(req)
-        previous = None
-        if reuse and entry.manifest is not None and wname in entry.manifest.results:
-            old = entry.manifest.results[wname].best
-            where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
-            say(f"{wname}: re-measuring the previous log's best {where} ({old.latency_s * 1e3:.4g} ms when it was tuned)")
-            # Back to back, so machine load changes between runs do not pick the
-            # winner; on the target's runner (its RPC devices), where the search measured.
-            runner = make_runner(config.measure, target.rpc)
-            try:
-                previous = measure_config(module, wname, target.target, old.knobs, config.measure, runner=runner)
-                again = measure_config(module, wname, target.target, outcome.best.knobs, config.measure, runner=runner)
-                outcome = replace(outcome, best=again)
-            except Exception as e:  # noqa: BLE001 - e.g. a new TVM cannot build the old configuration
-                say(f"{wname}: the previous best could not be re-measured ({type(e).__name__}: {e}); keeping this run's best")
-                previous = None
-            finally:
-                runner.close()
-        best, prev = keep_faster(outcome, previous)
-        if prev is not None and best is prev:
-            say(f"{wname}: the previous best ({prev.latency_s * 1e3:.4g} ms) is still faster than this run's ({outcome.best.latency_s * 1e3:.4g} ms); keeping it")
-        outcomes[wname] = (outcome, best)
-        results[wname] = WorkloadResult(
-            best=best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),
-            space_size=outcome.space_size, design_spaces=outcome.design_spaces,
-            curve=tuple(outcome.curve), previous_best=prev,
-        )
-        trials_by_wl[wname] = outcome.trials
+    outcomes = {}
+    with _threads(threads):
+        module = import_template(path, root)
+        for wname in decl.workloads:
+            prev = None
+            if reuse and entry.manifest is not None and wname in entry.manifest.results:
+                prev = dict(entry.manifest.results[wname].best.knobs)
+                where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
+                say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
+            req = TuneRequest(
+                template=module,
+                workload_name=wname,
+                target=target.target,
+                trials=trials,
+                batch_size=config.batch_size,
+                seed=seed,
+                early_stop=config.early_stop,
+                measure=config.measure,
+                work_dir=logset.work_dir / wname,
+                rpc=target.rpc,
+                on_batch=progress(f"{entry.operator}/{entry.target}/{wname}") if progress else None,
+                fingerprint=fp.digest,
+                previous_knobs=prev,
+                warn=say,
+            )
+            outcome = tune_workload(req)
+            if outcome.previous_verdict is not None and outcome.previous is not None:
+                say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
+            elif prev is not None:
+                say(f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best")
+            outcomes[wname] = outcome
+            results[wname] = WorkloadResult(
+                best=outcome.best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),
+                space_size=outcome.space_size, design_spaces=outcome.design_spaces,
+                curve=tuple(outcome.curve), previous_best=outcome.previous,
+                previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
+            )
+            trials_by_wl[wname] = outcome.trials
     from .hostcheck import host_description
+    from .records import make_log, render_log
+    from .stats import ESTIMATOR
 
     date = _dt.date.today().isoformat()
     log_name = logset.log_name(date)
-    data = render_log_with(entry, target, {w: o for w, (o, b) in outcomes.items()}, {w: b for w, (o, b) in outcomes.items()})
+    data = render_log(make_log(entry.operator, target.target, list(outcomes.values()))).encode()
     host = host_description()
     host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
     # Who measured the trials: "local", or each RPC server's "host:port".
-    host["devices"] = sorted({d for o, _ in outcomes.values() for d in o.devices})
+    host["devices"] = sorted({d for o in outcomes.values() for d in o.devices})
     return Manifest(
         operator=entry.operator, target_name=target.name, target=target.target,
         log=log_name, log_sha256=sha256_bytes(data), fingerprint=fp.digest,
         dependencies=dict(fp.dependencies), workloads=decl.workloads,
         tvm_version=installed_tvm_version() or "unknown", tuned_on=date, seed=seed,
         trials=trials_by_wl, results=results,
-        measure={**vars(config.measure), "threads": threads or "TVM default"},
+        measure={**vars(config.measure), "estimator": ESTIMATOR, "threads": threads or "TVM default"},
         template_file=entry.template_file, template_commit=_git_commit_of(root, path),
         host=host,
     ), data
 
 
-def render_log_with(entry: Entry, target: TargetConfig, outcomes: dict[str, Any], bests: dict[str, Measured]) -> bytes:
-    """The new log; where the previous best was kept, its record (re-measured) leads."""
-    from .records import best_record, make_log, read_log, render_log
+def previous_sentence(source: str, verdict: str) -> str:
+    """What happened to the previous best, in words (console, README, commit)."""
+    if verdict == "faster":
+        return "this run's best is faster than the previous best beyond the noise; switched"
+    if verdict == "slower":
+        if source == "previous":
+            return "the previous best is faster beyond the noise; kept it"
+        return "the previous best is faster beyond the noise, but another finalist won"
+    if source == "previous":
+        return "this run's best and the previous best are equal within noise; kept the previous best"
+    return "this run's best and the previous best are equal within noise"
 
-    log = make_log(entry.operator, target.target, list(outcomes.values()))
-    for wname, best in bests.items():
-        if best is outcomes[wname].best or entry.manifest is None:
-            continue
-        old = best_record(read_log(entry.logset.folder / entry.manifest.log), wname)
+
+@contextlib.contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    """TVM sizes its thread pool from TVM_NUM_THREADS, else half the cores it sees (it
+    assumes hyper-threading): a 2-core runner would tune on one thread. The measuring
+    worker inherits it when it starts; restored afterwards for the next entry."""
+    if threads is None:
+        yield
+        return
+    old = os.environ.get("TVM_NUM_THREADS")
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
         if old is None:
-            continue
-        trace, secs, *rest = old
-        log["workloads"][wname]["records"].insert(0, [trace, [best.latency_s] * max(len(secs or []), 1), *rest])
-    return render_log(log).encode()
+            os.environ.pop("TVM_NUM_THREADS", None)
+        else:
+            os.environ["TVM_NUM_THREADS"] = old
 
 
 def write_set(logset: LogSet, manifest: Manifest, log_data: bytes) -> Published:
@@ -203,24 +207,51 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
     n_seed = seed if seed is not None else config.seed
     logset = entry.logset
     with _lock.hold(logset.lock, f"{entry.operator}/{entry.target}"):
-        manifest, data = tune_entry(config, entry, target, trials=n_trials, seed=n_seed, say=say, progress=progress)
+        # Staleness again, under the lock: another run may have published since the
+        # caller looked, and its set is the previous one now.
+        current = _recheck(config, entry)
+        if entry.reasons and current.fresh:
+            raise LockError(
+                f"{entry.operator}/{entry.target} was re-tuned by another run while this one "
+                f"waited ({logset.folder / 'manifest.json'} is fresh now); nothing to do; pass "
+                "--all to re-tune it anyway"
+            )
+        manifest, data = tune_entry(config, current, target, trials=n_trials, seed=n_seed, say=say, progress=progress)
         published = write_set(logset, manifest, data)
         shutil.rmtree(logset.work_dir, ignore_errors=True)
     return RetuneResult(entry, manifest, published)
 
 
+def _recheck(config: Config, entry: Entry) -> Entry:
+    from .staleness import find_stale
+
+    report = find_stale(config, as_of=entry.as_of, operators=[entry.operator], targets=[entry.target])
+    for e in report.entries:
+        if e.operator == entry.operator and e.target == entry.target:
+            return e
+    return entry
+
+
 def commit_message(results: Sequence[RetuneResult]) -> str:
+    """The re-tune commit: per workload the best with its precision, the speedup
+    against the default from the same finals, and what became of the previous best."""
+    from .stats import fmt_latency
+
     parts = []
     body = []
     for r in results:
         m = r.manifest
         parts.append(f"{m.operator} on {m.target_name}")
         for w, res in sorted(m.results.items()):
-            prev = f", {res.previous_best.latency_s / res.best.latency_s:.2f}x vs previous best" if res.previous_best else ""
+            prev = ""
+            if res.previous_best is not None and res.previous_verdict is not None:
+                prev = f"; previous best {fmt_latency(res.previous_best.latency_s, res.previous_best.rel_halfwidth)}: " \
+                       + previous_sentence(res.best_source, res.previous_verdict)
             body.append(f"- {m.operator}/{m.target_name}/{w}: {m.trials[w].run} trials ({m.trials[w].stop_reason}), "
-                        f"best {res.best.latency_s * 1e3:.4g} ms, {res.speedup:.1f}x vs default{prev}")
+                        f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
+                        f"{res.speedup:.1f}x vs default{prev}")
     total = sum(sum(t.run for t in r.manifest.trials.values()) for r in results)
     speed = min((s for r in results for s in r.speedups().values()), default=1.0)
     head = f"tvmtune: re-tune {', '.join(parts)} ({total} trials, {speed:.1f}x vs default)"
-    return head + "\n\n" + "\n".join(body) + "\n\nWritten by tvmtune-ci retune; logs only, this commit does not trigger a re-tune.\n"
-
+    return head + "\n\n" + "\n".join(body) + ("\n\nLatencies: lower quartile of the samples ± half its 95% interval. "
+            "Written by tvmtune-ci retune; logs only, this commit does not trigger a re-tune.\n")

@@ -1,7 +1,7 @@
 """The tuning log: one JSON file per operator and target, several workloads in it.
 
     {
-      "format": 1,
+      "format": 2,
       "generated_by": "tvmtune-ci; do not edit, regenerate with: tvmtune-ci retune",
       "operator": "matmul",
       "target": {"kind": "llvm", "mcpu": "znver5", "num-cores": 2},
@@ -10,8 +10,12 @@
           "workload": [SHASH, BASE64],   # one line of JSONDatabase's database_workload.json
           "records": [                   # TuningRecord JSON, as a line of
             [TRACE, RUN_SECS, TARGET, ARGS_INFO],   # database_tuning_record.json minus the
-            ...                          # workload index; valid ones only, best (lowest
-          ],                             # mean run_secs) first
+            ...                          # workload index; valid ones only, best first
+          ],
+          "measurements": [              # one per record, same order: how its latency
+            {"n": 33, "ci": [lo, hi], "stage": "finals"},   # was measured
+            ...
+          ],
           "failures": [{"knobs": {...}, "error": "..."}]   # failed builds/runs, trial order
         }
       }
@@ -22,6 +26,13 @@ there is one log per operator and target. `to_json_database` writes the two file
 TVM's own `JSONDatabase(path_workload=..., path_tuning_record=...)` reads;
 `load_database` returns a `MemoryDatabase` holding the same records. Each record sits
 on one line of the log so git diffs stay readable.
+
+RUN_SECS is one number, the estimate of `stats.py` (the lower quartile of the
+samples, seconds): TVM ranks records by the mean of run_secs, so its
+`get_top_k`/`query_schedule` rank exactly as tvmtune-ci does. A finalist's number
+comes from the interleaved finals, any other from the search ("probe": measured
+slow after its first samples and not sampled further). Format 1 logs (fixed-repeat
+samples, ranked by their mean) still read.
 
 Reading a log (`read_log`) never imports TVM; the two converters do.
 """
@@ -39,7 +50,8 @@ from .fsutil import atomic_write_text
 if TYPE_CHECKING:
     from .tuner import TuneOutcome
 
-LOG_FORMAT = 1
+LOG_FORMAT = 2
+READ_FORMATS = (1, 2)
 GENERATED_BY = "tvmtune-ci; do not edit, regenerate with: tvmtune-ci retune"
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -66,12 +78,19 @@ def workload_entry(outcome: TuneOutcome) -> dict[str, Any]:
     if not outcome.workload_json:
         raise ValueError(f"outcome for {outcome.workload_name!r} carries no workload JSON")
     valid = [r for r in outcome.records if r.get("error") is None and record_is_valid(r["record"])]
-    valid.sort(key=lambda r: (record_mean_secs(r["record"]), r.get("trial", 0)))
+    # Finals before search trials of the same value: a tie with a kept previous best
+    # is logged at the kept value and must not overtake it.
+    valid.sort(key=lambda r: (record_mean_secs(r["record"]), r.get("stage") != "finals",
+                              r.get("trial", 0)))
     failed = [r for r in outcome.records if r not in valid]
     failed.sort(key=lambda r: r.get("trial", 0))
     return {
         "workload": list(outcome.workload_json),
         "records": [r["record"] for r in valid],
+        "measurements": [
+            {"n": int(r.get("n", 0)), "ci": r.get("ci"), "stage": r.get("stage") or "search"}
+            for r in valid
+        ],
         "failures": [
             {"knobs": r.get("knobs", {}), "error": r.get("error") or "invalid measurement"}
             for r in failed
@@ -96,15 +115,17 @@ def render_log(log: Mapping[str, Any]) -> str:
         w = log["workloads"][name]
         lines.append(f"    {json.dumps(name)}: {{")
         lines.append(f'      "workload": {_compact(w["workload"])},')
-        for key in ("records", "failures"):
+        keys = [k for k in ("records", "measurements", "failures") if k in w or k != "measurements"]
+        for key in keys:
             items = w.get(key, [])
+            comma = "," if key != keys[-1] else ""
             if not items:
-                lines.append(f'      "{key}": []' + ("," if key == "records" else ""))
+                lines.append(f'      "{key}": []' + comma)
                 continue
             lines.append(f'      "{key}": [')
             for i, item in enumerate(items):
                 lines.append("        " + _compact(item) + ("," if i < len(items) - 1 else ""))
-            lines.append("      ]" + ("," if key == "records" else ""))
+            lines.append("      ]" + comma)
         lines.append("    }" + ("," if wi < len(names) - 1 else ""))
     lines.append("  }")
     lines.append("}")
@@ -147,11 +168,10 @@ def validate_log(data: Any, path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _corrupt(path, "not a JSON object")
     fmt = data.get("format")
-    if fmt != LOG_FORMAT:
+    if fmt not in READ_FORMATS:
         raise CorruptFileError(
-            f"{path}: log format {fmt!r} is not understood (this tvmtune-ci reads format "
-            f"{LOG_FORMAT}); "
-            "upgrade tvmtune-ci or re-tune"
+            f"{path}: log format {fmt!r} is not understood (this tvmtune-ci reads formats "
+            f"{', '.join(map(str, READ_FORMATS))}); upgrade tvmtune-ci or re-tune"
         )
     for key, kind in (("operator", str), ("target", dict), ("workloads", dict)):
         if not isinstance(data.get(key), kind):
@@ -168,6 +188,14 @@ def validate_log(data: Any, path: Path) -> dict[str, Any]:
                 path,
                 f"workload {name!r}: 'records' must be a list of "
                 "[trace, run_secs, target, args_info]",
+            )
+        meas = w.get("measurements")
+        if meas is not None and not (
+            isinstance(meas, list) and len(meas) == len(recs)
+            and all(isinstance(m, dict) for m in meas)
+        ):
+            raise _corrupt(
+                path, f"workload {name!r}: 'measurements' must be one object per record"
             )
         fails = w.get("failures", [])
         if not isinstance(fails, list) or not all(isinstance(f, dict) for f in fails):

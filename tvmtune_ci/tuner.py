@@ -10,8 +10,16 @@
 4. resume: every measured batch is appended (fsync) to a journal in `work_dir`; a
    rerun after a kill replays it into the database given to `pre_tuning`, counts it
    toward the budget and trains the cost model on it before searching on.
-5. the winner's knobs are read back from its trace (`decode_knobs`), its numerics
-   checked and it is re-measured next to the baseline in one session.
+   Each candidate is sampled adaptively (`measure.search_policy`): a first probe;
+   probes all slower than `race` x the incumbent end there (recorded as measured
+   slow, and still teach the cost model); contenders are sampled to
+   `search_precision`. Every number is `stats.estimate` (the lower quartile), also
+   the run_secs committed to the database, so TVM's own ranking is ours. Early stop
+   counts an improvement only when it exceeds the measured noise band.
+5. the finals (`measure.finals`): the search's top `finalists`, the default
+   configuration and the previous best (when given) re-measured in interleaved
+   rounds; the winner is chosen on that data and its numerics checked. A previous
+   best that is equal within noise is kept.
 
 Search knobs map to MetaSchedule as the template API says: a split is a
 `SamplePerfectTile` (mutated by `MutateTileSize`), a categorical knob a
@@ -27,9 +35,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import os
 import random
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,8 +46,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from . import stats
 from .builder import (
-    build_config,
     make_builder,
     make_postprocs,
     remove_artifact,
@@ -50,16 +58,19 @@ from .config import EarlyStop, MeasureOptions, RpcRunner
 from .errors import TemplateError, TuningError
 from .manifest import Measured, Trials
 from .measure import (
+    Finalist,
+    FinalResult,
     check_correct,
     device_type,
+    finals,
     flop_count,
     full_knobs,
     gflops,
     make_runner,
     measure_baseline,
-    measure_config,
+    measured,
     rpc_failure,
-    verify,
+    search_policy,
 )
 from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
 from .template import Categorical, Knob, Knobs, Split, design_spaces, space_size
@@ -72,15 +83,9 @@ __all__ = [
     "design_space_infos",
     "tune_workload",
     "decode_knobs",
-    "check_correct",
-    "measure_config",
-    "measure_baseline",
-    "build_config",
-    "make_runner",
-    "verify",
 ]
 
-JOURNAL_FORMAT = 1
+JOURNAL_FORMAT = 2  # 2: estimates (lower quartile + interval) per trial
 JOURNAL_NAME = "journal.jsonl"
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
 TOP_N = 10
@@ -125,6 +130,13 @@ class TuneRequest:
     # through the template and postprocessors about five times; on a 2-core runner
     # 512 costs 4-7 s per batch of a padded GEMM, 128 about 1 s.
     population_size: int = 128
+    # The template's semantic fingerprint (with its in-repo dependencies): part of the
+    # resume key. Empty: the module's source text is used.
+    fingerprint: str = ""
+    # The previous log's best of this workload (knobs), a finalist when given.
+    previous_knobs: dict[str, Any] | None = None
+    # Told when the runner is noisy but usable (more samples are taken).
+    warn: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,14 +148,14 @@ class TuneOutcome:
     # (TuningRecord JSON as JSONDatabase writes it)}. records.write_log turns these
     # into the log entry.
     records: list[dict[str, Any]]
-    best: Measured  # re-measured next to `baseline`
-    baseline: Measured
-    top: tuple[Measured, ...]
+    best: Measured  # from the finals, interleaved with `baseline`
+    baseline: Measured  # the default configuration, in the finals
+    top: tuple[Measured, ...]  # finals first, then the search's; sorted by latency
     trials: Trials
     curve: tuple[tuple[int, float], ...]  # (trial index, best-so-far GFLOPS), 1-based
     space_size: int  # points in all design spaces together
     design_spaces: int
-    baseline_cv: float
+    noise_check: Measured  # the default configuration before the search (noise check)
     workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
     flop: float = 0.0
     # Timings and counts (seconds): correctness_s, baseline_s, setup_s, first_trial_s,
@@ -153,6 +165,11 @@ class TuneOutcome:
     stats: dict[str, float] = field(default_factory=dict)
     # The devices that measured a valid trial, sorted ("local" or RPC "host:port").
     devices: tuple[str, ...] = ()
+    previous: Measured | None = None  # the previous best, in the finals
+    previous_verdict: str | None = None  # this run's best vs previous: faster/equal/slower
+    best_source: str = "search"  # "search", "default" or "previous"
+    # The finals' results, for the log: {"role", "knobs", "estimate"} in finals order.
+    final_results: tuple[dict[str, Any], ...] = ()
 
 
 # --------------------------------------------------------------------------- design spaces
@@ -392,27 +409,30 @@ class _Space:
 
 
 def request_fingerprint(req: TuneRequest) -> str:
-    """What must match for a work_dir's trials to be reused (over RPC also the device
-    key; not the tracker's address or the number of devices)."""
-    try:
-        source = inspect.getsource(req.template)
-    except (OSError, TypeError):
-        source = repr([getattr(req.template, n, None) for n in ("WORKLOADS", "KNOBS")])
+    """What must match for a work_dir's trials to be reused: the template's semantic
+    fingerprint (with its in-repo helpers), the workload, the target, the TVM version,
+    the seed and every measurement setting (over RPC also the device key; not the
+    tracker's address or the number of devices)."""
+    source = req.fingerprint
+    if not source:
+        try:
+            source = inspect.getsource(req.template)
+        except (OSError, TypeError):
+            source = repr([getattr(req.template, n, None) for n in ("WORKLOADS", "KNOBS")])
     from . import tvmsetup
 
     payload = {
+        "journal": JOURNAL_FORMAT,
         "tvm": str(tvmsetup.load().__version__),
         "template": req.template.__name__,
         "source": hashlib.sha256(source.encode()).hexdigest(),
         "workload": req.workload_name,
         "params": workload_params(req.template, req.workload_name),
         "target": req.target,
-        "measure": [
-            req.measure.number,
-            req.measure.repeat,
-            req.measure.min_repeat_ms,
-            req.measure.enable_cpu_cache_flush,
-        ],
+        "seed": req.seed,
+        "measure": sorted(vars(req.measure).items()),
+        "population": req.population_size,
+        "batch_size": req.batch_size,
     }
     if req.rpc is not None:  # trials measured on other hardware are not resumed
         payload["rpc_key"] = req.rpc.key
@@ -533,6 +553,14 @@ def _run_batch(
     return out
 
 
+def _entry_estimate(entry: Mapping[str, Any]) -> stats.Estimate | None:
+    """A journal entry's estimate; None for a failed or raced (probe-only) trial."""
+    if entry.get("error") or entry.get("latency_s") is None or entry.get("stage") == "probe":
+        return None
+    lo, hi = entry["ci"] if entry.get("ci") else (-math.inf, math.inf)
+    return stats.Estimate(float(entry["latency_s"]), lo, hi, int(entry.get("n", 0)))
+
+
 def _ok(result: Any) -> bool:
     return result.error_msg is None and bool(result.run_secs)
 
@@ -596,7 +624,7 @@ class Search:
         self.seen: set[str] = set()
         for entry in self.journal.trials:
             self.seen.add(knobs_key(entry["knobs"]))
-            self.progress.add(entry["trial"], entry["latency_s"], self.flop)
+            self.progress.add(entry["trial"], _entry_estimate(entry), self.flop)
         self.stats: dict[str, float] = {}
         self.batches = 0
 
@@ -623,6 +651,22 @@ class Search:
         )
         db.commit_workload(self.ctx.mod)
         return db, json.loads(wl_path.read_text(encoding="utf-8").splitlines()[0])
+
+    def record_json(self, sch: Any) -> list[Any]:
+        """The TuningRecord JSON (as a log line holds it) of a fixed configuration's
+        schedule; run_secs are filled in by the caller."""
+        ms = self.ms
+        workload = self.db.commit_workload(self.ctx.mod)
+        info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+        # Through the JSONDatabase, so the line is exactly what its file would hold.
+        rec_path = self.work_dir / RECORD_FILE
+        offset = rec_path.stat().st_size
+        self.db.commit_tuning_record(
+            ms.database.TuningRecord(sch.trace, workload, [FAILED_RUN_SECS], self.target, info)
+        )
+        with open(rec_path, "rb") as f:
+            f.seek(offset)
+            return json.loads(f.read().decode("utf-8").splitlines()[0])[1]
 
     def _warm_start_cost_model(self) -> None:
         """Train the cost model on the valid records of a resumed run."""
@@ -686,11 +730,10 @@ class Search:
                     return "space_exhausted"
                 continue
             empty = 0
-            prev_best = self.progress.best_latency
+            prev_best = self.progress.best
             self._measure(picked)
-            best = self.progress.best_latency
-            improved = best is not None and (
-                prev_best is None or (prev_best - best) / prev_best > req.early_stop.min_improvement
+            improved = self.progress.improved_since(
+                prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
             self.progress.stale_batches = 0 if improved else self.progress.stale_batches + 1
             patience = req.early_stop.patience
@@ -721,7 +764,14 @@ class Search:
         """Build and run one batch, tell the strategy and the cost model, commit, journal."""
         ms, req = self.ms, self.req
         cands = [c for c, _, _ in picked]
-        measured = _run_batch(cands, self.target, self.builder, self.runner, ms)
+        incumbent = self.progress.best_latency
+        self.runner.set_policy(
+            search_policy(req.measure, req.measure.race * incumbent if incumbent else None)
+        )
+        try:
+            measured = _run_batch(cands, self.target, self.builder, self.runner, ms)
+        finally:
+            self.runner.set_options(req.measure)
         self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
         results = [r for r, _, _ in measured]
         ran = [r for r, _, reached in measured if reached]
@@ -735,6 +785,13 @@ class Search:
                 f"{req.template.__name__}/{self.name}: all {len(ran)} measurements of a batch "
                 f"(after {self.done} trials)",
             )
+        # One number per measurement, the estimate: what the strategy, the cost model
+        # and the database (TVM's own ranking) see.
+        ests = [stats.estimate(r.run_secs) if _ok(r) else None for r in results]
+        results = [
+            ms.runner.RunnerResult([e.value], None) if e is not None else r
+            for r, e in zip(results, ests, strict=True)
+        ]
         self.ctx.notify_runner_results(cands, results)
         ok = [(c, r) for c, r in zip(cands, results, strict=True) if _ok(r)]
         if ok:
@@ -756,23 +813,30 @@ class Search:
         self.batches += 1
         batch = max((e["batch"] for e in self.journal.trials), default=0) + 1
         entries = []
-        for (_, sidx, kv), (r, device, _), line in zip(picked, measured, lines, strict=True):
-            err = None if _ok(r) else str(r.error_msg or "no measurement")
-            latency = None if err else statistics.fmean(float(x) for x in r.run_secs)
+        for (_, sidx, kv), (r, device, _), est, line in zip(
+            picked, measured, ests, lines, strict=True
+        ):
+            err = None if est is not None else str(r.error_msg or "no measurement")
             trial = self.done + len(entries) + 1
+            raced = bool(est is not None and incumbent and est.n <= req.measure.probe
+                         and est.value > req.measure.race * incumbent)
             entries.append(
                 {
                     "trial": trial,
                     "batch": batch,
                     "space": sidx,
                     "knobs": kv,
-                    "latency_s": latency,
+                    "latency_s": est.value if est is not None else None,
+                    "ci": [est.lo, est.hi] if est is not None and est.n >= stats.MIN_SAMPLES
+                    else None,
+                    "n": est.n if est is not None else 0,
+                    "stage": ("probe" if raced else "search") if est is not None else None,
                     "error": err,
                     "device": device,
                     "record": line[1],
                 }
             )
-            self.progress.add(trial, latency, self.flop)
+            self.progress.add(trial, est if not raced else None, self.flop)
         self.journal.append(entries)
         if req.on_batch is not None:
             best = self.progress.best_latency
@@ -795,55 +859,148 @@ class Search:
 
 @dataclass
 class _Progress:
-    best_latency: float | None = None
+    best: stats.Estimate | None = None  # the incumbent: the lowest contender estimate
     curve: list[tuple[int, float]] = field(default_factory=list)
     stale_batches: int = 0
 
-    def add(self, trial: int, latency: float | None, flop: float) -> None:
-        if latency is not None and (self.best_latency is None or latency < self.best_latency):
-            self.best_latency = latency
+    @property
+    def best_latency(self) -> float | None:
+        return self.best.value if self.best is not None else None
+
+    def add(self, trial: int, est: stats.Estimate | None, flop: float) -> None:
+        if est is not None and (self.best is None or est.value < self.best.value):
+            self.best = est
         best = self.best_latency
         self.curve.append((trial, gflops(flop, best) if best else 0.0))
+
+    def improved_since(
+        self, before: stats.Estimate | None, fallback_rel: float, min_improvement: float
+    ) -> bool:
+        """The best moved by more than the noise band (the larger half-width of the two
+        estimates; `fallback_rel` of the value for one without an interval), and by
+        more than `min_improvement`."""
+        now = self.best
+        if now is None:
+            return False
+        if before is None:
+            return True
+        widths = [e.halfwidth_s for e in (now, before) if math.isfinite(e.halfwidth_s)]
+        band = max(widths) if len(widths) == 2 else fallback_rel * before.value
+        gain = before.value - now.value
+        return gain > band and gain / before.value > min_improvement
 
 
 # --------------------------------------------------------------------------- the steps
 
 
-def select_winner(
-    template: ModuleType,
-    workload_name: str,
-    target: Mapping[str, Any],
-    entries: Sequence[dict[str, Any]],
-) -> dict[str, Any]:
-    """The fastest trial whose numerics match `reference` (checked in latency order,
-    at most TOP_N); a wrong one is turned into a failure ("wrong result: ...")."""
-    where = f"{template.__name__}/{workload_name}"
-    valid = sorted(
+def _valid_sorted(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
         (e for e in entries if e["error"] is None), key=lambda e: (e["latency_s"], e["trial"])
     )
-    if not valid:
-        errors = sorted({e["error"].splitlines()[0][:200] for e in entries if e["error"]})
-        raise TuningError(
-            f"{where}: every one of {len(entries)} trials failed; first errors: "
-            + "; ".join(errors[:3])
-            + "; fix the template's schedule() for those knob values"
-        )
-    for e in valid[:TOP_N]:
-        try:
-            check_correct(template, workload_name, target, e["knobs"])
-        except TuningError as err:
-            e["error"], e["latency_s"] = f"wrong result: {err}", None
-            continue
-        return e
-    raise TuningError(
-        f"{where}: the {min(len(valid), TOP_N)} fastest configurations all compute wrong "
-        "results; fix schedule() so that every knob value keeps the numerics"
+
+
+def _all_failed(where: str, entries: Sequence[dict[str, Any]]) -> TuningError:
+    errors = sorted({e["error"].splitlines()[0][:200] for e in entries if e["error"]})
+    return TuningError(
+        f"{where}: every one of {len(entries)} trials failed; first errors: "
+        + "; ".join(errors[:3])
+        + "; fix the template's schedule() for those knob values"
     )
+
+
+# Finals passes: a pass whose winner measures slower than a configuration the search
+# ranked below the finalists is run again with those configurations in it.
+MAX_FINALS_PASSES = 3
+
+
+@dataclass
+class _FinalsOutcome:
+    results: list[FinalResult]
+    winner: FinalResult
+    tied: set[int]  # indexes into results: equal within noise to a kept previous best
+
+
+def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int]]:
+    """The winner: the lowest estimate, except that a previous best equal to it within
+    noise is kept (a re-tune switches only for a difference outside the noise)."""
+    ok = [r for r in results if r.estimate is not None and r.error is None]
+    if not ok:
+        return None, set()
+    lead = min(ok, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
+    prev = next((r for r in ok if r.finalist.role == "previous"), None)
+    if prev is None or prev is lead:
+        return lead, set()
+    assert prev.estimate is not None and lead.estimate is not None
+    if stats.compare(lead.estimate, prev.estimate) != "equal":
+        return lead, set()
+    tied = {
+        i for i, r in enumerate(results)
+        if r in ok and r is not prev and r.estimate.value < prev.estimate.value  # type: ignore[union-attr]
+    }
+    return prev, tied
+
+
+def run_finals(
+    req: TuneRequest, entries: list[dict[str, Any]], runner: Any, builder: Any
+) -> _FinalsOutcome:
+    """The search's top `finalists`, the default and the previous best, interleaved;
+    the winner's numerics checked (a wrong one becomes a failed trial and the next
+    is taken). Passes are repeated (at most MAX_FINALS_PASSES) while the winner
+    measures slower than a configuration left out of the finals."""
+    template, name = req.template, req.workload_name
+    where = f"{template.__name__}/{name}"
+    by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
+    k = req.measure.finalists
+    keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[:k]]
+    if not keys:
+        raise _all_failed(where, entries)
+    wrong: set[str] = set()
+    for _ in range(MAX_FINALS_PASSES):
+        finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
+        finalists.append(Finalist("default", None, "default"))
+        if req.previous_knobs is not None:
+            finalists.append(Finalist("previous", dict(req.previous_knobs), "previous"))
+        results = finals(template, name, req.target, finalists, req.measure,
+                         runner=runner, builder=builder)
+        while True:
+            winner, tied = _decide(results)
+            if winner is None:
+                raise TuningError(
+                    f"{where}: no finalist could be measured; first errors: "
+                    + "; ".join(sorted({str(r.error)[:200] for r in results if r.error})[:3])
+                )
+            if winner.finalist.role == "default":
+                break
+            try:
+                check_correct(template, name, req.target, winner.finalist.knobs)
+                break
+            except TuningError as err:
+                if winner.finalist.role == "search":
+                    e = by_key.pop(winner.finalist.key)
+                    e["error"], e["latency_s"] = f"wrong result: {err}", None
+                    wrong.add(winner.finalist.key)
+                results = [
+                    r if r is not winner else FinalResult(r.finalist, None, error=f"wrong result: {err}")
+                    for r in results
+                ]
+        assert winner.estimate is not None
+        # Configurations the search ranked below the finalists but measured faster
+        # than the winner now measures: their numbers are not comparable, so they
+        # join the next pass (all numbers of a log's finalists come from one pass).
+        left_out = [
+            knobs_key(e["knobs"]) for e in _valid_sorted(list(by_key.values()))
+            if knobs_key(e["knobs"]) not in keys and e["latency_s"] < winner.estimate.value
+        ]
+        if not left_out:
+            break
+        keys = [key for key in keys if key not in wrong] + left_out[:k]
+    return _FinalsOutcome(results, winner, tied)
 
 
 def tune_workload(req: TuneRequest) -> TuneOutcome:
     """Tune one workload; see the module docstring for the steps."""
     from . import tvmsetup
+    from .builder import schedule_config
 
     t_start = time.perf_counter()
     tvmsetup.load()
@@ -852,80 +1009,133 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive"
         )
     template, name = req.template, req.workload_name
-    stats: dict[str, float] = {}
+    stats_: dict[str, float] = {}
 
     def lap(key: str, t0: float) -> float:
         now = time.perf_counter()
-        stats[key] = now - t0
+        stats_[key] = now - t0
         return now
 
     runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
-    # Built libraries live in work_dir (each is deleted once measured), so a killed run
-    # leaves nothing behind that the caller's removal of work_dir does not remove.
-    builder = make_builder(str(Path(req.work_dir) / "artifacts"))
+    builder = None
     try:
+        # Built libraries live in work_dir (each is deleted once measured), so a killed
+        # run leaves nothing behind that the caller's removal of work_dir does not remove.
+        builder = make_builder(str(Path(req.work_dir) / "artifacts"))
         check_correct(template, name, req.target)  # 1
         t = lap("correctness_s", t_start)
-        baseline, baseline_cv = measure_baseline(
-            template, name, req.target, req.measure, runner=runner
+        noise = measure_baseline(
+            template, name, req.target, req.measure, runner=runner, warn=req.warn
         )  # 2
         t = lap("baseline_s", t)
         search = Search(req, builder, runner, t_start)  # 3 + 4
         t = lap("setup_s", t)
-        stats["resumed"] = float(search.resumed)
+        stats_["resumed"] = float(search.resumed)
         stop_reason = search.run()
-        stats.update(search.stats)
+        stats_.update(search.stats)
         t = time.perf_counter()
-        entries = search.journal.trials  # 5
-        winner = select_winner(template, name, req.target, entries)
-        checked = verify(
-            template,
-            name,
-            req.target,
-            winner["knobs"],
-            req.measure,
-            runner=runner,
-            check_numerics=False,
-        )
-        lap("verify_s", t)
+        entries = search.journal.trials
+        fin = run_finals(req, entries, runner, builder)  # 5
+        lap("finals_s", t)
+        # The records of finalists that are not search trials (the default or the
+        # previous best winning) are made from their schedules.
+        extra: dict[str, dict[str, Any]] = {}
+        for r in fin.results:
+            if r.finalist.role != "search" and r is fin.winner:
+                sch = schedule_config(template, name, r.finalist.knobs, req.target)
+                extra[r.finalist.role] = search.record_json(sch)
     finally:
-        builder.close()
+        if builder is not None:
+            builder.close()
         runner.close()
     flop = search.flop
-    others = [
-        Measured(
-            full_knobs(template, name, e["knobs"]), e["latency_s"], gflops(flop, e["latency_s"])
-        )
-        for e in sorted(
-            (e for e in entries if e["error"] is None and e is not winner),
-            key=lambda e: (e["latency_s"], e["trial"]),
-        )
+    records = [dict(e) for e in entries]
+    rec_by_key = {knobs_key(e["knobs"]): e for e in records}
+    final_json: list[dict[str, Any]] = []
+    finals_measured: list[Measured] = []
+    best = baseline = previous = None
+    for i, r in enumerate(fin.results):
+        f = r.finalist
+        knobs = full_knobs(template, name, f.knobs)
+        final_json.append({"role": f.role, "knobs": knobs,
+                           "estimate": r.estimate.to_json() if r.estimate else None,
+                           "error": r.error, "tied": i in fin.tied})
+        if r.estimate is None:
+            continue
+        m = measured(knobs, r.estimate, flop, "finals")
+        if f.role == "default":
+            baseline = m
+        elif f.role == "previous":
+            previous = m
+        if r is fin.winner:
+            best = m
+        if f.role == "search" or r is fin.winner:
+            finals_measured.append(m)
+        # The log's value of a finalist is its finals estimate; one tied with a kept
+        # previous best is logged at the kept value, so TVM's ranking keeps it too.
+        value = r.estimate.value
+        if i in fin.tied:
+            assert fin.winner.estimate is not None
+            value = fin.winner.estimate.value
+        e = rec_by_key.get(f.key) if f.role == "search" else None
+        if e is None and r is fin.winner:
+            e = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
+                 "device": None, "record": extra[f.role]}
+            records.append(e)
+        if e is not None:
+            e["latency_s"] = value
+            e["ci"] = [r.estimate.lo, r.estimate.hi]
+            e["n"] = r.estimate.n
+            e["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
+            e["record"] = [e["record"][0], [value], *e["record"][2:]]
+    assert best is not None
+    if baseline is None:  # the default could not be measured in the finals
+        baseline = noise
+    search_top = [
+        Measured(full_knobs(template, name, e["knobs"]), e["latency_s"],
+                 gflops(flop, e["latency_s"]),
+                 ci_lo_s=e["ci"][0] if e.get("ci") else None,
+                 ci_hi_s=e["ci"][1] if e.get("ci") else None,
+                 n=int(e.get("n", 0)), stage=e.get("stage") or "search")
+        for e in _valid_sorted(records)
+        if not str(e.get("stage", "")).startswith("finals")
     ]
-    failed = sum(e["error"] is not None for e in entries)
+    top = sorted(finals_measured, key=lambda m: m.latency_s)
+    top = [best] + [m for m in top if m is not best] + search_top
+    verdict = None
+    pr = next((r for r in fin.results if r.finalist.role == "previous" and r.estimate), None)
+    news = [r for r in fin.results if r.finalist.role == "search" and r.estimate]
+    if pr is not None and news:
+        nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
+        verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
     devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
-    stats["devices_used"] = float(len(devices))
-    stats["device_retries"] = float(len(getattr(runner, "retries", None) or ()))
-    stats["total_s"] = time.perf_counter() - t_start
+    stats_["devices_used"] = float(len(devices))
+    stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()))
+    stats_["total_s"] = time.perf_counter() - t_start
     return TuneOutcome(
         workload_name=name,
-        records=[dict(e) for e in entries],
-        best=checked.best,
-        baseline=checked.baseline,
-        top=tuple([checked.best, *others][:TOP_N]),
+        records=records,
+        best=best,
+        baseline=baseline,
+        top=tuple(top[:TOP_N]),
         trials=Trials(
             requested=req.trials,
             run=len(entries),
-            valid=len(entries) - failed,
-            failed=failed,
+            valid=len(entries) - sum(e["error"] is not None for e in entries),
+            failed=sum(e["error"] is not None for e in entries),
             stop_reason=stop_reason,
             failures=failure_kinds(entries),
         ),
         curve=tuple(search.progress.curve),
         space_size=search.space_size,
         design_spaces=search.n_spaces,
-        baseline_cv=baseline_cv,
+        noise_check=noise,
         workload_json=list(search.workload_json),
         flop=flop,
-        stats=stats,
+        stats=stats_,
         devices=devices,
+        previous=previous,
+        previous_verdict=verdict,
+        best_source=fin.winner.finalist.role,
+        final_results=tuple(final_json),
     )
