@@ -18,7 +18,12 @@ that is hashed). Each such statement is hashed under
 out: they run only when called, and a call is followed to the function. The
 order of the statements is "path.py:<module>". A statement already hashed in
 full as a definition (`def schedule`, `KNOBS = ...`) has no key of its own, and
-the template's `WORKLOADS` literal is compared as values.
+the template's `WORKLOADS` literal is compared as values. Code that reaches its
+module by a string (`globals()`, `eval`, `sys.modules[__name__]`) makes every
+definition of the module count; `__import__("pkg.m")` and
+`importlib.import_module("pkg.m")` with a constant name import pkg.m. Code read
+from files or built from strings at run time cannot be followed: only the
+statement that does it is hashed.
 
 Each definition is hashed from its AST with docstrings dropped and without
 positions, so comments, docstrings, blank lines, formatting and line numbers do
