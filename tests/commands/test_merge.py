@@ -4,6 +4,7 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 
 from tvmtune_ci.merge import merge_logs
@@ -57,3 +58,52 @@ def test_merge_refuses_another_template_version(tmp_path: Path) -> None:
     p = run_cli(tmp_path, "merge", str(a), str(b), "-o", str(tmp_path / "m.json"))
     assert p.returncode == 2 and "re-tune" in p.stderr
     assert json.loads(a.read_text())["workloads"]  # inputs untouched
+
+
+# ----------------------------------------------------------------- issue 11: errors, not crashes
+
+
+def test_merge_of_a_missing_file_exits_2_naming_it(tmp_path: Path) -> None:
+    a = _log(tmp_path / "a.json", [_rec(2, 1e-3)])
+    p = run_cli(tmp_path, "merge", str(a), str(tmp_path / "nope.json"), "-o", str(tmp_path / "m.json"))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"error: {tmp_path / 'nope.json'}: no such file; pass logs that `tvmtune-ci retune` wrote")
+    assert len(p.stderr.splitlines()) == 1 and not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize(
+    "content,why",
+    [
+        ("{not json", "cannot parse the tuning log"),
+        ('{"hello": 1}', "log format None is not understood"),
+        ("[1, 2]", "not a JSON object"),
+        (None, "is a folder"),
+    ],
+    ids=["not-json", "other-json", "a-list", "a-folder"],
+)
+def test_merge_of_a_non_log_exits_2_naming_it(tmp_path: Path, content: str | None, why: str) -> None:
+    a = _log(tmp_path / "a.json", [_rec(2, 1e-3)])
+    b = tmp_path / "b.json"
+    if content is None:
+        b.mkdir()
+    else:
+        b.write_text(content)
+    p = run_cli(tmp_path, "merge", str(a), str(b), "-o", str(tmp_path / "m.json"))
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"error: {b}") and why in line and "tvmtune-ci retune" in line, line
+
+
+def test_merge_of_a_hand_edited_record_exits_2(tmp_path: Path) -> None:
+    a = _log(tmp_path / "a.json", [_rec(2, 1e-3)])
+    b = _log(tmp_path / "b.json", [[_trace(4), "abc", {"kind": "llvm"}, []]])
+    p = run_cli(tmp_path, "merge", str(a), str(b), "-o", str(tmp_path / "m.json"))
+    assert p.returncode == 2 and "record 0 has run_secs 'abc'" in p.stderr, p.stderr
+
+
+def test_merge_into_a_folder_exits_2(tmp_path: Path) -> None:
+    a = _log(tmp_path / "a.json", [_rec(2, 1e-3)])
+    b = _log(tmp_path / "b.json", [_rec(4, 1e-3)])
+    (tmp_path / "out").mkdir()
+    p = run_cli(tmp_path, "merge", str(a), str(b), "-o", str(tmp_path / "out"))
+    assert p.returncode == 2 and f"{tmp_path / 'out'}: cannot write the merged log" in p.stderr, p.stderr

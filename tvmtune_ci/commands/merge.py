@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import UsageError
 from ..fsutil import atomic_write_text
 from ..merge import merge_logs, render
 
@@ -16,7 +17,10 @@ def register(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = merge_logs(args.logs)
-    atomic_write_text(args.output, render(result))
+    try:
+        atomic_write_text(args.output, render(result))
+    except OSError as e:  # a folder, a read-only place, ...
+        raise UsageError(f"{args.output}: cannot write the merged log ({e.strerror}); pass a file path in a writable folder with -o") from None
     print(f"merged {len(args.logs)} logs of {result.log['operator']}: {result.records_in} records -> "
           f"{result.records_out} configurations ({result.replaced} measured more than once, the faster kept) -> {args.output}")
     return 0
