@@ -109,12 +109,14 @@ def test_hostile_fork_code_is_flagged_and_never_run(repo: Path, tmp_path: Path, 
     def ran() -> str:
         return f"the fork's code ran (marker written) in {where}"
 
-    # check: exit 1, the stale operators and no others.
+    # check: exit 1, the stale operators and no others, for the code that changed.
     r = run_cli(repo, "check", "--format", "json", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     assert not marker.exists(), ran()
-    stale = {e["operator"] for e in json.loads(r.stdout)["entries"] if not e["fresh"]}
-    assert stale == stale_ops, r.stdout
+    entries = json.loads(r.stdout)["entries"]
+    assert {e["operator"] for e in entries if not e["fresh"]} == stale_ops, r.stdout
+    codes = {x["code"] for e in entries for x in e["reasons"]}
+    assert codes == {"template_invalid" if where == "knobs" else "template_changed"}, r.stdout
 
     # check --pr, as the PR workflow runs it: errors on the changed files only.
     r = run_cli(repo, "check", "--format", "github", "--changed-since", base, "--pr", env=gh)
@@ -138,14 +140,19 @@ def test_hostile_fork_code_is_flagged_and_never_run(repo: Path, tmp_path: Path, 
     }
     assert states == stale_ops, r.stdout
 
-    # matrix (as the push trigger runs it): a job per stale entry, no others.
+    # matrix (as the push trigger runs it): a job per stale entry, no others. A
+    # template that does not read (a call in KNOBS) is named as skipped instead:
+    # a runner cannot tune it, and check already fails.
+    invalid = where == "knobs"
     for args in ([], ["--changed-since", base]):
         r = run_cli(repo, "matrix", *args, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         assert not marker.exists(), ran()
         jobs = json.loads(r.stdout.splitlines()[0])["include"]
-        assert {j["operator"] for j in jobs} == stale_ops, r.stdout
-        assert len(jobs) == 2 * len(stale_ops)  # two configured targets
+        assert {j["operator"] for j in jobs} == (set() if invalid else stale_ops), r.stdout
+        assert len(jobs) == (0 if invalid else 2 * len(stale_ops))  # two configured targets
+        skipped = {line.split()[1] for line in r.stderr.splitlines() if line.startswith("skipped ")}
+        assert skipped == (stale_ops if invalid else set()), r.stderr
 
     assert not tvm_marker.exists(), "tvm was imported"
 
