@@ -72,11 +72,12 @@ def host_description() -> dict[str, Any]:
     return {"machine": platform.machine(), "cpu": model or platform.processor(), "cores": os.cpu_count()}
 
 
-def check_host(target: dict[str, Any], *, remote: bool = False) -> None:
+def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | None = None) -> None:
     """Raise HostError when this machine cannot build and measure `target`.
 
     With an RPC runner (`remote`), the devices measure, so only the build side
-    matters and the tracker's pre-flight checks the devices.
+    matters and the tracker's pre-flight checks the devices. `advice` replaces
+    the re-tune advice (runs-on labels, RPC) for callers that are not re-tuning.
     """
     if remote:
         return
@@ -86,7 +87,7 @@ def check_host(target: dict[str, Any], *, remote: bool = False) -> None:
     if kind in ("llvm", "c"):
         arch = _target_arch(target)
         if arch is not None and arch != host_arch:
-            raise HostError(f"target {name} is for {arch}, this machine is {host_arch}; measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)")
+            raise HostError(f"target {name} is for {arch}, this machine is {host_arch}; " + (advice or "measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)"))
         if host_arch == "x86_64" and kind == "llvm":
             flags = host_cpu_flags()
             if flags is not None:
@@ -94,8 +95,8 @@ def check_host(target: dict[str, Any], *, remote: bool = False) -> None:
                 if lacking:
                     raise HostError(
                         f"target {name} needs CPU features this machine lacks: {', '.join(lacking)}; "
-                        "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
-                        "or fix the target's mcpu/mattr"
+                        + (advice or "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
+                           "or fix the target's mcpu/mattr")
                     )
         return
     import tvm
@@ -105,7 +106,7 @@ def check_host(target: dict[str, Any], *, remote: bool = False) -> None:
     except Exception:  # an unknown device kind is as good as absent
         exists = False
     if not exists:
-        raise HostError(f"target {name} needs a {kind} device and this machine has none; run this entry on a runner that has one (runs-on labels) or through an RPC tracker")
+        raise HostError(f"target {name} needs a {kind} device and this machine has none; " + (advice or "run this entry on a runner that has one (runs-on labels) or through an RPC tracker"))
 
 
 def json_target(target: dict[str, Any]) -> str:

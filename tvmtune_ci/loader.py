@@ -4,6 +4,11 @@ AutoTVM's `apply_history_best` quietly used the default schedule when the target
 string differed by one flag from the log's. Here a mismatch, a stale entry or a
 missing log is an error that lists the reasons; the default configuration is
 used only with `allow_fallback=True`, and then with a loud warning.
+
+A target this CPU cannot run (AVX-512 code on an AVX2 host) is refused before
+anything is built: the executable would die with SIGILL when called. Pass
+`allow_foreign_host=True` to cross-compile it for another machine; never run
+that result here.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import StaleLogError, UsageError
+from .errors import HostError, StaleLogError, UsageError
 
 
 class FallbackWarning(UserWarning):
@@ -96,14 +101,39 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
     return Best(operator, wl, want, {}, None, None, True)
 
 
+_FOREIGN_ADVICE = (
+    "a kernel built for it would die with SIGILL when called here. Build and run it on a machine "
+    "with that CPU, or pass allow_foreign_host=True to cross-compile it for one (export it and run "
+    "it there, never on this machine)"
+)
+
+
+def _check_runs_here(best: Best, allow_foreign_host: bool) -> None:
+    """HostError before anything is built for a target this machine cannot run."""
+    if allow_foreign_host:
+        return
+    from .hostcheck import check_host
+
+    try:
+        check_host(best.target, advice=_FOREIGN_ADVICE)
+    except HostError as e:
+        raise HostError(f"{best.operator}: {e}") from None
+
+
 def build_best(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
-               allow_fallback: bool = False) -> Any:
-    """Build the committed best of `operator` for `target`; returns TVM's executable."""
+               allow_fallback: bool = False, allow_foreign_host: bool = False) -> Any:
+    """Build the committed best of `operator` for `target`; returns TVM's executable.
+
+    Raises HostError when this machine cannot run code for `target` (e.g. its
+    mcpu needs AVX-512 and this CPU has none). `allow_foreign_host=True` builds
+    anyway, for cross-compiling: the result must not be called on this machine.
+    """
+    from .builder import build_config  # defined there; tuner only re-exported it
     from .config import load_config
     from .template import import_template
-    from .tuner import build_config
 
     best = best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
+    _check_runs_here(best, allow_foreign_host)
     config = load_config(Path(root) if root is not None else None)
     module = import_template(config.operators_path / f"{operator}.py", config.root)
     return build_config(module, best.workload, best.target, best.knobs)
@@ -111,6 +141,11 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
 
 @contextmanager
 def apply_best(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
-               allow_fallback: bool = False) -> Iterator[Best]:
-    """`with apply_best("matmul", target=t) as best:` - the AutoTVM-style spelling."""
-    yield best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
+               allow_fallback: bool = False, allow_foreign_host: bool = False) -> Iterator[Best]:
+    """`with apply_best("matmul", target=t) as best:` - the AutoTVM-style spelling.
+
+    Refuses a target this machine cannot run, as `build_best` does.
+    """
+    best = best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
+    _check_runs_here(best, allow_foreign_host)
+    yield best
