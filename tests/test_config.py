@@ -27,7 +27,7 @@ def error_of(text: str) -> str:
 def test_full_config() -> None:
     c = parse(
         CONFIG + "operators:\n  matmul:\n    trials: 10\n    targets: [avx2]\n"
-        "early_stop: {patience: 0}\nmeasure: {repeat: 3, timeout_s: 30}\npr_check: warn\n"
+        "early_stop: {patience: 0}\nmeasure: {precision: 0.02, timeout_s: 30}\npr_check: warn\n"
     )
     assert c.root == Path("/repo") and c.tvm_version == "0.27" and c.trials == 64
     assert [t.name for t in c.targets] == ["avx512", "avx2"]
@@ -39,7 +39,7 @@ def test_full_config() -> None:
     assert c.trials_for("matmul") == 10 and c.trials_for("conv2d") == 64
     assert c.early_stop == EarlyStop(patience=0, min_improvement=0.01)
     assert (
-        c.measure.repeat == 3
+        c.measure.precision == 0.02
         and c.measure.timeout_s == 30.0
         and isinstance(c.measure.timeout_s, float)
     )
@@ -66,8 +66,8 @@ def test_defaults() -> None:
             "tvmtune.yaml:4: unknown key 'trails' in the top level; did you mean 'trials'?",
         ),
         (
-            MINIMAL + "measure:\n  repat: 3\n",
-            "tvmtune.yaml:5: unknown key 'repat' in measure; did you mean 'repeat'?",
+            MINIMAL + "measure:\n  precison: 0.02\n",
+            "tvmtune.yaml:5: unknown key 'precison' in measure; did you mean 'precision'?",
         ),
         (
             MINIMAL.replace("    target:", "    runs_on: [x]\n    target:"),
@@ -94,8 +94,8 @@ def test_unknown_keys_name_the_line_and_a_suggestion(text: str, message: str) ->
         (MINIMAL + "trials: true\n", "tvmtune.yaml:4: trials is True (bool), expected int"),
         (MINIMAL + "trials: 0\n", "tvmtune.yaml:4: trials is 0, it must be positive"),
         (
-            MINIMAL + "measure: {max_cv: high}\n",
-            "tvmtune.yaml:4: measure.max_cv is 'high' (str), expected float",
+            MINIMAL + "measure: {precision: high}\n",
+            "tvmtune.yaml:4: measure.precision is 'high' (str), expected float",
         ),
         (
             MINIMAL + "pr_check: maybe\n",
@@ -185,8 +185,8 @@ def test_bad_legacy_string_is_an_error() -> None:
 
 
 def test_int_for_a_float_field_and_unquoted_version() -> None:
-    c = parse(MINIMAL + "measure: {max_cv: 1, timeout_s: 30}\ntvm_version: 0.30\n")
-    assert c.measure.max_cv == 1.0 and c.measure.timeout_s == 30.0
+    c = parse(MINIMAL + "measure: {time_cap_s: 1, timeout_s: 30}\ntvm_version: 0.30\n")
+    assert c.measure.time_cap_s == 1.0 and c.measure.timeout_s == 30.0
     # Unquoted 0.30 is the YAML float 0.3; the version meant is 0.30.
     assert c.tvm_version == "0.30"
 

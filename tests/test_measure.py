@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from test_tuner import FAST, TARGET, make_template
 
-from tvmtune_ci import measure
+from tvmtune_ci import measure, stats
 from tvmtune_ci.builder import build_config, split_knobs
 from tvmtune_ci.config import MeasureOptions, RpcRunner
 from tvmtune_ci.errors import DeviceError, TemplateError, TuningError
@@ -112,23 +113,77 @@ def test_bad_knob_values_are_rejected(template) -> None:
         split_knobs(template, "m64", {"tile_x": [8, 8]})
 
 
-def test_noise_check(template, runner) -> None:
-    base, cv = measure.measure_baseline(template, "m64", TARGET, FAST, runner=runner)
-    assert base.knobs["tile_i"] == [64, 1] and cv >= 0
-    strict = MeasureOptions(repeat=3, min_repeat_ms=1, max_cv=1e-12)
-    n = len(runner.timings)
-    with pytest.raises(
-        TuningError, match=r"runner too noisy: CV .*% > 0\.0% over 6 repeats"
-    ) as info:
-        measure.measure_baseline(template, "m64", TARGET, strict, runner=runner)
-    assert "min_repeat_ms" in str(info.value) and "max_cv" in str(info.value)
-    assert len(runner.timings) == n + 2  # measured, then once more with doubled repeats
+def test_noise_check_samples_on_and_refuses_only_an_unusable_runner(template, runner) -> None:
+    base = measure.measure_baseline(template, "m64", TARGET, FAST, runner=runner)
+    assert base.knobs["tile_i"] == [64, 1] and base.n >= 11
+    assert base.ci_lo_s <= base.latency_s <= base.ci_hi_s
+    # A precision no runner reaches: a warning and more samples, not a refusal...
+    warned: list[str] = []
+    tight = replace(FAST, precision=1e-9, usable_precision=0.9, time_cap_s=0.2)
+    noisy = measure.measure_baseline(template, "m64", TARGET, tight, runner=runner, warn=warned.append)
+    assert noisy.n > base.n - 5 and warned and "noisy runner" in warned[0]
+    assert "measuring on with more samples" in warned[0]
+    # ...unless even usable_precision is out of reach within the cap: refused, with the
+    # precision reached and how to get a quieter run.
+    hopeless = replace(tight, usable_precision=1e-9)
+    with pytest.raises(TuningError, match=r"runner too noisy: .* reached only ±[0-9.]+%") as info:
+        measure.measure_baseline(template, "m64", TARGET, hopeless, runner=runner)
+    assert "measure.time_cap_s" in str(info.value) and "idle runner" in str(info.value)
 
 
-def test_verify_and_build_config(template, runner) -> None:
-    v = measure.verify(template, "m64", TARGET, GOOD, FAST, runner=runner)
-    assert v.best.knobs == GOOD and v.baseline.knobs["unroll"] == 0
-    assert v.speedup > 1
+def test_adaptive_sampling_stops_at_the_precision_or_the_cap(template, runner) -> None:
+    loose = measure.measure_config(
+        template, "m64", TARGET, GOOD, FAST, runner=runner,
+        policy=measure.SamplePolicy(sample_ms=2, precision=0.5, cap_s=5.0),
+    )
+    # ±50% is reached with the fewest samples an interval needs.
+    assert loose.n == stats.MIN_SAMPLES + 1  # chunks of 3: 12 samples
+    capped = measure.measure_config(
+        template, "m64", TARGET, GOOD, FAST, runner=runner,
+        policy=measure.SamplePolicy(sample_ms=2, precision=1e-9, cap_s=0.3),
+    )
+    # 0.3 s of >= 2 ms samples: far more samples, never converged.
+    assert 40 <= capped.n <= 400
+
+
+def test_racing_stops_a_clearly_slower_candidate_after_its_probe(template, runner) -> None:
+    fast = measure.measure_config(template, "m64", TARGET, GOOD, FAST, runner=runner)
+    # The default configuration is far slower than GOOD: raced out after 3 samples.
+    raced = measure.measure_config(
+        template, "m64", TARGET, None, FAST, runner=runner,
+        policy=measure.search_policy(FAST, race_above_s=1.25 * fast.latency_s),
+    )
+    assert raced.n == FAST.probe
+    # A threshold it does not exceed: sampled on as a contender.
+    kept = measure.measure_config(
+        template, "m64", TARGET, None, FAST, runner=runner,
+        policy=measure.search_policy(FAST, race_above_s=1e3),
+    )
+    assert kept.n >= stats.MIN_SAMPLES
+
+
+def test_finals_interleave_and_rank(template, runner) -> None:
+    from tvmtune_ci.builder import make_builder
+
+    builder = make_builder()
+    try:
+        out = measure.finals(
+            template, "m64", TARGET,
+            [measure.Finalist("search", GOOD, "good"), measure.Finalist("default", None, "default"),
+             measure.Finalist("previous", {"tile_i": [8, 4]}, "bad")],
+            FAST, runner=runner, builder=builder,
+        )
+    finally:
+        builder.close()
+    good, default, bad = out
+    assert bad.estimate is None and "product is 64" in str(bad.error)
+    assert good.estimate is not None and default.estimate is not None
+    assert stats.compare(good.estimate, default.estimate) == "faster"
+    # Each finalist got its samples in rounds of 3 (interleaved), at least an interval's worth.
+    assert len(good.samples) % 3 == 0 and len(good.samples) >= stats.MIN_SAMPLES
+
+
+def test_build_config_computes_the_reference(template) -> None:
     ex = build_config(template, "m64", TARGET, GOOD)
     import tvm
 
@@ -140,7 +195,8 @@ def test_verify_and_build_config(template, runner) -> None:
 
 
 def test_a_crashing_or_slow_kernel_is_a_failed_run_not_a_crash(template) -> None:
-    opts = MeasureOptions(repeat=1, min_repeat_ms=3000, timeout_s=1)
+    # One sample of 3 s, killed after 1 s.
+    opts = MeasureOptions(sample_ms=3000, time_cap_s=40, search_cap_s=40, timeout_s=1)
     slow = measure.make_runner(opts)
     try:
         with pytest.raises(TuningError, match="timeout"):

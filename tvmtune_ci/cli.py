@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "matrix": ("matrix", "print the stale entries as a GitHub Actions matrix"),
     "devices": ("devices", "show an RPC tracker's device queue"),
     "merge": ("merge", "merge logs measured on several devices of one target"),
+    "remeasure": ("remeasure", "re-measure each committed best on its runner and report drift"),
 }
 
 CRASH_EXIT = 70  # EX_SOFTWARE: a bug in tvmtune-ci, not in the user's input

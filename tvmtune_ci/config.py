@@ -294,9 +294,10 @@ def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
     if m.precision > m.usable_precision:
         raise ctx.error(at("precision"), f"measure.precision ({m.precision:g}) is looser than measure.usable_precision "
                         f"({m.usable_precision:g})", "the target must be at least as tight as what is usable: lower precision")
-    if m.timeout_s <= m.time_cap_s:
+    # A slow kernel samples past time_cap_s until it has an interval, up to 0.6 x timeout_s.
+    if m.timeout_s < 1.5 * m.time_cap_s:
         raise ctx.error(at("timeout_s"), f"measure.timeout_s ({m.timeout_s:g}s) would kill a measurement before its "
-                        f"time_cap_s ({m.time_cap_s:g}s)", f"raise measure.timeout_s above {m.time_cap_s:g} (e.g. 30)")
+                        f"time_cap_s ({m.time_cap_s:g}s) is spent", f"raise measure.timeout_s to at least {1.5 * m.time_cap_s:g} (e.g. 30)")
     return m
 
 

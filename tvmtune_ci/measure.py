@@ -35,7 +35,7 @@ import math
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -223,6 +223,9 @@ class SamplePolicy:
     chunk: int = 3  # samples per evaluator call (each call runs the kernel once unmeasured)
     number: int = 0  # runs per sample; 0: calibrate to fill sample_ms
     cache_flush: bool = False
+    # Past cap_s, sampling goes on only until an interval is possible, and never past
+    # this (set below the runner's kill timeout).
+    hard_cap_s: float = 20.0
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -238,6 +241,7 @@ def search_policy(measure: MeasureOptions, race_above_s: float | None = None) ->
         probe=measure.probe,
         chunk=measure.probe,
         cache_flush=measure.enable_cpu_cache_flush,
+        hard_cap_s=hard_cap(measure),
     )
 
 
@@ -248,7 +252,14 @@ def full_policy(measure: MeasureOptions) -> SamplePolicy:
         precision=measure.precision,
         cap_s=measure.time_cap_s,
         cache_flush=measure.enable_cpu_cache_flush,
+        hard_cap_s=hard_cap(measure),
     )
+
+
+def hard_cap(measure: MeasureOptions) -> float:
+    """Sampling time a slow kernel may take to get an interval: well inside timeout_s
+    (loading, calibration and the warm-up runs need the rest)."""
+    return max(measure.time_cap_s, 0.6 * measure.timeout_s)
 
 
 def sample_loop(evaluator_for: Any, args: Sequence[Any], policy: Mapping[str, Any]) -> dict[str, Any]:
@@ -286,11 +297,11 @@ def sample_loop(evaluator_for: Any, args: Sequence[Any], policy: Mapping[str, An
         if n >= p["min_samples"] and _estimate(samples).rel_halfwidth <= p["precision"]:
             converged = True
             break
-        # The cap stops sampling once an interval is possible; a slow kernel may take
-        # up to 4x the cap to get there.
+        # The cap stops sampling once an interval is possible; a slow kernel samples
+        # on until it has one, up to hard_cap_s (below the runner's kill timeout).
         spent = _time.perf_counter() - t1
         if n >= p["max_samples"] or (spent >= p["cap_s"] and (
-            n >= p["min_samples"] or spent >= 4 * p["cap_s"]
+            n >= p["min_samples"] or spent >= p["hard_cap_s"]
         )):
             break
     return {
@@ -981,29 +992,53 @@ def measure_baseline(
     warn: Any = None,
 ) -> Measured:
     """The noise check: the default configuration sampled to `measure.precision` within
-    `time_cap_s`. Short of it, `warn` is told (the search samples more); worse than
-    `usable_precision` -> TuningError (the runner cannot measure at all)."""
+    `time_cap_s`. Short of it, `warn` is told and it is sampled on for up to
+    NOISY_EXTRA x `time_cap_s` more (all samples pooled); still worse than
+    `usable_precision` -> TuningError (the runner cannot measure usefully at all)."""
     where = f"{template.__name__}/{workload_name}"
-    base = measure_config(template, workload_name, target, None, measure, runner=runner)
-    rel = _rel(base)
-    if rel <= measure.precision:
+    flop = workload_flops(template, workload_name)
+    with _Session(measure, runner) as s:
+        sch = schedule_config(template, workload_name, None, target)
+        what = f"{where}: measuring the default configuration"
+        try:
+            s.runner.set_policy(full_policy(measure))
+            secs = run_schedule(sch, target, s.runner, s.builder, what)
+            est = stats.estimate(secs)
+            if est.rel_halfwidth > measure.precision:
+                if warn is not None:
+                    warn(
+                        f"{where}: noisy runner: the default configuration reached "
+                        f"{_reached(est)} in {measure.time_cap_s:g}s, short of measure.precision "
+                        f"±{measure.precision:.1%}; measuring on with more samples"
+                    )
+                more = replace(full_policy(measure), cap_s=NOISY_EXTRA * measure.time_cap_s)
+                s.runner.set_policy(more)
+                secs += run_schedule(sch, target, s.runner, s.builder, what)
+                est = stats.estimate(secs)
+        finally:
+            s.runner.set_options(measure)
+    base = measured(full_knobs(template, workload_name, None), est, flop, "single")
+    if est.rel_halfwidth <= measure.usable_precision:
         return base
-    if rel <= measure.usable_precision:
-        if warn is not None:
-            warn(
-                f"{where}: noisy runner: the default configuration reached ±{rel:.1%} in "
-                f"{measure.time_cap_s:g}s ({base.n} samples), short of measure.precision "
-                f"±{measure.precision:.1%}; measuring on with more samples"
-            )
-        return base
+    spent = (1 + NOISY_EXTRA) * measure.time_cap_s
     raise TuningError(
         f"runner too noisy: the default configuration of {where} reached only "
-        f"±{rel:.1%} (95% interval of the {stats.ESTIMATOR}) in {base.n} samples within "
-        f"measure.time_cap_s ({measure.time_cap_s:g}s), worse than measure.usable_precision "
-        f"±{measure.usable_precision:.1%}; run on an idle runner (stop other jobs; "
-        "`tvmtune-ci retune` alone on a dedicated self-hosted runner), or give it more time: "
-        "raise measure.time_cap_s in tvmtune.yaml"
+        f"{_reached(est)} (95% interval of the {stats.ESTIMATOR}) in {est.n} samples within "
+        f"{spent:g}s ({1 + NOISY_EXTRA} x measure.time_cap_s), worse than "
+        f"measure.usable_precision ±{measure.usable_precision:.1%}; run on an idle runner (stop "
+        "other jobs; `tvmtune-ci retune` alone on a dedicated self-hosted runner), or give it "
+        "more time: raise measure.time_cap_s in tvmtune.yaml"
     )
+
+
+# A noisy runner's baseline gets this many more time caps of samples.
+NOISY_EXTRA = 3
+
+
+def _reached(est: stats.Estimate) -> str:
+    if math.isfinite(est.rel_halfwidth):
+        return f"±{est.rel_halfwidth:.1%}"
+    return f"no interval at all ({est.n} samples; one needs {stats.MIN_SAMPLES})"
 
 
 def _rel(m: Measured) -> float:
