@@ -52,7 +52,7 @@ def fake_outcome(name: str = "w") -> TuneOutcome:
         curve=((1, 1.0),),
         space_size=4,
         design_spaces=1,
-        baseline_cv=0.01,
+        noise_check=m,
         workload_json=["123", "YmFzZTY0"],
     )
 
@@ -64,11 +64,12 @@ def test_log_format_is_versioned_sorted_and_one_record_per_line(tmp_path: Path) 
     )
     text = path.read_text()
     log = records.read_log(path)
-    assert log == written and log["format"] == 1 and log["operator"] == "op"
+    assert log == written and log["format"] == 2 and log["operator"] == "op"
     assert list(log["workloads"]) == ["a", "b"]  # sorted on disk
     w = log["workloads"]["a"]
     assert w["workload"] == ["123", "YmFzZTY0"]
     assert [r[1] for r in w["records"]] == [[1e-3], [2e-3, 4e-3]]  # best first, failures out
+    assert len(w["measurements"]) == 2  # one per record, same order
     assert w["failures"] == [{"knobs": {"t": [1, 8]}, "error": "InProcessBuilder: boom"}]
     assert text.count("\n") < 30 and "do not edit" in text
     records.write_log(
@@ -85,8 +86,8 @@ def test_log_format_is_versioned_sorted_and_one_record_per_line(tmp_path: Path) 
     [
         ("{not json", "cannot parse the tuning log"),
         (
-            '{"format": 2, "operator": "x", "target": {}, "workloads": {}}',
-            "log format 2 is not understood",
+            '{"format": 3, "operator": "x", "target": {}, "workloads": {}}',
+            "log format 3 is not understood",
         ),
         ('{"format": 1, "operator": "x", "target": {}}', "missing or mistyped 'workloads'"),
         (

@@ -27,7 +27,10 @@ tvm = pytest.importorskip("tvm")
 
 HOST_MCPU = str(tvm.target.codegen.llvm_get_system_cpu())
 TARGET = {"kind": "llvm", "mcpu": HOST_MCPU}
-FAST = MeasureOptions(repeat=3, min_repeat_ms=5, max_cv=1.0)
+FAST = MeasureOptions(
+    sample_ms=2, precision=0.05, search_precision=0.1, search_cap_s=0.1, time_cap_s=0.5,
+    usable_precision=0.9, finalists=2, timeout_s=20,
+)
 
 
 
@@ -140,7 +143,7 @@ def test_losing_a_device_mid_run_retries_on_the_other_and_finishes(
             watchers.append(_kill_when_in_session(fleet, 0))
 
     # Longer runs (>= 60 ms a measurement) so that the kill lands inside a session.
-    slow = MeasureOptions(repeat=3, min_repeat_ms=20, max_cv=1.0)
+    slow = replace(FAST, sample_ms=20)
     out = _tune(small_mm, tmp_path / "work", fleet.rpc(devices=2), slow, on_batch=on_batch)
     watchers[0].join(5)
     assert fleet.servers[0].state == "killed"
@@ -232,7 +235,7 @@ def test_session_timeout_must_hold_a_measurement(rpc_fleet, small_mm: ModuleType
 
     fleet: RpcFleet = rpc_fleet(servers=0)
     with pytest.raises(DeviceError, match=r"session_timeout_s \(1s\).*cannot hold one measurement"):
-        make_runner(MeasureOptions(repeat=10, min_repeat_ms=100), fleet.rpc(session_timeout_s=1))
+        make_runner(replace(FAST, time_cap_s=2), fleet.rpc(session_timeout_s=1))
     with pytest.raises(DeviceError, match="has no server for key 'nope'"):
         make_runner(FAST, fleet.rpc(devices=1, key="nope"))
 
