@@ -368,6 +368,20 @@ def leftovers(folder: Path) -> list[Path]:
     return [p for p in (staging_folder(folder), aside_folder(folder)) if os.path.lexists(p)]
 
 
+def check_publishable(folder: Path, names: Iterable[str]) -> None:
+    """PublishError when a file to be published would take the name of a file in
+    `folder` that tvmtune-ci did not write. Cheap: call it before long work too."""
+    if not folder.is_dir():
+        return
+    present = {p.name for p in folder.iterdir()}
+    clash = sorted((set(names) & present) - set(previous_set(folder)))
+    if clash:
+        raise PublishError(
+            f"{folder} holds {', '.join(clash)}, which tvmtune-ci did not write, under the name of a file it "
+            f"must write now; move or rename {'them' if len(clash) > 1 else 'it'} and re-run (nothing was changed)"
+        )
+
+
 def publish(folder: Path, files: Mapping[str, bytes], *, archive: bool = True) -> Published:
     """Replace `folder`'s current set by `files` (name -> bytes).
 
@@ -380,15 +394,10 @@ def publish(folder: Path, files: Mapping[str, bytes], *, archive: bool = True) -
         if not _plain_name(name) or name == MARKER_NAME or name.endswith(".bak"):
             raise PublishError(f"{name!r} cannot be published into {folder}; this is a bug in tvmtune-ci")
     recover(folder)
+    check_publishable(folder, files)
     live = folder.is_dir()
     ours = set(previous_set(folder))
     present = {p.name for p in folder.iterdir()} if live else set()
-    clash = sorted((set(files) & present) - ours)
-    if clash:
-        raise PublishError(
-            f"{folder} holds {', '.join(clash)}, which tvmtune-ci did not write, under the name of a file it "
-            f"must write now; move or rename {'them' if len(clash) > 1 else 'it'} and re-run (nothing was changed)"
-        )
     archived = archive_names(folder, reserved=files) if archive else {}
     replaced = sorted(ours & set(files)) if not archive else []
     staging = staging_folder(folder)

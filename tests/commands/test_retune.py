@@ -27,7 +27,7 @@ CONFIG = f"""\
 format: 1
 trials: 16
 batch_size: 8
-measure: {{repeat: 3, min_repeat_ms: 5, max_cv: 0.5}}
+measure: {{time_cap_s: 1.0, usable_precision: 0.5}}
 targets:
   host:
     target: {json.dumps(TARGET)}
@@ -326,3 +326,26 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
     assert len(subjects) == 1 and "matmul on avx2" in subjects[0], subjects
     # The failed entry's set is published (nothing lost), just not committed.
     assert "tuning_logs/matmul/avx512/" in git(repo, "status", "--porcelain", "--ignored")
+
+
+def test_retune_finishes_an_interrupted_publish_first_and_dry_run_only_reports_it(repo: Path) -> None:
+    """A publish killed after its swap leaves a fresh set: without this, nothing would
+    ever re-tune it and its leftovers would stay. (No tuning: every entry is fresh.)"""
+    from tvmtune_ci.publish import KILL_AT_ENV
+
+    folder = repo / "tuning_logs/matmul/avx2"
+    (folder / "NOTES.md").write_text("mine\n")
+    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", "readme", "matmul", "--target", "avx2"], cwd=repo,
+                       env={**git_env(), KILL_AT_ENV: "after_swap"}, start_new_session=True, capture_output=True, text=True)
+    assert r.returncode == -9, r.stdout + r.stderr
+    staging = folder.with_name(".avx2.tvmtune-new")
+    assert staging.is_dir()
+    r = run_cli(repo, "retune", "--dry-run")
+    assert r.returncode == 0 and "interrupted: matmul/avx2" in r.stdout, r.stdout + r.stderr
+    assert staging.is_dir()  # a dry run changes nothing
+    r = run_cli(repo, "retune")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "recovered matmul/avx2" in r.stdout and "nothing to re-tune" in r.stdout
+    assert not staging.exists() and not folder.with_name(".avx2.tvmtune-old").exists()
+    assert (folder / "README.md").is_file() and (folder / "NOTES.md").read_text() == "mine\n"
+    assert not (folder / ".tvmtune-publish.json").exists()

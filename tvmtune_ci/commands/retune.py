@@ -48,8 +48,9 @@ def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
     print("  measure: " + " ".join(f"{f.name}={getattr(m, f.name)!r}" for f in dataclasses.fields(m)))
 
 
-def recover_interrupted(config: Config, operators: list[str]) -> list[str]:
-    """Finish the publishes a killed run left half done; the entries recovered.
+def recover_interrupted(config: Config, operators: list[str], *, dry_run: bool = False) -> list[str]:
+    """Finish the publishes a killed run left half done; the entries recovered
+    (with `dry_run`, the entries that need it, untouched).
 
     Before staleness is decided: a set swapped in but not cleaned up is fresh and
     would never be re-tuned (its leftovers would stay forever), and one caught
@@ -65,6 +66,9 @@ def recover_interrupted(config: Config, operators: list[str]) -> list[str]:
         for t in config.targets_for(op):
             logset = LogSet.of(config.logs_path, op, t.name)
             if not leftovers(logset.folder) and not (logset.folder / MARKER_NAME).exists():
+                continue
+            if dry_run:
+                done.append(f"{op}/{t.name}")
                 continue
             try:
                 with lock.hold(logset.lock, f"{op}/{t.name}"):
@@ -90,8 +94,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"unknown operator {op!r}; operators in {config.operators_dir}/: {', '.join(known) or '(none)'}")
     for t in args.target:
         config.target(t)  # raises with the configured names
-    for name in recover_interrupted(config, args.operators or known):
-        print(f"recovered {name}: finished a publish that an earlier run did not complete")
+    for name in recover_interrupted(config, args.operators or known, dry_run=args.dry_run):
+        if args.dry_run:
+            print(f"interrupted: {name}: an earlier run was stopped while publishing; a re-tune finishes it first")
+        else:
+            print(f"recovered {name}: finished a publish that an earlier run did not complete")
     report = find_stale(config, as_of=parse_date(args.as_of), operators=args.operators or None, targets=args.target or None)
     entries = report.entries if args.all else report.stale
     skipped = [e for e in report.entries if e not in entries]
