@@ -5,6 +5,11 @@
         <operator>_<target-slug>_<YYYY-MM-DD>.json the log (MetaSchedule records)
         README.md, curve.png                       generated
         *.bak                                      archived earlier sets (dated)
+        anything else                              not ours: kept as it is by every publish
+
+While a set is published, `.<target-slug>.tvmtune-new/` (and, without
+RENAME_EXCHANGE, `.<target-slug>.tvmtune-old/`) exist beside the folder and a
+`.tvmtune-publish.json` marker inside one of them; `publish.recover` removes them.
 """
 
 from __future__ import annotations
