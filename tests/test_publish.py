@@ -243,3 +243,20 @@ def test_sigkill_at_each_step_is_recovered(tmp_path: Path, step: str, first: boo
     pub.publish(folder, _files(3, "2026-01-03"))
     assert _set(folder)["manifest.json"] == _files(3, "2026-01-03")["manifest.json"]
     assert _leftovers(folder) == []
+
+
+def test_a_filesystem_without_hard_links_copies_and_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "matmul" / "cpu"
+    pub.publish(folder, _files(1, "2025-01-02"))
+    mine = _user_files(folder)
+    old = _set(folder)
+
+    def no_link(*a: object, **k: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(pub.os, "link", no_link)
+    pub.publish(folder, _files(2, "2026-01-02"))
+    after = _set(folder)
+    assert {rel: after.get(rel) for rel in mine} == mine
+    assert after["matmul_cpu_2025-01-02.json.bak"] == old["matmul_cpu_2025-01-02.json"]
+    assert not [n for n in after if "tvmtune-kept" in n] and _leftovers(folder) == []

@@ -36,11 +36,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import filecmp
 import json
 import os
 import re
 import shutil
 import signal
+import stat
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -243,6 +245,20 @@ def _marker_map(marker: Mapping[str, object], key: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- tree moves
 
 
+def _link(src: Path, dst: Path) -> None:
+    """Hard-link `src` (a symlink itself, not its target) to `dst`; copy where the
+    filesystem has no hard links. The drain then compares content instead."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+
+
 def _link_tree(src: Path, dst: Path) -> None:
     """Hard-link every entry under `src` to the same path under `dst` (folders made)."""
     dst.mkdir()
@@ -252,16 +268,23 @@ def _link_tree(src: Path, dst: Path) -> None:
         if entry.is_dir(follow_symlinks=False):
             _link_tree(Path(entry.path), target)
         else:
-            os.link(entry.path, target, follow_symlinks=False)
+            _link(Path(entry.path), target)
     _fsync_dir(dst)
 
 
 def _same(a: Path, b: Path) -> bool:
+    """`b` is the link (or, without hard links, an identical copy) of `a`."""
     try:
         sa, sb = os.lstat(a), os.lstat(b)
     except FileNotFoundError:
         return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    if (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino):
+        return True
+    if stat.S_ISLNK(sa.st_mode) and stat.S_ISLNK(sb.st_mode):
+        return os.readlink(a) == os.readlink(b)
+    if stat.S_ISREG(sa.st_mode) and stat.S_ISREG(sb.st_mode) and sa.st_size == sb.st_size:
+        return filecmp.cmp(a, b, shallow=False)
+    return False
 
 
 def _keep_name(path: Path) -> Path:
@@ -412,7 +435,7 @@ def publish(folder: Path, files: Mapping[str, bytes], *, archive: bool = True) -
                 if src.is_dir() and not src.is_symlink():
                     _link_tree(src, dst)
                 else:
-                    os.link(src, dst, follow_symlinks=False)
+                    _link(src, dst)
         for i, (name, data) in enumerate(files.items()):
             with open(staging / name, "xb") as f:  # "x": never over a carried file
                 f.write(data)
