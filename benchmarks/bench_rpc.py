@@ -51,8 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trials", type=int, default=16, help="measured trials per run (16)")
     p.add_argument("--batch", type=int, default=8, help="trials per search batch (8)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--repeat", type=int, default=3, help="time_evaluator repeats per trial (3)")
-    p.add_argument("--min-repeat-ms", type=int, default=20, help="per repeat (20)")
+    p.add_argument("--sample-ms", type=float, default=5.0, help="least duration of one sample (5)")
     p.add_argument("--threads", type=int, default=1, help="threads each kernel runs on (1)")
     p.add_argument("--rounds", type=int, default=1, help="runs per server count, alternated (1)")
     p.add_argument(
@@ -83,9 +82,9 @@ def one_run(args: argparse.Namespace, template: types.ModuleType, servers: int, 
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
     target = {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
-    measure = MeasureOptions(
-        repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_cv=1.0, timeout_s=30
-    )
+    # Adaptive sampling as configured by default, shorter samples; a noisy shared
+    # runner is expected here, so no baseline is refused.
+    measure = MeasureOptions(sample_ms=args.sample_ms, usable_precision=0.9, timeout_s=30)
     with start_fleet(base / "fleet", servers=servers) as fleet:
         t0 = time.perf_counter()
         out = tune_workload(
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     waited = wait_idle(args.wait_idle)
     print(
         f"64x64x64 float32 matmul, {args.trials} trials, batch {args.batch}, seed {args.seed}, "
-        f"repeat {args.repeat} x >= {args.min_repeat_ms} ms, {args.threads} kernel thread(s); "
+        f"samples >= {args.sample_ms:g} ms (adaptive), {args.threads} kernel thread(s); "
         f"{os.cpu_count()} cores shared by the tuner and every server; waited {waited:.0f} s, "
         f"1-minute load {os.getloadavg()[0]:.2f}",
         flush=True,

@@ -89,8 +89,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16, help="trials per search batch (16)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--threads", type=int, default=2, help="threads the kernels run on (2)")
-    p.add_argument("--repeat", type=int, default=5, help="time_evaluator repeats per trial (5)")
-    p.add_argument("--min-repeat-ms", type=int, default=50)
+    # Stock's LocalRunner measures with fixed repeats (ours samples adaptively).
+    p.add_argument("--repeat", type=int, default=5, help="stock's time_evaluator repeats (5)")
+    p.add_argument("--min-repeat-ms", type=int, default=50, help="stock's per repeat (50)")
     p.add_argument("--rounds", type=int, default=10, help="re-measurement rounds of the bests")
     p.add_argument("--work-dir", help="keep the searches' files here (default: a temp dir)")
     p.add_argument("--wait-idle", type=float, default=120.0,
@@ -158,7 +159,7 @@ def run_tool(args: argparse.Namespace, template: Any, work_dir: Path) -> Any:
         template=template, workload_name=args.workload, target=TARGET, trials=args.trials,
         work_dir=work_dir, batch_size=args.batch, seed=args.seed,
         early_stop=EarlyStop(patience=0),
-        measure=MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms),
+        measure=MeasureOptions(),  # tvmtune-ci's default adaptive sampling
     )
     return tune_workload(req)
 

@@ -222,7 +222,7 @@ def test_a_hung_only_device_stops_with_a_clear_error(
     fleet.pause_server(0)
     rpc = fleet.rpc(devices=1, session_timeout_s=1.5)
     with pytest.raises(TuningError) as err:
-        _tune(small_mm, tmp_path / "work", rpc)
+        _tune(small_mm, tmp_path / "work", rpc, replace(FAST, time_cap_s=0.3))
     msg = str(err.value)
     assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
     assert f"server {fleet.servers[0].address}" in msg and "timeout" in msg
@@ -244,7 +244,7 @@ CONFIG = """\
 format: 1
 trials: 16
 batch_size: 8
-measure: {{repeat: 3, min_repeat_ms: 5, max_cv: 0.5}}
+measure: {{sample_ms: 2, precision: 0.05, search_precision: 0.1, search_cap_s: 0.1, time_cap_s: 0.5, usable_precision: 0.5}}
 targets:
   host:
     target: {target}
