@@ -65,3 +65,9 @@ class DeviceError(TvmtuneError):
     """The RPC tracker or its devices cannot serve the run."""
 
     exit_code = 9
+
+
+class PublishError(TvmtuneError):
+    """A new log set cannot be published without touching files that are not ours."""
+
+    exit_code = 10

@@ -26,7 +26,7 @@ from .errors import LockError
 from .fsutil import canonical_json, sha256_bytes
 from .layout import LogSet
 from .manifest import Manifest, Trials, WorkloadResult
-from .publish import Published, publish
+from .publish import Published, check_publishable, publish
 from .readme import render_curve, render_readme
 from .staleness import Entry, installed_tvm_version
 
@@ -216,6 +216,10 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
                 f"waited ({logset.folder / 'manifest.json'} is fresh now); nothing to do; pass "
                 "--all to re-tune it anyway"
             )
+        # A name clash with a user's file would only refuse at publish time: say so
+        # before the tuning time is spent.
+        check_publishable(logset.folder, [logset.log_name(_dt.date.today().isoformat()),
+                                          "manifest.json", "README.md", "curve.png"])
         manifest, data = tune_entry(config, current, target, trials=n_trials, seed=n_seed, say=say, progress=progress)
         published = write_set(logset, manifest, data)
         shutil.rmtree(logset.work_dir, ignore_errors=True)

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TvmtuneError
+from .errors import PublishError
 from .fsutil import atomic_write_bytes, canonical_json
 from .manifest import MANIFEST_NAME
 
@@ -69,12 +69,6 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 KILL_AT_ENV = "TVMTUNE_CI_TEST_KILL_AT"
 NO_EXCHANGE_ENV = "TVMTUNE_CI_TEST_NO_EXCHANGE"
 STEPS = ("mid_stage", "after_stage", "fallback_aside", "after_swap", "before_unmark")
-
-
-class PublishError(TvmtuneError):
-    """A new log set cannot be published without touching files that are not ours."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)
