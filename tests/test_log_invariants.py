@@ -8,8 +8,9 @@ current layer (manifest format 2) it checks, per workload:
 - every latency has its precision: an interval that holds the estimate, from at least
   `stats.MIN_SAMPLES` samples (a raced probe excepted), and the README prints it
   as `x ms ± y%`;
-- the top table starts with the best and is sorted by latency (a configuration equal
-  within noise to a kept previous best may sit below it);
+- the top tables start with the best; the finals' rows, then the search's, each
+  sorted by latency (a configuration equal within noise to a kept previous best may
+  sit below it);
 - every GFLOPS figure of a workload uses one FLOP count;
 - the log's records are sorted, with one measurement entry each;
 - README.md is exactly what `render_readme` makes of the manifest.
@@ -96,9 +97,15 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
         top = list(res.top)
         if not top or top[0] != res.best:
             out.append(f"{where}: the top table does not start with the best")
-        rest = [t.latency_s for t in top[1:]]
-        if rest != sorted(rest):
-            out.append(f"{where}: the top table is not sorted by latency")
+        # Two tables: the finals (comparable with each other), then the search's own
+        # numbers; each sorted by latency, the finals first.
+        stages = ["finals" if t.stage == "finals" else "search" for t in top[1:]]
+        if stages != sorted(stages):
+            out.append(f"{where}: the top table mixes finals and search measurements")
+        for group in ("finals", "search"):
+            vals = [t.latency_s for t, g in zip(top[1:], stages, strict=True) if g == group]
+            if vals != sorted(vals):
+                out.append(f"{where}: the top table's {group} rows are not sorted by latency")
         kept_tie = res.best_source == "previous" and res.previous_verdict == "equal"
         for i, t in enumerate(top[1:], 2):
             if t.latency_s < res.best.latency_s and not (

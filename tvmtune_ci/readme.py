@@ -121,23 +121,30 @@ def render_readme(m: Manifest) -> str:
             lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
         lines += ["", "Chosen splits and knobs:", "", "```"]
         lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
-        lines += [
-            "```",
-            "",
-            "Top configurations, by latency (lower quartile of the samples ± half its 95% interval). "
-            "`finals`: re-measured in interleaved rounds with the default; `search`: as measured "
-            "during the search, at the search's precision:",
-            "",
-            "| # | latency | GFLOPS | measured | knobs |",
-            "|---|---|---|---|---|",
-        ]
-        for i, c in enumerate(r.top[:10], 1):
-            g = f"{c.gflops:.1f}" if c.gflops else "-"
-            lines.append(f"| {i} | {_lat(c)} | {g} | {_stage(c)} | {_knobs_inline(c)} |")
+        lines += ["```"]
+        finals = [c for c in r.top if c.stage in ("finals", "")]
+        search = [c for c in r.top if c.stage not in ("finals", "")]
+        lines += _table(
+            "Finals: the best configurations re-measured in interleaved rounds with the default, "
+            "by latency (lower quartile of the samples ± half its 95% interval):", finals, 1)
+        lines += _table(
+            "The next configurations by the search's own measurement (`search`: sampled to the "
+            "search's precision; `probe`: raced out after its first samples), not comparable "
+            "with the finals' numbers:", search, len(finals) + 1)
     if any(r.curve for r in m.results.values()):
         lines += ["", "## Tuning curve", "", "![best-so-far GFLOPS per trial](curve.png)"]
     lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
     return "\n".join(lines)
+
+
+def _table(title: str, rows: list[Measured], first: int) -> list[str]:
+    if not rows:
+        return []
+    out = ["", title, "", "| # | latency | GFLOPS | measured | knobs |", "|---|---|---|---|---|"]
+    for i, c in enumerate(rows, first):
+        g = f"{c.gflops:.1f}" if c.gflops else "-"
+        out.append(f"| {i} | {_lat(c)} | {g} | {_stage(c)} | {_knobs_inline(c)} |")
+    return out
 
 
 def render_curve(m: Manifest) -> bytes | None:
