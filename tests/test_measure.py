@@ -216,3 +216,49 @@ def test_rpc_runner_needs_a_tracker() -> None:
     with pytest.raises(DeviceError, match=f"cannot reach the RPC tracker at 127.0.0.1:{port}"):
         measure.make_runner(FAST, RpcRunner(tracker=f"127.0.0.1:{port}", key="x"))
 
+
+
+@pytest.mark.parametrize(
+    ("measure_yaml", "message"),
+    [
+        ("{precision: 0}", "tvmtune.yaml:4: measure.precision is 0.0, it must be a fraction between 0 and 1"),
+        ("{time_cap_s: 0.05}", "tvmtune.yaml:4: measure.time_cap_s (0.05s) is shorter than the 11 samples"),
+        ("{sample_ms: 100, search_cap_s: 0.4}", "measure.search_cap_s (0.4s) is shorter than the 11 samples"),
+        ("{timeout_s: 2}", "measure.timeout_s (2s) would kill a measurement before its time_cap_s"),
+        ("{precision: 0.2}", "measure.precision (0.2) is looser than measure.usable_precision"),
+        ("{race: 0.9}", "measure.race is 0.9, it must be at least 1"),
+        ("{repeat: 5}", "measure.repeat is gone: measurement is adaptive now"),
+        ("{max_cv: 0.03}", "measure.max_cv is gone"),
+    ],
+)
+def test_a_measurement_option_that_cannot_work_exits_2_with_the_line(
+    tmp_path: Path, measure_yaml: str, message: str
+) -> None:
+    from conftest import run_cli
+
+    (tmp_path / "tvmtune.yaml").write_text(
+        "format: 1\ntargets:\n  cpu: {target: {kind: llvm}}\nmeasure: " + measure_yaml + "\n"
+    )
+    (tmp_path / "operators").mkdir()
+    r = run_cli(tmp_path, "check")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+    assert "; " in r.stderr.split(message)[1]  # and the fix
+
+
+def test_the_estimator_and_its_interval() -> None:
+    # The ranks: binomial coverage of the lower quartile, exact.
+    assert stats.quantile_ci_ranks(10) is None and stats.quantile_ci_ranks(11) == (1, 7)
+    assert stats.quantile_ci_ranks(100) == (17, 34)
+    # Additive noise: the lower quartile stays with the quiet samples when a third
+    # of them is slowed down, where the mean and the median move.
+    quiet = [1.0 + 0.001 * i for i in range(20)]
+    noisy = quiet[:14] + [3.0] * 6
+    assert abs(stats.estimate(noisy).value - stats.estimate(quiet).value) < 0.01
+    e = stats.estimate(noisy)
+    assert e.lo <= e.value <= e.hi and e.n == 20
+    assert stats.estimate([1.0] * 5).rel_halfwidth == float("inf")  # too few for an interval
+    a = stats.Estimate(1.0, 0.99, 1.01, 30)
+    assert stats.compare(a, stats.Estimate(1.1, 1.05, 1.12, 30)) == "faster"
+    assert stats.compare(a, stats.Estimate(1.005, 1.0, 1.02, 30)) == "equal"
+    assert stats.fmt_latency(stats.Estimate(4.455e-3, 4.43e-3, 4.48e-3, 40)) == "4.455 ms ± 0.6%"

@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from .. import ci
-from ..config import load_config
 from .check import add_selection_options, report_from_args
 
 
@@ -25,9 +23,7 @@ def register(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..remeasure import describe, remeasure_entry
 
-    config = load_config(Path(args.config) if args.config else None)
-    args.as_of = getattr(args, "as_of", None)
-    report = report_from_args(config, args)
+    config, report = report_from_args(args)
     say = (lambda s: print(s, file=sys.stderr)) if args.format == "json" else print
     drifts = []
     skipped = []
