@@ -1,30 +1,61 @@
 """Benchmark: tvmtune-ci's tuner against stock MetaSchedule `tune_tir`, side by side.
 
-    python benchmarks/bench_tuner.py                 # 64 trials each, 512^3 matmul
+    python benchmarks/bench_tuner.py                      # 64 trials each, 512^3 matmul
     python benchmarks/bench_tuner.py --trials 128 --stock-trials 64
-    python benchmarks/bench_tuner.py --skip-stock    # ours only
+    python benchmarks/bench_tuner.py --stock-equal-time   # stock measures as long as ours
+    python benchmarks/bench_tuner.py --skip-stock         # ours only
+
+What is compared: trials per minute, per-trial time and the whole-call overhead
+multiple (per-trial time over the compile + measure floor) of `tune_workload`
+against stock `tune_tir`, and the quality of what each found (both bests
+re-measured side by side in one interleaved `measure.finals` run).
 
 Both tune the same template (`operators/matmul.py`'s schedule on a 512x512x512
 workload the benchmark adds; the template's own workloads are larger) over the same
 design space: a `ScheduleFn` that applies the template per structural choice, with
-the same postprocessors and mutators. Both measure with the same settings (number,
-repeat, min_repeat_ms). Everything else of the stock run is `tune_tir`'s default:
-`LocalBuilder` (a fresh process pool per batch, each worker importing every tensor
-intrinsic), `LocalRunner`, 64 trials per batch, gradient task scheduler, XGB cost
-model, JSON database. The stock run is a fresh Python process, so its one-time
-costs (the ~30 s `tvm.s_tir.tensor_intrin` import in `TuneContext`) count, as they
-would in CI.
+the same postprocessors and mutators.
 
-Figures printed: wall time and trials per minute of each, the ratio; the floor
-(compile time + measured run time per trial, both measured in our run); our
-per-trial time against it; time from the start of `tune_workload` to the first
-measured trial; both bests re-measured in one session.
+Measurement (the two sides do not measure alike, so this is stated, not assumed):
+
+- ours: the `MeasureOptions` defaults, i.e. adaptive sampling (samples of
+  `sample_ms`, to `search_precision` within `search_cap_s` per contender), racing
+  (`race` x the incumbent after `probe` samples), the noise check before and the
+  interleaved finals after the search, ranked by the lower quartile (`stats`).
+- stock, by default: tvmtune-ci 0.1's fixed settings, the "today's fixed
+  settings" of the issue: `EvaluatorConfig(number=1, repeat=5, min_repeat_ms=50)`
+  (number calibrated up to 50 ms per sample), ranked by the mean. Precision is NOT
+  equalised in this mode; the precision each side reached is printed (ours: the
+  95% interval of the p25, stock: the 95% t-interval of its mean of `repeat`).
+- stock with `--stock-equal-time`: `repeat` is chosen after our run so that stock
+  spends per trial about what our runner spent per contender (a candidate sampled
+  to `search_precision`, not raced); the measured runner time per trial of both
+  sides is printed so the match can be checked.
+
+Overheads are counted the same way for both sides: each side runs in a fresh
+Python process started by this script, and the same milestones are taken (wall
+clock since the parent launched the process):
+
+- `import tvm`; the tensor-intrinsic import each side needs (ours: x86 only via
+  `tvmsetup`; stock: all of `tvm.s_tir.tensor_intrin`, which `TuneContext` imports
+  anyway); the runner's worker process started (ours: `make_runner` waited on;
+  stock: `LocalRunner()`, whose sanity check waits on it). These are the one-time
+  import/startup costs.
+- the tuning call (`tune_workload` / `tune_tir`) starts and ends; inside it, every
+  runner call is time-stamped by the same wrapper (`_stamp_runner`), so the first
+  and the last measured search trial are known for both.
+
+Per-trial time INCLUDING the one-time costs is the process's wall time (launch to
+exit) over its trials; EXCLUDING them, the tuning call's wall time over its trials
+(ours still counts its correctness check, noise check and finals: they are part of
+the call). Ratios come from this one run; the two processes run one after the
+other, ours first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -33,14 +64,26 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import wait_idle  # benchmarks/ is the script's folder
+try:
+    from _common import wait_idle  # run as a script: benchmarks/ is sys.path[0]
+except ModuleNotFoundError:  # imported as `benchmarks.bench_tuner` (the repo root on sys.path)
+    from benchmarks._common import wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# tvmtune-ci 0.1's fixed measurement: what stock gets unless --stock-equal-time.
+FIXED_REPEAT = 5
+FIXED_MIN_REPEAT_MS = 50
+GOAL_TPM_RATIO = 3.0
+# Two-sided 95% Student t quantiles by degrees of freedom (stock's mean of `repeat`).
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228}
 
 
 def bench_template(workload: str) -> types.ModuleType:
@@ -55,89 +98,305 @@ def bench_template(workload: str) -> types.ModuleType:
     return m
 
 
-# --------------------------------------------------------------------------- stock run (subprocess)
-
-STOCK_SCRIPT = r"""
-import json, sys, time
-sys.path.insert(0, {root!r})
-args = json.loads(sys.argv[1])
-t0 = time.perf_counter()
-import tvm
-t_import = time.perf_counter() - t0
-
-start = time.perf_counter()
-import tvm.s_tir.tensor_intrin  # what TuneContext.__init__ does first
-t_intrin = time.perf_counter() - start
-from tvm.s_tir import meta_schedule as ms
-from benchmarks.bench_tuner import bench_template
-from tvmtune_ci.builder import make_postprocs, workload_module
-from tvmtune_ci.tuner import _Space, make_mutators
+def mean_rel_halfwidth(secs: list[float]) -> float:
+    """The 95% t-interval's half-width of the mean of `secs`, over the mean (stock's
+    own estimator's precision); inf with fewer than 2 samples."""
+    n = len(secs)
+    if n < 2:
+        return math.inf
+    m = statistics.fmean(secs)
+    t = _T95.get(n - 1, 1.96 + 2.4 / (n - 1))
+    return t * statistics.stdev(secs) / math.sqrt(n) / m if m > 0 else math.inf
 
 
-tmpl = bench_template(args["workload"])
-wl = tmpl.WORKLOADS[args["workload"]]
-mod = workload_module(tmpl, args["workload"])
-space = ms.space_generator.ScheduleFn(_Space(tmpl, wl), sch_rules=[], postprocs=make_postprocs(),
-                                      mutator_probs=make_mutators(tmpl.KNOBS, args["seed"]))
-runner = ms.runner.LocalRunner(
-    evaluator_config=ms.runner.EvaluatorConfig(number=args["number"], repeat=args["repeat"],
-                                               min_repeat_ms=args["min_repeat_ms"]),
-)
-with ms.Profiler() as prof:
-    db = ms.tir_integration.tune_tir(mod, tvm.target.Target(args["target"]), args["work_dir"],
-                                     max_trials_global=args["trials"], space=space,
-                                     runner=runner, seed=args["seed"])
-wall = time.perf_counter() - start
-# The best record as the JSONDatabase wrote it (TuningRecord.as_json() cannot convert
-# an IndexMap in a trace).
-lines = [json.loads(x) for x in open(args["work_dir"] + "/database_tuning_record.json")]
-recs = [rec for _, rec in lines]
-valid = [r for r in recs if r[1] and float(r[1][0]) < 1e9]
+# --------------------------------------------------------------------------- both children
 
 
-def mean(r):
-    return sum(float(x) for x in r[1]) / len(r[1])
+class _Clock:
+    """Milestones in seconds since the parent launched this process (wall clock, so
+    that the parent's and the child's times are on one axis)."""
+
+    def __init__(self, launch: float) -> None:
+        self.launch = launch
+        self.marks: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = time.time() - self.launch
 
 
-best = min(valid, key=mean) if valid else None
-print("STOCK-RESULT " + json.dumps({{
-    "import_s": t_import, "intrin_import_s": t_intrin, "wall_s": wall,
-    "trials": len(recs), "valid": len(valid),
-    "best_latency_s": mean(best) if best else None,
-    "best_trace": best[0] if best else None,
-    "profile": {{str(k): float(v) for k, v in prof.get().items()}},
-}}))
-"""
+def _stamp_runner(
+    runner: Any, calls: list[dict[str, Any]], launch: float, tag: Callable[[Any], dict[str, Any]]
+) -> None:
+    """Time-stamp every measurement of a MetaSchedule runner (both sides use this).
+
+    Both `WorkerRunner` and stock `LocalRunner` measure their inputs one after the
+    other inside `run`, so running them one input per call changes nothing but lets
+    each trial's end be seen. The derived object looks `run` up on its instance at
+    every call (C++ callers included), so replacing it there is enough.
+    """
+    inst = runner._inst
+    orig = inst.run
+
+    def run(inputs: list[Any]) -> list[Any]:
+        futures: list[Any] = []
+        for inp in inputs:
+            t0 = time.time()
+            futures.extend(orig([inp]))
+            t1 = time.time()
+            calls.append({"start": t0 - launch, "end": t1 - launch, "s": t1 - t0, **tag(inp)})
+        return futures
+
+    inst.run = run
 
 
-def run_stock(args: argparse.Namespace, target: dict[str, Any], work_dir: Path) -> dict[str, Any]:
-    payload = json.dumps(
-        {
-            "workload": args.workload,
-            "target": target,
-            "trials": args.stock_trials,
-            "seed": args.seed,
-            "number": args.number or 1,
-            "repeat": args.repeat,
-            "min_repeat_ms": args.min_repeat_ms,
-            "work_dir": str(work_dir),
+def _search_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    search = [c for c in calls if c["search"]]
+    return {
+        "search_calls": len(search),
+        "first_trial": search[0]["end"] if search else None,
+        "last_trial": search[-1]["end"] if search else None,
+        "runner_s": sum(c["s"] for c in search),
+        "contender_runner_s": [c["s"] for c in search if not c.get("raced")],
+    }
+
+
+def child_ours(p: dict[str, Any]) -> dict[str, Any]:
+    clock = _Clock(p["launch"])
+    import tvm  # noqa: F401 - timed on its own: the same first step as stock's
+
+    clock.mark("tvm_import")
+    from tvmtune_ci import tvmsetup
+
+    tvmsetup.load()  # x86 intrinsics only (the ~30 s full import is stubbed)
+    clock.mark("intrin_import")
+    from dataclasses import replace
+
+    import tvmtune_ci.tuner as tuner_mod
+    from tvmtune_ci.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.measure import _worker_ping, make_runner, search_policy
+    from tvmtune_ci.tuner import TuneRequest, tune_workload
+
+    measure = MeasureOptions()
+    runner = make_runner(measure)
+    # Wait for the worker here, as stock's LocalRunner() does: worker start is a
+    # one-time cost on both sides. (tune_workload alone overlaps it with the
+    # correctness check, so this makes ours' INCLUDING figure slightly worse.)
+    runner.pool.submit(_worker_ping).result()
+    clock.mark("worker_start")
+    calls: list[dict[str, Any]] = []
+    plain_search = search_policy(measure)
+
+    def tag(inp: Any) -> dict[str, Any]:
+        policy = runner._inst.policy
+        info = runner.info_of(str(inp.artifact_path))
+        return {
+            # The search's policy differs from the baseline's and the finals' ones.
+            "search": replace(policy, race_above_s=None) == plain_search,
+            "raced": bool(info is not None and info.raced),
         }
+
+    _stamp_runner(runner, calls, p["launch"], tag)
+    # tune_workload makes its runner inside; hand it the started, stamped one.
+    tuner_mod.make_runner = lambda m, rpc=None: runner
+    tmpl = bench_template(p["workload"])
+    events: list[Any] = []
+    req = TuneRequest(
+        template=tmpl,
+        workload_name=p["workload"],
+        target=p["target"],
+        trials=p["trials"],
+        batch_size=p["batch_size"],
+        seed=p["seed"],
+        early_stop=EarlyStop(patience=0),
+        measure=measure,
+        work_dir=Path(p["work_dir"]),
+        on_batch=events.append,
     )
+    clock.mark("call_start")
+    out = tune_workload(req)
+    clock.mark("call_end")
+
+    def rel(e: dict[str, Any]) -> float:
+        lo, hi = e["ci"]
+        return (hi - lo) / 2 / e["latency_s"]
+
+    contenders = [e for e in out.records if e.get("stage") == "search" and e.get("ci")]
+    return {
+        "marks": clock.marks,
+        **_search_calls(calls),
+        "trials": out.trials.run,
+        "valid": out.trials.valid,
+        "failed": out.trials.failed,
+        "stop_reason": out.trials.stop_reason,
+        "raced": sum(e.get("stage") == "probe" for e in out.records),
+        "search_rel": [rel(e) for e in contenders],
+        "search_best_s": min(
+            (e["latency_s"] for e in out.records if e["latency_s"] and e.get("stage") != "probe"),
+            default=None,
+        ),
+        "stats": out.stats,
+        "best": {"knobs": out.best.knobs, "latency_s": out.best.latency_s,
+                 "gflops": out.best.gflops, "rel": out.best.rel_halfwidth},
+        "baseline_s": out.baseline.latency_s,
+        "noise_rel": out.noise_check.rel_halfwidth,
+        "best_source": out.best_source,
+        "events": [
+            f"  batch {e.batch:3d}: {e.trials_done:4d}/{e.budget}, best "
+            f"{e.best_gflops or 0:6.1f} GFLOPS, {e.batch_valid} ok, {e.batch_failed} failed, "
+            f"{e.elapsed_s:6.1f} s"
+            for e in events
+        ],
+    }
+
+
+def child_stock(p: dict[str, Any]) -> dict[str, Any]:
+    clock = _Clock(p["launch"])
+    import tvm
+
+    clock.mark("tvm_import")
+    import tvm.s_tir.tensor_intrin  # noqa: F401 - what TuneContext.__init__ imports first
+
+    clock.mark("intrin_import")
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvmtune_ci.builder import make_postprocs, workload_module
+    from tvmtune_ci.tuner import _Space, make_mutators
+
+    runner = ms.runner.LocalRunner(  # its sanity check waits for the worker to start
+        evaluator_config=ms.runner.EvaluatorConfig(
+            number=1, repeat=p["repeat"], min_repeat_ms=p["min_repeat_ms"]
+        ),
+    )
+    clock.mark("worker_start")
+    calls: list[dict[str, Any]] = []
+    _stamp_runner(runner, calls, p["launch"], lambda inp: {"search": True})
+    tmpl = bench_template(p["workload"])
+    wl = tmpl.WORKLOADS[p["workload"]]
+    mod = workload_module(tmpl, p["workload"])
+    space = ms.space_generator.ScheduleFn(
+        _Space(tmpl, wl), sch_rules=[], postprocs=make_postprocs(),
+        mutator_probs=make_mutators(tmpl.KNOBS, p["seed"]),
+    )
+    clock.mark("call_start")
+    with ms.Profiler() as prof:
+        ms.tir_integration.tune_tir(
+            mod, tvm.target.Target(p["target"]), p["work_dir"],
+            max_trials_global=p["trials"], space=space, runner=runner, seed=p["seed"],
+        )
+    clock.mark("call_end")
+    # The records as the JSONDatabase wrote them (TuningRecord.as_json() cannot
+    # convert an IndexMap in a trace).
+    with open(Path(p["work_dir"]) / "database_tuning_record.json", encoding="utf-8") as f:
+        recs = [json.loads(x)[1] for x in f if x.strip()]
+    valid = [r for r in recs if r[1] and float(r[1][0]) < 1e9]
+    best = min(valid, key=lambda r: statistics.fmean(float(x) for x in r[1])) if valid else None
+    errors: list[str] = []
+    if len(valid) < len(recs):  # why trials failed, from tune_tir's own logs
+        for log in sorted((Path(p["work_dir"]) / "logs").glob("*.log")):
+            for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+                if ("Error" in line or "Timeout" in line) and line.strip()[:200] not in errors:
+                    errors.append(line.strip()[:200])
+    return {
+        "marks": clock.marks,
+        **_search_calls(calls),
+        "errors": errors[:3],
+        "trials": len(recs),
+        "valid": len(valid),
+        "search_rel": [mean_rel_halfwidth([float(x) for x in r[1]]) for r in valid],
+        "best_latency_s": statistics.fmean(float(x) for x in best[1]) if best else None,
+        "best_trace": best[0] if best else None,
+        "profile": {str(k): float(v) for k, v in prof.get().items()},
+    }
+
+
+def run_child(side: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """Run one side in a fresh process; its result, with `wall_s` (launch to exit)."""
+    out_file = Path(payload["work_dir"] + ".json")
+    Path(payload["work_dir"]).mkdir(parents=True, exist_ok=True)
+    launch = time.time()
+    payload = {**payload, "launch": launch, "out": str(out_file)}
     r = subprocess.run(
-        [sys.executable, "-c", STOCK_SCRIPT.format(root=str(ROOT)), payload],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+        [sys.executable, str(Path(__file__).resolve()), "--child", side,
+         "--payload", json.dumps(payload)],
+        capture_output=True, text=True, cwd=ROOT,
     )
-    for line in r.stdout.splitlines():
-        if line.startswith("STOCK-RESULT "):
-            return json.loads(line[len("STOCK-RESULT ") :])
-    raise SystemExit(
-        f"stock run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    )
+    wall = time.time() - launch
+    if r.returncode != 0 or not out_file.exists():
+        raise SystemExit(
+            f"{side} run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        )
+    res = json.loads(out_file.read_text(encoding="utf-8"))
+    res["wall_s"] = wall
+    return res
 
 
-# --------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------- report
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"±{x:.1%}"
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if math.isfinite(x)]
+    return statistics.median(xs) if xs else None
+
+
+def side_figures(res: dict[str, Any], compile_floor_s: float) -> dict[str, float]:
+    """Per-trial figures of one side, computed identically for both."""
+    n, m = max(1, res["trials"]), res["marks"]
+    call = m["call_end"] - m["call_start"]
+    runner_pt = res["runner_s"] / res["search_calls"] if res["search_calls"] else math.nan
+    floor = compile_floor_s + runner_pt
+    return {
+        "n": n,
+        "one_time": m["worker_start"],  # launch -> tvm, intrinsics, worker: all done
+        "call": call,
+        "tpm_incl": n / res["wall_s"] * 60,
+        "tpm_excl": n / call * 60,
+        "pt_incl": res["wall_s"] / n,
+        "pt_excl": call / n,
+        "runner_pt": runner_pt,
+        "floor": floor,
+        "mult_incl": res["wall_s"] / n / floor,
+        "mult_excl": call / n / floor,
+        "first_launch": res["first_trial"] if res["first_trial"] is not None else math.nan,
+        "first_call": (res["first_trial"] - m["call_start"]) if res["first_trial"] else math.nan,
+    }
+
+
+def print_side(name: str, res: dict[str, Any], f: dict[str, float]) -> None:
+    m = res["marks"]
+    print(
+        f"one-time (s since launch): import tvm {m['tvm_import']:.2f} | tensor intrinsics "
+        f"{m['intrin_import']:.2f} | runner worker up {m['worker_start']:.2f}; tuning call "
+        f"{m['call_start']:.2f} -> {m['call_end']:.2f}; process exit {res['wall_s']:.2f}"
+    )
+    print(
+        f"trials {res['trials']} ({res['valid']} valid), {res['search_calls']} measured in "
+        f"the search; first measured search trial at {f['first_launch']:.2f} s after launch, "
+        f"{f['first_call']:.2f} s after the call started"
+    )
+    print(
+        f"per trial INCLUDING one-time costs (process wall {res['wall_s']:.1f} s): "
+        f"{_ms(f['pt_incl'])}, {f['tpm_incl']:.1f} trials/min"
+    )
+    print(
+        f"per trial EXCLUDING them (tuning call {f['call']:.1f} s): {_ms(f['pt_excl'])}, "
+        f"{f['tpm_excl']:.1f} trials/min"
+    )
+    print(
+        f"runner time per measured search trial (load + sampling + IPC): {_ms(f['runner_pt'])}; "
+        f"floor (compile + that) {_ms(f['floor'])}; whole-call multiple of the floor: "
+        f"{f['mult_excl']:.2f}x excluding, {f['mult_incl']:.2f}x including one-time costs"
+    )
+    if res["last_trial"] is not None and res["search_calls"] > 1:
+        steady = (res["last_trial"] - res["first_trial"]) / (res["search_calls"] - 1)
+        print(f"  {name} search, first -> last measured trial: {_ms(steady)} per trial")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -145,220 +404,231 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workload", default="m512", help="mN: an N x N x N fp32 matmul")
     p.add_argument("--trials", type=int, default=64, help="our trial budget")
     p.add_argument("--stock-trials", type=int, default=None, help="default: --trials")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, help="ours (stock: tune_tir's 64)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--number", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--min-repeat-ms", type=int, default=50)
-    p.add_argument("--max-cv", type=float, default=0.05)
+    p.add_argument("--stock-repeat", type=int, default=FIXED_REPEAT)
+    p.add_argument("--stock-min-repeat-ms", type=int, default=FIXED_MIN_REPEAT_MS)
+    p.add_argument(
+        "--stock-equal-time", action="store_true",
+        help="choose stock's repeat so it measures a trial as long as ours measures a contender",
+    )
     p.add_argument("--mcpu", default=None, help="default: this machine's CPU")
     p.add_argument("--skip-stock", action="store_true")
     p.add_argument(
-        "--wait-idle",
-        type=float,
-        default=300,
+        "--wait-idle", type=float, default=300,
         help="seconds to wait at most for the 1-minute load average to drop below 0.5",
     )
+    p.add_argument("--child", choices=("ours", "stock"), help=argparse.SUPPRESS)
+    p.add_argument("--payload", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.stock_trials = args.stock_trials or args.trials
     return args
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.0f} ms"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.child:
+        payload = json.loads(args.payload)
+        res = (child_ours if args.child == "ours" else child_stock)(payload)
+        Path(payload["out"]).write_text(json.dumps(res), encoding="utf-8")
+        return 0
+
     waited = wait_idle(args.wait_idle)
     load_avg = os.getloadavg()[0]
-
-    t0 = time.perf_counter()
     from tvmtune_ci import tvmsetup
 
     tvmsetup.load()
-    t_import = time.perf_counter() - t0
-    from tvmtune_ci.config import EarlyStop, MeasureOptions
-    from tvmtune_ci.measure import make_runner, measure_config, time_compile
-    from tvmtune_ci.tuner import TuneRequest, decode_knobs, design_space_infos, tune_workload
-
     target = {"kind": "llvm", "mcpu": args.mcpu or tvmsetup.host_cpu(), "num-cores": 2}
-    measure = MeasureOptions(
-        number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_cv=args.max_cv
-    )
+    from tvmtune_ci.config import MeasureOptions
+
+    measure = MeasureOptions()
     tmpl = bench_template(args.workload)
     scratch = Path(tempfile.mkdtemp(prefix="bench-tuner-"))
+    common = {"workload": args.workload, "target": target, "seed": args.seed}
     print(
         f"# tvmtune-ci tuner benchmark: {args.workload} fp32 matmul (operators/matmul.py's "
         f"schedule), target {json.dumps(target)}"
     )
     print(
-        f"# measurement (both): number={args.number} (0 = auto), repeat={args.repeat}, "
-        f"min_repeat_ms={args.min_repeat_ms}"
-    )
-    print(
-        f"# ours: {args.trials} trials, batch {args.batch_size}, early stop off; "
-        f"stock: {args.stock_trials} trials, tune_tir defaults (batch 64, population 512)"
+        f"# ours: tune_workload, {args.trials} trials, batch {args.batch_size}, population 128, "
+        f"early stop off; MeasureOptions defaults: sample_ms={measure.sample_ms:g}, "
+        f"search_precision={measure.search_precision:.0%} within search_cap_s="
+        f"{measure.search_cap_s:g}, race={measure.race:g} after probe={measure.probe}, "
+        f"precision={measure.precision:.0%} (noise check, finals of {measure.finalists}), p25"
     )
     print(
         f"# space (both): ScheduleFn over the template's {len(tmpl.KNOBS)} knobs, "
-        "same postprocessors and mutators"
+        "same postprocessors and mutators; each side in a fresh process, ours first"
     )
     print(f"# load average at start: {load_avg:.2f} (waited {waited:.0f} s); 2 CPUs")
-    print(
-        f"import tvm + x86 intrinsics only: {t_import:.2f} s "
-        f"(tensor_intrin stubbed: {tvmsetup.intrinsics_stubbed()})"
-    )
 
-    events: list[Any] = []
-    req = TuneRequest(
-        template=tmpl,
-        workload_name=args.workload,
-        target=target,
-        trials=args.trials,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        early_stop=EarlyStop(patience=0),
-        measure=measure,
-        work_dir=scratch / "ours",
-        on_batch=events.append,
-    )
-    t = time.perf_counter()
-    out = tune_workload(req)
-    ours_wall = time.perf_counter() - t
-    s, n = out.stats, out.trials.run
-    for e in events:
+    try:
+        ours = run_child("ours", {**common, "trials": args.trials, "batch_size": args.batch_size,
+                                  "work_dir": str(scratch / "ours")})
+        st = ours["stats"]
+        compile_floor = st.get("search_compile_s", 0.0) / max(1.0, st.get("search_trials", 1.0))
+        fo = side_figures(ours, compile_floor)
+
+        print("\n## ours: tvmtune_ci.tuner.tune_workload (fresh process)")
+        for line in ours["events"]:
+            print(line)
+        print_side("ours", ours, fo)
         print(
-            f"  batch {e.batch:3d}: {e.trials_done:4d}/{e.budget}, best "
-            f"{e.best_gflops or 0:6.1f} GFLOPS, {e.batch_valid} ok, {e.batch_failed} failed, "
-            f"{e.elapsed_s:6.1f} s"
+            f"  inside the call: correctness {st['correctness_s']:.2f} s | noise check "
+            f"{st['baseline_s']:.2f} s ({_pct(ours['noise_rel'])}) | setup {st['setup_s']:.2f} s | "
+            f"search {st['search_s']:.1f} s | finals {st.get('finals_s', math.nan):.2f} s; "
+            f"stop: {ours['stop_reason']}"
         )
+        print(
+            f"  search measuring: {ours['raced']} raced, contender precision (p25 95% interval) "
+            f"median {_pct(_median(ours['search_rel']))} over {len(ours['search_rel'])}; runner "
+            f"time per contender {_ms(statistics.fmean(ours['contender_runner_s'] or [0.0]))}"
+        )
+        print(
+            f"  compile per trial (lowering + LLVM object code, in-process builder): "
+            f"{_ms(compile_floor)} (the floor's compile part, both sides)"
+        )
+        b = ours["best"]
+        print(
+            f"best (from the finals): {b['latency_s'] * 1e3:.3f} ms {_pct(b['rel'])} = "
+            f"{b['gflops']:.1f} GFLOPS ({ours['best_source']}); default "
+            f"{ours['baseline_s'] * 1e3:.3f} ms; speedup {ours['baseline_s'] / b['latency_s']:.1f}x"
+        )
+        if args.skip_stock:
+            return 0
 
-    print("\n## ours: tvmtune_ci.tuner.tune_workload (in this process)")
-    print(
-        f"wall, whole call (correctness, noise check, search, verify): {ours_wall:.1f} s "
-        f"for {n} trials ({out.trials.valid} valid, {out.trials.failed} failed, "
-        f"stop: {out.trials.stop_reason})"
-    )
-    print(
-        f"  correctness {s['correctness_s']:.2f} s | baseline + noise check "
-        f"{s['baseline_s']:.2f} s (CV {out.baseline_cv:.1%}) | setup {s['setup_s']:.2f} s | "
-        f"search {s['search_s']:.1f} s | verify {s['verify_s']:.2f} s"
-    )
-    first = s.get("first_trial_s", float("nan"))
-    print(f"start of tune_workload -> first measured trial: {first:.2f} s (goal < 5 s)")
-    st = int(s["search_trials"])
-    per = {
-        k: s.get(f"search_{k}_s", 0.0) / st
-        for k in ("compile", "eval", "export", "load", "generate", "cost_model")
-    }
-    floor = per["compile"] + per["eval"]
-    per_trial = s["search_s"] / st
-    other = per_trial - sum(per.values())
-    print(
-        f"floor per trial: compile (lowering + LLVM object code) {_ms(per['compile'])} + "
-        f"measured run (time evaluator) {_ms(per['eval'])} = {_ms(floor)}"
-    )
-    print(
-        f"per-trial time, search loop: {_ms(per_trial)} = {per_trial / floor:.2f}x floor "
-        "(goal <= 1.5x)"
-    )
-    print(
-        f"  beyond the floor: link .so {_ms(per['export'])}, load {_ms(per['load'])}, "
-        f"candidate generation {_ms(per['generate'])}, cost model update "
-        f"{_ms(per['cost_model'])}, other (IPC, journal, database) {_ms(other)}"
-    )
-    print(f"per-trial time, whole call: {_ms(ours_wall / n)} = {ours_wall / n / floor:.2f}x floor")
-    tc = statistics.median(
-        time_compile(tmpl, args.workload, target, out.best.knobs) for _ in range(3)
-    )
-    print(
-        f"cross-check: one tvm.compile of the best configuration takes {_ms(tc)} "
-        "(without LLVM object emission)"
-    )
-    ours_tpm = n / ours_wall * 60
-    print(f"trials per minute (whole call): {ours_tpm:.1f}")
-    print(
-        f"best, re-measured: {out.best.latency_s * 1e3:.3f} ms = {out.best.gflops:.1f} GFLOPS, "
-        f"knobs {json.dumps(out.best.knobs)}"
-    )
-    print(
-        f"baseline (default configuration): {out.baseline.latency_s * 1e3:.3f} ms; "
-        f"speedup {out.baseline.latency_s / out.best.latency_s:.1f}x"
-    )
-
-    if args.skip_stock:
-        shutil.rmtree(scratch, ignore_errors=True)
-        return 0
-
-    print("\n## stock: ms.tir_integration.tune_tir (fresh process)", flush=True)
-    stock = run_stock(args, target, scratch / "stock")
-    stock_tpm = stock["trials"] / stock["wall_s"] * 60
-    stock_pt = stock["wall_s"] / max(1, stock["trials"])
-    print(
-        f"wall, tune_tir incl. its tensor_intrin import ({stock['intrin_import_s']:.1f} s): "
-        f"{stock['wall_s']:.1f} s for {stock['trials']} trials ({stock['valid']} valid)"
-    )
-    print(f"trials per minute: {stock_tpm:.1f}; per trial {_ms(stock_pt)}")
-    prof = stock["profile"]
-    print(
-        "  MetaSchedule profiler: "
-        + ", ".join(
-            f"{k} {prof[k]:.1f} s"
-            for k in (
-                "SendToBuilder",
-                "SendToRunner",
-                "MeasureCallback/UpdateCostModel",
-                "EvoSearch/Evolve/Mutation",
-                "EvoSearch/SampleInitPopulation",
+        repeat = args.stock_repeat
+        if args.stock_equal_time:
+            # Runs of min_repeat_ms each, plus about one for TVM's calibration of number.
+            per = statistics.fmean(ours["contender_runner_s"] or [0.0])
+            repeat = max(2, round(per * 1e3 / args.stock_min_repeat_ms) - 1)
+            mode = "equal time: repeat chosen to match our runner time per contender"
+        elif (repeat, args.stock_min_repeat_ms) == (FIXED_REPEAT, FIXED_MIN_REPEAT_MS):
+            mode = "tvmtune-ci 0.1's fixed settings; precision NOT equalised, both printed"
+        else:
+            mode = "fixed settings given on the command line; precision NOT equalised"
+        print(
+            f"\n## stock: ms.tir_integration.tune_tir (fresh process), {args.stock_trials} trials, "
+            f"tune_tir defaults (batch 64, population 512, LocalBuilder, XGB)"
+        )
+        print(
+            f"measurement: EvaluatorConfig(number=1 calibrated, repeat={repeat}, "
+            f"min_repeat_ms={args.stock_min_repeat_ms}), ranked by the mean; {mode}",
+            flush=True,
+        )
+        stock = run_child("stock", {**common, "trials": args.stock_trials, "repeat": repeat,
+                                    "min_repeat_ms": args.stock_min_repeat_ms,
+                                    "work_dir": str(scratch / "stock")})
+        fs = side_figures(stock, compile_floor)
+        print_side("stock", stock, fs)
+        for err in stock.get("errors", []):
+            print(f"  stock failure (from its logs): {err}")
+        print(
+            f"  search measuring: precision of the mean of {repeat} (95% t-interval) median "
+            f"{_pct(_median(stock['search_rel']))} over {len(stock['search_rel'])} valid trials"
+        )
+        prof = stock["profile"]
+        print(
+            "  MetaSchedule profiler: "
+            + ", ".join(
+                f"{k} {prof[k]:.1f} s"
+                for k in ("SendToBuilder", "SendToRunner", "MeasureCallback/UpdateCostModel",
+                          "EvoSearch/Evolve/Mutation", "EvoSearch/SampleInitPopulation")
+                if k in prof
             )
-            if k in prof
         )
-    )
 
-    print("\n## side by side")
-    print(
-        f"trials per minute: ours {ours_tpm:.1f} / stock {stock_tpm:.1f} = "
-        f"{ours_tpm / stock_tpm:.1f}x (goal >= 5x)"
-    )
-    ceiling = stock_pt / floor
-    print(
-        f"  the most any tuner can reach with these measurement settings is stock per trial / "
-        f"floor = {_ms(stock_pt)} / {_ms(floor)} = {ceiling:.1f}x"
-    )
-    ours_over = ours_wall / n - floor
-    stock_over = stock_pt - floor
-    print(
-        f"time per trial beyond the floor: ours {_ms(ours_over)}, stock {_ms(stock_over)} "
-        f"= {stock_over / max(ours_over, 1e-9):.1f}x less"
-    )
-    if stock["best_trace"] is None:
-        print("stock found no valid configuration")
-        return 0
+        print(f"\n## side by side (one run; stock measurement: {mode})")
+        if not stock["valid"]:
+            # Trials that never ran are not a throughput: a ratio would flatter us.
+            print("stock measured no valid trial (see its failures above): no ratios printed")
+            return 0
+        print(
+            f"trials per minute, EXCLUDING one-time costs: ours {fo['tpm_excl']:.1f} / stock "
+            f"{fs['tpm_excl']:.1f} = {fo['tpm_excl'] / fs['tpm_excl']:.2f}x "
+            f"(goal >= {GOAL_TPM_RATIO:g}x)"
+        )
+        print(
+            f"trials per minute, INCLUDING them: ours {fo['tpm_incl']:.1f} / stock "
+            f"{fs['tpm_incl']:.1f} = {fo['tpm_incl'] / fs['tpm_incl']:.2f}x"
+        )
+        print(
+            f"per trial: ours {_ms(fo['pt_excl'])} / {_ms(fo['pt_incl'])}, stock "
+            f"{_ms(fs['pt_excl'])} / {_ms(fs['pt_incl'])} (excluding / including)"
+        )
+        print(
+            f"one-time costs (launch -> worker up): ours {fo['one_time']:.1f} s, stock "
+            f"{fs['one_time']:.1f} s"
+        )
+        print(
+            f"first measured search trial after launch: ours {fo['first_launch']:.1f} s, "
+            f"stock {fs['first_launch']:.1f} s; after the call started: ours "
+            f"{fo['first_call']:.1f} s, stock {fs['first_call']:.1f} s"
+        )
+        print(
+            f"whole-call multiple of the floor (excluding one-time): ours {fo['mult_excl']:.2f}x, "
+            f"stock {fs['mult_excl']:.2f}x; runner time per search trial: ours "
+            f"{_ms(fo['runner_pt'])}, stock {_ms(fs['runner_pt'])}"
+        )
+        print(
+            f"search precision (median): ours {_pct(_median(ours['search_rel']))} (p25, "
+            f"contenders), stock {_pct(_median(stock['search_rel']))} (mean of {repeat})"
+        )
+        if stock["best_trace"] is None:
+            print("stock found no valid configuration")
+            return 0
+        compare_bests(args, tmpl, target, measure, ours, stock)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def compare_bests(
+    args: argparse.Namespace,
+    tmpl: types.ModuleType,
+    target: dict[str, Any],
+    measure: Any,
+    ours: dict[str, Any],
+    stock: dict[str, Any],
+) -> None:
+    """Both bests re-measured in one interleaved `measure.finals` run (so a slow
+    period of the machine hits both alike)."""
+    from tvmtune_ci import stats
+    from tvmtune_ci.builder import make_builder
+    from tvmtune_ci.measure import Finalist, finals, make_runner
+    from tvmtune_ci.tuner import decode_knobs, design_space_infos
+
     infos = design_space_infos(tmpl, args.workload)
     _, stock_knobs = decode_knobs(stock["best_trace"], infos, tmpl.KNOBS)
-    ours_search = min(r["latency_s"] for r in out.records if r["latency_s"])
     print(
-        f"best latency during the search: ours {ours_search * 1e3:.3f} ms, "
-        f"stock {stock['best_latency_s'] * 1e3:.3f} ms"
+        f"best during the search (each side's own estimator): ours "
+        f"{(ours['search_best_s'] or math.nan) * 1e3:.3f} ms (p25), stock "
+        f"{stock['best_latency_s'] * 1e3:.3f} ms (mean)"
     )
-    runner = make_runner(measure)
+    runner, builder = make_runner(measure), make_builder()
     try:
-        lat_ours, lat_stock = [], []
-        for _ in range(3):  # interleaved, so drift hits both
-            for knobs, into in ((out.best.knobs, lat_ours), (stock_knobs, lat_stock)):
-                m = measure_config(tmpl, args.workload, target, knobs, measure, runner=runner)
-                into.append(m.latency_s)
+        res = finals(
+            tmpl, args.workload, target,
+            [Finalist("ours", ours["best"]["knobs"], "ours"), Finalist("stock", stock_knobs, "stock")],
+            measure, runner=runner, builder=builder,
+        )
     finally:
         runner.close()
-    mo, mst = statistics.median(lat_ours), statistics.median(lat_stock)
+        builder.close()
+    by = {r.finalist.role: r for r in res}
+    eo, es = by["ours"].estimate, by["stock"].estimate
+    if eo is None or es is None:
+        print(f"finals failed: ours {by['ours'].error}, stock {by['stock'].error}")
+        return
+    lo, hi = eo.lo / es.hi, eo.hi / es.lo  # the ratio's range over both intervals
     print(
-        f"both bests re-measured (median of 3, interleaved): ours {mo * 1e3:.3f} ms, "
-        f"stock {mst * 1e3:.3f} ms; ours/stock = {mo / mst:.3f} (goal <= 1; noise a few %)"
+        f"both bests re-measured (measure.finals, interleaved, p25): ours "
+        f"{stats.fmt_latency(eo)} (n={eo.n}), stock {stats.fmt_latency(es)} (n={es.n}); "
+        f"ours/stock = {eo.value / es.value:.3f} [{lo:.3f}, {hi:.3f}]: ours "
+        f"{stats.compare(eo, es)} (goal <= 1)"
     )
     print(f"stock best knobs: {json.dumps(stock_knobs)}")
-    shutil.rmtree(scratch, ignore_errors=True)
-    return 0
+    print(f"ours best knobs: {json.dumps(ours['best']['knobs'])}")
 
 
 if __name__ == "__main__":
