@@ -27,7 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTION = ROOT / ".github" / "actions" / "tvmtune" / "action.yml"
 HOOKS = ROOT / ".pre-commit-hooks.yaml"
-WORKFLOW_FILES = ["ci.yml", "tvmtune-pr-check.yml", "tvmtune-retune.yml", "tvmtune-yearly.yml"]
+WORKFLOW_FILES = [
+    "ci.yml", "tvmtune-pr-check.yml", "tvmtune-remeasure.yml", "tvmtune-retune.yml",
+    "tvmtune-yearly.yml",
+]
 
 # Pins verified in public repositories that pin the same SHA with the same version
 # comment (see the final report / docs/adopting.md):
@@ -292,6 +295,30 @@ def test_yearly_runs_once_a_year() -> None:
     minute, hour, day, month, dow = cron.split()
     assert all(f.isdigit() for f in (minute, hour, day, month)) and dow == "*", cron
     assert step(wf, "plan", "matrix")["run"] == "tvmtune-ci matrix --all"
+
+
+def test_yearly_says_what_drifted_before_it_retunes() -> None:
+    wf = load(WORKFLOWS / "tvmtune-yearly.yml")
+    names = [s.get("name", "") for s in wf["jobs"]["retune"]["steps"]]
+    first = next(i for i, n in enumerate(names) if "remeasure" in n)
+    assert first < next(i for i, n in enumerate(names) if "retune --all" in n)
+    assert "remeasure --operator \"$OPERATOR\" --target \"$TARGET\" --format github" in (
+        wf["jobs"]["retune"]["steps"][first]["run"]
+    )
+
+
+def test_monthly_remeasure_is_read_only_and_self_hosted() -> None:
+    wf = load(WORKFLOWS / "tvmtune-remeasure.yml")
+    assert triggers(wf) == {"schedule", "workflow_dispatch"}
+    (cron,) = [c["cron"] for c in wf["on"]["schedule"]]
+    minute, hour, day, month, dow = cron.split()
+    assert all(f.isdigit() for f in (minute, hour, day)) and month == dow == "*", cron
+    job = wf["jobs"]["remeasure"]
+    assert job["permissions"] == {"contents": "read"} and job["needs"] == "plan"
+    assert job["runs-on"] == "${{ matrix.runs-on }}"
+    assert "'.[tune]'" in step(wf, "remeasure", "Install")["run"]
+    run = step(wf, "remeasure", "tvmtune-ci remeasure")["run"]
+    assert "--format github" in run and "|| true" not in run  # a drift fails the job
 
 
 @pytest.mark.parametrize("name", ["tvmtune-retune.yml", "tvmtune-yearly.yml"])

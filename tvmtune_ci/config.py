@@ -42,7 +42,7 @@ class MeasureOptions:
     """How a configuration is measured: adaptive sampling to a stated precision.
 
     One sample is as many runs as fill `sample_ms` (calibrated once per measurement);
-    samples are taken until the median's 95% confidence interval is within
+    samples are taken until the lower quartile's 95% confidence interval is within
     `precision` (relative half-width) or `time_cap_s` is spent. See `stats.py` and
     docs/measurement.md for the estimator and why.
     """

@@ -1,6 +1,6 @@
 """Measuring: numerics against `reference`, the runner, adaptive sampling, the finals.
 
-Every latency is `stats.estimate` of a set of samples: the median with its 95%
+Every latency is `stats.estimate` of a set of samples: the lower quartile (p25) with its 95%
 order-statistic interval. A measurement samples adaptively (`SamplePolicy`): one
 sample is as many runs as fill `sample_ms` (calibrated once, the calibration run
 doubling as the warm-up), and samples are taken in chunks until the interval is
