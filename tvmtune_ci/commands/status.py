@@ -12,6 +12,7 @@ import sys
 from typing import TextIO
 
 from ..staleness import Entry, Report
+from ..stats import fmt_latency
 from .check import add_selection_options, md_escape, report_from_args, summary_line
 
 COLUMNS = ("entry", "state", "age", "trials", "best", "space", "reasons")
@@ -34,7 +35,10 @@ def row(e: Entry) -> dict[str, str]:
             requested = sum(t.requested for t in m.trials.values())
             trials = f"{run}/{requested}"
             best = (
-                ", ".join(f"{w} {r.best.latency_s * 1e3:.3g} ms" for w, r in m.results.items())
+                ", ".join(
+                    f"{w} {fmt_latency(r.best.latency_s, r.best.rel_halfwidth)}"
+                    for w, r in m.results.items()
+                )
                 or "-"
             )
         except (AttributeError, TypeError):
