@@ -30,8 +30,10 @@ on one line of the log so git diffs stay readable.
 RUN_SECS is one number, the estimate of `stats.py` (the lower quartile of the
 samples, seconds): TVM ranks records by the mean of run_secs, so its
 `get_top_k`/`query_schedule` rank exactly as tvmtune-ci does. A finalist's number
-comes from the interleaved finals, any other from the search ("probe": measured
-slow after its first samples and not sampled further). Format 1 logs (fixed-repeat
+comes from the interleaved finals; any other was measured by the search ("probe":
+measured slow after its first samples and not sampled further) and is logged on
+the finals' scale, `measured_s` x `scale`, so that it ranks below the winner as the
+search ranked it below the finalists. Format 1 logs (fixed-repeat
 samples, ranked by their mean) still read.
 
 Reading a log (`read_log`) never imports TVM; the two converters do.
@@ -87,15 +89,21 @@ def workload_entry(outcome: TuneOutcome) -> dict[str, Any]:
     return {
         "workload": list(outcome.workload_json),
         "records": [r["record"] for r in valid],
-        "measurements": [
-            {"n": int(r.get("n", 0)), "ci": r.get("ci"), "stage": r.get("stage") or "search"}
-            for r in valid
-        ],
+        "measurements": [_measurement(r) for r in valid],
         "failures": [
             {"knobs": r.get("knobs", {}), "error": r.get("error") or "invalid measurement"}
             for r in failed
         ],
     }
+
+
+def _measurement(r: Mapping[str, Any]) -> dict[str, Any]:
+    """How a record's number was measured. A search record (not in the finals) is
+    logged on the finals' scale: `measured_s` x `scale` (see tuner.tune_workload)."""
+    out = {"n": int(r.get("n", 0)), "ci": r.get("ci"), "stage": r.get("stage") or "search"}
+    if "scale" in r:
+        out["measured_s"], out["scale"] = r["measured_s"], r["scale"]
+    return out
 
 
 def render_log(log: Mapping[str, Any]) -> str:

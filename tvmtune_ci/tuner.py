@@ -908,11 +908,6 @@ def _all_failed(where: str, entries: Sequence[dict[str, Any]]) -> TuningError:
     )
 
 
-# Finals passes: a pass whose winner measures slower than a configuration the search
-# ranked below the finalists is run again with those configurations in it.
-MAX_FINALS_PASSES = 3
-
-
 @dataclass
 class _FinalsOutcome:
     results: list[FinalResult]
@@ -945,56 +940,39 @@ def run_finals(
 ) -> _FinalsOutcome:
     """The search's top `finalists`, the default and the previous best, interleaved;
     the winner's numerics checked (a wrong one becomes a failed trial and the next
-    is taken). Passes are repeated (at most MAX_FINALS_PASSES) while the winner
-    measures slower than a configuration left out of the finals."""
+    is taken)."""
     template, name = req.template, req.workload_name
     where = f"{template.__name__}/{name}"
     by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
-    k = req.measure.finalists
-    keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[:k]]
+    keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
     if not keys:
         raise _all_failed(where, entries)
-    wrong: set[str] = set()
-    for _ in range(MAX_FINALS_PASSES):
-        finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
-        finalists.append(Finalist("default", None, "default"))
-        if req.previous_knobs is not None:
-            finalists.append(Finalist("previous", dict(req.previous_knobs), "previous"))
-        results = finals(template, name, req.target, finalists, req.measure,
-                         runner=runner, builder=builder)
-        while True:
-            winner, tied = _decide(results)
-            if winner is None:
-                raise TuningError(
-                    f"{where}: no finalist could be measured; first errors: "
-                    + "; ".join(sorted({str(r.error)[:200] for r in results if r.error})[:3])
-                )
-            if winner.finalist.role == "default":
-                break
-            try:
-                check_correct(template, name, req.target, winner.finalist.knobs)
-                break
-            except TuningError as err:
-                if winner.finalist.role == "search":
-                    e = by_key.pop(winner.finalist.key)
-                    e["error"], e["latency_s"] = f"wrong result: {err}", None
-                    wrong.add(winner.finalist.key)
-                results = [
-                    r if r is not winner else FinalResult(r.finalist, None, error=f"wrong result: {err}")
-                    for r in results
-                ]
-        assert winner.estimate is not None
-        # Configurations the search ranked below the finalists but measured faster
-        # than the winner now measures: their numbers are not comparable, so they
-        # join the next pass (all numbers of a log's finalists come from one pass).
-        left_out = [
-            knobs_key(e["knobs"]) for e in _valid_sorted(list(by_key.values()))
-            if knobs_key(e["knobs"]) not in keys and e["latency_s"] < winner.estimate.value
-        ]
-        if not left_out:
-            break
-        keys = [key for key in keys if key not in wrong] + left_out[:k]
-    return _FinalsOutcome(results, winner, tied)
+    finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
+    finalists.append(Finalist("default", None, "default"))
+    if req.previous_knobs is not None:
+        finalists.append(Finalist("previous", dict(req.previous_knobs), "previous"))
+    results = finals(template, name, req.target, finalists, req.measure,
+                     runner=runner, builder=builder)
+    while True:
+        winner, tied = _decide(results)
+        if winner is None:
+            raise TuningError(
+                f"{where}: no finalist could be measured; first errors: "
+                + "; ".join(sorted({str(r.error)[:200] for r in results if r.error})[:3])
+            )
+        if winner.finalist.role == "default":
+            return _FinalsOutcome(results, winner, tied)
+        try:
+            check_correct(template, name, req.target, winner.finalist.knobs)
+            return _FinalsOutcome(results, winner, tied)
+        except TuningError as err:
+            if winner.finalist.role == "search":
+                e = by_key.pop(winner.finalist.key)
+                e["error"], e["latency_s"] = f"wrong result: {err}", None
+            results = [
+                r if r is not winner else FinalResult(r.finalist, None, error=f"wrong result: {err}")
+                for r in results
+            ]
 
 
 def tune_workload(req: TuneRequest) -> TuneOutcome:
@@ -1051,6 +1029,21 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     flop = search.flop
     records = [dict(e) for e in entries]
     rec_by_key = {knobs_key(e["knobs"]): e for e in records}
+    # The search's numbers and the finals' come from different minutes of a machine
+    # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
+    # left out of the finals is logged on the finals' scale: its search estimate x
+    # (the winner's finals estimate / the best search estimate among the finalists).
+    # It was ranked below every finalist by the search, so it stays below the winner.
+    assert fin.winner.estimate is not None
+    searched = [rec_by_key[r.finalist.key]["latency_s"] for r in fin.results
+                if r.finalist.role == "search" and r.finalist.key in rec_by_key
+                and rec_by_key[r.finalist.key]["latency_s"] is not None]
+    scale = fin.winner.estimate.value / min(searched) if searched else 1.0
+    final_keys = {r.finalist.key for r in fin.results if r.finalist.role == "search"}
+    for e in records:
+        if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
+            e["measured_s"], e["scale"] = e["latency_s"], scale
+            e["record"] = [e["record"][0], [e["latency_s"] * scale], *e["record"][2:]]
     final_json: list[dict[str, Any]] = []
     finals_measured: list[Measured] = []
     best = baseline = previous = None
