@@ -25,6 +25,9 @@ from small_mm import SMALL_MM
 
 from tvmtune_ci.publish import KILL_AT_ENV, MARKER_NAME, NO_EXCHANGE_ENV
 
+# Long (real retune processes killed at each publish step: minutes); `make test` and CI run them, `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 tvm = pytest.importorskip("tvm")
 
 TARGET = {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2}

@@ -23,6 +23,9 @@ from tvmtune_ci.config import MeasureOptions, RpcRunner
 from tvmtune_ci.errors import DeviceError, TuningError
 from tvmtune_ci.tuner import BatchEvent, TuneOutcome, TuneRequest, tune_workload
 
+# Long (a real tracker and servers, several tunes: minutes); `make test` and CI run them, `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 tvm = pytest.importorskip("tvm")
 
 HOST_MCPU = str(tvm.target.codegen.llvm_get_system_cpu())
