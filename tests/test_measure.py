@@ -225,7 +225,7 @@ def test_rpc_runner_needs_a_tracker() -> None:
         ("{time_cap_s: 0.05}", "tvmtune.yaml:4: measure.time_cap_s (0.05s) is shorter than the 11 samples"),
         ("{sample_ms: 100, search_cap_s: 0.4}", "measure.search_cap_s (0.4s) is shorter than the 11 samples"),
         ("{timeout_s: 2}", "measure.timeout_s (2s) would kill a measurement before its time_cap_s"),
-        ("{precision: 0.2}", "measure.precision (0.2) is looser than measure.usable_precision"),
+        ("{precision: 0.3}", "measure.precision (0.3) is looser than measure.usable_precision"),
         ("{race: 0.9}", "measure.race is 0.9, it must be at least 1"),
         ("{repeat: 5}", "measure.repeat is gone: measurement is adaptive now"),
         ("{max_cv: 0.03}", "measure.max_cv is gone"),
