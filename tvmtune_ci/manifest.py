@@ -36,6 +36,9 @@ class Measured:
     # Where it was measured: "finals" (interleaved rounds), "search", "probe" (raced:
     # measured slow after the first samples), "single" (measured alone).
     stage: str = ""
+    # A search/probe entry beside finals is shown on the finals' scale (as the log
+    # ranks it): latency_s = search_s x the scale; search_s is the search's own number.
+    search_s: float | None = None
 
     @property
     def rel_halfwidth(self) -> float | None:

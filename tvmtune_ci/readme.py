@@ -37,7 +37,10 @@ _MEASURED = {
 
 def _stage(m: Measured) -> str:
     base = _MEASURED.get(m.stage, m.stage or "search (format 1: mean of the repeats)")
-    return f"{base}, n={m.n}" if m.n else base
+    base = f"{base}, n={m.n}" if m.n else base
+    if m.search_s is not None and m.search_s > 0:
+        base += f"; {_ms(m.search_s)} x {m.latency_s / m.search_s:.3f}"
+    return base
 
 
 def _knob_value(v: Any) -> str:
@@ -128,9 +131,10 @@ def render_readme(m: Manifest) -> str:
             "Finals: the best configurations re-measured in interleaved rounds with the default, "
             "by latency (lower quartile of the samples ± half its 95% interval):", finals, 1)
         lines += _table(
-            "The next configurations by the search's own measurement (`search`: sampled to the "
-            "search's precision; `probe`: raced out after its first samples), not comparable "
-            "with the finals' numbers:", search, len(finals) + 1)
+            "The next configurations, measured by the search (`search`: sampled to the search's "
+            "precision; `probe`: raced out after its first samples) and shown on the finals' scale "
+            "as the log ranks them: the search's number x (the best's finals latency / the best "
+            "search latency among the finalists):", search, len(finals) + 1)
     if any(r.curve for r in m.results.values()):
         lines += ["", "## Tuning curve", "", "![best-so-far GFLOPS per trial](curve.png)"]
     lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
