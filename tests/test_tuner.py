@@ -246,13 +246,15 @@ def test_early_stop(tmp_path: Path) -> None:
         request(
             template,
             tmp_path / "work",
-            trials=40,
-            batch_size=4,
+            trials=80,
+            batch_size=8,
             early_stop=EarlyStop(patience=2, min_improvement=10.0),
         )
     )
     assert out.trials.stop_reason == "early_stop"
-    assert out.trials.run == 12  # the first batch sets the best, two more are stale
+    # Batches before the cost model has 32 valid trials do not count (a random search);
+    # the 4th batch reaches 32 and is the first stale one, the 5th the second.
+    assert out.trials.run == 40
 
 
 def test_small_space_is_exhausted(tmp_path: Path) -> None:
@@ -366,3 +368,43 @@ def test_trace_json_is_compared_in_one_canonical_form() -> None:
     ]
     py_side = ["TransformLayout", ["b1", '{"nodes":[],"root_index":1}'], [0, True, None, 0]]
     assert _plain(db_side) == _plain(py_side)
+
+
+def test_a_builder_that_cannot_start_does_not_leak_the_runner_worker(tmp_path: Path) -> None:
+    import psutil
+
+    template = make_template(tmp_path, "mm_leak")
+    blocked = tmp_path / "work"
+    blocked.write_text("a file where the work folder should be")  # no artifacts/ inside
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    with pytest.raises(OSError):
+        tune_workload(request(template, blocked))
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        alive = [p for p in me.children(recursive=True)
+                 if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            break
+        time.sleep(0.2)
+    assert not alive, [p.cmdline() for p in alive]
+
+
+def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tvmtune_ci.tuner import request_fingerprint
+
+    template = make_template(tmp_path, "mm_key")
+    base = request(template, tmp_path / "w", fingerprint="sha-of-template-and-helpers")
+    key = request_fingerprint(base)
+    assert request_fingerprint(replace(base, work_dir=tmp_path / "elsewhere")) == key
+    changed = {
+        "helper edit (fingerprint)": replace(base, fingerprint="another-helper"),
+        "seed": replace(base, seed=7),
+        "measurement setting": replace(base, measure=replace(FAST, race=1.5)),
+        "workload": replace(base, workload_name="m32"),
+        "target": replace(base, target={**TARGET, "num-cores": 1}),
+    }
+    for what, req in changed.items():
+        assert request_fingerprint(req) != key, what

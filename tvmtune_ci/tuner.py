@@ -735,7 +735,13 @@ class Search:
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
-            self.progress.stale_batches = 0 if improved else self.progress.stale_batches + 1
+            # Batches before the cost model has WARMUP_SAMPLES valid trials are a random
+            # search; they do not count toward patience.
+            warm = sum(e["error"] is None for e in self.journal.trials) >= WARMUP_SAMPLES
+            if improved or not warm:
+                self.progress.stale_batches = 0
+            else:
+                self.progress.stale_batches += 1
             patience = req.early_stop.patience
             if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
                 return "early_stop"

@@ -425,3 +425,28 @@ def test_remeasure_skips_a_stale_entry(
     r = run_cli(root, "remeasure")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mm/host: stale, not re-measured" in r.stdout
+
+
+def test_staleness_is_decided_again_under_the_lock(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A run that saw the entry stale, and got the lock after another run re-tuned it,
+    does not tune it a second time over the fresh set."""
+    from conftest import change_function
+
+    from tvmtune_ci.config import load_config
+    from tvmtune_ci.errors import LockError
+    from tvmtune_ci.pipeline import retune_entry
+    from tvmtune_ci.staleness import find_stale
+
+    root = _copy(tuned[0], tmp_path)
+    change_function(root / "operators" / "mm.py")
+    commit_all(root, "edit the template")
+    config = load_config(root / "tvmtune.yaml")
+    (seen_stale,) = find_stale(config).stale  # what this run saw before waiting
+    other = run_cli(root, "retune", "--trials", "8")  # meanwhile, another run re-tunes it
+    assert other.returncode == 0, other.stdout + other.stderr
+    before = _set(root)
+    with pytest.raises(LockError, match="re-tuned by another run while this one waited"):
+        retune_entry(config, seen_stale, trials=8, say=lambda s: None)
+    assert _set(root) == before
