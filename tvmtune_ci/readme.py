@@ -54,7 +54,7 @@ def _knobs_inline(m: Measured) -> str:
 
 _STOP = {
     "budget": "the trial budget was spent",
-    "early_stop": "early stop: the best did not improve by more than the threshold for the configured number of batches",
+    "early_stop": "early stop: the best did not improve beyond the measured noise (and the threshold) for the configured number of batches",
     "space_exhausted": "the search space was exhausted",
 }
 

@@ -43,7 +43,7 @@ def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
     m = config.measure
     print(f"tvmtune-ci retune: {n} entr{'y' if n == 1 else 'ies'} from {config.path}")
     print(f"  trials per workload: {args.trials if args.trials is not None else f'{config.trials} (per-operator overrides apply)'}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}")
-    print(f"  early stop: {'off' if es.patience == 0 else f'best not improved by >{es.min_improvement:.0%} for {es.patience} batches'}")
+    print(f"  early stop: {'off' if es.patience == 0 else f'best not improved beyond the noise and >{es.min_improvement:.0%} for {es.patience} batches (once the cost model is warm)'}")
     # Every option by name, so the line follows MeasureOptions as it changes.
     print("  measure: " + " ".join(f"{f.name}={getattr(m, f.name)!r}" for f in dataclasses.fields(m)))
 
