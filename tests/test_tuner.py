@@ -408,3 +408,4 @@ def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: 
     }
     for what, req in changed.items():
         assert request_fingerprint(req) != key, what
+
