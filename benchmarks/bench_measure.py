@@ -90,7 +90,7 @@ def ranking(args: argparse.Namespace) -> None:
     from tvmtune_ci import stats
     from tvmtune_ci.builder import make_builder, schedule_config
     from tvmtune_ci.config import MeasureOptions
-    from tvmtune_ci.measure import SamplePolicy, make_runner, run_schedule, search_policy
+    from tvmtune_ci.measure import SamplePolicy, make_runner, search_policy
     from tvmtune_ci.template import import_template
 
     target = host_target()
@@ -102,6 +102,26 @@ def ranking(args: argparse.Namespace) -> None:
     runner = make_runner(measure)
     builder = make_builder()
     schs = [schedule_config(tpl, args.workload, k, target) for k in configs]
+    # Built once; every measurement below reuses the library.
+    from tvmtune_ci import tvmsetup
+    from tvmtune_ci.measure import device_type
+
+    ms = tvmsetup.ms()
+    tgt = tvmsetup.make_target(target)
+    built = builder.build([ms.builder.BuilderInput(s.mod, tgt) for s in schs])
+    inputs = [
+        ms.runner.RunnerInput(b.artifact_path, device_type(tgt),
+                              ms.arg_info.ArgInfo.from_entry_func(s.mod, remove_preproc=True))
+        for s, b in zip(schs, built, strict=True)
+    ]
+
+    def run_schedule(sch: Any, _target: Any, runner: Any, _builder: Any) -> list[float]:
+        (fut,) = runner.run([inputs[schs.index(sch)]])
+        res = fut.result()
+        if res.error_msg:
+            raise RuntimeError(res.error_msg)
+        return [float(x) for x in res.run_secs]
+
     print(f"## Ranking: {len(configs)} random configurations of {args.op}/{args.workload}, "
           f"target {json.dumps(target)}\n", flush=True)
 
