@@ -413,13 +413,16 @@ def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sig", "kind"), [(signal.SIGKILL, "run")])
+@pytest.mark.timeout(180)  # without the runner's watchdog, SIGSTOP hangs the run for good
+@pytest.mark.parametrize(("sig", "kind"), [(signal.SIGKILL, "run"), (signal.SIGSTOP, "timeout")])
 def test_a_measuring_worker_that_dies_or_hangs_mid_search_costs_trials_not_the_run(
     tmp_path: Path, sig: signal.Signals, kind: str
 ) -> None:
     """A real crash (SIGKILL) or hang (SIGSTOP) of the measuring worker process while
     the search measures: those trials are failures of their kind, the runner starts a
-    new worker, the search goes on, and a failed trial never wins."""
+    new worker, the search goes on, and a failed trial never wins. A stopped worker
+    never answers, not even its own timeout (TVM's pool times out inside the worker):
+    the runner's watchdog kills it after timeout_s + WATCHDOG_GRACE_S."""
     import threading
     from dataclasses import replace
 

@@ -31,6 +31,7 @@ best and the default are decided on that data only.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import subprocess
 import time
@@ -338,6 +339,55 @@ def _worker_ping() -> bool:
     return True
 
 
+# TVM's PopenPoolExecutor enforces its timeout inside the worker (a timer thread
+# there answers "timeout"), so a worker that is stopped (SIGSTOP, a frozen VM slice)
+# or wedged with the interpreter locked never answers and its caller waits forever.
+# The parent therefore waits at most this much longer than the worker's own timeout,
+# then kills the worker: the pool's thread sees the pipe close and starts a new one.
+WATCHDOG_GRACE_S = 5.0
+# A new worker imports TVM before its first job: slow under load (55 s seen).
+WORKER_START_S = 180.0
+
+
+def _kill_pool_workers(pool: Any) -> None:
+    """SIGKILL every worker process of a `PopenPoolExecutor` (and their children).
+
+    Only the OS processes: each worker's own thread notices the closed pipe, fails
+    its job with ChildProcessError and restarts the worker at its next job.
+    """
+    import psutil
+
+    for worker in list(getattr(pool, "_worker_map", {}).values()):
+        proc = getattr(worker, "_proc", None)
+        if proc is None:
+            continue
+        try:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+        except psutil.Error:
+            pass
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+class WorkerHung(TimeoutError):
+    """The worker gave no answer, not even its own timeout, and was killed."""
+
+
+def wait_or_kill(pool: Any, future: Any, limit_s: float) -> Any:
+    """`future.result()`, but a worker silent for `limit_s` is killed (WorkerHung)."""
+    done, _ = concurrent.futures.wait([future], timeout=limit_s)
+    if not done:
+        _kill_pool_workers(pool)
+        concurrent.futures.wait([future], timeout=WORKER_START_S)
+        raise WorkerHung(
+            f"timeout: the worker gave no answer within {limit_s:g}s (stopped or hung), killed"
+        )
+    return future.result()
+
+
 def _worker_measure(
     artifact_path: str, device: str, args_info: list[Any], policy: dict[str, Any]
 ) -> tuple[dict[str, Any], float, float]:
@@ -394,7 +444,9 @@ def _runner_class() -> Any:
             self.pool = PopenPoolExecutor(
                 max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL
             )
-            self.pool.submit(_worker_ping)  # start the worker (it imports TVM) while we build
+            # Start the worker (it imports TVM) while we build; waited on before the
+            # first measurement, so that a measurement's wait is its own.
+            self._starting: Any = self.pool.submit(_worker_ping)
 
         rpc: RpcRunner | None = None
 
@@ -411,10 +463,22 @@ def _runner_class() -> Any:
         def info_of(self, artifact_path: str) -> Sampled | None:
             return self._info.get(str(artifact_path))
 
+        def _started(self) -> None:
+            """Wait for a (re)started worker's import, with the start-up allowance."""
+            starting, self._starting = self._starting, None
+            if starting is None:
+                return
+            try:
+                wait_or_kill(self.pool, starting, WORKER_START_S)
+            except Exception:  # noqa: BLE001 - the measurement that follows will say
+                pass
+
         def run(self, runner_inputs: list[Any]) -> list[Any]:
             policy = self.policy.to_json()
             futures = []
+            limit_s = self.options.timeout_s + WATCHDOG_GRACE_S
             for inp in runner_inputs:
+                self._started()
                 fut = self.pool.submit(
                     _worker_measure,
                     str(inp.artifact_path),
@@ -424,16 +488,22 @@ def _runner_class() -> Any:
                 )
                 res, err = None, None
                 try:
-                    out, load_s, eval_s = fut.result()
+                    out, load_s, eval_s = wait_or_kill(self.pool, fut, limit_s)
                     res = out["samples"]
                     self._info[str(inp.artifact_path)] = Sampled(
                         out["number"], out["raced"], out["converged"]
                     )
                     self.timings.append(RunTiming(load_s, eval_s))
+                except WorkerHung as e:
+                    err = f"WorkerRunner: {e}"
                 except TimeoutError:
                     err = f"WorkerRunner: timeout, killed after {self.options.timeout_s} s"
                 except Exception as e:  # noqa: BLE001 - a crashing kernel is a failed trial
                     err = f"WorkerRunner: {type(e).__name__}: {e}"
+                if err is not None:
+                    # The pool restarts the worker at the next job: let that job wait
+                    # for the import with the start-up allowance, not its own limit.
+                    self._starting = self.pool.submit(_worker_ping)
                 futures.append(LocalRunnerFuture(res=res, error_message=err))
             return futures
 
