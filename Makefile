@@ -4,13 +4,21 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test tune demo check bench
+.PHONY: test tune demo check bench cross-toolchain
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+# The aarch64 cross compiler: links kernels of an aarch64 target (e.g. an Arm board
+# behind an RPC tracker) on this x86 machine. The tests of cross-compiled targets
+# skip, saying so, without it; CI installs it (.ci/run).
+cross-toolchain:
+	@command -v aarch64-linux-gnu-gcc >/dev/null || \
+	  { command -v apt-get >/dev/null && apt-get install -y -q gcc-aarch64-linux-gnu; } || \
+	  { echo "install an aarch64 cross gcc (Debian/Ubuntu: apt-get install gcc-aarch64-linux-gnu)"; exit 1; }
 
 test: $(VENV)/.installed
 	$(PY) -m pytest

@@ -30,6 +30,7 @@ from tvmtune_ci.fingerprint import fingerprint_template
 from tvmtune_ci.fsutil import sha256_bytes
 from tvmtune_ci.layout import LogSet
 from tvmtune_ci.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
+from tvmtune_ci.targetinfo import target_facts
 from tvmtune_ci.template import discover_templates, read_template
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -224,7 +225,7 @@ def write_fresh(
     for fname, data in (extra_files or {}).items():
         (logset.folder / fname).write_bytes(data)
     requested = config.trials_for(operator)
-    sizes = decl.space_sizes()
+    sizes = decl.space_sizes(config.target(target).target)
     manifest = Manifest(
         operator=operator,
         target_name=target,
@@ -253,6 +254,7 @@ def write_fresh(
         measure={},
         template_file=path.relative_to(config.root).as_posix(),
         files={k: sha256_bytes(v) for k, v in (extra_files or {}).items()},
+        target_facts=target_facts(config.target(target).target).to_json(),
     )
     write_manifest(logset.manifest, manifest)
     return manifest

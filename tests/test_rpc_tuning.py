@@ -8,6 +8,7 @@ winner among themselves; what is checked is who measured what and how the run en
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from dataclasses import replace
@@ -218,19 +219,61 @@ def test_a_hung_only_device_stops_with_a_clear_error(
     small_mm: ModuleType,
     tmp_path: Path,
 ) -> None:
-    """The only server is stopped (SIGSTOP: still listed as free): nothing answers, the
-    client gives up after 2 x session_timeout_s + grace, the retry finds no free server,
-    and the run stops before searching, naming the tracker, the key and the server."""
+    """The only server is stopped (SIGSTOP: still listed as free): nothing answers the
+    numerics check, which runs on the device before anything is measured; the client
+    gives up after 2 x session_timeout_s + grace and the run stops before searching,
+    naming the tracker, the key and the server."""
     fleet: RpcFleet = rpc_fleet(servers=1)
     fleet.pause_server(0)
     rpc = fleet.rpc(devices=1, session_timeout_s=1.5)
-    with pytest.raises(TuningError) as err:
+    t0 = time.monotonic()
+    with pytest.raises(DeviceError) as err:
         _tune(small_mm, tmp_path / "work", rpc, replace(FAST, time_cap_s=0.3))
+    assert time.monotonic() - t0 < 60
     msg = str(err.value)
     assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
     assert f"server {fleet.servers[0].address}" in msg and "timeout" in msg
-    assert "no free server" in msg  # the retry
+    assert "numerics check" in msg
     assert not (tmp_path / "work" / "journal.jsonl").exists()  # stopped before the search
+
+
+def test_numerics_are_checked_on_the_device(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811
+    """The correctness check runs where the kernel is measured: through a session on a
+    device of the key, and a wrong result names that device."""
+    from tvmtune_ci.measure import check_correct
+
+    fleet: RpcFleet = rpc_fleet(servers=1)
+    rpc = fleet.rpc(devices=1)
+    check_correct(small_mm, "s64", TARGET, rpc=rpc)
+    wrong = ModuleType("wrong_mm")
+    wrong.__dict__.update(small_mm.__dict__)
+    wrong.reference = lambda A, B: A @ B + 1.0  # type: ignore[attr-defined]
+    with pytest.raises(TuningError) as err:
+        check_correct(wrong, "s64", TARGET, rpc=rpc)
+    assert f"does not match reference() on server {fleet.servers[0].address}" in str(err.value)
+
+
+@pytest.mark.skipif(
+    shutil.which("aarch64-linux-gnu-gcc") is None,
+    reason="needs the aarch64 cross compiler: `make cross-toolchain` (.ci/run installs it)",
+)
+def test_a_cross_compiled_target_never_runs_on_the_host(
+    rpc_fleet, small_mm: ModuleType  # noqa: F811
+) -> None:
+    """An aarch64 target is cross-compiled and linked here: without an RPC runner its
+    numerics are refused (never run on this x86 host); with one, the aarch64 library is
+    uploaded and the x86 loopback server cannot load it, which is the device's error."""
+    from tvmtune_ci.errors import HostError
+    from tvmtune_ci.measure import check_correct
+
+    arm = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
+    with pytest.raises(HostError, match="RPC runner"):
+        check_correct(small_mm, "s64", arm)
+    fleet: RpcFleet = rpc_fleet(servers=1)
+    with pytest.raises(DeviceError) as err:
+        check_correct(small_mm, "s64", arm, rpc=fleet.rpc(devices=1))
+    msg = str(err.value)
+    assert f"server {fleet.servers[0].address}, load:" in msg, msg
 
 
 def test_session_timeout_must_hold_a_measurement(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811

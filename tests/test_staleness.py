@@ -72,7 +72,10 @@ def test_fresh_repo_is_fresh(repo: Path) -> None:
         e.fresh and e.age_days == 0 and e.template_file == MATMUL and e.template_line == decl.line
     )
     assert e.manifest is not None and e.manifest.operator == "matmul"
-    assert e.space_sizes == decl.space_sizes() and all(p > 1 for p, _ in e.space_sizes.values())
+    # The space is the entry's target's: KNOBS name its LANES and VREGS.
+    target = {t.name: t.target for t in load_config(repo / "tvmtune.yaml").targets}[e.target]
+    assert e.space_sizes == decl.space_sizes(target)
+    assert all(p > 1 for p, _ in e.space_sizes.values())
 
 
 def comment_every_def(path: Path) -> None:
@@ -574,3 +577,18 @@ def test_every_real_template_can_be_fresh(tmp_path: Path) -> None:
     assert {e.operator for e in report.entries} == {
         p.stem for p in discover_templates(root / "operators")
     }
+
+
+def test_a_change_in_what_templates_are_told_about_the_target_is_stale(repo: Path) -> None:
+    """Same target dict, but the facts the template was scheduled with (recorded in the
+    manifest) are not what tvmtune-ci derives now: the log is stale (target_changed)."""
+    manifest_path = repo / "tuning_logs/matmul/avx2/manifest.json"
+    data = json.loads(manifest_path.read_text())
+    assert data["target_facts"]["isa"] == "avx2"
+    data["target_facts"] = {**data["target_facts"], "isa": "sse", "vector_bits": 128}
+    manifest_path.write_text(json.dumps(data))
+    reasons = matmul(report_of(repo))["matmul/avx2"]
+    assert reasons == ["target_changed"]
+    del data["target_facts"]  # written before templates could ask: nothing to compare
+    manifest_path.write_text(json.dumps(data))
+    assert matmul(report_of(repo))["matmul/avx2"] == []

@@ -10,6 +10,7 @@ import pytest
 from conftest import OPERATORS, write
 
 from tvmtune_ci.errors import TemplateError
+from tvmtune_ci.targetinfo import scope
 from tvmtune_ci.template import (
     Categorical,
     Split,
@@ -49,6 +50,13 @@ def test_count_perfect_tiles_matches_brute_force(extent: int, parts: int, max_in
     assert count_perfect_tiles(extent, parts, max_inner) == brute_tiles(extent, parts, max_inner)
 
 
+TARGETS = [
+    {"kind": "llvm", "mcpu": "znver4"},
+    {"kind": "llvm", "mcpu": "znver3"},
+    {"kind": "llvm", "mtriple": "aarch64-linux-gnu"},
+]
+
+
 def test_the_real_templates_read_statically() -> None:
     # operators/ evolves: check what holds for any template, against brute force.
     paths = discover_templates(OPERATORS)
@@ -59,15 +67,20 @@ def test_the_real_templates_read_statically() -> None:
         assert decl.name == path.stem
         assert src[decl.line - 1].startswith("def schedule(")
         assert set(decl.functions) == {"compute", "reference", "schedule"}
-        for name, wl in decl.workloads.items():
-            expected = 1
-            for k in decl.knobs:
-                if isinstance(k, Split):
-                    expected *= brute_tiles(eval_extent(k.extent, wl), k.parts, k.max_factor)
-                elif isinstance(k, Categorical):
-                    expected *= len(k.candidates)
-            spaces = math.prod(len(k.candidates) for k in decl.knobs if isinstance(k, Structural))
-            assert decl.space_sizes()[name] == (expected, spaces)
+        for target in TARGETS:  # KNOBS may name the target's facts (LANES, VREGS)
+            for name, wl in decl.workloads.items():
+                names = scope(wl, target)
+                expected = 1
+                for k in decl.knobs:
+                    if isinstance(k, Split):
+                        expected *= brute_tiles(eval_extent(k.extent, names), k.parts,
+                                                eval_extent(k.max_factor, names))
+                    elif isinstance(k, Categorical):
+                        expected *= len(k.candidates)
+                spaces = math.prod(
+                    len(k.candidates) for k in decl.knobs if isinstance(k, Structural)
+                )
+                assert decl.space_sizes(target)[name] == (expected, spaces)
 
 
 def test_eval_extent() -> None:

@@ -187,7 +187,7 @@ def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> Non
     from tvmtune_ci.tvmsetup import make_target, ms
 
     template, out, _ = tuned
-    infos = design_space_infos(template, "m64")
+    infos = design_space_infos(template, "m64", TARGET)
     for r in out.records:
         assert decode_knobs(r["record"][0], infos, template.KNOBS)[1] == r["knobs"]
     # A fixed configuration's (unsimplified) trace decodes too.

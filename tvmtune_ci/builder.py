@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import TemplateError, TvmtuneError
+from .targetinfo import scope
 from .template import Categorical, Knob, Knobs, Split, Structural, call_with_workload, eval_extent
 
 # --------------------------------------------------------------------------- workloads
@@ -69,14 +70,18 @@ def _knob_decls(template: ModuleType) -> dict[str, Knob]:
 
 
 def split_knobs(
-    template: ModuleType, workload_name: str, knobs: Mapping[str, Any] | None
+    template: ModuleType,
+    workload_name: str,
+    knobs: Mapping[str, Any] | None,
+    target: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(structure, values) for `Knobs(mode="fixed")`, validated against KNOBS.
+    """(structure, values) for `Knobs(mode="fixed")`, validated against KNOBS (whose
+    extents may name the facts of `target`).
 
     Missing knobs get the template default (first candidate, all-ones inner factors).
     """
     decls = _knob_decls(template)
-    workload = workload_params(template, workload_name)
+    workload = scope(workload_params(template, workload_name), target)
     structure: dict[str, Any] = {}
     values: dict[str, Any] = {}
     knobs = dict(knobs or {})
@@ -173,7 +178,7 @@ def schedule_config(
     from . import tvmsetup
 
     tvm = tvmsetup.load()
-    structure, values = split_knobs(template, workload_name, knobs)
+    structure, values = split_knobs(template, workload_name, knobs, target)
     mod = workload_module(template, workload_name)
     sch = tvm.s_tir.Schedule(mod)
     cfg = Knobs(
@@ -182,6 +187,7 @@ def schedule_config(
         structure,
         mode="fixed",
         values=values,
+        target=target,
     )
     try:
         template.schedule(sch, cfg)
@@ -221,20 +227,39 @@ _BUILDER_CLASS: list[Any] = []
 
 
 class _TimedLink:
-    """`export_library`'s fcompile: TVM's `create_shared`, timed."""
+    """`export_library`'s fcompile: TVM's `create_shared`, timed; with `cc`, that
+    compiler links (a cross compiler for a target of another architecture)."""
 
     object_format = "o"
+    output_format = "so"
 
-    def __init__(self, create_shared: Any) -> None:
+    def __init__(self, create_shared: Any, cc: str | None = None) -> None:
         self._create_shared = create_shared
+        self._cc = cc
         self.seconds = 0.0
 
     def __call__(self, output: str, objects: list[str], **kwargs: Any) -> Any:
         t = time.perf_counter()
         try:
+            if self._cc is not None:
+                kwargs["cc"] = self._cc
             return self._create_shared(output, objects, **kwargs)
         finally:
             self.seconds = time.perf_counter() - t
+
+
+def export_kernel(module: Any, path: str, target: Mapping[str, Any]) -> float:
+    """Write a built module (runtime module or Executable) as a shared object for
+    `target` at `path`, linked by the cross compiler when the target's architecture
+    is not this machine's (HostError if it is missing). Returns the link seconds."""
+    from tvm.support.cc import create_shared
+
+    from .hostcheck import check_toolchain, cross_cc
+
+    check_toolchain(target)
+    link = _TimedLink(create_shared, cross_cc(target))
+    module.export_library(path, fcompile=link)
+    return link.seconds
 
 
 def _builder_class() -> Any:
@@ -246,7 +271,6 @@ def _builder_class() -> Any:
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build
-    from tvm.support.cc import create_shared
 
     @derived_object
     class InProcessBuilder(PyBuilder):
@@ -264,6 +288,7 @@ def _builder_class() -> Any:
             self._count = 0
             self.compile_s: list[float] = []
             self.export_s: list[float] = []
+            self._targets: dict[str, dict[str, Any]] = {}
 
         def build(self, build_inputs: list[Any]) -> list[Any]:
             results = []
@@ -276,17 +301,24 @@ def _builder_class() -> Any:
                     t1 = time.perf_counter()
                     self._count += 1
                     path = os.path.join(self.artifact_dir, f"k{os.getpid()}_{self._count}.so")
-                    link = _TimedLink(create_shared)
-                    rt_mod.export_library(path, fcompile=link)  # LLVM emits the object, then links
+                    # LLVM emits the object, then the host's (or the cross) compiler links.
+                    link_s = export_kernel(rt_mod, path, self._target_dict(inp.target))
                     t2 = time.perf_counter()
-                    self.compile_s.append(t1 - t0 + (t2 - t1 - link.seconds))
-                    self.export_s.append(link.seconds)
+                    self.compile_s.append(t1 - t0 + (t2 - t1 - link_s))
+                    self.export_s.append(link_s)
                     results.append(BuilderResult(path, None))
                 except Exception as e:  # noqa: BLE001 - any build error is a failed trial
                     results.append(
                         BuilderResult(None, f"InProcessBuilder: {type(e).__name__}: {e}")
                     )
             return results
+
+        def _target_dict(self, target: Any) -> dict[str, Any]:
+            key = str(target)
+            found = self._targets.get(key)
+            if found is None:
+                found = self._targets[key] = dict(target.export())
+            return found
 
         def close(self) -> None:
             if self._own_dir:

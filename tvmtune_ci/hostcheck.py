@@ -9,6 +9,8 @@ with "failures" that say nothing. We compare the ISA features the target's
 from __future__ import annotations
 
 import platform
+import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,7 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
     matters and the tracker's pre-flight checks the devices. `advice` replaces
     the re-tune advice (runs-on labels, RPC) for callers that are not re-tuning.
     """
+    check_toolchain(target)  # builds happen here, remote or not
     if remote:
         return
     kind = target.get("kind")
@@ -113,3 +116,37 @@ def json_target(target: dict[str, Any]) -> str:
     from .targets import target_json
 
     return target_json(target)
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    return _ARCH_ALIASES.get(machine, machine)
+
+
+def cross_cc(target: Mapping[str, Any]) -> str | None:
+    """The C compiler that links `target`'s kernels when they are for another
+    architecture than this machine's (`<triple>-gcc`, e.g. aarch64-linux-gnu-gcc);
+    None: the host's own compiler links them."""
+    if target.get("kind") not in ("llvm", "c"):
+        return None
+    arch = _target_arch(dict(target))
+    if arch is None or arch == host_arch():
+        return None
+    triple = str(target["mtriple"])
+    parts = triple.split("-")
+    # aarch64-linux-gnu stays; aarch64-unknown-linux-gnu -> aarch64-linux-gnu (Debian's name)
+    prefix = "-".join([parts[0], *parts[-2:]]) if len(parts) >= 3 else f"{arch}-linux-gnu"
+    return f"{prefix}-gcc"
+
+
+def check_toolchain(target: Mapping[str, Any]) -> None:
+    """HostError unless the compiler that links `target`'s kernels is on PATH."""
+    cc = cross_cc(target)
+    if cc is None or shutil.which(cc):
+        return
+    package = "gcc-" + cc.removesuffix("-gcc")
+    raise HostError(
+        f"target {json_target(dict(target))} is for {_target_arch(dict(target))}: its kernels are "
+        f"cross-compiled and linked with {cc}, which is not on PATH; install it (Debian/Ubuntu: "
+        f"`apt-get install {package}`, or `make cross-toolchain`) and run again"
+    )

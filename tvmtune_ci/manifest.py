@@ -101,6 +101,9 @@ class Manifest:
     template_commit: str | None = None
     host: dict[str, Any] = field(default_factory=dict)  # cpu model, cores, runner kind, devices
     files: dict[str, str] = field(default_factory=dict)  # other files of the set -> sha256
+    # What the templates were told about the target (targetinfo.TargetFacts.to_json());
+    # empty in manifests written before templates could ask.
+    target_facts: dict[str, Any] = field(default_factory=dict)
     format: int = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -260,6 +263,7 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
             _result(r, f"results.{w}")
         _obj(data.get("measure"), "measure")
         _obj(data.get("host", {}), "host")
+        _obj(data.get("target_facts", {}), "target_facts")
         _str_map(data.get("files", {}), "files")
         commit = data.get("template_commit")
         _need(commit is None or isinstance(commit, str), "template_commit", commit, "a string or null")

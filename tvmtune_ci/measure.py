@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -130,9 +131,16 @@ def check_correct(
     knobs: Mapping[str, Any] | None = None,
     *,
     seed: int = 0,
+    rpc: RpcRunner | None = None,
 ) -> None:
     """Build the template at `knobs` (None: default configuration), run it on random
-    inputs and compare every output with `reference`. Raises TuningError on mismatch."""
+    inputs and compare every output with `reference`. Raises TuningError on mismatch.
+
+    It runs where the kernel is measured: with `rpc`, on a device of that tracker key
+    (the library uploaded as the runner uploads it, cross-linked for its architecture);
+    without, on this machine, which must be able to run the target (HostError for a
+    cross-compiled target: it never runs on the host).
+    """
     from . import tvmsetup
 
     tvm = tvmsetup.load()
@@ -154,48 +162,158 @@ def check_correct(
     arrays = [
         _random_input(rng, tuple(int(x) for x in a.shape), str(a.dtype)) for a in infos[:n_in]
     ]
-    dev = tvm.cpu()
+    if rpc is None:
+        from .hostcheck import check_host
+
+        check_host(dict(target), advice="its numerics can only be checked on such a device: "
+                   "configure an RPC runner for this target (runner: rpc in tvmtune.yaml)")
     try:
         ex = tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
     except Exception as e:
         raise TuningError(
             f"{where}: the {'default' if not knobs else 'given'} configuration does not build: {e}"
         ) from None
-    outs = []
+    fills = []
     for a in infos[n_in:]:
         dtype = str(a.dtype)
         shape = tuple(int(x) for x in a.shape)
-        fill = (
+        fills.append(
             np.full(shape, np.nan, dtype) if dtype.startswith("float") else np.zeros(shape, dtype)
         )
-        outs.append(tvm.runtime.tensor(fill, dev))
-    ex["main"](*[tvm.runtime.tensor(x, dev) for x in arrays], *outs)
+    if rpc is None:
+        dev = tvm.cpu()
+        outs_t = [tvm.runtime.tensor(f, dev) for f in fills]
+        ex["main"](*[tvm.runtime.tensor(x, dev) for x in arrays], *outs_t)
+        got_all = [t.numpy() for t in outs_t]
+        on = ""
+    else:
+        got_all, server = _run_on_device(ex, target, rpc, [*arrays, *fills], n_in, where)
+        on = f" on {server}"
     want = call_with_workload(template.reference, workload, *arrays)
     if not isinstance(want, (tuple, list)):
         want = [want]
-    if len(want) != len(outs):
+    if len(want) != len(got_all):
         raise TemplateError(
-            f"{where}: reference() returned {len(want)} array(s) for {len(outs)} output "
+            f"{where}: reference() returned {len(want)} array(s) for {len(got_all)} output "
             "parameter(s)"
         )
     problems = []
-    for i, (got, exp) in enumerate(zip(outs, want, strict=True)):
+    for i, (got, exp) in enumerate(zip(got_all, want, strict=True)):
         exp = np.asarray(exp)
         dtype = str(infos[n_in + i].dtype)
         rtol, atol = tolerance(dtype)
         atol *= max(1.0, float(np.nanmax(np.abs(exp.astype("float64")))) if exp.size else 1.0)
-        msg = _mismatch_report(
-            f"#{n_in + i} ({dtype}{list(exp.shape)})", got.numpy(), exp, rtol, atol
-        )
+        msg = _mismatch_report(f"#{n_in + i} ({dtype}{list(exp.shape)})", got, exp, rtol, atol)
         if msg:
             problems.append(msg)
     if problems:
         config = "the default configuration" if not knobs else f"configuration {dict(knobs)}"
         raise TuningError(
-            f"{where}: {config} does not match reference(): "
+            f"{where}: {config} does not match reference(){on}: "
             + "; ".join(problems)
             + "; fix compute(), reference() or schedule() so they agree before tuning"
         )
+
+
+def _rpc_check_run(
+    tracker: tuple[str, int, str], timeout_s: float, so_path: str, device: str,
+    arrays: list[np.ndarray], n_in: int, note_path: str,
+) -> dict[str, Any]:
+    """Runs in a worker process: one session on a device of the key, the library
+    uploaded and run once on `arrays`; {"device", "stage", "error", "outputs"}. The
+    server's address goes to `note_path` at once (a killed check still names it)."""
+    import os as _os
+
+    import tvm
+    from tvm import rpc as tvm_rpc
+
+    from tvmtune_ci.devices import _request_server
+
+    out: dict[str, Any] = {"device": None, "stage": "request", "error": None, "outputs": None}
+    try:
+        match = _request_server(tracker[0], tracker[1], tracker[2], 1, timeout_s)
+        if match is None:
+            out["error"] = f"no free server within {timeout_s:g}s"
+            return out
+        url, port, matchkey = match
+        out["device"] = f"{url}:{port}"
+        with open(note_path, "w", encoding="utf-8") as f:
+            f.write(out["device"])
+        out["stage"] = "connect"
+        session = tvm_rpc.connect(url, port, matchkey, session_timeout=timeout_s)
+        out["stage"] = "upload"
+        name = _os.path.basename(so_path)
+        session.upload(so_path, name)
+        out["stage"] = "load"
+        rmod = session.load_module(name)
+        dev = session.device(device, 0)
+        out["stage"] = "run"
+        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+        rmod[rmod.entry_name or "main"](*tensors)
+        dev.sync()
+        out["outputs"] = [t.numpy() for t in tensors[n_in:]]
+        out["stage"] = "done"
+        try:
+            session.remove(name)
+        except Exception:  # noqa: BLE001 - the server removes its session folder anyway
+            pass
+    except Exception as e:  # noqa: BLE001 - reported, never raised across the process
+        out["error"] = _last_line(e)
+    return out
+
+
+def _run_on_device(
+    ex: Any, target: Mapping[str, Any], rpc: RpcRunner, arrays: list[np.ndarray], n_in: int,
+    where: str,
+) -> tuple[list[np.ndarray], str]:
+    """Run a built kernel once on a device of `rpc`'s key: (outputs, "server host:port").
+
+    In a worker process with a parent-side limit, as every RPC measurement: a stopped
+    or unreachable device costs `2 x session_timeout_s`, never the run."""
+    import shutil
+    import tempfile
+
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from . import tvmsetup
+    from .builder import export_kernel
+
+    tmp = tempfile.mkdtemp(prefix="tvmtune-check-")
+    try:
+        so = os.path.join(tmp, "tvmtune_check.so")
+        export_kernel(ex, so, target)
+        device = device_type(tvmsetup.make_target(dict(target)))
+        limit = 2 * rpc.session_timeout_s + RPC_GRACE_S
+        pool = PopenPoolExecutor(max_workers=1, timeout=limit, stderr=subprocess.DEVNULL)
+        try:
+            note = os.path.join(tmp, "server")
+            fut = pool.submit(
+                _rpc_check_run, (rpc.tracker_host, rpc.tracker_port, rpc.key),
+                float(rpc.session_timeout_s), so, device, arrays, n_in, note,
+            )
+            try:
+                out = wait_or_kill(pool, fut, limit + WORKER_START_S)
+            except TimeoutError:
+                out = {"device": None, "stage": "session", "outputs": None,
+                       "error": f"timeout: no answer within {limit:g}s (server stopped, frozen "
+                       "or unreachable)"}
+            except Exception as e:  # noqa: BLE001 - the worker died
+                out = {"device": None, "stage": "worker", "error": _last_line(e), "outputs": None}
+            if out["device"] is None and os.path.exists(note):
+                with open(note, encoding="utf-8") as f:
+                    out["device"] = f.read() or None
+        finally:
+            pool.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if out["error"] is not None:
+        server = f"server {out['device']}" if out["device"] else "no server"
+        raise DeviceError(
+            f"{where}: the numerics check runs on the device ({rpc_where(rpc)}) and failed: "
+            f"{server}, {out['stage']}: {out['error']}; check the device with "
+            "`tvmtune-ci devices`"
+        )
+    return list(out["outputs"]), f"server {out['device']}"
 
 
 # --------------------------------------------------------------------------- runner
@@ -1007,12 +1125,16 @@ class _Session:
 
 
 def full_knobs(
-    template: ModuleType, workload_name: str, knobs: Mapping[str, Any] | None
+    template: ModuleType,
+    workload_name: str,
+    knobs: Mapping[str, Any] | None,
+    target: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every knob's value, defaults filled in (what a manifest records)."""
+    from .targetinfo import scope
     from .template import Categorical, Split, Structural, eval_extent
 
-    workload = workload_params(template, workload_name)
+    workload = scope(workload_params(template, workload_name), target)
     out: dict[str, Any] = {}
     knobs = knobs or {}
     for k in getattr(template, "KNOBS", []):
@@ -1047,7 +1169,7 @@ def measure_config(
             secs = run_schedule(sch, target, s.runner, s.builder, what)
         finally:
             s.runner.set_options(measure)
-        full = full_knobs(template, workload_name, knobs)
+        full = full_knobs(template, workload_name, knobs, target)
         est = stats.estimate(secs)
         return measured(full, est, workload_flops(template, workload_name), "single")
 
@@ -1087,7 +1209,7 @@ def measure_baseline(
                 est = stats.estimate(secs)
         finally:
             s.runner.set_options(measure)
-    base = measured(full_knobs(template, workload_name, None), est, flop, "single")
+    base = measured(full_knobs(template, workload_name, None, target), est, flop, "single")
     if est.rel_halfwidth <= measure.usable_precision:
         return base
     spent = (1 + NOISY_EXTRA) * measure.time_cap_s

@@ -128,6 +128,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
     from .hostcheck import host_description
     from .records import make_log, render_log
     from .stats import ESTIMATOR
+    from .targetinfo import target_facts
 
     date = _dt.date.today().isoformat()
     log_name = logset.log_name(date)
@@ -144,7 +145,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
         trials=trials_by_wl, results=results,
         measure={**vars(config.measure), "estimator": ESTIMATOR, "threads": threads or "TVM default"},
         template_file=entry.template_file, template_commit=_git_commit_of(root, path),
-        host=host,
+        host=host, target_facts=target_facts(target.target).to_json(),
     ), data
 
 

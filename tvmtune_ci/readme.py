@@ -59,6 +59,14 @@ _STOP = {
 }
 
 
+def _facts_sentence(facts: dict[str, Any]) -> str:
+    bits, regs = facts.get("vector_bits", 0), facts.get("vector_registers", 0)
+    if not bits:
+        return f"{facts.get('isa')}, no CPU vectors"
+    return (f"{facts.get('arch')}, {facts.get('isa')}: {bits}-bit vectors ({bits // 32} fp32 "
+            f"lanes), {regs} vector registers")
+
+
 def render_readme(m: Manifest) -> str:
     tj = target_json(m.target)
     lines = [
@@ -75,6 +83,8 @@ def render_readme(m: Manifest) -> str:
         tj,
         "```",
         "",
+        *([f"What the template was told about it (`cfg.isa`, `cfg.vector_lanes`): "
+           f"{_facts_sentence(m.target_facts)}.", ""] if m.target_facts else []),
         "In code (a target that differs by one flag is a different target: `build_best` refuses it):",
         "",
         "```python",

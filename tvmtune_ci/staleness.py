@@ -32,6 +32,7 @@ from .fsutil import sha256_bytes
 from .layout import LogSet
 from .manifest import MANIFEST_NAME, Manifest
 from .records import LOG_FORMAT
+from .targetinfo import target_facts
 from .targets import canonical_target, slug, target_json
 from .template import TemplateDecl, discover_templates
 
@@ -305,6 +306,31 @@ def _read_template(path: Path, cache: SourceCache) -> _Template:
     )
 
 
+def _target_space(
+    tpl: _Template, target: TargetConfig
+) -> tuple[dict[str, tuple[int, int]], Reason | None]:
+    """The template's space sizes on this target (KNOBS may name its facts: LANES...),
+    or template_invalid when an extent does not evaluate for it."""
+    if tpl.decl is None:
+        return tpl.space_sizes, None
+    try:
+        return tpl.decl.space_sizes(target.target), None
+    except TemplateError as e:
+        knobs_line = _assign_line_of(tpl.decl.path, "KNOBS")
+        where = f"{tpl.rel}:{knobs_line}" if knobs_line else tpl.rel
+        return {}, Reason(
+            TEMPLATE_INVALID, f"{where}: KNOBS for target {target.name!r}: {e}", tpl.rel,
+            knobs_line,
+        )
+
+
+def _assign_line_of(path: Path, name: str) -> int | None:
+    try:
+        return _assign_line(ast.parse(path.read_text(encoding="utf-8")), name)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 class _Checker:
     """Compares one manifest with the repository; collects Reasons."""
 
@@ -435,12 +461,33 @@ class _Checker:
         except AttributeError:  # not a dict
             tuned_for = manifest.target
         if tuned_for == target.target:
-            return []
+            return self._facts(target, manifest)
         old = target_json(tuned_for) if isinstance(tuned_for, dict) else repr(tuned_for)
         return [
             Reason(
                 TARGET_CHANGED,
                 f"tuned for {old}, configured now as {target_json(target.target)}",
+                self.config_rel,
+                target.line or None,
+            )
+        ]
+
+    def _facts(self, target: TargetConfig, manifest: Manifest) -> list[Reason]:
+        """The same target, but tvmtune-ci now tells templates other facts about it
+        (its table changed): what the log was scheduled for is not what they see."""
+        if not manifest.target_facts:
+            return []
+        try:
+            now = target_facts(target.target).to_json()
+        except TemplateError:
+            return []  # an unknown CPU: the entry's KNOBS report it (template_invalid)
+        if now == manifest.target_facts:
+            return []
+        return [
+            Reason(
+                TARGET_CHANGED,
+                f"the template was told {manifest.target_facts} about this target; "
+                f"tvmtune-ci now derives {now} (its target table changed)",
                 self.config_rel,
                 target.line or None,
             )
@@ -733,6 +780,9 @@ def find_stale(
                     continue
                 logset = LogSet.of(logs_path, op, target.name)
                 manifest, reasons = checker.check(tpl, target, logset)
+                sizes, invalid = _target_space(tpl, target)
+                if invalid is not None:
+                    reasons.insert(0, invalid)
                 entry = Entry(
                     op,
                     target.name,
@@ -741,7 +791,7 @@ def find_stale(
                     tuple(reasons),
                     manifest,
                     logset,
-                    tpl.space_sizes,
+                    sizes,
                     as_of,
                 )
                 if changed is None or config_changed or _touched(entry, tpl, changed, cache):

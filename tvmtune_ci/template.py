@@ -38,6 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import TemplateError
+from .targetinfo import FACT_NAMES, TargetFacts, scope, target_facts
+
+# The target `read_template` checks KNOBS with when no target is at hand: every
+# extent and max_factor must evaluate for it (each entry's own target is checked
+# per entry by `check`).
+VALIDATION_TARGET: dict[str, Any] = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
 
 # --------------------------------------------------------------------------- knobs
 
@@ -47,9 +53,9 @@ class Split:
     """AutoTVM's define_split: tile one loop into `parts` perfect factors."""
 
     name: str
-    extent: int | str  # workload key, expression over workload keys, or int
+    extent: int | str  # workload key, expression over workload keys / target facts, or int
     parts: int = 2
-    max_factor: int = 64  # bound on the innermost factor
+    max_factor: int | str = 64  # bound on the innermost factor; int or expression like extent
 
     kind = "split"
 
@@ -77,15 +83,22 @@ class Structural:
 Knob = Split | Categorical | Structural
 
 
-def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int = 64) -> Split:
+def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int | str = 64) -> Split:
+    """AutoTVM's `cfg.define_split`: tile a loop of `extent` into `parts` factors whose
+    innermost is at most `max_factor`. Both may be expressions over the workload's
+    keys and the target facts LANES, VREGS, VBITS (`tvmtune_ci.targetinfo`), e.g.
+    `define_split("tile_j", "(N + LANES - 1)//LANES", parts=3, max_factor="VREGS//8")`."""
     if parts < 2:
         raise TemplateError(f"define_split({name!r}): parts must be >= 2, got {parts}")
-    if max_factor < 1:
+    if isinstance(max_factor, bool) or not isinstance(max_factor, (int, str)):
+        raise TemplateError(f"define_split({name!r}): max_factor must be an integer or an expression, got {max_factor!r}")
+    if isinstance(max_factor, int) and max_factor < 1:
         raise TemplateError(f"define_split({name!r}): max_factor must be >= 1, got {max_factor}")
     return Split(name, extent, parts, max_factor)
 
 
 def define_knob(name: str, candidates: Sequence[Any]) -> Categorical:
+    """AutoTVM's `cfg.define_knob`: one of a few integers, searched by sample_categorical."""
     if not candidates:
         raise TemplateError(f"define_knob({name!r}): needs at least one candidate")
     # sample_categorical yields an integer; a non-integer choice is structural.
@@ -95,6 +108,7 @@ def define_knob(name: str, candidates: Sequence[Any]) -> Categorical:
 
 
 def define_structure(name: str, candidates: Sequence[Any]) -> Structural:
+    """A choice that drives Python control flow in `schedule`: one design space each."""
     if not candidates:
         raise TemplateError(f"define_structure({name!r}): needs at least one candidate")
     return Structural(name, tuple(candidates))
@@ -134,13 +148,14 @@ def _eval_node(node: ast.AST, extent: str, workload: Mapping[str, Any]) -> int:
     if isinstance(node, ast.Name):
         v = workload.get(node.id)
         if not isinstance(v, int) or isinstance(v, bool):
-            raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (keys: {', '.join(workload)})")
+            hint = "" if node.id not in FACT_NAMES else " (a target fact: only known with a target)"
+            raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (names: {', '.join(workload)}){hint}")
         return v
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return int(_BINOPS[type(node.op)](_eval_node(node.left, extent, workload), _eval_node(node.right, extent, workload)))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval_node(node.operand, extent, workload)
-    raise TemplateError(f"extent {extent!r}: only workload keys, integers and + - * // % are allowed")
+    raise TemplateError(f"extent {extent!r}: only workload keys, target facts ({', '.join(FACT_NAMES)}), integers and + - * // % are allowed")
 
 
 def eval_extent(extent: int | str, workload: Mapping[str, Any]) -> int:
@@ -191,11 +206,12 @@ def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
 
 
 def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> tuple[int, int]:
-    """(points per design space, number of design spaces) for one workload."""
+    """(points per design space, number of design spaces) for one workload; `workload`
+    is the extent scope (`targetinfo.scope`: its keys and the target's facts)."""
     per_space = 1
     for k in knobs:
         if isinstance(k, Split):
-            per_space *= count_perfect_tiles(eval_extent(k.extent, workload), k.parts, k.max_factor)
+            per_space *= count_perfect_tiles(eval_extent(k.extent, workload), k.parts, eval_extent(k.max_factor, workload))
         elif isinstance(k, Categorical):
             per_space *= len(k.candidates)
     return per_space, len(design_spaces(knobs))
@@ -215,13 +231,19 @@ class TemplateDecl:
     line: int  # of `def schedule`
     functions: dict[str, int]  # compute/reference/schedule -> line
 
-    def space_sizes(self) -> dict[str, tuple[int, int]]:
-        # Computed once per declaration (read_template validates with it, check and
-        # status report it); kept outside the dataclass fields, so equality ignores it.
-        sizes = self.__dict__.get("_space_sizes")
+    def space_sizes(self, target: Mapping[str, Any] | None = None) -> dict[str, tuple[int, int]]:
+        """workload -> (points per design space, design spaces) for `target` (the
+        default: VALIDATION_TARGET, for knobs that name target facts)."""
+        # Computed once per declaration and target (read_template validates with it,
+        # check and status report it); kept outside the dataclass fields, so equality
+        # ignores it.
+        target = VALIDATION_TARGET if target is None else target
+        cache = self.__dict__.setdefault("_space_sizes", {})
+        key = repr(sorted(target.items()))
+        sizes = cache.get(key)
         if sizes is None:
-            sizes = {w: space_size(self.knobs, wl) for w, wl in self.workloads.items()}
-            object.__setattr__(self, "_space_sizes", sizes)
+            sizes = {w: space_size(self.knobs, scope(wl, target)) for w, wl in self.workloads.items()}
+            cache[key] = sizes
         return dict(sizes)
 
 
@@ -295,7 +317,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
         raise TemplateError(f"{path}: knob names must be unique; repeated: {', '.join(dup)}")
     decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions)
     try:
-        decl.space_sizes()  # validates every extent against every workload
+        decl.space_sizes()  # validates every extent against every workload (one target)
     except TemplateError as e:
         # eval_extent does not know the file; point at the KNOBS declaration.
         raise TemplateError(f"{path}:{knobs_line}: {e}") from None
@@ -320,16 +342,47 @@ class Knobs:
     value map; missing ones get the default: all-ones inner split factors, first
     candidate). The order in which knobs are sampled is recorded so a trace's
     decisions map back to knob names.
+
+    What it says about the target (`cfg.target`, `cfg.isa`, `cfg.vector_lanes(dtype)`,
+    `cfg.vector_registers`, `cfg["LANES"]`) comes from the target dict alone
+    (`tvmtune_ci.targetinfo`), never from the machine that runs the search.
     """
 
     def __init__(self, knobs: Sequence[Knob], workload: Mapping[str, Any], structure: Mapping[str, Any],
-                 mode: str = "search", values: Mapping[str, Any] | None = None) -> None:
+                 mode: str = "search", values: Mapping[str, Any] | None = None,
+                 target: Mapping[str, Any] | None = None) -> None:
         self._knobs = {k.name: k for k in knobs}
-        self._workload = dict(workload)
+        self._target = dict(target) if target is not None else None
+        self._workload = scope(workload, self._target)
         self._structure = dict(structure)
         self._mode = mode
         self._values = dict(values or {})
         self.order: list[str] = []
+
+    @property
+    def target(self) -> dict[str, Any]:
+        """The canonical target dict this schedule is for."""
+        if self._target is None:
+            raise TemplateError("cfg.target: this schedule was built without a target")
+        return dict(self._target)
+
+    @property
+    def facts(self) -> TargetFacts:
+        """The target's vector facts (`isa`, `vector_bits`, `vector_registers`)."""
+        return target_facts(self.target)
+
+    @property
+    def isa(self) -> str:
+        """"avx512", "avx2", "avx", "sse", "neon", "neon32", or the non-CPU kind."""
+        return self.facts.isa
+
+    @property
+    def vector_registers(self) -> int:
+        return self.facts.vector_registers
+
+    def vector_lanes(self, dtype: str = "float32") -> int:
+        """Elements of `dtype` in one vector register of the target (1 without vectors)."""
+        return self.facts.lanes(dtype)
 
     def __getitem__(self, name: str) -> Any:
         if name in self._structure:
@@ -360,7 +413,8 @@ class Knobs:
         if self._mode == "fixed":
             decision = self._values.get(name) or [extent] + [1] * (knob.parts - 1)
             decision = [int(x) for x in decision]
-        factors = sch.sample_perfect_tile(loop, n=knob.parts, max_innermost_factor=knob.max_factor, decision=decision)
+        max_factor = eval_extent(knob.max_factor, self._workload)
+        factors = sch.sample_perfect_tile(loop, n=knob.parts, max_innermost_factor=max_factor, decision=decision)
         return list(sch.split(loop, factors=factors, preserve_unit_iters=True))
 
     def knob(self, sch: Any, name: str) -> Any:

@@ -73,6 +73,7 @@ from .measure import (
     search_policy,
 )
 from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
+from .targetinfo import scope
 from .template import Categorical, Knob, Knobs, Split, design_spaces, space_size
 
 __all__ = [
@@ -301,13 +302,15 @@ def decode_knobs(
     return space.index, out
 
 
-def design_space_infos(template: ModuleType, workload_name: str) -> list[SpaceInfo]:
-    """The design spaces of a template's workload, for `decode_knobs` (e.g. on another
-    tool's records of the same template)."""
+def design_space_infos(
+    template: ModuleType, workload_name: str, target: Mapping[str, Any]
+) -> list[SpaceInfo]:
+    """The design spaces of a template's workload on `target`, for `decode_knobs` (e.g.
+    on another tool's records of the same template)."""
     from . import tvmsetup
 
     tvm = tvmsetup.load()
-    space = _Space(template, workload_params(template, workload_name))
+    space = _Space(template, workload_params(template, workload_name), target)
     sch = tvm.s_tir.Schedule(workload_module(template, workload_name))
     return [
         space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(space(sch))
@@ -387,9 +390,12 @@ def make_mutators(knobs: Sequence[Knob], seed: int) -> dict[Any, float]:
 class _Space:
     """The ScheduleFn space generator of a template; remembers each space's knob order."""
 
-    def __init__(self, template: ModuleType, workload: Mapping[str, Any]) -> None:
+    def __init__(
+        self, template: ModuleType, workload: Mapping[str, Any], target: Mapping[str, Any]
+    ) -> None:
         self.template = template
         self.workload = dict(workload)
+        self.target = dict(target)
         self.knobs: list[Knob] = list(getattr(template, "KNOBS", []))
         self.structures = design_spaces(self.knobs)
         self.orders: dict[int, list[str]] = {}
@@ -398,7 +404,7 @@ class _Space:
         out = []
         for i, structure in enumerate(self.structures):
             s = sch.copy()
-            cfg = Knobs(self.knobs, self.workload, structure, mode="search")
+            cfg = Knobs(self.knobs, self.workload, structure, mode="search", target=self.target)
             self.template.schedule(s, cfg)
             self.orders[i] = list(cfg.order)
             out.append(s)
@@ -577,7 +583,7 @@ class Search:
         self.name = req.workload_name
         workload = workload_params(req.template, self.name)
         self.knobs: list[Knob] = list(getattr(req.template, "KNOBS", []))
-        per_space, n_spaces = space_size(self.knobs, workload)
+        per_space, n_spaces = space_size(self.knobs, scope(workload, req.target))
         self.space_size, self.n_spaces = per_space * n_spaces, n_spaces
         self.target = tvmsetup.make_target(dict(req.target))
         self.work_dir = Path(req.work_dir)
@@ -585,7 +591,7 @@ class Search:
         self.journal = Journal(self.work_dir, request_fingerprint(req))
         resumed = self.journal.load()
         self.resumed = len(self.journal.trials)
-        space = _Space(req.template, workload)
+        space = _Space(req.template, workload, req.target)
         self.ctx = ms.TuneContext(
             mod=workload_module(req.template, self.name),
             target=self.target,
@@ -969,7 +975,7 @@ def run_finals(
         if winner.finalist.role == "default":
             return _FinalsOutcome(results, winner, tied)
         try:
-            check_correct(template, name, req.target, winner.finalist.knobs)
+            check_correct(template, name, req.target, winner.finalist.knobs, rpc=req.rpc)
             return _FinalsOutcome(results, winner, tied)
         except TuningError as err:
             if winner.finalist.role == "search":
@@ -1006,7 +1012,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         # Built libraries live in work_dir (each is deleted once measured), so a killed
         # run leaves nothing behind that the caller's removal of work_dir does not remove.
         builder = make_builder(str(Path(req.work_dir) / "artifacts"))
-        check_correct(template, name, req.target)  # 1
+        check_correct(template, name, req.target, rpc=req.rpc)  # 1
         t = lap("correctness_s", t_start)
         noise = measure_baseline(
             template, name, req.target, req.measure, runner=runner, warn=req.warn
@@ -1055,7 +1061,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     best = baseline = previous = None
     for i, r in enumerate(fin.results):
         f = r.finalist
-        knobs = full_knobs(template, name, f.knobs)
+        knobs = full_knobs(template, name, f.knobs, req.target)
         final_json.append({"role": f.role, "knobs": knobs,
                            "estimate": r.estimate.to_json() if r.estimate else None,
                            "error": r.error, "tied": i in fin.tied})
@@ -1092,7 +1098,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         baseline = noise
     # On the finals' scale, as the log ranks them; the search's own number kept.
     search_top = [
-        Measured(full_knobs(template, name, e["knobs"]), e["latency_s"] * scale,
+        Measured(full_knobs(template, name, e["knobs"], req.target), e["latency_s"] * scale,
                  gflops(flop, e["latency_s"] * scale),
                  ci_lo_s=e["ci"][0] * scale if e.get("ci") else None,
                  ci_hi_s=e["ci"][1] * scale if e.get("ci") else None,

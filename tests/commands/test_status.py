@@ -10,6 +10,7 @@ from conftest import make_repo, run_cli, write_fresh
 
 from tvmtune_ci.cli import main
 from tvmtune_ci.commands.status import human_count
+from tvmtune_ci.config import load_config
 from tvmtune_ci.template import read_template
 
 
@@ -35,7 +36,12 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
     assert code == 0  # stale entries are not an error for status
     assert rows[0] == ["ENTRY", "STATE", "AGE", "TRIALS", "BEST", "SPACE", "REASONS"]
     decl = read_template(root / "operators/matmul.py")
-    space = human_count(sum(p * s for p, s in decl.space_sizes().values()))
+    targets = {t.name: t.target for t in load_config(root / "tvmtune.yaml").targets}
+
+    def space_on(target: str) -> str:  # KNOBS name the target's LANES and VREGS
+        return human_count(sum(p * s for p, s in decl.space_sizes(targets[target]).values()))
+
+    space = space_on("avx512")
     n = len(decl.workloads)
     # write_fresh records best = 1.25 ms x (position in WORKLOADS + 1); manifests keep keys sorted.
     order = list(decl.workloads)
@@ -50,7 +56,10 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
         space,
         "-",
     ]
-    assert by_entry["matmul/avx2"] == ["matmul/avx2", "STALE", "-", "-", "-", space, "missing"]
+    assert by_entry["matmul/avx2"] == [
+        "matmul/avx2", "STALE", "-", "-", "-", space_on("avx2"), "missing"
+    ]
+    assert space_on("avx2") != space
     assert rows[-1][0].endswith(
         " entries stale; run `tvmtune-ci retune` to re-tune the stale entries and "
         "rewrite their logs, then commit them"

@@ -1,0 +1,73 @@
+"""Target facts (`tvmtune_ci.targetinfo`): derived from the target dict alone, and
+in agreement with TVM's own LLVM about which vector ISA each CPU name enables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tvmtune_ci import targetinfo
+from tvmtune_ci.errors import TemplateError
+from tvmtune_ci.targetinfo import scope, target_facts
+
+X86_CPUS = sorted(
+    targetinfo._X86_AVX512 | targetinfo._X86_AVX2 | targetinfo._X86_AVX | targetinfo._X86_SSE
+)
+
+
+def _llvm(target: dict[str, Any], feature: str) -> bool:
+    import tvm
+
+    return bool(tvm.target.codegen.llvm_cpu_has_features([feature], tvm.target.Target(target)))
+
+
+@pytest.mark.parametrize("mcpu", X86_CPUS)
+def test_the_x86_table_agrees_with_tvms_llvm(mcpu: str) -> None:
+    import tvm
+
+    target = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": mcpu}
+    if not tvm.target.codegen.llvm_is_valid_cpu(mcpu, "x86_64-linux-gnu"):
+        pytest.skip(f"this TVM's LLVM does not know {mcpu}")
+    isa = target_facts(target).isa
+    assert (isa == "avx512") == _llvm(target, "avx512f"), mcpu
+    assert (isa in ("avx2", "avx512")) == _llvm(target, "avx2"), mcpu
+    assert (isa in ("avx", "avx2", "avx512")) == _llvm(target, "avx"), mcpu
+
+
+@pytest.mark.parametrize(
+    ("mattr", "isa"),
+    [(["-avx512f"], "avx2"), (["+avx512f"], "avx512"), (["-avx2"], "avx"), (["-avx"], "sse")],
+)
+def test_mattr_overrides_the_cpu_as_llvm_does(mattr: list[str], isa: str) -> None:
+    base = "znver4" if mattr[0] != "+avx512f" else "haswell"
+    target = {"kind": "llvm", "mcpu": base, "mattr": mattr}
+    assert target_facts(target).isa == isa
+    assert (isa == "avx512") == _llvm(target, "avx512f")
+    assert (isa in ("avx2", "avx512")) == _llvm(target, "avx2")
+
+
+def test_lanes_and_registers_per_isa() -> None:
+    avx512 = target_facts({"kind": "llvm", "mcpu": "sapphirerapids"})
+    avx2 = target_facts({"kind": "llvm", "mcpu": "znver3"})
+    neon = target_facts({"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
+    assert (avx512.lanes(), avx512.lanes("float16"), avx512.vector_registers) == (16, 32, 32)
+    assert (avx2.lanes(), avx2.lanes("float64"), avx2.vector_registers) == (8, 4, 16)
+    assert (neon.arch, neon.lanes(), neon.vector_registers) == ("aarch64", 4, 32)
+    assert target_facts({"kind": "llvm", "mcpu": "cortex-a72"}).arch == "aarch64"
+    assert target_facts({"kind": "cuda"}).lanes() == 1
+    assert avx2.describe() == "avx2: 256-bit vectors (8 fp32 lanes), 16 registers"
+
+
+def test_an_unknown_cpu_says_how_to_name_its_isa() -> None:
+    with pytest.raises(TemplateError, match=r"mattr: \['\+avx2'\]"):
+        target_facts({"kind": "llvm", "mcpu": "futurelake"})
+    assert target_facts({"kind": "llvm", "mcpu": "futurelake", "mattr": ["+avx2"]}).isa == "avx2"
+
+
+def test_the_extent_scope_has_the_facts_in_the_workloads_dtype() -> None:
+    wl = {"N": 64, "dtype": "float16"}
+    assert scope(wl, {"kind": "llvm", "mcpu": "znver3"})["LANES"] == 16
+    assert scope(wl, None) == wl
+    with pytest.raises(TemplateError, match="shadow"):
+        scope({"LANES": 3}, {"kind": "llvm", "mcpu": "znver3"})
