@@ -46,9 +46,13 @@ from typing import Any
 from _common import wait_idle  # noqa: E402 - benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_NAME = "zen5-2c"
-TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
-FMA_PIPES, LANES = 2, 16  # Zen 5: two 512-bit FMA pipes per core, 16 fp32 lanes each
+# Set by main(): the configured target whose mcpu is this machine's CPU (its committed
+# logs are what is benchmarked), or this CPU itself (hand picks only). Never another
+# CPU's code: built for a CPU the host lacks, it dies with SIGILL.
+TARGET_NAME = "this-cpu"
+TARGET: dict[str, Any] = {}
+FMA_PIPES = 2  # full-width FMA pipes per core assumed by the nominal peak (the probe measures)
+LANES = 16  # fp32 lanes of the target's vectors (set by main())
 
 # Found by hand on this machine (benchmarks/README-free: rerun this script to check).
 # Structural knobs and sampled knobs together, as a manifest's best.knobs.
@@ -70,6 +74,28 @@ HAND_PICKS: dict[str, dict[str, Any]] = {
 }
 
 
+def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
+    """(name, target): the named target of tvmtune.yaml, by default the one whose mcpu
+    is this machine's CPU, else this CPU itself ("this-cpu": hand picks only)."""
+    import tvm
+
+    from tvmtune_ci.config import load_config
+
+    host = str(tvm.target.codegen.llvm_get_system_cpu())
+    targets = {t.name: t.target for t in load_config(ROOT / "tvmtune.yaml").targets}
+    if name is not None:
+        if name not in targets:
+            raise SystemExit(f"no target {name!r} in tvmtune.yaml (it has: {', '.join(targets)})")
+        if targets[name].get("mcpu") != host:
+            raise SystemExit(f"target {name!r} is for mcpu {targets[name].get('mcpu')!r}, this "
+                             f"machine is {host!r}: its kernels cannot be timed here")
+        return name, dict(targets[name])
+    for n, t in targets.items():
+        if t.get("mcpu") == host and t.get("kind") == "llvm" and "mtriple" not in t:
+            return n, dict(t)
+    return "this-cpu", {"kind": "llvm", "mcpu": host, "num-cores": 2}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ops", default="matmul,dense,conv2d,softmax",
@@ -86,6 +112,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="before measuring, wait up to this many seconds for the 1-minute load "
                         "average to drop below 0.5 (other processes' load is noise) (120)")
     p.add_argument("--no-peak-probe", action="store_true", help="skip the C FMA peak probe")
+    p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
+                   "(default: the one matching this CPU, else this CPU with hand picks)")
     return p.parse_args(argv)
 
 
@@ -103,7 +131,6 @@ def nominal_clock_ghz() -> float | None:
 
 
 PROBE_C = r"""
-#include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,21 +144,23 @@ int main(int argc, char **argv){
     double t0 = 0, t1 = 0; float sink = 0; long it = 20000000L;
     #pragma omp parallel num_threads(threads) reduction(+:sink)
     {
-      __m512 a[16], b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
-      for (int i = 0; i < 16; i++) a[i] = _mm512_set1_ps((float)i);
+      typedef float vf __attribute__((vector_size(LANES * 4)));
+      vf a[16], b, c;
+      for (int l = 0; l < LANES; l++) { b[l] = 1.0000001f; c[l] = 1e-7f; }
+      for (int i = 0; i < 16; i++) for (int l = 0; l < LANES; l++) a[i][l] = (float)i;
       #pragma omp barrier
       #pragma omp master
       t0 = now();
       for (long i = 0; i < it; i++) {
         #pragma GCC unroll 16
-        for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(a[j], b, c);
+        for (int j = 0; j < 16; j++) a[j] = a[j] * b + c;  /* one FMA (-ffp-contract) */
       }
       #pragma omp barrier
       #pragma omp master
       t1 = now();
-      for (int i = 0; i < 16; i++) sink += _mm512_reduce_add_ps(a[i]);
+      for (int i = 0; i < 16; i++) for (int l = 0; l < LANES; l++) sink += a[i][l];
     }
-    double gf = threads * it * 16.0 * 16 * 2 / (t1 - t0) / 1e9 + 0 * sink;
+    double gf = threads * it * 16.0 * LANES * 2 / (t1 - t0) / 1e9 + 0 * sink;
     if (gf > best) best = gf;
   }
   printf("%f\n", best);
@@ -141,14 +170,16 @@ int main(int argc, char **argv){
 
 
 def measured_peak_gflops(threads: int) -> float | None:
-    """Best of 7 runs of independent zmm FMAs on `threads` cores (None without cc)."""
+    """Best of 7 runs of independent FMAs on vectors of the target's LANES, on
+    `threads` cores, built for this CPU (-march=native; None without cc)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
     with tempfile.TemporaryDirectory() as d:
         src, exe = Path(d) / "peak.c", Path(d) / "peak"
         src.write_text(PROBE_C)
-        cmd = [cc, "-O2", "-mavx512f", "-mfma", "-fopenmp", str(src), "-o", str(exe)]
+        cmd = [cc, "-O2", "-march=native", "-ffp-contract=fast", f"-DLANES={LANES}", "-fopenmp",
+               str(src), "-o", str(exe)]
         build = subprocess.run(cmd, capture_output=True, text=True)
         if build.returncode != 0:
             return None
@@ -241,25 +272,29 @@ def baseline(op: str, wl: dict[str, Any], arrays: list[Any]) -> tuple[str, Calla
 # --------------------------------------------------------------------------- measuring
 
 
-def check_in_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> None:
-    """A configuration outside the declared space is one the tuner can never pick."""
+def out_of_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> str | None:
+    """Why a configuration is outside the declared space on TARGET (one the tuner can
+    never pick), or None."""
+    from tvmtune_ci.targetinfo import scope
     from tvmtune_ci.template import Categorical, Split, Structural, eval_extent
 
     declared = {k.name: k for k in module.KNOBS}
+    names = scope(wl, TARGET)
     for name, v in knobs.items():
         k = declared.get(name)
         if k is None:
-            raise SystemExit(f"knob {name!r} is not declared in the template's KNOBS")
+            return f"knob {name!r} is not declared in the template's KNOBS"
         if isinstance(k, Split):
-            ext = eval_extent(k.extent, wl)
+            ext, top = eval_extent(k.extent, names), eval_extent(k.max_factor, names)
             prod = 1
             for f in v:
                 prod *= int(f)
-            if len(v) != k.parts or prod != ext or int(v[-1]) > k.max_factor:
-                raise SystemExit(f"{name}={v} is not a point of define_split({name!r}, "
-                                 f"extent {ext}, parts={k.parts}, max_factor={k.max_factor})")
+            if len(v) != k.parts or prod != ext or int(v[-1]) > top:
+                return (f"{name}={v} is not a point of define_split({name!r}, extent {ext}, "
+                        f"parts={k.parts}, max_factor={top}) on this target")
         elif isinstance(k, (Categorical, Structural)) and v not in k.candidates:
-            raise SystemExit(f"{name}={v!r} is not one of {list(k.candidates)}")
+            return f"{name}={v!r} is not one of {list(k.candidates)}"
+    return None
 
 
 def build(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> Any:
@@ -267,12 +302,12 @@ def build(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> Any:
 
     from tvmtune_ci.template import Knobs, Structural, call_with_workload
 
-    check_in_space(module, wl, knobs)
     structural = {k.name for k in module.KNOBS if isinstance(k, Structural)}
     structure = {k: v for k, v in knobs.items() if k in structural}
     values = {k: v for k, v in knobs.items() if k not in structural}
     sch = tvm.s_tir.Schedule(call_with_workload(module.compute, wl))
-    module.schedule(sch, Knobs(module.KNOBS, wl, structure, mode="fixed", values=values))
+    module.schedule(sch, Knobs(module.KNOBS, wl, structure, mode="fixed", values=values,
+                               target=TARGET))
     return tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
 
 
@@ -364,6 +399,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from tvmtune_ci.template import import_template
 
+    global TARGET_NAME, TARGET, LANES
+    TARGET_NAME, TARGET = pick_target(args.target)
+    from tvmtune_ci.targetinfo import target_facts
+
+    facts = target_facts(TARGET)
+    LANES = facts.lanes("float32")
+    print(f"target {TARGET_NAME}: {json.dumps(TARGET)} ({facts.describe()})")
+
     picks = load_picks(args.knobs)
     ops = [o for o in args.ops.split(",") if o]
     clock = nominal_clock_ghz()
@@ -377,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fp32 peak, nominal: {args.threads} cores x {FMA_PIPES} FMA pipes x {LANES} lanes"
               f" x 2 flop x {clock:.3f} GHz (/proc/cpuinfo) = {nominal:.0f} GFLOP/s")
     if probe:
-        print(f"fp32 peak, measured: zmm FMA loop on {args.threads} cores = {probe:.0f} GFLOP/s "
+        print(f"fp32 peak, measured: {LANES}-lane FMA loop on {args.threads} cores = {probe:.0f} GFLOP/s "
               f"(= {probe / (args.threads * FMA_PIPES * LANES * 2):.2f} GHz effective clock)")
     header = (f"{'operator/workload':24} {'config':18} {'TVM ms':>8} {'GFLOP/s':>8} {'%nom':>5} "
               f"{'%meas':>5} {'base ms':>8} {'x base':>6} {'(median)':>8}  baseline")
@@ -393,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
                 source = "untuned hand pick"
             if knobs is None:
                 print(f"{op + '/' + name:24} no manifest and no hand pick: skipped")
+                continue
+            why = out_of_space(module, wl, knobs)
+            if why is not None:
+                print(f"{op + '/' + name:24} {source} skipped: {why}")
                 continue
             r = bench_one(op, name, wl, knobs, source, args)
             rows.append(r)

@@ -64,14 +64,16 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     return (conc - disc) / max(1, conc + disc)
 
 
-def random_configs(template: Any, workload: str, n: int, seed: int) -> list[dict[str, Any]]:
+def random_configs(
+    template: Any, workload: str, n: int, seed: int, target: dict[str, Any]
+) -> list[dict[str, Any]]:
     """n distinct random configurations, drawn as MetaSchedule samples its spaces."""
     from tvmtune_ci import tvmsetup
     from tvmtune_ci.builder import workload_module, workload_params
     from tvmtune_ci.tuner import _plain, _Space, decode_knobs, knobs_key, space_info
 
     tvm = tvmsetup.load()
-    space = _Space(template, workload_params(template, workload))
+    space = _Space(template, workload_params(template, workload), target)
     out: dict[str, dict[str, Any]] = {}
     rng = random.Random(seed)
     tries = 0
@@ -95,7 +97,7 @@ def ranking(args: argparse.Namespace) -> None:
 
     target = host_target()
     tpl = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
-    configs = random_configs(tpl, args.workload, args.configs, args.seed)
+    configs = random_configs(tpl, args.workload, args.configs, args.seed, target)
     measure = MeasureOptions()
     fixed = SamplePolicy(sample_ms=50, precision=0.0, cap_s=math.inf, min_samples=5,
                          max_samples=5, chunk=5, hard_cap_s=60)

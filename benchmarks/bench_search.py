@@ -38,7 +38,9 @@ from typing import Any
 from _common import wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+# Set by main(): this machine's CPU (or --mcpu): code built for a CPU the host lacks
+# dies with SIGILL, and the templates read their lanes and registers from it.
+TARGET: dict[str, Any] = {"kind": "llvm", "num-cores": 2}
 FAILED = 1e9  # MetaSchedule records a failed run as 1e10 s
 
 STOCK_SCRIPT = r"""
@@ -99,6 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "average to drop below 0.5 (other processes' load is noise) (120)")
     p.add_argument("--skip-stock", action="store_true")
     p.add_argument("--skip-tool", action="store_true")
+    p.add_argument("--mcpu", help="LLVM CPU to tune for (default: this machine's; another "
+                   "CPU's code may not run here)")
     return p.parse_args(argv)
 
 
@@ -220,15 +224,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by both runners' workers
     sys.path.insert(0, str(ROOT))
+    import tvm
+
     from tvmtune_ci.builder import build_config, workload_module
+    from tvmtune_ci.hostcheck import check_host
     from tvmtune_ci.measure import flop_count
+    from tvmtune_ci.targetinfo import scope
     from tvmtune_ci.template import import_template, space_size
+
+    TARGET["mcpu"] = args.mcpu or str(tvm.target.codegen.llvm_get_system_cpu())
+    check_host(TARGET, advice="pass --mcpu of a CPU this machine has (default: its own)")
+    print(f"target {json.dumps(TARGET)}")
 
     template = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
     if args.workload not in template.WORKLOADS:
         raise SystemExit(f"{args.op} has no workload {args.workload!r}; "
                          f"it has {', '.join(template.WORKLOADS)}")
-    per_space, n_spaces = space_size(template.KNOBS, template.WORKLOADS[args.workload])
+    per_space, n_spaces = space_size(
+        template.KNOBS, scope(template.WORKLOADS[args.workload], TARGET)
+    )
     flop = flop_count(workload_module(template, args.workload))
     base = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_search-"))
     print(f"{args.op}/{args.workload}: {flop / 1e9:.3f} GFLOP; template space {per_space} points x "

@@ -274,7 +274,7 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     wl = tmpl.WORKLOADS[p["workload"]]
     mod = workload_module(tmpl, p["workload"])
     space = ms.space_generator.ScheduleFn(
-        _Space(tmpl, wl), sch_rules=[], postprocs=make_postprocs(),
+        _Space(tmpl, wl, p["target"]), sch_rules=[], postprocs=make_postprocs(),
         mutator_probs=make_mutators(tmpl.KNOBS, p["seed"]),
     )
     clock.mark("call_start")
@@ -598,7 +598,7 @@ def compare_bests(
     from tvmtune_ci.measure import Finalist, finals, make_runner
     from tvmtune_ci.tuner import decode_knobs, design_space_infos
 
-    infos = design_space_infos(tmpl, args.workload)
+    infos = design_space_infos(tmpl, args.workload, target)
     _, stock_knobs = decode_knobs(stock["best_trace"], infos, tmpl.KNOBS)
     print(
         f"best during the search (each side's own estimator): ours "

@@ -1,8 +1,8 @@
-"""fp32 2-D convolution, NCHW input, KCRS weight, NCHW output, for x86 AVX-512.
+"""fp32 2-D convolution, NCHW input, KCRS weight, NCHW output, for CPUs with vectors.
 
 A direct convolution vectorised along the output row: the register tile is
 (tile_k's inner factor) output channels x (tile_h's inner factor) output rows x
-(tile_w's inner factor) output columns, the columns in zmm lanes. One step of the
+(tile_w's inner factor) output columns, the columns in vector lanes. One step of the
 c, r, s reduction broadcasts a weight per channel and loads an input row segment
 per output row; the tile is accumulated over all of C x R x S in a local buffer
 (cache_write) and stored once, contiguous in the NCHW output. The outer tiles of
@@ -25,11 +25,12 @@ WORKLOADS = {
 }
 
 KNOBS = [
-    # output channels: parallel tiles x register rows
-    define_split("tile_k", "K", parts=2, max_factor=8),
+    # output channels: parallel tiles x register rows (8 on AVX-512 and NEON, 4 on
+    # AVX2: half the vector registers of AVX-512's 32)
+    define_split("tile_k", "K", parts=2, max_factor="VREGS//4"),
     # output rows: parallel tiles x register rows
     define_split("tile_h", "(H + 2*pad - R)//stride + 1", parts=2, max_factor=4),
-    # output columns: parallel tiles x vector lanes (56: three zmm and a ymm)
+    # output columns: parallel tiles x vector lanes (56: 3.5 zmm, 7 ymm)
     define_split("tile_w", "(W + 2*pad - S)//stride + 1", parts=2, max_factor=64),
     define_knob("unroll", [0, 16, 64]),
     define_structure("pad", ["stage", "inline"]),

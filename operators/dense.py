@@ -1,4 +1,4 @@
-"""fp32 dense layer Y = X @ W.T (weight [N, K], as torch.nn.Linear), for x86 AVX-512.
+"""fp32 dense layer Y = X @ W.T (weight [N, K], as torch.nn.Linear), for the target CPU.
 
 The feed-forward projections of a BERT-base layer over 128 tokens. Same
 micro-kernel as `matmul` (`operators/_gemm.py`); here B is the weight stored
@@ -23,8 +23,8 @@ WORKLOADS = {
 KNOBS = [
     # rows: mc/mr x mr (all rows in every parallel task)
     define_split("tile_i", "(M + 15)//16*16", parts=2, max_factor=8),
-    # columns in 16-lane vectors: parallel panels x nc/nr x nr/16
-    define_split("tile_j", "(N + 15)//16", parts=3, max_factor=4),
+    # columns in vectors of LANES: parallel panels x nc/nr x nr/LANES (fits the registers)
+    define_split("tile_j", "(N + 15)//16*16//LANES", parts=3, max_factor="VREGS//8"),
     # k in steps of 16: K/kc x kc/16
     define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32),
     define_structure("accumulate", ["register", "memory"]),

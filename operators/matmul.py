@@ -1,7 +1,7 @@
-"""fp32 matmul C = A @ B, scheduled for x86 CPUs with AVX-512.
+"""fp32 matmul C = A @ B, scheduled for the target CPU's vectors (AVX-512, AVX2, NEON).
 
 Blocked like a BLAS micro-kernel (see `operators/_gemm.py`): an mr x nr register
-tile (mr = tile_i's innermost factor, nr = 16 x tile_j's innermost factor), outer
+tile (mr = tile_i's innermost factor, nr = LANES x tile_j's innermost factor), outer
 tiles fused and run in parallel, k split into kc blocks of 16 x tile_k's inner
 factor. Design spaces: where the tile accumulates (`register`: a local tile over
 all of K, stored once; `memory`: BLAS-like kc blocking) x whether the B panel is
@@ -26,8 +26,8 @@ WORKLOADS = {
 KNOBS = [
     # rows: parallel tiles x mc/mr x mr (the register tile's rows)
     define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=8),
-    # columns in 16-lane vectors: parallel tiles x nc/nr x nr/16
-    define_split("tile_j", "(N + 15)//16", parts=3, max_factor=4),
+    # columns in vectors of LANES: parallel tiles x nc/nr x nr/LANES (fits the registers)
+    define_split("tile_j", "(N + 15)//16*16//LANES", parts=3, max_factor="VREGS//8"),
     # k in steps of 16: K/kc x kc/16
     define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32),
     define_structure("accumulate", ["register", "memory"]),

@@ -1,9 +1,10 @@
-"""fp32 softmax over the last axis of a [R, N] matrix, for x86 AVX-512.
+"""fp32 softmax over the last axis of a [R, N] matrix, for the target CPU's vectors.
 
 Reduction- and bandwidth-bound, so the choices are not GEMM's: how many rows one
 parallel step handles (all four stages run on those rows while they are in L1/L2),
 how many independent vector accumulators the max and the sum reductions keep
-(rfactor over 16-lane vectors: more accumulators hide the add/max latency), the
+(rfactor over vectors of the target's lanes, `cfg.vector_lanes`: 16 fp32 on
+AVX-512, 8 on AVX2, 4 on NEON; more accumulators hide the add/max latency), the
 unrolling of the elementwise loops, and whether exp(x - max) is stored once and
 re-read by the normalisation (`store`) or computed twice (`recompute`: no
 buffer, twice the exp work).
@@ -18,8 +19,6 @@ import numpy as np
 
 from tvmtune_ci.template import define_knob, define_split, define_structure
 
-LANES = 16  # fp32 lanes of one 512-bit register
-
 WORKLOADS = {
     # attention probabilities: 16 heads x 512 queries, over 512 keys
     "attn_512": {"R": 8192, "N": 512, "dtype": "float32"},
@@ -30,9 +29,9 @@ WORKLOADS = {
 KNOBS = [
     # rows: parallel steps x rows per step
     define_split("tile_r", "R", parts=2, max_factor=16),
-    # the max and sum reductions: N/16 vectors = passes x independent accumulators
-    define_split("acc_max", "N//16", parts=2, max_factor=8),
-    define_split("acc_sum", "N//16", parts=2, max_factor=8),
+    # the max and sum reductions: N/LANES vectors = passes x independent accumulators
+    define_split("acc_max", "N//LANES", parts=2, max_factor=8),
+    define_split("acc_sum", "N//LANES", parts=2, max_factor=8),
     define_knob("unroll", [0, 16, 64]),
     define_structure("exp_mode", ["store", "recompute"]),
 ]
@@ -61,19 +60,19 @@ def reference(x: np.ndarray) -> np.ndarray:
 
 
 def _rfactor(sch, block, name: str, cfg):
-    """Split a row reduction over `acc` independent 16-lane accumulators.
+    """Split a row reduction over `acc` independent vector accumulators.
 
     Returns (partial block, final block): the partial one reduces each of the
-    acc*16 lanes over N/(acc*16) passes; the final one reduces the lanes.
+    acc*lanes lanes over N/(acc*lanes) passes; the final one reduces the lanes.
     """
     j = sch.get_loops(block)[-1]
-    jv, lanes = sch.split(j, [None, LANES])
+    jv, lanes = sch.split(j, [None, cfg.vector_lanes(cfg["dtype"])])
     _, acc = cfg.split(sch, jv, name)
     return sch.rfactor(sch.fuse(acc, lanes), 0), block
 
 
 def _vectorize_partial(sch, rf) -> None:
-    # compute_at laid the partial block out as [acc*16 lanes, row, passes].
+    # compute_at laid the partial block out as [acc*lanes, row, passes].
     acc_lanes, _, passes = sch.get_loops(rf)[-3:]
     sch.reorder(passes, acc_lanes)
     sch.vectorize(acc_lanes)
@@ -90,7 +89,8 @@ def schedule(sch, cfg) -> None:
     r, c = sch.get_loops(out)
     r0, r1 = cfg.split(sch, r, "tile_r")
     sch.parallel(r0)
-    _, c1 = sch.split(c, [None, LANES])
+    lanes = cfg.vector_lanes(cfg["dtype"])
+    _, c1 = sch.split(c, [None, lanes])
     sch.vectorize(c1)
 
     # Every stage of a row runs right before the normalisation of that row.
@@ -99,7 +99,7 @@ def schedule(sch, cfg) -> None:
     e = sch.get_sblock("T_fast_exp")
     if cfg["exp_mode"] == "store":
         sch.compute_at(e, r1, preserve_unit_loops=True)
-        _, e1 = sch.split(sch.get_loops(e)[-1], [None, LANES])
+        _, e1 = sch.split(sch.get_loops(e)[-1], [None, lanes])
         sch.vectorize(e1)
     else:
         sch.compute_inline(e)

@@ -6,10 +6,16 @@ non-trivial configuration of every design space must match `reference()`, every
 declared knob must be sampled in every design space (so the reported space size
 is true), a search-mode (traced, randomly sampled) schedule must build too, and
 the real workloads must schedule (their declared split extents match the loops).
+
+Templates read their target (`cfg.vector_lanes`, LANES/VREGS in KNOBS): the numerics
+run on this machine's own CPU, whichever ISA it has, and every template also builds
+(TVM's LLVM, not run) for an AVX-512 CPU, an AVX2 CPU and an aarch64 triple, whose
+object code is checked to be aarch64 ELF.
 """
 
 from __future__ import annotations
 
+import shutil
 import zlib
 from functools import cache
 from pathlib import Path
@@ -18,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tvmtune_ci.targetinfo import scope, target_facts
 from tvmtune_ci.template import (
     Categorical,
     Knobs,
@@ -38,8 +45,16 @@ def _host_target() -> dict[str, Any]:
     import tvm
 
     return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2}
+
+# Build-only targets: each ISA family the templates must schedule for.
+BUILD_TARGETS: dict[str, dict[str, Any]] = {
+    "avx512": {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
+    "avx2": {"kind": "llvm", "mcpu": "znver3", "num-cores": 2},
+    "aarch64": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72",
+                "num-cores": 4},
+}
 # Points per design space: enough to be worth a search, few enough for 300 trials.
-MIN_SPACE, MAX_SPACE = 100, 5000
+MIN_SPACE, MAX_SPACE = 100, 8192  # NEON's 4 lanes make 4x more column splits
 
 # template -> (a small workload, a non-trivial configuration that is valid for it)
 SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
@@ -76,16 +91,34 @@ def space_id(case: tuple[str, dict[str, Any]]) -> str:
 ALL_SPACES = [case for name in TEMPLATES for case in spaces(name)]
 
 
-def check_values(module: Any, workload: dict[str, Any], values: dict[str, Any]) -> None:
+def for_target(module: Any, workload: dict[str, Any], values: dict[str, Any],
+               target: dict[str, Any]) -> dict[str, Any]:
+    """SMALL's values on `target`: a split whose extent depends on LANES gets its
+    outermost factor scaled so that the product is the target's extent."""
+    names = scope(workload, target)
+    out = dict(values)
+    for knob in module.KNOBS:
+        if isinstance(knob, Split) and knob.name in out:
+            v = list(out[knob.name])
+            extent, rest = eval_extent(knob.extent, names), int(np.prod(v[1:]))
+            if extent % rest == 0:
+                v[0] = extent // rest
+            out[knob.name] = v
+    return out
+
+
+def check_values(module: Any, workload: dict[str, Any], values: dict[str, Any],
+                 target: dict[str, Any]) -> None:
     """The test's configuration must be a point of the declared space."""
+    names = scope(workload, target)
     for knob in module.KNOBS:
         if knob.name not in values:
             continue
         v = values[knob.name]
         if isinstance(knob, Split):
-            extent = eval_extent(knob.extent, workload)
+            extent = eval_extent(knob.extent, names)
             assert len(v) == knob.parts and int(np.prod(v)) == extent, (knob, v)
-            assert v[-1] <= knob.max_factor, (knob, v)
+            assert v[-1] <= eval_extent(knob.max_factor, names), (knob, v)
         elif isinstance(knob, Categorical):
             assert v in knob.candidates, (knob, v)
 
@@ -113,13 +146,14 @@ def test_every_template_has_a_small_workload() -> None:
     assert set(TEMPLATES) == set(SMALL), "add a small workload for each new template to SMALL"
 
 
+@pytest.mark.parametrize("isa", sorted(BUILD_TARGETS))
 @pytest.mark.parametrize("name", TEMPLATES)
-def test_declared_space_sizes(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_declared_space_sizes(name: str, isa: str, capsys: pytest.CaptureFixture[str]) -> None:
     decl = read_template(OPERATORS / f"{name}.py")
-    sizes = decl.space_sizes()
+    sizes = decl.space_sizes(BUILD_TARGETS[isa])
     with capsys.disabled():
         for wl, (per_space, n_spaces) in sizes.items():
-            print(f"\n  {name}/{wl}: {per_space} points x {n_spaces} design spaces", end="")
+            print(f"\n  {name}/{wl} ({isa}): {per_space} points x {n_spaces} spaces", end="")
     for wl, (per_space, n_spaces) in sizes.items():
         assert MIN_SPACE <= per_space <= MAX_SPACE, f"{name}/{wl}: {per_space} points per space"
         assert 1 <= n_spaces <= 8
@@ -129,11 +163,13 @@ def test_declared_space_sizes(name: str, capsys: pytest.CaptureFixture[str]) -> 
 def test_design_space_builds_and_matches_reference(case: tuple[str, dict[str, Any]]) -> None:
     name, structure = case
     module = load(name)
+    target = _host_target()
     workload, values = SMALL[name]
-    check_values(module, workload, values)
+    values = for_target(module, workload, values, target)
+    check_values(module, workload, values, target)
     sampled = {k.name for k in module.KNOBS if isinstance(k, (Split, Categorical))}
     for vals in ({}, values):
-        cfg = Knobs(module.KNOBS, workload, structure, mode="fixed", values=vals)
+        cfg = Knobs(module.KNOBS, workload, structure, mode="fixed", values=vals, target=target)
         build_and_compare(module, workload, cfg)
         assert set(cfg.order) == sampled, f"declared, never sampled: {sampled - set(cfg.order)}"
 
@@ -145,7 +181,7 @@ def test_search_mode_schedule_builds(case: tuple[str, dict[str, Any]]) -> None:
     name, structure = case
     module = load(name)
     workload, _ = SMALL[name]
-    cfg = Knobs(module.KNOBS, workload, structure, mode="search")
+    cfg = Knobs(module.KNOBS, workload, structure, mode="search", target=_host_target())
     build_and_compare(module, workload, cfg, seed=zlib.crc32(space_id(case).encode()) % 1000 + 1)
 
 
@@ -158,4 +194,91 @@ def test_real_workloads_schedule(name: str) -> None:
     for workload in module.WORKLOADS.values():
         for structure in design_spaces(module.KNOBS):
             sch = tvm.s_tir.Schedule(call_with_workload(module.compute, workload))
-            module.schedule(sch, Knobs(module.KNOBS, workload, structure, mode="fixed"))
+            for target in BUILD_TARGETS.values():
+                s = sch.copy()
+                module.schedule(s, Knobs(module.KNOBS, workload, structure, mode="fixed",
+                                         target=target))
+
+
+def _elf_machine(path: Path) -> int:
+    """e_machine of an ELF file (62: x86-64, 183: aarch64)."""
+    head = path.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF", f"{path} is not ELF"
+    return int.from_bytes(head[18:20], "little")
+
+
+@pytest.mark.parametrize("isa", sorted(BUILD_TARGETS))
+@pytest.mark.parametrize("case", ALL_SPACES, ids=space_id)
+def test_every_design_space_builds_for_every_isa(
+    case: tuple[str, dict[str, Any]], isa: str, tmp_path: Path
+) -> None:
+    """Scheduled for the ISA's lanes and registers and compiled by TVM's LLVM for it,
+    not run (this host may lack AVX-512; aarch64 is cross-compiled): the object code
+    is that architecture's."""
+    import tvm
+
+    name, structure = case
+    module = load(name)
+    target = BUILD_TARGETS[isa]
+    workload, values = SMALL[name]
+    values = for_target(module, workload, values, target)
+    check_values(module, workload, values, target)
+    sch = tvm.s_tir.Schedule(call_with_workload(module.compute, workload))
+    module.schedule(sch, Knobs(module.KNOBS, workload, structure, mode="fixed", values=values,
+                               target=target))
+    exe = tvm.compile(sch.mod, target=tvm.target.Target(target))
+    obj = tmp_path / "kernel.o"
+    exe.mod.write_to_file(str(obj))
+    expected = {"aarch64": 183}.get(target_facts(target).arch, 62)
+    assert _elf_machine(obj) == expected
+
+
+def test_the_lanes_follow_the_target_not_the_host() -> None:
+    """The same template reads 16 fp32 lanes for AVX-512, 8 for AVX2, 4 for NEON,
+    on whatever machine the schedule is built."""
+    module = load("softmax")
+    workload, _ = SMALL["softmax"]
+    lanes = {isa: Knobs(module.KNOBS, workload, {}, target=t).vector_lanes("float32")
+             for isa, t in BUILD_TARGETS.items()}
+    assert lanes == {"avx512": 16, "avx2": 8, "aarch64": 4}
+
+
+CROSS_CC = "aarch64-linux-gnu-gcc"
+
+
+@pytest.mark.skipif(
+    shutil.which(CROSS_CC) is None,
+    reason=f"needs {CROSS_CC}: `make cross-toolchain` (.ci/run installs it)",
+)
+def test_the_builder_links_an_aarch64_target_with_the_cross_compiler(tmp_path: Path) -> None:
+    """The tuner's own builder (what the RPC runner uploads) makes an aarch64 shared
+    object for an aarch64 triple: ELF machine 183, type ET_DYN."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvmtune_ci.builder import make_builder, schedule_config
+
+    target = BUILD_TARGETS["aarch64"]
+    sch = schedule_config(load("matmul"), "m1024", None, target)
+    builder = make_builder(str(tmp_path))
+    try:
+        (res,) = builder.build([ms.builder.BuilderInput(sch.mod, tvm.target.Target(target))])
+    finally:
+        builder.close()
+    assert res.error_msg is None, res.error_msg
+    so = Path(res.artifact_path)
+    assert _elf_machine(so) == 183
+    assert int.from_bytes(so.read_bytes()[16:18], "little") == 3  # ET_DYN: a shared object
+
+
+def test_a_missing_cross_compiler_is_named_with_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tvmtune_ci.errors import HostError
+    from tvmtune_ci.hostcheck import check_toolchain, cross_cc
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler at all
+    assert cross_cc(BUILD_TARGETS["avx2"]) is None  # the host's own compiler links x86
+    assert cross_cc({"kind": "llvm", "mtriple": "aarch64-unknown-linux-gnu"}) == CROSS_CC
+    with pytest.raises(HostError, match="apt-get install gcc-aarch64-linux-gnu"):
+        check_toolchain(BUILD_TARGETS["aarch64"])
