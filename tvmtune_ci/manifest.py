@@ -65,6 +65,8 @@ class WorkloadResult:
     previous_verdict: str | None = None
     # "search" | "default" | "previous": where the published best came from.
     best_source: str = "search"
+    # History replay after a template edit (history.ReplayReport.to_json()), or None.
+    history: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float:
@@ -131,6 +133,7 @@ class Manifest:
                     previous_best=Measured(**r["previous_best"]) if r.get("previous_best") else None,
                     previous_verdict=r.get("previous_verdict"),
                     best_source=r.get("best_source", "search"),
+                    history=r.get("history"),
                 )
                 for w, r in d["results"].items()
             }
@@ -228,6 +231,8 @@ def _result(data: Any, where: str) -> None:
         _need(ok, f"{where}.curve[{i}]", point, "[trial, gflops]")
     if r.get("previous_best") is not None:
         _measured(r["previous_best"], f"{where}.previous_best")
+    if r.get("history") is not None:
+        _obj(r["history"], f"{where}.history")
 
 
 def _trials(data: Any, where: str) -> None:

@@ -35,6 +35,9 @@ Say = Callable[[str], None]
 # Reasons under which the previous log still describes the same template,
 # workload and target: its best is a fair candidate to re-measure and keep.
 _SAME_TEMPLATE_BLOCKERS = {"missing", "template_changed", "workload_changed", "target_changed", "log_modified", "template_invalid"}
+# Under which the previous log is replayed on the edited template (history.py): same
+# operator and target, a log nobody edited, tuned with this TVM.
+_REPLAY_BLOCKERS = {"missing", "target_changed", "log_modified", "template_invalid", "tvm_changed"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,55 @@ def can_reuse_previous(entry: Entry) -> bool:
     return entry.manifest is not None and not ({r.code for r in entry.reasons} & _SAME_TEMPLATE_BLOCKERS)
 
 
+def replay_skipped(entry: Entry) -> str | None:
+    """Why the previous log is not replayed on the edited template (None: it is, or
+    the template did not change). Only a template edit is replayed."""
+    codes = {r.code for r in entry.reasons}
+    if entry.manifest is None:  # unreadable (log_modified), or none at all (missing)
+        return "no readable previous log" if "log_modified" in codes else None
+    if "template_changed" not in codes and "workload_changed" not in codes:
+        return None
+    if "tvm_changed" in codes:
+        return f"the previous log was tuned with TVM {entry.manifest.tvm_version}"
+    if "log_modified" in codes:
+        return "the previous log was edited by hand"
+    if "target_changed" in codes:
+        return "the previous log was tuned for another target"
+    return None
+
+
+def replay_plan(config: Config, entry: Entry) -> list[str]:
+    """What `retune` would replay of the previous log, in words, without TVM (for
+    --dry-run): per workload the knob diff and how many old configurations map."""
+    from . import history
+    from .template import read_template
+
+    skipped = replay_skipped(entry)
+    if skipped is not None:
+        return [f"history replay skipped: {skipped}"]
+    if not can_replay(entry) or entry.manifest is None:
+        return []
+    decl = read_template(config.root / entry.template_file)
+    target = config.target(entry.target).target
+    old_decl = history.old_declaration(config.root, entry.manifest)
+    out = []
+    for wname, wl in sorted(decl.workloads.items()):
+        old = history.old_configs(entry.manifest, wname)
+        mapped = history.map_all(old, decl.knobs, wl, target)
+        diff = history.knob_diff(old_decl, decl.knobs, wl, target,
+                                 old_names=sorted({k for c in old for k in c}))
+        whole = sum(not m.reset for m in mapped)
+        out.append(f"history {wname}: {diff.sentence()}; {len(mapped)} configuration(s) of "
+                   f"{entry.manifest.log} would be replayed first, {whole} with every knob kept")
+    return out
+
+
+def can_replay(entry: Entry) -> bool:
+    codes = {r.code for r in entry.reasons}
+    return (entry.manifest is not None and bool(codes & {"template_changed", "workload_changed"})
+            and not codes & _REPLAY_BLOCKERS)
+
+
 def _git_commit_of(root: Path, path: Path) -> str | None:
     from .git import last_commit
 
@@ -74,6 +126,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
 
     The previous log's best (same template, workload and target) is a finalist of each
     workload's finals: it is kept unless this run's best is faster beyond the noise."""
+    from . import history
     from .fingerprint import fingerprint_template
     from .template import import_template, read_template
     from .tuner import TuneRequest, tune_workload
@@ -85,6 +138,11 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
     fp = fingerprint_template(path, root)
     logset = entry.logset
     reuse = can_reuse_previous(entry)
+    replaying = can_replay(entry)
+    skipped = replay_skipped(entry)
+    if skipped is not None:
+        say(f"history replay skipped: {skipped}; a cold search")
+    old_decl = history.old_declaration(root, entry.manifest) if replaying and entry.manifest else None
     results: dict[str, WorkloadResult] = {}
     trials_by_wl: dict[str, Trials] = {}
     outcomes = {}
@@ -96,6 +154,15 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
                 prev = dict(entry.manifest.results[wname].best.knobs)
                 where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
                 say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
+            mapped: list[history.Mapped] = []
+            diff = None
+            if replaying and entry.manifest is not None:
+                old = history.old_configs(entry.manifest, wname)
+                mapped = history.map_all(old, decl.knobs, decl.workloads[wname], target.target)
+                diff = history.knob_diff(old_decl, decl.knobs, decl.workloads[wname], target.target,
+                                         old_names=sorted({k for c in old for k in c}))
+                say(f"{wname}: template edited ({diff.sentence()}); replaying {len(mapped)} "
+                    f"configuration(s) of {entry.manifest.log} first")
             req = TuneRequest(
                 template=module,
                 workload_name=wname,
@@ -111,8 +178,14 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
                 fingerprint=fp.digest,
                 previous_knobs=prev,
                 warn=say,
+                replay=tuple(m.knobs for m in mapped),
             )
             outcome = tune_workload(req)
+            report = None
+            if diff is not None and entry.manifest is not None:
+                report = replay_report(entry.manifest.log, mapped, diff, outcome)
+                for line in report.sentences():
+                    say(f"{wname}: history: {line}")
             if outcome.previous_verdict is not None and outcome.previous is not None:
                 say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
             elif prev is not None:
@@ -123,6 +196,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
                 space_size=outcome.space_size, design_spaces=outcome.design_spaces,
                 curve=tuple(outcome.curve), previous_best=outcome.previous,
                 previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
+                history=report.to_json() if report is not None else None,
             )
             trials_by_wl[wname] = outcome.trials
     from .hostcheck import host_description
@@ -147,6 +221,33 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
         template_file=entry.template_file, template_commit=_git_commit_of(root, path),
         host=host, target_facts=target_facts(target.target).to_json(),
     ), data
+
+
+def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any) -> Any:
+    """The history report of one workload: the replay's counts and the old best's
+    place in the finals (it was the "previous" finalist when it still worked)."""
+    from collections import Counter
+
+    from .history import ReplayReport
+
+    rs = outcome.replay
+    resets = Counter(name for m in mapped for name in m.reset)
+    old = outcome.previous if rs is not None and rs.old_best_correct else None
+    return ReplayReport(
+        source=source,
+        offered=len(mapped),
+        whole=sum(not m.reset for m in mapped),
+        built=rs.built if rs else 0,
+        correct=rs.correct if rs else 0,
+        measured=rs.measured if rs else 0,
+        knob_diff=diff,
+        reset_counts=dict(resets),
+        failures=rs.failures if rs else (),
+        old_best_s=old.latency_s if old is not None else None,
+        old_best_rel=old.rel_halfwidth if old is not None else None,
+        verdict=outcome.previous_verdict if old is not None else None,
+        seeded=bool(rs and rs.measured),
+    )
 
 
 def previous_sentence(source: str, verdict: str) -> str:
@@ -248,6 +349,11 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
         m = r.manifest
         parts.append(f"{m.operator} on {m.target_name}")
         for w, res in sorted(m.results.items()):
+            if res.history is not None:
+                from .history import ReplayReport
+
+                for line in ReplayReport.from_json(res.history).sentences():
+                    body.append(f"- {m.operator}/{m.target_name}/{w}: history: {line}")
             prev = ""
             if res.previous_best is not None and res.previous_verdict is not None:
                 prev = f"; previous best {fmt_latency(res.previous_best.latency_s, res.previous_best.rel_halfwidth)}: " \

@@ -127,11 +127,16 @@ def render_readme(m: Manifest) -> str:
         ]
         if r.best.stage == "finals":
             lines.append(f"  (both measured in the same interleaved finals; the best from {r.best.n} samples)")
-        if r.previous_best is not None:
+        if r.previous_best is not None and r.history is None:
             verdict = {"faster": "this run's best is faster beyond the noise",
                        "slower": "the previous best is faster beyond the noise",
                        "equal": "equal within noise"}.get(r.previous_verdict or "", "not compared")
             lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
+        if r.history is not None:
+            from .history import ReplayReport
+
+            lines += ["", f"### History: the template was edited since `{r.history.get('source', '?')}`", ""]
+            lines += [f"- {x}" for x in ReplayReport.from_json(r.history).sentences()]
         lines += ["", "Chosen splits and knobs:", "", "```"]
         lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
         lines += ["```"]

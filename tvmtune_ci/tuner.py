@@ -41,7 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -138,6 +138,23 @@ class TuneRequest:
     previous_knobs: dict[str, Any] | None = None
     # Told when the runner is noisy but usable (more samples are taken).
     warn: Callable[[str], None] | None = None
+    # History replay (template edited): the previous log's configurations mapped into
+    # this template's knob space, best first (`history.map_all`). Each is built, checked
+    # against reference() and measured before the search, which starts from them. The
+    # first is the old best: it replaces `previous_knobs` when it still computes right.
+    replay: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """How the replayed configurations fared (counts, first failures)."""
+
+    offered: int
+    built: int
+    correct: int
+    measured: int
+    failures: tuple[str, ...] = ()
+    old_best_correct: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,7 @@ class TuneOutcome:
     best_source: str = "search"  # "search", "default" or "previous"
     # The finals' results, for the log: {"role", "knobs", "estimate"} in finals order.
     final_results: tuple[dict[str, Any], ...] = ()
+    replay: ReplayStats | None = None  # with TuneRequest.replay
 
 
 # --------------------------------------------------------------------------- design spaces
@@ -187,6 +205,12 @@ class SpaceInfo:
     # The same for the unsimplified trace (what a fixed configuration's schedule records).
     full_signature: str = ""
     full_sample_knobs: tuple[str, ...] = ()
+
+
+def _short(error: str, limit: int = 160) -> str:
+    """The first line of an error, cut to `limit` characters."""
+    line = next((x.strip() for x in error.strip().splitlines() if x.strip()), error)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _plain(obj: Any) -> Any:
@@ -772,8 +796,52 @@ class Search:
             self.ctx.notify_runner_results([], [])
         return picked
 
-    def _measure(self, picked: list[tuple[Any, int, dict[str, Any]]]) -> None:
-        """Build and run one batch, tell the strategy and the cost model, commit, journal."""
+    def replay(self, configs: Sequence[Mapping[str, Any]]) -> ReplayStats:
+        """The history replay, before the search: each configuration is checked against
+        reference() (where the kernel runs), then the good ones are measured as the
+        first batch. They become the first trials (journal, log), the cost model is
+        trained on them, and the database the evolutionary search seeds its population
+        from holds them. Not told to the strategy: it did not propose them."""
+        from .builder import schedule_config
+        from .measure import check_correct
+
+        ms, req = self.ms, self.req
+        built = correct = 0
+        failures: list[str] = []
+        picked: list[tuple[Any, int, dict[str, Any]]] = []
+        old_best_correct = False
+        for i, kv in enumerate(configs):
+            try:
+                check_correct(req.template, self.name, req.target, kv, rpc=req.rpc)
+            except (TuningError, TemplateError) as e:
+                if "does not build" not in str(e) and not isinstance(e, TemplateError):
+                    built += 1
+                failures.append(_short(str(e)))
+                continue
+            built += 1
+            correct += 1
+            old_best_correct = old_best_correct or i == 0
+            sch = schedule_config(req.template, self.name, kv, req.target)
+            args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            sidx, decoded = decode_knobs(_plain(sch.trace.as_json()), self.spaces, self.knobs)
+            key = knobs_key(decoded)
+            if key not in self.seen:
+                self.seen.add(key)
+                picked.append((ms.MeasureCandidate(sch, args_info), sidx, decoded))
+        picked = picked[: max(0, req.trials - self.done)]
+        n0 = self.done
+        if picked:
+            self._measure(picked, notify=False, source="replay")
+        measured = sum(e["error"] is None for e in self.journal.trials[n0:])
+        return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
+                           old_best_correct)
+
+    def _measure(
+        self, picked: list[tuple[Any, int, dict[str, Any]]], *, notify: bool = True,
+        source: str = "search",
+    ) -> None:
+        """Build and run one batch, tell the strategy (unless `notify` is off: it did
+        not propose them) and the cost model, commit, journal."""
         ms, req = self.ms, self.req
         cands = [c for c, _, _ in picked]
         incumbent = self.progress.best_latency
@@ -804,7 +872,8 @@ class Search:
             ms.runner.RunnerResult([e.value], None) if e is not None else r
             for r, e in zip(results, ests, strict=True)
         ]
-        self.ctx.notify_runner_results(cands, results)
+        if notify:
+            self.ctx.notify_runner_results(cands, results)
         ok = [(c, r) for c, r in zip(cands, results, strict=True) if _ok(r)]
         if ok:
             t0 = time.perf_counter()
@@ -846,6 +915,7 @@ class Search:
                     "error": err,
                     "device": device,
                     "record": line[1],
+                    **({"source": source} if source != "search" else {}),
                 }
             )
             self.progress.add(trial, est if not raced else None, self.flop)
@@ -1021,6 +1091,19 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         search = Search(req, builder, runner, t_start)  # 3 + 4
         t = lap("setup_s", t)
         stats_["resumed"] = float(search.resumed)
+        replay = None
+        if req.replay:
+            if search.resumed:  # replayed before the interruption: in the journal
+                done = [e for e in search.journal.trials if e.get("source") == "replay"]
+                ok = sum(e["error"] is None for e in done)
+                replay = ReplayStats(len(req.replay), ok, ok, ok, (), False)
+            else:
+                replay = search.replay(req.replay)
+                t = lap("replay_s", t)
+            if not replay.old_best_correct:  # the old best is a finalist only if it works
+                req = replace(req, previous_knobs=None)
+            elif req.previous_knobs is None:
+                req = replace(req, previous_knobs=dict(req.replay[0]))
         stop_reason = search.run()
         stats_.update(search.stats)
         t = time.perf_counter()
@@ -1145,4 +1228,5 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         previous_verdict=verdict,
         best_source=fin.winner.finalist.role,
         final_results=tuple(final_json),
+        replay=replay,
     )

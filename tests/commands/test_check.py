@@ -293,3 +293,29 @@ def test_template_invalid_annotation_says_to_fix_the_template(cli, repo: Path) -
     for x in errors:
         fix = x.split("Fix: ", 1)[1]
         assert fix.startswith(f"fix the template at {MATMUL}:") and "retune" not in fix, fix
+
+
+def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
+    cli, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """A PR whose log was re-tuned after a template edit: the job summary carries the
+    history replay the manifest records."""
+    from tvmtune_ci.history import KnobDiff, ReplayReport
+
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    mpath = repo / "tuning_logs/matmul/avx2/manifest.json"
+    m = json.loads(mpath.read_text())
+    wl = sorted(m["results"])[0]
+    m["results"][wl]["history"] = ReplayReport(
+        source="matmul_avx2_2026-01-01.json", offered=4, whole=3, built=4, correct=4,
+        measured=4, knob_diff=KnobDiff(changed=("unroll: knob [0] -> knob [0, 16]",)),
+        old_best_s=0.002, old_best_rel=0.01, verdict="equal", seeded=True,
+    ).to_json()
+    mpath.write_text(json.dumps(m))
+    code, _, _ = cli("check", "--format", "github")
+    assert code == 0
+    text = summary.read_text()
+    assert "#### Re-tuned after a template edit: history replay" in text
+    assert f"**matmul/avx2/{wl}**" in text and "4 computed the right result" in text
+    assert "old best on the new template: 2 ms ± 1.0%; equal within noise" in text

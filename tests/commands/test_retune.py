@@ -451,3 +451,99 @@ def test_staleness_is_decided_again_under_the_lock(
     with pytest.raises(LockError, match="re-tuned by another run while this one waited"):
         retune_entry(config, seen_stale, trials=8, say=lambda s: None)
     assert _set(root) == before
+
+
+# --------------------------------------------------------------------------- history replay
+
+
+def _edit_template(root: Path, old: str, new: str) -> None:
+    path = root / "operators/mm.py"
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new))
+    commit_all(root, "edit the template")
+
+
+def test_a_template_edit_replays_the_old_configurations_first(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A new candidate for a knob: every old configuration is still a point of the new
+    space. Dry run says what would be replayed; the re-tune replays them (built,
+    checked, measured: the first trials), starts the search from them, puts the old
+    best in the finals, and the README's History section and the commit say so."""
+    root = _copy(tuned[0], tmp_path)
+    old_manifest = json.loads((root / FOLDER / "manifest.json").read_text())
+    _edit_template(root, 'define_knob("unroll", [0, 16])', 'define_knob("unroll", [0, 16, 64])')
+    dry = run_cli(root, "retune", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "changed unroll: knob [0, 16] -> knob [0, 16, 64]" in dry.stdout
+    assert "would be replayed first" in dry.stdout
+    r = run_cli(root, "retune", "--trials", "24", "--commit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = json.loads((root / FOLDER / "manifest.json").read_text())
+    h = m["results"]["s64"]["history"]
+    assert h["source"] == old_manifest["log"]
+    assert h["offered"] >= 2 and h["whole"] == h["offered"]  # nothing reset
+    assert h["built"] == h["correct"] == h["offered"] and h["seeded"]
+    assert h["knob_diff"]["changed"] == ["unroll: knob [0, 16] -> knob [0, 16, 64]"]
+    assert h["old_best_s"] is not None and h["verdict"] in ("faster", "equal", "slower")
+    # The replayed configurations are the run's first trials, in the log's journal order.
+    log = json.loads((root / FOLDER / m["log"]).read_text())
+    assert len(log["workloads"]["s64"]["records"]) >= h["offered"]
+    readme = (root / FOLDER / "README.md").read_text()
+    assert f"### History: the template was edited since `{old_manifest['log']}`" in readme
+    assert "computed the right result" in readme and "old best on the new template" in readme
+    body = git(root, "log", "-1", "--format=%B")
+    assert "mm/host/s64: history: knobs: changed unroll" in body
+    assert "old best on the new template" in body
+    assert run_cli(root, "check").returncode == 0
+
+
+def test_an_edit_that_invalidates_every_old_configuration_searches_cold_and_says_so(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """Every knob renamed: no old configuration keeps anything, so none is replayed."""
+    root = _copy(tuned[0], tmp_path)
+    text = (root / "operators/mm.py").read_text()
+    for name in ("tile_i", "tile_j", "unroll", "cache"):
+        text = text.replace(f'"{name}"', f'"{name}2"')
+    (root / "operators/mm.py").write_text(text)
+    commit_all(root, "rename every knob")
+    r = run_cli(root, "retune", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "replaying 0 configuration(s)" in r.stdout
+    assert "could be mapped: a cold search" in r.stdout
+    h = json.loads((root / FOLDER / "manifest.json").read_text())["results"]["s64"]["history"]
+    assert h["offered"] == 0 and not h["seeded"] and h["old_best_s"] is None
+    assert set(h["knob_diff"]["added"]) == {"tile_i2", "tile_j2", "unroll2", "cache2"}
+
+
+@pytest.mark.parametrize("damage", ["tvm", "corrupt"])
+def test_an_old_log_of_another_tvm_or_corrupt_is_not_replayed_and_nothing_is_lost(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, damage: str
+) -> None:
+    root = _copy(tuned[0], tmp_path)
+    mpath = root / FOLDER / "manifest.json"
+    if damage == "tvm":
+        m = json.loads(mpath.read_text())
+        m["tvm_version"] = "0.19.0"
+        mpath.write_text(json.dumps(m))
+        expect = "history replay skipped: the previous log was tuned with TVM 0.19.0"
+    else:
+        # Tuned some days ago (another log name), its manifest damaged since.
+        log = next((root / FOLDER).glob("mm_host_*.json"))
+        log.rename(log.with_name("mm_host_2026-01-01.json"))
+        mpath.write_text("{ not json")
+        expect = "history replay skipped: no readable previous log"
+    before = _set(root)
+    _edit_template(root, 'define_knob("unroll", [0, 16])', 'define_knob("unroll", [0, 16, 64])')
+    r = run_cli(root, "retune", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert expect in r.stdout
+    after = {p.name: p.read_bytes() for p in (root / FOLDER).iterdir()}
+    # Every old file is still there, byte for byte: archived as .bak, or (a file the
+    # unreadable manifest does not vouch for) left as it was.
+    for name, data in before.items():
+        kept = [k for k, v in after.items() if v == data and (k == name or k.endswith(".bak"))]
+        assert kept, name
+    assert json.loads(after["manifest.json"])["results"]["s64"]["history"] is None

@@ -227,7 +227,28 @@ def step_summary(report: Report) -> str:
         )
     for o in report.orphans:
         rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
+    rows += history_summary(report)
     return "\n".join(rows) + "\n"
+
+
+def history_summary(report: Report) -> list[str]:
+    """For each fresh entry whose log was re-tuned after a template edit (its manifest
+    holds a history replay): what the old configurations were worth."""
+    from ..history import ReplayReport
+
+    out: list[str] = []
+    for e in report.entries:
+        if not e.fresh or e.manifest is None:
+            continue
+        for w, r in sorted(e.manifest.results.items()):
+            if r.history is None:
+                continue
+            if not out:
+                out += ["", "#### Re-tuned after a template edit: history replay", ""]
+            lines = ReplayReport.from_json(r.history).sentences()
+            out.append(f"- **{e.operator}/{e.target}/{w}** (tuned {e.manifest.tuned_on}): "
+                       + md_escape("; ".join(lines)))
+    return out
 
 
 # --------------------------------------------------------------------------- command

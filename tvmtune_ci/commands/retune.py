@@ -108,6 +108,11 @@ def run(args: argparse.Namespace) -> int:
     for e in entries:
         why = "; ".join(f"{r.code}: {r.detail}" for r in e.reasons) or "fresh (--all)"
         print(f"  {e.operator}/{e.target}: {why}")
+        if args.dry_run:
+            from ..pipeline import replay_plan
+
+            for line in replay_plan(config, e):
+                print(f"    {line}")
     if args.dry_run or not entries:
         if not entries:
             print("nothing to re-tune: every log is fresh")

@@ -1,0 +1,268 @@
+"""Benchmark: the re-tune after a template edit, warm (history replay) against cold.
+
+    python benchmarks/bench_warmstart.py                    # every edit, 96 trials each
+    python benchmarks/bench_warmstart.py --edits 1,3 --trials 64
+
+Each scripted edit is a realistic change to one of this repo's templates (or its
+helper `operators/_gemm.py`), applied to a scratch copy of `operators/`. The "old
+log" is this CPU's committed log of that operator (`tuning_logs/OP/TARGET/`, tuned
+on the unedited templates). For each edit, on the same workload, budget and seed:
+
+- cold: `tune_workload` as before history replay: a search from nothing;
+- warm: the old log's configurations mapped into the edited knob space
+  (`history.map_all`), replayed first (checked against reference(), measured), and
+  the search started from them (the database it seeds its population from, and the
+  cost model, hold them). The old best is a finalist.
+
+Both use tvmtune.yaml's measurement and early stop (the CI re-tune's settings).
+Reported per edit: how many old configurations still map whole and still compute
+right; trials (and seconds) each run needed to come within 2% of the cold run's
+final search best (the curves are each run's own search numbers); the trials each
+ran before stopping; and the two final bests re-measured side by side in one
+interleaved `measure.finals` run (so machine drift hits both alike), warm / cold
+with its 95% interval. The anchor is the cold run; ratios come from this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _common import wait_idle  # benchmarks/ is the script's folder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Edit:
+    name: str
+    what: str
+    operator: str
+    workload: str
+    changes: tuple[tuple[str, str, str], ...]  # (file under operators/, old text, new text)
+
+
+EDITS = [
+    Edit("softmax-unroll-candidate", "a new candidate for a knob", "softmax", "attn_512",
+         (("softmax.py", 'define_knob("unroll", [0, 16, 64])',
+           'define_knob("unroll", [0, 16, 64, 256])'),)),
+    Edit("gemm-memory-loop-order", "a changed loop order (memory-accumulate spaces)",
+         "matmul", "m1024",
+         (("_gemm.py", "sch.reorder(*batch, *i0, j0, k0, j1, i1, k1, kk, i2, j2, lanes)",
+           "sch.reorder(*batch, *i0, j0, k0, i1, j1, k1, kk, i2, j2, lanes)"),)),
+    Edit("matmul-pack-none", "a new structural choice (B read in place)", "matmul", "m1024",
+         (("matmul.py", 'define_structure("pack_b", ["tile", "global"])',
+           'define_structure("pack_b", ["tile", "global", "none"])'),)),
+    Edit("conv2d-no-unroll-knob", "a removed knob (unroll fixed at 16)", "conv2d",
+         "resnet50_3x3",
+         (("conv2d.py", '    define_knob("unroll", [0, 16, 64]),\n', ""),
+          ("conv2d.py", 'cfg.knob(sch, "unroll")', "16"))),
+    Edit("dense-k-step-8", "a changed blocking rule: k in steps of 8, not 16", "dense",
+         "bert_ffn1",
+         (("_gemm.py", "k_rest, kk = sch.split(k, [None, PAD])",
+           "k_rest, kk = sch.split(k, [None, 8])"),
+          ("dense.py", 'define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32)',
+           'define_split("tile_k", "(K + 15)//16*2", parts=2, max_factor=32)'))),
+    Edit("matmul-mr-max-4", "an edit that invalidates the old best (register rows <= 4)",
+         "matmul", "m1021",
+         (("matmul.py", 'define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=8)',
+           'define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=4)'),)),
+    Edit("softmax-more-accumulators", "a wider split (up to 16 accumulators)", "softmax",
+         "vocab_32k",
+         (("softmax.py", 'define_split("acc_max", "N//LANES", parts=2, max_factor=8)',
+           'define_split("acc_max", "N//LANES", parts=2, max_factor=16)'),
+          ("softmax.py", 'define_split("acc_sum", "N//LANES", parts=2, max_factor=8)',
+           'define_split("acc_sum", "N//LANES", parts=2, max_factor=16)'))),
+    Edit("dense-register-only", "a removed structural candidate (memory accumulate)", "dense",
+         "bert_ffn2",
+         (("dense.py", 'define_structure("accumulate", ["register", "memory"])',
+           'define_structure("accumulate", ["register"])'),)),
+    Edit("conv2d-pad-copy-unrolled", "a changed copy stage (pad pass unrolled, not vectorised)",
+         "conv2d", "resnet50_3x3",
+         (("conv2d.py", "        sch.vectorize(loops[-1])", "        sch.unroll(loops[-1])"),)),
+]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--edits", help="1-based indices, comma-separated (default: all)")
+    p.add_argument("--trials", type=int, default=96, help="budget of each run (96)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
+                   "(default: the one matching this CPU)")
+    p.add_argument("--wait-idle", type=float, default=120.0,
+                   help="wait up to this many seconds for the load average to drop below 0.5")
+    return p.parse_args(argv)
+
+
+def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
+    import tvm
+
+    from tvmtune_ci.config import load_config
+
+    host = str(tvm.target.codegen.llvm_get_system_cpu())
+    targets = {t.name: t.target for t in load_config(ROOT / "tvmtune.yaml").targets}
+    if name is not None:
+        if name not in targets:
+            raise SystemExit(f"no target {name!r} in tvmtune.yaml (it has: {', '.join(targets)})")
+        return name, dict(targets[name])
+    for n, t in targets.items():
+        if t.get("mcpu") == host and "mtriple" not in t:
+            return n, dict(t)
+    raise SystemExit(f"no target of tvmtune.yaml is this CPU ({host}); its committed logs are "
+                     "the old logs this benchmark replays. Tune one first (add the target, "
+                     "`tvmtune-ci retune --target NAME`) or pass --target")
+
+
+def load_edited(edit: Edit, scratch: Path) -> Any:
+    """The template after the edit, from a scratch copy of operators/ (its helpers too)."""
+    from tvmtune_ci.template import import_template
+
+    shutil.copytree(ROOT / "operators", scratch / "operators")
+    for fname, old, new in edit.changes:
+        path = scratch / "operators" / fname
+        text = path.read_text()
+        if old not in text:
+            raise SystemExit(f"edit {edit.name}: {fname} no longer holds {old!r}; update EDITS")
+        path.write_text(text.replace(old, new, 1))
+    # The helper package is imported by name: forget the previous edit's copy.
+    for mod in [m for m in sys.modules if m == "operators" or m.startswith("operators.")]:
+        del sys.modules[mod]
+    sys.path[:] = [p for p in sys.path if "bench-warmstart-" not in p]
+    sys.path.insert(0, str(scratch))
+    return import_template(scratch / "operators" / f"{edit.operator}.py", scratch)
+
+
+def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
+    for trial, g in curve:
+        if g >= gflops:
+            return trial
+    return None
+
+
+def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
+             target: dict[str, Any]) -> dict[str, Any]:
+    from tvmtune_ci import history, stats
+    from tvmtune_ci.builder import make_builder
+    from tvmtune_ci.config import load_config
+    from tvmtune_ci.manifest import read_manifest
+    from tvmtune_ci.measure import Finalist, finals, make_runner
+    from tvmtune_ci.tuner import TuneRequest, tune_workload
+
+    config = load_config(ROOT / "tvmtune.yaml")
+    scratch = Path(tempfile.mkdtemp(prefix="bench-warmstart-"))
+    try:
+        tmpl = load_edited(edit, scratch)
+        manifest = read_manifest(ROOT / "tuning_logs" / edit.operator / target_name / "manifest.json")
+        old = history.old_configs(manifest, edit.workload)
+        mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target)
+        old_decl = history.old_declaration(ROOT, manifest)
+        diff = history.knob_diff(old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target,
+                                 old_names=sorted({k for c in old for k in c}))
+        print(f"\n## {i}. {edit.name}: {edit.what} ({edit.operator}/{edit.workload})", flush=True)
+        print(f"knobs: {diff.sentence()}; {len(old)} old configuration(s) -> {len(mapped)} "
+              f"mapped, {sum(not m.reset for m in mapped)} whole", flush=True)
+        outs: dict[str, Any] = {}
+        secs: dict[str, float] = {}
+        for mode in ("cold", "warm"):
+            req = TuneRequest(
+                template=tmpl, workload_name=edit.workload, target=target, trials=args.trials,
+                work_dir=scratch / mode, batch_size=config.batch_size, seed=args.seed,
+                early_stop=config.early_stop, measure=config.measure,
+                replay=tuple(m.knobs for m in mapped) if mode == "warm" else (),
+            )
+            t0 = time.perf_counter()
+            outs[mode] = tune_workload(req)
+            secs[mode] = time.perf_counter() - t0
+            o = outs[mode]
+            print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_reason}) in {secs[mode]:.0f} s; "
+                  f"best {stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
+        cold, warm = outs["cold"], outs["warm"]
+        goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
+        t_cold, t_warm = trials_to(list(cold.curve), goal), trials_to(list(warm.curve), goal)
+        # Both bests side by side, interleaved (drift hits both alike).
+        runner, builder = make_runner(config.measure), make_builder()
+        try:
+            fin = finals(tmpl, edit.workload, target,
+                         [Finalist("search", dict(cold.best.knobs), "cold"),
+                          Finalist("search", dict(warm.best.knobs), "warm")], config.measure,
+                         runner=runner, builder=builder)
+        finally:
+            runner.close()
+            builder.close()
+        est = {r.finalist.key: r.estimate for r in fin}
+        ratio = lo = hi = math.nan
+        verdict = "not measured"
+        if est.get("cold") is not None and est.get("warm") is not None:
+            c, w = est["cold"], est["warm"]
+            ratio, lo, hi = w.value / c.value, w.lo / c.hi, w.hi / c.lo
+            verdict = {"equal": "equal within noise", "faster": "warm faster",
+                       "slower": "warm slower"}[stats.compare(w, c)]
+        rs = warm.replay
+        return {
+            "edit": edit.name, "what": edit.what, "entry": f"{edit.operator}/{edit.workload}",
+            "old": len(old), "mapped": len(mapped), "whole": sum(not m.reset for m in mapped),
+            "correct": rs.correct if rs else 0, "t_cold": t_cold, "t_warm": t_warm,
+            "run_cold": cold.trials.run, "run_warm": warm.trials.run,
+            "s_cold": secs["cold"], "s_warm": secs["warm"],
+            "ratio": ratio, "lo": lo, "hi": hi, "verdict": verdict,
+            "stop_cold": cold.trials.stop_reason, "stop_warm": warm.trials.stop_reason,
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from tvmtune_ci import tvmsetup
+
+    tvmsetup.load()
+    target_name, target = pick_target(args.target)
+    from tvmtune_ci.hostcheck import check_host
+
+    check_host(target, advice="run this benchmark on a machine with that CPU, or pass --target")
+    picked = [EDITS[int(x) - 1] for x in args.edits.split(",")] if args.edits else EDITS
+    waited = wait_idle(args.wait_idle)
+    import os
+
+    print(f"# bench_warmstart: {len(picked)} template edits, cold vs warm re-tune, {args.trials} "
+          f"trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; old logs "
+          f"tuning_logs/*/{target_name}/; load {os.getloadavg()[0]:.2f} (waited {waited:.0f} s)")
+    rows = [run_edit(EDITS.index(e) + 1, e, args, target_name, target) for e in picked]
+    print("\n| # | edit | entry | old configs: mapped / whole / correct | trials to 2% of cold's "
+          "final: cold / warm | trials run: cold / warm (stop) | seconds: cold / warm | final "
+          "best warm / cold (95% interval) |")
+    print("|---|---|---|---|---|---|---|---|")
+    fractions = []
+    for i, r in enumerate(rows, 1):
+        tc, tw = r["t_cold"], r["t_warm"]
+        if tc and tw:
+            fractions.append(tw / tc)
+        print(f"| {i} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
+              f"{r['correct']} | {tc} / {tw if tw is not None else 'never'} | {r['run_cold']} / "
+              f"{r['run_warm']} ({r['stop_cold']} / {r['stop_warm']}) | {r['s_cold']:.0f} / "
+              f"{r['s_warm']:.0f} | {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]: {r['verdict']} |")
+    if fractions:
+        med = statistics.median(fractions)
+        print(f"\nwarm trials to reach the cold run's final quality, as a fraction of cold's: median "
+              f"{med:.2f} over {len(fractions)} edits (goal <= 0.33)")
+    worse = [r["edit"] for r in rows if r["verdict"] == "warm slower"]
+    print("edits whose warm run ended slower beyond the noise: " + (", ".join(worse) or "none"))
+    total = [sum(r[k] for r in rows) for k in ("s_cold", "s_warm", "run_cold", "run_warm")]
+    print(f"total: cold {total[0]:.0f} s / {total[2]} trials, warm {total[1]:.0f} s / {total[3]} "
+          f"trials: warm/cold seconds {total[1] / total[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

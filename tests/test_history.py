@@ -1,0 +1,82 @@
+"""History replay, the TVM-free part: old configurations mapped into an edited
+template's knob space by name, and the knob diff."""
+
+from __future__ import annotations
+
+from tvmtune_ci.history import KnobDiff, ReplayReport, knob_diff, map_all, map_config
+from tvmtune_ci.template import define_knob, define_split, define_structure
+
+WL = {"M": 64, "N": 128, "dtype": "float32"}
+AVX2 = {"kind": "llvm", "mcpu": "znver3"}
+OLD = [
+    define_split("tile_i", "M", parts=2, max_factor=8),
+    define_split("tile_j", "N", parts=2, max_factor=32),
+    define_knob("unroll", [0, 16]),
+    define_structure("cache", [False, True]),
+]
+
+
+def test_a_config_keeps_every_knob_that_is_still_valid() -> None:
+    new = [*OLD[:2], define_knob("unroll", [0, 16, 64]), OLD[3]]
+    m = map_config({"tile_i": [8, 8], "tile_j": [4, 32], "unroll": 16, "cache": True}, new, WL, AVX2)
+    assert m.knobs == {"tile_i": [8, 8], "tile_j": [4, 32], "unroll": 16, "cache": True}
+    assert m.reset == ()
+
+
+def test_invalid_knobs_are_repaired_and_new_ones_take_the_default() -> None:
+    new = [
+        define_split("tile_i", "M", parts=3, max_factor=8),        # parts changed
+        define_split("tile_j", "N//LANES", parts=2, max_factor=4),  # extent changed
+        define_knob("unroll", [0, 64]),                            # 16 no longer offered
+        define_structure("pack", ["none", "global"]),              # new
+    ]
+    m = map_config({"tile_i": [8, 8], "tile_j": [4, 4], "unroll": 16, "cache": True}, new, WL, AVX2)
+    # tile_j [4, 4] multiplies to 16 = 128 // 8 lanes on AVX2: still valid there.
+    # tile_i keeps its inner factor 8 (now in 3 parts), unroll 16 becomes the nearest 0.
+    assert m.knobs == {"tile_i": [8, 1, 8], "tile_j": [4, 4], "unroll": 0, "pack": "none"}
+    assert m.kept == ("tile_j",) and m.reset == ("tile_i", "unroll", "pack")
+    # An innermost factor above a lowered max_factor: the largest divisor within it.
+    lower = [define_split("tile_i", "M", parts=2, max_factor=4)]
+    assert map_config({"tile_i": [8, 8]}, lower, WL, AVX2).knobs == {"tile_i": [16, 4]}
+
+
+def test_configs_that_become_one_point_or_keep_nothing_are_dropped() -> None:
+    new = [OLD[0], define_knob("unroll2", [0])]
+    a = {"tile_i": [8, 8], "unroll": 0}
+    b = {"tile_i": [8, 8], "unroll": 16}  # differs only in a removed knob
+    c = {"tile_j": [1, 128]}  # keeps nothing: just the default
+    assert [m.knobs for m in map_all([a, b, c], new, WL, AVX2)] == [
+        {"tile_i": [8, 8], "unroll2": 0}
+    ]
+
+
+def test_knob_diff_names_added_removed_and_changed() -> None:
+    new = [
+        define_split("tile_i", "M", parts=2, max_factor="VREGS//2"),
+        OLD[1],
+        define_knob("unroll", [0, 16, 64]),
+        define_structure("pack", ["none"]),
+    ]
+    d = knob_diff(OLD, new, WL, AVX2)
+    assert d.added == ("pack",) and d.removed == ("cache",)
+    # tile_i's bound VREGS//2 is 8 on AVX2, as before: evaluated, not a change.
+    assert d.changed == ("unroll: knob [0, 16] -> knob [0, 16, 64]",)
+    avx512 = knob_diff(OLD, new, WL, {"kind": "llvm", "mcpu": "znver4"})
+    assert avx512.changed[0] == (
+        "tile_i: split of 64 in 2, innermost <= 8 -> split of 64 in 2, innermost <= 16"
+    )
+    unknown = knob_diff(None, new, WL, AVX2, old_names=["tile_i", "gone"])
+    assert not unknown.known and unknown.removed == ("gone",)
+    assert "old declaration unreadable" in unknown.sentence()
+
+
+def test_the_report_round_trips_and_reads_well() -> None:
+    r = ReplayReport(source="mm_host_2026-01-01.json", offered=3, whole=2, built=3, correct=2,
+                     measured=2, knob_diff=KnobDiff(added=("pack",)), reset_counts={"pack": 1},
+                     failures=("x: wrong",), old_best_s=0.001, old_best_rel=0.01, verdict="equal",
+                     seeded=True)
+    assert ReplayReport.from_json(r.to_json()) == r
+    text = " | ".join(r.sentences())
+    assert "3 old configuration(s) of mm_host_2026-01-01.json replayed: 2 with every knob kept" in text
+    assert "repaired or new: pack in 1" in text and "2 computed the right result" in text
+    assert "old best on the new template: 1 ms ± 1.0%; equal within noise" in text

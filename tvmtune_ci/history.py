@@ -1,0 +1,330 @@
+"""What the previous log is worth after a template edit (TVM-free part).
+
+When an entry is stale because its template or a helper changed, the previous
+log's best configurations are not thrown away: they are mapped into the new
+template's knob space by knob name (`map_config`), replayed first (built, checked
+against `reference`, measured: the tuner's `Search.replay`), and seed the search.
+The old best, mapped, is a finalist, so the report says what it is worth on the new
+template against the new best. `knob_diff` says what changed in the declaration,
+read from the template as it was committed when the old log was tuned.
+
+Only the same operator and target are replayed: configurations tuned for other
+hardware pull a search off course.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import TemplateError
+from .manifest import Manifest
+from .targetinfo import scope
+from .template import Categorical, Knob, Split, Structural, _knob_from_ast, eval_extent
+
+# Old configurations replayed per workload: the old best, its finals and its top.
+REPLAY_K = 16
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """One old configuration in the new knob space."""
+
+    knobs: dict[str, Any]  # a full point of the new space
+    kept: tuple[str, ...]  # knobs taken from the old configuration as they were
+    reset: tuple[str, ...]  # knobs new (the default) or no longer valid (repaired)
+
+
+def _valid(knob: Knob, value: Any, names: Mapping[str, Any]) -> bool:
+    if isinstance(knob, Split):
+        if not isinstance(value, (list, tuple)) or len(value) != knob.parts:
+            return False
+        try:
+            factors = [int(x) for x in value]
+        except (TypeError, ValueError):
+            return False
+        prod = 1
+        for f in factors:
+            prod *= f
+        return (min(factors) >= 1 and prod == eval_extent(knob.extent, names)
+                and factors[-1] <= eval_extent(knob.max_factor, names))
+    if isinstance(knob, (Categorical, Structural)):
+        return value in knob.candidates
+    return False
+
+
+def _default(knob: Knob, names: Mapping[str, Any]) -> Any:
+    if isinstance(knob, Split):
+        return [eval_extent(knob.extent, names)] + [1] * (knob.parts - 1)
+    return knob.candidates[0]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _repair_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int] | None:
+    """The valid tiling nearest to an old one: its inner factors kept from the
+    innermost out as far as they still divide the extent (the innermost also within
+    max_factor, else the largest divisor below it), the outermost taking the rest."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    try:
+        old = [int(x) for x in value]
+    except (TypeError, ValueError):
+        return None
+    extent, top = eval_extent(knob.extent, names), eval_extent(knob.max_factor, names)
+    inner = old[1:][-(knob.parts - 1):] if knob.parts > 1 else []
+    inner = [1] * (knob.parts - 1 - len(inner)) + inner
+    rest = extent
+    out_inner: list[int] = []
+    for i, f in enumerate(reversed(inner)):
+        bound = top if i == 0 else rest
+        f = max(1, min(f, bound))
+        f = max(d for d in _divisors(rest) if d <= f)
+        out_inner.insert(0, f)
+        rest //= f
+    return [rest, *out_inner]
+
+
+def _repair(knob: Knob, value: Any, names: Mapping[str, Any]) -> Any:
+    """The valid value nearest to an old one, or None when there is nothing to go by."""
+    if isinstance(knob, Split):
+        return _repair_split(knob, value, names)
+    if isinstance(knob, Categorical) and isinstance(value, int) and not isinstance(value, bool):
+        return min(knob.candidates, key=lambda c: (abs(int(c) - value), c))
+    return None
+
+
+def map_config(
+    old: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+) -> Mapped:
+    """`old` in the space of `knobs`: each knob that still exists with a valid value
+    keeps it; one no longer valid is repaired to the nearest valid value (a split
+    keeps the inner factors that still fit, an integer knob the closest candidate);
+    a new knob, or one with nothing to go by, takes the default. The search then
+    samples from these points on."""
+    names = scope(workload, target)
+    out: dict[str, Any] = {}
+    kept, reset = [], []
+    for k in knobs:
+        if k.name in old and _valid(k, old[k.name], names):
+            value = old[k.name]
+            out[k.name] = [int(x) for x in value] if isinstance(k, Split) else value
+            kept.append(k.name)
+            continue
+        fixed = _repair(k, old[k.name], names) if k.name in old else None
+        out[k.name] = fixed if fixed is not None and _valid(k, fixed, names) else _default(k, names)
+        reset.append(k.name)
+    return Mapped(out, tuple(kept), tuple(reset))
+
+
+def old_configs(manifest: Manifest, workload: str, k: int = REPLAY_K) -> list[dict[str, Any]]:
+    """The previous log's configurations of `workload`, best first, distinct: its best,
+    the previous best it kept, then its top table."""
+    result = manifest.results.get(workload)
+    if result is None:
+        return []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    candidates = [result.best, result.previous_best, *result.top]
+    for m in candidates:
+        if m is None or not m.knobs:
+            continue
+        key = repr(sorted(m.knobs.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(m.knobs))
+    return out[:k]
+
+
+def map_all(
+    configs: Sequence[Mapping[str, Any]], knobs: Sequence[Knob], workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+) -> list[Mapped]:
+    """Every old configuration mapped, distinct in the new space (two old ones that
+    differ only in a removed knob are one new point), best first. One that keeps no
+    knob at all is only the default configuration (measured anyway): left out."""
+    out: list[Mapped] = []
+    seen: set[str] = set()
+    for c in configs:
+        m = map_config(c, knobs, workload, target)
+        if not m.kept:
+            continue
+        key = repr(sorted(m.knobs.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
+
+
+# --------------------------------------------------------------------------- knob diff
+
+
+@dataclass(frozen=True)
+class KnobDiff:
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()  # "tile_j: extent 64 -> 128", "unroll: candidates ..."
+    known: bool = True  # False: the old declaration could not be read (names only)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"added": list(self.added), "removed": list(self.removed),
+                "changed": list(self.changed), "known": self.known}
+
+    def sentence(self) -> str:
+        parts = []
+        if self.added:
+            parts.append(f"added {', '.join(self.added)}")
+        if self.removed:
+            parts.append(f"removed {', '.join(self.removed)}")
+        if self.changed:
+            parts.append("changed " + "; ".join(self.changed))
+        text = ", ".join(parts) if parts else "no knob declaration changed"
+        return text if self.known else text + " (old declaration unreadable: by knob names)"
+
+
+def _describe(k: Knob, names: Mapping[str, Any]) -> str:
+    if isinstance(k, Split):
+        try:
+            ext, top = eval_extent(k.extent, names), eval_extent(k.max_factor, names)
+        except TemplateError:
+            ext, top = k.extent, k.max_factor  # type: ignore[assignment]
+        return f"split of {ext} in {k.parts}, innermost <= {top}"
+    kind = "structure" if isinstance(k, Structural) else "knob"
+    return f"{kind} {list(k.candidates)}"
+
+
+def knob_diff(
+    old: Sequence[Knob] | None, new: Sequence[Knob], workload: Mapping[str, Any],
+    target: Mapping[str, Any], old_names: Sequence[str] = (),
+) -> KnobDiff:
+    """What changed between two KNOBS declarations, evaluated for this workload and
+    target. Without the old declaration, only names (from old configurations)."""
+    names = scope(workload, target)
+    new_by = {k.name: k for k in new}
+    if old is None:
+        before = set(old_names)
+        return KnobDiff(tuple(sorted(set(new_by) - before)), tuple(sorted(before - set(new_by))),
+                        (), known=False)
+    old_by = {k.name: k for k in old}
+    changed = []
+    for name in sorted(set(old_by) & set(new_by)):
+        a, b = _describe(old_by[name], names), _describe(new_by[name], names)
+        if a != b:
+            changed.append(f"{name}: {a} -> {b}")
+    return KnobDiff(tuple(sorted(set(new_by) - set(old_by))),
+                    tuple(sorted(set(old_by) - set(new_by))), tuple(changed))
+
+
+def old_declaration(root: Path, manifest: Manifest) -> tuple[Knob, ...] | None:
+    """KNOBS of the template as committed when the old log was tuned (git), or None
+    when that commit or file cannot be read."""
+    commit = manifest.template_commit
+    if not commit:
+        return None
+    try:
+        proc = subprocess.run(
+            ["git", "show", f"{commit}:{manifest.template_file}"], cwd=root,
+            capture_output=True, text=True, timeout=30, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        tree = ast.parse(proc.stdout)
+    except SyntaxError:
+        return None
+    path = Path(manifest.template_file)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "KNOBS" for t in stmt.targets
+        ) and isinstance(stmt.value, (ast.List, ast.Tuple)):
+            try:
+                return tuple(_knob_from_ast(e, path) for e in stmt.value.elts)
+            except TemplateError:
+                return None
+    return None
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What the old configurations of one workload were worth on the new template."""
+
+    source: str  # the old log's file name
+    offered: int  # distinct old configurations mapped (after dedup in the new space)
+    whole: int  # mapped with every knob kept
+    built: int
+    correct: int  # built and matched reference()
+    measured: int
+    knob_diff: KnobDiff
+    reset_counts: dict[str, int] = field(default_factory=dict)  # knob -> configs it was reset in
+    failures: tuple[str, ...] = ()  # first errors, short
+    old_best_s: float | None = None  # the old best (mapped) in the finals, seconds
+    old_best_rel: float | None = None  # its precision (relative half-width)
+    verdict: str | None = None  # this run's best vs the old best: faster/equal/slower
+    seeded: bool = False  # the search started from the replayed configurations
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "offered": self.offered, "whole": self.whole,
+            "built": self.built, "correct": self.correct, "measured": self.measured,
+            "knob_diff": self.knob_diff.to_json(), "reset_counts": dict(self.reset_counts),
+            "failures": list(self.failures), "old_best_s": self.old_best_s,
+            "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ReplayReport:
+        kd = d.get("knob_diff") or {}
+        return cls(
+            source=str(d.get("source", "")), offered=int(d.get("offered", 0)),
+            whole=int(d.get("whole", 0)), built=int(d.get("built", 0)),
+            correct=int(d.get("correct", 0)), measured=int(d.get("measured", 0)),
+            knob_diff=KnobDiff(tuple(kd.get("added", ())), tuple(kd.get("removed", ())),
+                               tuple(kd.get("changed", ())), bool(kd.get("known", True))),
+            reset_counts={str(k): int(v) for k, v in (d.get("reset_counts") or {}).items()},
+            failures=tuple(str(x) for x in d.get("failures", ())),
+            old_best_s=d.get("old_best_s"), old_best_rel=d.get("old_best_rel"),
+            verdict=d.get("verdict"), seeded=bool(d.get("seeded", False)),
+        )
+
+    def sentences(self) -> list[str]:
+        """The report in words (README, commit message, console)."""
+        from .stats import fmt_latency
+
+        out = [f"knobs: {self.knob_diff.sentence()}"]
+        if not self.offered:
+            out.append(f"no configuration of {self.source} could be mapped: a cold search")
+            return out
+        resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
+        out.append(
+            f"{self.offered} old configuration(s) of {self.source} replayed: {self.whole} with "
+            f"every knob kept" + (f", repaired or new: {resets}" if resets else "")
+            + f"; {self.built} built, {self.correct} computed the right result"
+            + (f", {self.measured} measured" if self.measured != self.correct else "")
+        )
+        if self.correct == 0:
+            out.append("none still works on the new template: the search started cold")
+        elif self.seeded:
+            out.append("the search started from them (seeded population, trained cost model)")
+        if self.old_best_s is not None:
+            old = fmt_latency(self.old_best_s, self.old_best_rel)
+            verdict = {
+                "faster": "the new best is faster beyond the noise",
+                "slower": "the old best is faster beyond the noise",
+                "equal": "equal within noise",
+            }.get(self.verdict or "", "")
+            out.append(f"old best on the new template: {old}" + (f"; {verdict}" if verdict else ""))
+        if self.failures:
+            out.append("first failures: " + "; ".join(self.failures))
+        return out
