@@ -766,8 +766,13 @@ class Search:
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
             # Batches before the cost model has WARMUP_SAMPLES valid trials are a random
-            # search; they do not count toward patience.
-            warm = sum(e["error"] is None for e in self.journal.trials) >= WARMUP_SAMPLES
+            # search; they do not count toward patience. Replayed trials (history) do
+            # not count either: a search seeded near the old best cannot beat it
+            # beyond the noise at once, and stopping then would end it before it
+            # explored as much as a cold one (measured: bench_warmstart).
+            warm = sum(
+                e["error"] is None and e.get("source") != "replay" for e in self.journal.trials
+            ) >= WARMUP_SAMPLES
             if improved or not warm:
                 self.progress.stale_batches = 0
             else:
