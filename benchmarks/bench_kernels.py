@@ -3,6 +3,7 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_kernels.py
     python benchmarks/bench_kernels.py --ops matmul,conv2d --rounds 30 --threads 2
     python benchmarks/bench_kernels.py --knobs picks.json   # {"matmul/m1024": {...}, ...}
+    python benchmarks/bench_kernels.py --target zen4-avx2-2c --blas-isa avx2
 
 The configuration of each (operator, workload) is the committed best
 (tuning_logs/<op>/<target>/manifest.json, results[workload].best.knobs) when there
@@ -18,14 +19,18 @@ otherwise steal the other side's cores); the table shows the best round of each
 (the least disturbed by other processes on the machine) and the median round,
 and the ratios come from the same run.
 
-The fp32 peak is printed two ways: nominal, cores x 2 FMA pipes x 16 lanes x 2
-flop x the clock /proc/cpuinfo reports (Zen 5: two 512-bit FMA pipes per core);
-and measured, by a C loop of independent zmm FMAs on every core (needs `cc`),
-which runs at the boost clock the kernels actually get.
+The target is this CPU's target in tvmtune.yaml (its committed logs are timed), or
+`--target NAME`; its lanes come from the target (`targetinfo`), never a hard-coded
+CPU. The fp32 peak is printed two ways: nominal, cores x 2 FMA pipes x the
+target's fp32 lanes x 2 flop x the clock /proc/cpuinfo reports; and measured, by a
+C loop of independent FMAs on vectors of the target's lanes on every core (built
+with -march=native; needs `cc`), which runs at the boost clock the kernels get.
 
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, when set, pin OpenBLAS to slower kernels:
 unset them for this command only (first line above); the BLAS kernel in use is
-printed (threadpoolctl) either way.
+printed (threadpoolctl) either way. The exception is a target restricted to a
+narrower ISA than the CPU has (e.g. AVX2 code on an AVX-512 CPU): `--blas-isa avx2`
+pins OpenBLAS to its Haswell (AVX2) kernels too, the fair anchor for that code.
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="before measuring, wait up to this many seconds for the 1-minute load "
                         "average to drop below 0.5 (other processes' load is noise) (120)")
     p.add_argument("--no-peak-probe", action="store_true", help="skip the C FMA peak probe")
+    p.add_argument("--blas-isa", choices=["avx2"], help="pin OpenBLAS to that ISA's kernels "
+                   "(the anchor for a target restricted to it, e.g. mattr -avx512f)")
     p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
                    "(default: the one matching this CPU, else this CPU with hand picks)")
     return p.parse_args(argv)
@@ -389,8 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    if args.blas_isa == "avx2":
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"  # OpenBLAS's AVX2 kernels
     pinned = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.get(v)]
-    if pinned:
+    if pinned and args.blas_isa is None:
         print(f"::warning::{' and '.join(pinned)} set: OpenBLAS runs a slower kernel than it would "
               "choose; for a fair baseline rerun as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
               "python benchmarks/bench_kernels.py`")
