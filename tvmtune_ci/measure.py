@@ -215,6 +215,32 @@ def check_correct(
         )
 
 
+def _open_session(
+    tracker: tuple[str, int, str], priority: int, timeout_s: float, note_path: str,
+    out: dict[str, Any],
+) -> Any:
+    """In an RPC worker: a free server of the key from the tracker (bounded: the stock
+    TrackerSession.request waits forever for a busy key), its address written to
+    `note_path` at once (a measurement the parent kills still names its device) and to
+    `out["device"]`, and a session on it; None (with `out["error"]`) when no server
+    was handed out in time. `out["stage"]` says how far it got."""
+    from tvm import rpc as tvm_rpc
+
+    from tvmtune_ci.devices import _request_server
+
+    out["stage"] = "request"
+    match = _request_server(tracker[0], tracker[1], tracker[2], priority, timeout_s)
+    if match is None:
+        out["error"] = f"no free server within {timeout_s:g}s"
+        return None
+    url, port, matchkey = match
+    out["device"] = f"{url}:{port}"
+    with open(note_path, "w", encoding="utf-8") as f:
+        f.write(out["device"])
+    out["stage"] = "connect"
+    return tvm_rpc.connect(url, port, matchkey, session_timeout=timeout_s)
+
+
 def _rpc_check_run(
     tracker: tuple[str, int, str], timeout_s: float, so_path: str, device: str,
     arrays: list[np.ndarray], n_in: int, note_path: str,
@@ -225,22 +251,13 @@ def _rpc_check_run(
     import os as _os
 
     import tvm
-    from tvm import rpc as tvm_rpc
 
-    from tvmtune_ci.devices import _request_server
 
     out: dict[str, Any] = {"device": None, "stage": "request", "error": None, "outputs": None}
     try:
-        match = _request_server(tracker[0], tracker[1], tracker[2], 1, timeout_s)
-        if match is None:
-            out["error"] = f"no free server within {timeout_s:g}s"
+        session = _open_session(tracker, 1, timeout_s, note_path, out)
+        if session is None:
             return out
-        url, port, matchkey = match
-        out["device"] = f"{url}:{port}"
-        with open(note_path, "w", encoding="utf-8") as f:
-            f.write(out["device"])
-        out["stage"] = "connect"
-        session = tvm_rpc.connect(url, port, matchkey, session_timeout=timeout_s)
         out["stage"] = "upload"
         name = _os.path.basename(so_path)
         session.upload(so_path, name)
@@ -693,32 +710,16 @@ def _rpc_measure(
     import os as _os
     import time as _time
 
-    from tvm import rpc as tvm_rpc
     from tvm.s_tir.meta_schedule.runner import rpc_runner as stock
-
-    from tvmtune_ci.devices import _request_server
 
     out: dict[str, Any] = {"device": None, "stage": "request", "error": None, "secs": None}
     timeout = float(rpc_config.session_timeout_sec)
     try:
         t0 = _time.perf_counter()
-        # Bounded (the stock TrackerSession.request waits forever for a busy key).
-        match = _request_server(
-            rpc_config.tracker_host,
-            int(rpc_config.tracker_port),
-            rpc_config.tracker_key,
-            int(rpc_config.session_priority),
-            timeout,
-        )
-        if match is None:
-            out["error"] = f"no free server within {timeout:g}s"
+        tracker = (rpc_config.tracker_host, int(rpc_config.tracker_port), rpc_config.tracker_key)
+        session = _open_session(tracker, int(rpc_config.session_priority), timeout, note_path, out)
+        if session is None:
             return out
-        url, port, matchkey = match
-        out["device"] = f"{url}:{port}"
-        with open(note_path, "w", encoding="utf-8") as f:
-            f.write(out["device"])
-        out["stage"] = "connect"
-        session = tvm_rpc.connect(url, port, matchkey, session_timeout=timeout)
         dev = session.device(device, 0)
         t1 = _time.perf_counter()
         out["stage"] = "upload"
