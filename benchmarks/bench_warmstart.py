@@ -13,14 +13,17 @@ on the unedited templates). For each edit, on the same workload, budget and seed
   (`history.map_all`), replayed first (checked against reference(), measured), and
   the search started from them (the database it seeds its population from, and the
   cost model, hold them). The old best is a finalist.
+- prior: warm, and the cost model also trained before the first batch on the old
+  log's other records (`priors.py`: decoded with the unedited template, mapped into
+  the edited space, labelled with their old latencies). What `retune` does.
 
 Both use tvmtune.yaml's measurement and early stop (the CI re-tune's settings).
 Reported per edit: how many old configurations still map whole and still compute
 right; trials (and seconds) each run needed to come within 2% of the cold run's
 final search best (the curves are each run's own search numbers); the trials each
-ran before stopping; and the two final bests re-measured side by side in one
-interleaved `measure.finals` run (so machine drift hits both alike), warm / cold
-with its 95% interval. The anchor is the cold run; ratios come from this one run.
+ran before stopping; and the final bests re-measured side by side in one
+interleaved `measure.finals` run (so machine drift hits all alike), warm / cold
+and prior / cold with their 95% intervals. The anchor is the cold run; ratios come from this one run.
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--edits", help="1-based indices, comma-separated (default: all)")
     p.add_argument("--trials", type=int, default=96, help="budget of each run (96)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--arms", default="warm,prior",
+                   help="warm-started variants to run against cold: warm, prior (both)")
     p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
                    "(default: the one matching this CPU)")
     p.add_argument("--wait-idle", type=float, default=120.0,
@@ -152,7 +157,7 @@ def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
 
 def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
              target: dict[str, Any]) -> dict[str, Any]:
-    from tvmtune_ci import history, stats
+    from tvmtune_ci import history, priors, stats
     from tvmtune_ci.builder import make_builder
     from tvmtune_ci.config import load_config
     from tvmtune_ci.manifest import read_manifest
@@ -160,26 +165,37 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
     config = load_config(ROOT / "tvmtune.yaml")
+    arms = ["cold", *args.arms.split(",")]
     scratch = Path(tempfile.mkdtemp(prefix="bench-warmstart-"))
     try:
         tmpl = load_edited(edit, scratch)
-        manifest = read_manifest(ROOT / "tuning_logs" / edit.operator / target_name / "manifest.json")
+        folder = ROOT / "tuning_logs" / edit.operator / target_name
+        manifest = read_manifest(folder / "manifest.json")
         old = history.old_configs(manifest, edit.workload)
         mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target)
         old_decl = history.old_declaration(ROOT, manifest)
         diff = history.knob_diff(old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target,
                                  old_names=sorted({k for c in old for k in c}))
+        prior: tuple[tuple[dict[str, Any], float], ...] = ()
+        if "prior" in arms:  # the unedited template is this checkout's
+            recs = priors.decode_records(ROOT, manifest.template_file, folder / manifest.log,
+                                         target, [edit.workload])
+            prior = priors.prior_for(recs.get(edit.workload, []), tmpl.KNOBS,
+                                     tmpl.WORKLOADS[edit.workload], target,
+                                     [m.knobs for m in mapped])
         print(f"\n## {i}. {edit.name}: {edit.what} ({edit.operator}/{edit.workload})", flush=True)
         print(f"knobs: {diff.sentence()}; {len(old)} old configuration(s) -> {len(mapped)} "
-              f"mapped, {sum(not m.reset for m in mapped)} whole", flush=True)
+              f"mapped, {sum(not m.reset for m in mapped)} whole; prior: {len(prior)} more "
+              "old record(s) mapped", flush=True)
         outs: dict[str, Any] = {}
         secs: dict[str, float] = {}
-        for mode in ("cold", "warm"):
+        for mode in arms:
             req = TuneRequest(
                 template=tmpl, workload_name=edit.workload, target=target, trials=args.trials,
                 work_dir=scratch / mode, batch_size=config.batch_size, seed=args.seed,
                 early_stop=config.early_stop, measure=config.measure,
-                replay=tuple(m.knobs for m in mapped) if mode == "warm" else (),
+                replay=tuple(m.knobs for m in mapped) if mode != "cold" else (),
+                prior=prior if mode == "prior" else (),
             )
             t0 = time.perf_counter()
             outs[mode] = tune_workload(req)
@@ -187,37 +203,38 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             o = outs[mode]
             print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_reason}) in {secs[mode]:.0f} s; "
                   f"best {stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
-        cold, warm = outs["cold"], outs["warm"]
+        cold = outs["cold"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
-        t_cold, t_warm = trials_to(list(cold.curve), goal), trials_to(list(warm.curve), goal)
-        # Both bests side by side, interleaved (drift hits both alike).
+        # Every arm's best side by side, interleaved (drift hits all alike).
         runner, builder = make_runner(config.measure), make_builder()
         try:
             fin = finals(tmpl, edit.workload, target,
-                         [Finalist("search", dict(cold.best.knobs), "cold"),
-                          Finalist("search", dict(warm.best.knobs), "warm")], config.measure,
-                         runner=runner, builder=builder)
+                         [Finalist("search", dict(outs[a].best.knobs), a) for a in arms],
+                         config.measure, runner=runner, builder=builder)
         finally:
             runner.close()
             builder.close()
         est = {r.finalist.key: r.estimate for r in fin}
-        ratio = lo = hi = math.nan
-        verdict = "not measured"
-        if est.get("cold") is not None and est.get("warm") is not None:
-            c, w = est["cold"], est["warm"]
-            ratio, lo, hi = w.value / c.value, w.lo / c.hi, w.hi / c.lo
-            verdict = {"equal": "equal within noise", "faster": "warm faster",
-                       "slower": "warm slower"}[stats.compare(w, c)]
-        rs = warm.replay
-        return {
+        row: dict[str, Any] = {
             "edit": edit.name, "what": edit.what, "entry": f"{edit.operator}/{edit.workload}",
             "old": len(old), "mapped": len(mapped), "whole": sum(not m.reset for m in mapped),
-            "correct": rs.correct if rs else 0, "t_cold": t_cold, "t_warm": t_warm,
-            "run_cold": cold.trials.run, "run_warm": warm.trials.run,
-            "s_cold": secs["cold"], "s_warm": secs["warm"],
-            "ratio": ratio, "lo": lo, "hi": hi, "verdict": verdict,
-            "stop_cold": cold.trials.stop_reason, "stop_warm": warm.trials.stop_reason,
+            "prior": len(prior), "arms": {},
         }
+        for a in arms:
+            o = outs[a]
+            ratio = lo = hi = math.nan
+            verdict = "not measured"
+            if a != "cold" and est.get("cold") is not None and est.get(a) is not None:
+                c, w = est["cold"], est[a]
+                ratio, lo, hi = w.value / c.value, w.lo / c.hi, w.hi / c.lo
+                verdict = {"equal": "equal within noise", "faster": "faster",
+                           "slower": "slower"}[stats.compare(w, c)]
+            row["arms"][a] = {
+                "t": trials_to(list(o.curve), goal), "run": o.trials.run,
+                "stop": o.trials.stop_reason, "s": secs[a], "ratio": ratio, "lo": lo, "hi": hi,
+                "verdict": verdict, "correct": o.replay.correct if o.replay else 0,
+            }
+        return row
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -238,33 +255,44 @@ def main(argv: list[str] | None = None) -> int:
 
     check_host(target, advice="run this benchmark on a machine with that CPU, or pass --target")
     picked = [EDITS[int(x) - 1] for x in args.edits.split(",")] if args.edits else EDITS
+    arms = args.arms.split(",")
     waited = wait_idle(args.wait_idle)
-    print(f"# bench_warmstart: {len(picked)} template edits, cold vs warm re-tune, {args.trials} "
-          f"trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; old logs "
-          f"tuning_logs/*/{target_name}/; load {os.getloadavg()[0]:.2f} (waited {waited:.0f} s)")
+    print(f"# bench_warmstart: {len(picked)} template edits, cold vs {' and '.join(arms)} re-tune, "
+          f"{args.trials} trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; "
+          f"old logs tuning_logs/*/{target_name}/; load {os.getloadavg()[0]:.2f} "
+          f"(waited {waited:.0f} s)")
     rows = [run_edit(EDITS.index(e) + 1, e, args, target_name, target) for e in picked]
-    print("\n| # | edit | entry | old configs: mapped / whole / correct | trials to 2% of cold's "
-          "final: cold / warm | trials run: cold / warm (stop) | seconds: cold / warm | final "
-          "best warm / cold (95% interval) |")
+    print("\n| # | edit | entry | old configs: mapped / whole / correct (+ prior records) | "
+          "trials to 2% of cold's final: cold / " + " / ".join(arms) + " | trials run (stop) | "
+          "seconds | final best vs cold (95% interval) |")
     print("|---|---|---|---|---|---|---|---|")
-    fractions = []
     for i, r in enumerate(rows, 1):
-        tc, tw = r["t_cold"], r["t_warm"]
-        if tc and tw:
-            fractions.append(tw / tc)
+        a = r["arms"]
+        names = ["cold", *arms]
+        ts = " / ".join(str(a[n]["t"]) if a[n]["t"] is not None else "never" for n in names)
+        runs = " / ".join(f"{a[n]['run']} ({a[n]['stop']})" for n in names)
+        secs = " / ".join(f"{a[n]['s']:.0f}" for n in names)
+        vs = "; ".join(f"{n} {a[n]['ratio']:.3f} [{a[n]['lo']:.3f}, {a[n]['hi']:.3f}] "
+                       f"{a[n]['verdict']}" for n in arms)
+        correct = a[arms[0]]["correct"]
         print(f"| {i} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
-              f"{r['correct']} | {tc} / {tw if tw is not None else 'never'} | {r['run_cold']} / "
-              f"{r['run_warm']} ({r['stop_cold']} / {r['stop_warm']}) | {r['s_cold']:.0f} / "
-              f"{r['s_warm']:.0f} | {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]: {r['verdict']} |")
-    if fractions:
-        med = statistics.median(fractions)
-        print(f"\nwarm trials to reach the cold run's final quality, as a fraction of cold's: median "
-              f"{med:.2f} over {len(fractions)} edits (goal <= 0.33)")
-    worse = [r["edit"] for r in rows if r["verdict"] == "warm slower"]
-    print("edits whose warm run ended slower beyond the noise: " + (", ".join(worse) or "none"))
-    total = [sum(r[k] for r in rows) for k in ("s_cold", "s_warm", "run_cold", "run_warm")]
-    print(f"total: cold {total[0]:.0f} s / {total[2]} trials, warm {total[1]:.0f} s / {total[3]} "
-          f"trials: warm/cold seconds {total[1] / total[0]:.2f}")
+              f"{correct} (+{r['prior']}) | {ts} | {runs} | {secs} | {vs} |")
+    print()
+    for n in arms:
+        fractions = [r["arms"][n]["t"] / r["arms"]["cold"]["t"] for r in rows
+                     if r["arms"]["cold"]["t"] and r["arms"][n]["t"]]
+        never = sum(r["arms"][n]["t"] is None for r in rows)
+        if fractions:
+            print(f"{n}: trials to reach the cold run's final quality, as a fraction of cold's: "
+                  f"median {statistics.median(fractions):.2f} over {len(fractions)} edits "
+                  f"(never reached: {never}; goal <= 0.33)")
+        worse = [r["edit"] for r in rows if r["arms"][n]["verdict"] == "slower"]
+        print(f"{n}: edits whose final best is slower than cold's beyond the noise: "
+              + (", ".join(worse) or "none"))
+        s_c, s_n = (sum(r["arms"][k]["s"] for r in rows) for k in ("cold", n))
+        t_c, t_n = (sum(r["arms"][k]["run"] for r in rows) for k in ("cold", n))
+        print(f"{n}: total cold {s_c:.0f} s / {t_c} trials, {n} {s_n:.0f} s / {t_n} trials: "
+              f"seconds {n}/cold {s_n / s_c:.2f}")
     return 0
 
 

@@ -143,6 +143,10 @@ class TuneRequest:
     # against reference() and measured before the search, which starts from them. The
     # first is the old best: it replaces `previous_knobs` when it still computes right.
     replay: tuple[dict[str, Any], ...] = ()
+    # The old log's other records (template edited), mapped into this knob space with
+    # their old latencies (`priors.prior_for`): the cost model is trained on them
+    # before the first batch. Not measured, not in the log.
+    prior: tuple[tuple[dict[str, Any], float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ class ReplayStats:
     measured: int
     failures: tuple[str, ...] = ()
     old_best_correct: bool = False
+    prior: int = 0  # old records the cost model was trained on (TuneRequest.prior)
 
 
 @dataclass(frozen=True)
@@ -711,6 +716,29 @@ class Search:
             ]
             self.cost_model.update(self.ctx, [r.as_measure_candidate() for r in records], results)
 
+    def train_prior(self, prior: Sequence[tuple[Mapping[str, Any], float]]) -> int:
+        """Train the cost model on (knobs, latency) pairs that were not measured here
+        (the old log's records): the features are this template's programs for those
+        knobs. Returns how many it learned from (one that no longer schedules is
+        skipped)."""
+        from .builder import schedule_config
+
+        ms, req = self.ms, self.req
+        cands, results = [], []
+        for kv, secs in prior:
+            try:
+                sch = schedule_config(req.template, self.name, kv, req.target)
+            except (TuningError, TemplateError):
+                continue
+            info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            cands.append(ms.MeasureCandidate(sch, info))
+            results.append(ms.runner.RunnerResult([float(secs)], None))
+        if cands:
+            t0 = time.perf_counter()
+            self.cost_model.update(self.ctx, cands, results)
+            self._time("prior_s", t0)
+        return len(cands)
+
     # ---- the loop
 
     def _time(self, key: str, t0: float) -> None:
@@ -1096,6 +1124,9 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         search = Search(req, builder, runner, t_start)  # 3 + 4
         t = lap("setup_s", t)
         stats_["resumed"] = float(search.resumed)
+        # The old log's other records teach the cost model before anything is measured
+        # (also on a resume: the model is not saved).
+        n_prior = search.train_prior(req.prior) if req.prior else 0
         replay = None
         if req.replay:
             if search.resumed:  # replayed before the interruption: in the journal
@@ -1105,6 +1136,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             else:
                 replay = search.replay(req.replay)
                 t = lap("replay_s", t)
+            replay = replace(replay, prior=n_prior)
             if not replay.old_best_correct:  # the old best is a finalist only if it works
                 req = replace(req, previous_knobs=None)
             elif req.previous_knobs is None:
