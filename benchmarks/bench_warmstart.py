@@ -16,6 +16,12 @@ on the unedited templates). For each edit, on the same workload, budget and seed
 - prior: warm, and the cost model also trained before the first batch on the old
   log's other records (`priors.py`: decoded with the unedited template, mapped into
   the edited space, labelled with their old latencies). What `retune` does.
+- cold2 (`--arms cold2,...`): cold with the next seed, the yardstick for how far
+  apart two cold runs of one edit land.
+
+With `--cross FROM`, no template is edited: each operator is tuned for `--target`
+cold and seeded from target FROM's log of it (what `seed-from: FROM` does), to show
+what configurations of other hardware do to the search.
 
 Both use tvmtune.yaml's measurement and early stop (the CI re-tune's settings).
 Reported per edit: how many old configurations still map whole and still compute
@@ -95,6 +101,13 @@ EDITS = [
          (("conv2d.py", "        sch.vectorize(loops[-1])", "        sch.unroll(loops[-1])"),)),
 ]
 
+# --cross FROM: no edit; the old log is another target's (the seed-from option).
+CROSS = [
+    Edit(f"{op}-from-another-target", "no edit, another target's log", op, w, ())
+    for op, w in (("conv2d", "resnet50_3x3"), ("dense", "bert_ffn1"), ("matmul", "m1024"),
+                  ("softmax", "attn_512"), ("dense", "bert_ffn2"), ("softmax", "vocab_32k"))
+]
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -102,9 +115,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trials", type=int, default=96, help="budget of each run (96)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--arms", default="warm,prior",
-                   help="warm-started variants to run against cold: warm, prior (both)")
+                   help="variants to run against cold: warm, prior, cold2 (cold with the next "
+                   "seed: how far apart two cold runs land)")
     p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
                    "(default: the one matching this CPU)")
+    p.add_argument("--cross", metavar="FROM", help="instead of the edits: each operator's "
+                   "unedited template on --target, seeded from target FROM's log (seed-from)")
     p.add_argument("--wait-idle", type=float, default=120.0,
                    help="wait up to this many seconds for the load average to drop below 0.5")
     return p.parse_args(argv)
@@ -169,7 +185,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
     scratch = Path(tempfile.mkdtemp(prefix="bench-warmstart-"))
     try:
         tmpl = load_edited(edit, scratch)
-        folder = ROOT / "tuning_logs" / edit.operator / target_name
+        folder = ROOT / "tuning_logs" / edit.operator / (args.cross or target_name)
         manifest = read_manifest(folder / "manifest.json")
         old = history.old_configs(manifest, edit.workload)
         mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target)
@@ -192,9 +208,10 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
         for mode in arms:
             req = TuneRequest(
                 template=tmpl, workload_name=edit.workload, target=target, trials=args.trials,
-                work_dir=scratch / mode, batch_size=config.batch_size, seed=args.seed,
+                work_dir=scratch / mode, batch_size=config.batch_size,
+                seed=args.seed + (mode == "cold2"),
                 early_stop=config.early_stop, measure=config.measure,
-                replay=tuple(m.knobs for m in mapped) if mode != "cold" else (),
+                replay=tuple(m.knobs for m in mapped) if mode in ("warm", "prior") else (),
                 prior=prior if mode == "prior" else (),
             )
             t0 = time.perf_counter()
@@ -254,14 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci.hostcheck import check_host
 
     check_host(target, advice="run this benchmark on a machine with that CPU, or pass --target")
-    picked = [EDITS[int(x) - 1] for x in args.edits.split(",")] if args.edits else EDITS
+    edits = CROSS if args.cross else EDITS
+    picked = [edits[int(x) - 1] for x in args.edits.split(",")] if args.edits else edits
     arms = args.arms.split(",")
     waited = wait_idle(args.wait_idle)
-    print(f"# bench_warmstart: {len(picked)} template edits, cold vs {' and '.join(arms)} re-tune, "
+    what = f"{len(picked)} workloads seeded from {args.cross}" if args.cross else \
+        f"{len(picked)} template edits"
+    print(f"# bench_warmstart: {what}, cold vs {' and '.join(arms)} re-tune, "
           f"{args.trials} trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; "
-          f"old logs tuning_logs/*/{target_name}/; load {os.getloadavg()[0]:.2f} "
+          f"old logs tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
           f"(waited {waited:.0f} s)")
-    rows = [run_edit(EDITS.index(e) + 1, e, args, target_name, target) for e in picked]
+    rows = [run_edit(edits.index(e) + 1, e, args, target_name, target) for e in picked]
     print("\n| # | edit | entry | old configs: mapped / whole / correct (+ prior records) | "
           "trials to 2% of cold's final: cold / " + " / ".join(arms) + " | trials run (stop) | "
           "seconds | final best vs cold (95% interval) |")
@@ -279,13 +299,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{correct} (+{r['prior']}) | {ts} | {runs} | {secs} | {vs} |")
     print()
     for n in arms:
-        fractions = [r["arms"][n]["t"] / r["arms"]["cold"]["t"] for r in rows
-                     if r["arms"]["cold"]["t"] and r["arms"][n]["t"]]
-        never = sum(r["arms"][n]["t"] is None for r in rows)
+        # An arm that never came within 2% of cold's final counts as infinitely slow.
+        fractions = [r["arms"][n]["t"] / r["arms"]["cold"]["t"] if r["arms"][n]["t"] else math.inf
+                     for r in rows if r["arms"]["cold"]["t"]]
+        never = sum(math.isinf(f) for f in fractions)
         if fractions:
             print(f"{n}: trials to reach the cold run's final quality, as a fraction of cold's: "
-                  f"median {statistics.median(fractions):.2f} over {len(fractions)} edits "
-                  f"(never reached: {never}; goal <= 0.33)")
+                  f"median {statistics.median(fractions):.2f} over {len(fractions)} edits, "
+                  f"'never' counted as infinite ({never} never; goal <= 0.33)")
         worse = [r["edit"] for r in rows if r["arms"][n]["verdict"] == "slower"]
         print(f"{n}: edits whose final best is slower than cold's beyond the noise: "
               + (", ".join(worse) or "none"))

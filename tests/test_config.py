@@ -259,3 +259,22 @@ def test_the_legacy_target_warning_is_kept_in_the_config() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parse(MINIMAL).warnings == ()
+
+
+def test_seed_from_is_off_by_default_and_names_another_target() -> None:
+    assert parse(MINIMAL).target("cpu").seed_from is None
+    c = parse(MINIMAL + "  new:\n    target: {kind: llvm, mcpu: znver5}\n    seed-from: cpu\n")
+    assert c.target("new").seed_from == "cpu"
+    # A retired target (its logs kept, no longer configured) may seed too.
+    assert parse(MINIMAL + "    seed-from: zen3-2c\n").target("cpu").seed_from == "zen3-2c"
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("cpu", "target 'cpu' cannot seed from itself"),
+    ("[a, b]", "seed-from of target 'cpu' must be a target name"),
+    ("'///'", "seed-from '///' of target 'cpu' cannot name a log folder"),
+])
+def test_a_seed_from_that_cannot_work_is_an_error_with_the_line(value: str, words: str) -> None:
+    msg = error_of(MINIMAL + f"    seed-from: {value}\n")
+    assert msg.startswith(f"tvmtune.yaml:4: {words}"), msg
+    assert "seed-from: zen4-2c" in msg

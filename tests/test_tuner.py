@@ -391,6 +391,48 @@ def test_a_builder_that_cannot_start_does_not_leak_the_runner_worker(tmp_path: P
     assert not alive, [p.cmdline() for p in alive]
 
 
+def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: Path) -> None:
+    """The old log's records (knobs, latency) teach the cost model with the new
+    template's programs as features: afterwards it ranks those programs as their
+    latencies do. Untrained (fewer samples than its warm-up), it guesses at random."""
+    import random
+    from itertools import product
+
+    from tvmtune_ci.builder import schedule_config
+    from tvmtune_ci.tuner import WARMUP_SAMPLES, Search
+
+    template = make_template(tmp_path, "mm_prior")
+    search = Search(request(template, tmp_path / "w"), None, None, time.perf_counter())
+    points = [{"tile_i": [64 // i, i], "tile_j": [64 // j, j], "unroll": u}
+              for i, j, u in product([1, 2, 4, 8, 16], [1, 4, 16, 64], [0, 64])]
+    random.Random(0).shuffle(points)
+    points = points[:WARMUP_SAMPLES + 4]
+    # A latency the programs' features can tell apart: the inner j tile (the
+    # vectorised extent) sets it.
+    prior = [(kv, 1e-3 * (1 + 8 / kv["tile_j"][1])) for kv in points]
+    assert search.train_prior(prior) == len(prior)
+    ms = search.ms
+    cands = []
+    for kv, _ in prior:
+        sch = schedule_config(template, "m64", kv, TARGET)
+        cands.append(ms.MeasureCandidate(
+            sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+    scores = [float(x) for x in search.cost_model.predict(search.ctx, cands)]
+
+    def ranks(xs: list[float]) -> list[int]:
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        out = [0] * len(xs)
+        for r, i in enumerate(order):
+            out[i] = r
+        return out
+
+    # Higher score = predicted faster: ranked like 1 / latency.
+    a, b = ranks(scores), ranks([-secs for _, secs in prior])
+    n = len(a)
+    rho = 1 - 6 * sum((x - y) ** 2 for x, y in zip(a, b, strict=True)) / (n * (n * n - 1))
+    assert rho > 0.6, rho
+
+
 def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: Path) -> None:
     from dataclasses import replace
 

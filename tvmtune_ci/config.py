@@ -101,6 +101,10 @@ class TargetConfig:
     runs_on: tuple[str, ...] = ()
     rpc: RpcRunner | None = None  # None: measure on this machine
     line: int = 0
+    # Another target whose log of the same operator seeds a re-tune of this one that
+    # has no log of its own to replay (e.g. a new CPU of the same family). Off (None)
+    # by default: configurations tuned for other hardware can pull a search off course.
+    seed_from: str | None = None
 
     @property
     def slug(self) -> str:
@@ -388,7 +392,20 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
         if not isinstance(vnode, yaml.MappingNode) or not any(_construct(k) == "target" for k, _ in vnode.value):
             raise ctx.error(vnode, f"target {name!r} needs a 'target' entry", f"write `{name}: {{target: {{kind: llvm, mcpu: ...}}, runs-on: [self-hosted]}}`")
         t = _mapping(ctx, vnode, f"targets.{name}")
-        _check_keys(ctx, t, ["target", "runs-on", "runner"], f"targets.{name}")
+        _check_keys(ctx, t, ["target", "runs-on", "runner", "seed-from"], f"targets.{name}")
+        seed_from = None
+        if "seed-from" in t:
+            snode = t["seed-from"][1]
+            seed_from = _construct(snode)
+            fix = "name the target whose logs should seed this one's first search, e.g. `seed-from: zen4-2c`, or remove the key"
+            if not isinstance(seed_from, str) or not seed_from:
+                raise ctx.error(snode, f"seed-from of target {name!r} must be a target name", fix)
+            if seed_from == name:
+                raise ctx.error(snode, f"target {name!r} cannot seed from itself (its own log is replayed anyway)", fix)
+            try:
+                slug(seed_from)
+            except ValueError:
+                raise ctx.error(snode, f"seed-from {seed_from!r} of target {name!r} cannot name a log folder", fix) from None
         runs_on: tuple[str, ...] = ()
         if "runs-on" in t:
             labels = _construct(t["runs-on"][1])
@@ -403,6 +420,7 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
             runs_on=runs_on,
             rpc=_parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None,
             line=knode.start_mark.line + 1,
+            seed_from=seed_from,
         ))
     return tuple(out)
 

@@ -8,8 +8,9 @@ The old best, mapped, is a finalist, so the report says what it is worth on the 
 template against the new best. `knob_diff` says what changed in the declaration,
 read from the template as it was committed when the old log was tuned.
 
-Only the same operator and target are replayed: configurations tuned for other
-hardware pull a search off course.
+The log's other records are not measured again; they train the cost model before the
+first batch (`priors.py`). Only the same operator and target are replayed:
+configurations tuned for other hardware pull a search off course.
 """
 
 from __future__ import annotations
@@ -273,6 +274,8 @@ class ReplayReport:
     old_best_rel: float | None = None  # its precision (relative half-width)
     verdict: str | None = None  # this run's best vs the old best: faster/equal/slower
     seeded: bool = False  # the search started from the replayed configurations
+    prior: int = 0  # the old log's other records the cost model learned from first
+    from_target: str | None = None  # seeded from this target's log (seed-from), not our own
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -281,6 +284,7 @@ class ReplayReport:
             "knob_diff": self.knob_diff.to_json(), "reset_counts": dict(self.reset_counts),
             "failures": list(self.failures), "old_best_s": self.old_best_s,
             "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
+            "prior": self.prior, "from_target": self.from_target,
         }
 
     @classmethod
@@ -296,6 +300,8 @@ class ReplayReport:
             failures=tuple(str(x) for x in d.get("failures", ())),
             old_best_s=d.get("old_best_s"), old_best_rel=d.get("old_best_rel"),
             verdict=d.get("verdict"), seeded=bool(d.get("seeded", False)),
+            prior=int(d.get("prior", 0)),
+            from_target=d.get("from_target"),
         )
 
     def sentences(self) -> list[str]:
@@ -303,6 +309,8 @@ class ReplayReport:
         from .stats import fmt_latency
 
         out = [f"knobs: {self.knob_diff.sentence()}"]
+        if self.from_target:  # not this target's own history: say whose it is
+            out.insert(0, f"seeded from the {self.from_target} log {self.source} (seed-from)")
         if not self.offered:
             out.append(f"no configuration of {self.source} could be mapped: a cold search")
             return out
@@ -317,14 +325,20 @@ class ReplayReport:
             out.append("none still works on the new template: the search started cold")
         elif self.seeded:
             out.append("the search started from them (seeded population, trained cost model)")
+        if self.prior:
+            out.append(f"the cost model also learned from {self.prior} other record(s) of "
+                       f"{self.source} before the first batch (old latencies, new programs)")
         if self.old_best_s is not None:
             old = fmt_latency(self.old_best_s, self.old_best_rel)
+            theirs = f"the {self.from_target} best" if self.from_target else "the old best"
             verdict = {
                 "faster": "the new best is faster beyond the noise",
-                "slower": "the old best is faster beyond the noise",
+                "slower": f"{theirs} is faster beyond the noise",
                 "equal": "equal within noise",
             }.get(self.verdict or "", "")
-            out.append(f"old best on the new template: {old}" + (f"; {verdict}" if verdict else ""))
+            where = ("the best of the " + self.from_target + " log on this target"
+                     if self.from_target else "old best on the new template")
+            out.append(f"{where}: {old}" + (f"; {verdict}" if verdict else ""))
         if self.failures:
             out.append("first failures: " + "; ".join(self.failures))
         return out

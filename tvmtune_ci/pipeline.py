@@ -22,7 +22,7 @@ from typing import Any
 
 from . import lock as _lock
 from .config import Config, TargetConfig
-from .errors import LockError
+from .errors import LockError, TvmtuneError
 from .fsutil import canonical_json, sha256_bytes
 from .layout import LogSet
 from .manifest import Manifest, Trials, WorkloadResult
@@ -79,30 +79,52 @@ def replay_skipped(entry: Entry) -> str | None:
     return None
 
 
+def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
+                   ) -> tuple[Manifest | None, Path, str | None]:
+    """Whose log a re-tune replays: (manifest, its path, the other target's name or None).
+
+    This entry's own log after a template edit; else, with the target's seed-from,
+    another target's log of the operator when the entry has no log of its own to
+    keep; else none (manifest None). Says why a replay is skipped."""
+    reuse = can_reuse_previous(entry)
+    if can_replay(entry):
+        return entry.manifest, entry.logset.manifest, None
+    skipped = replay_skipped(entry)
+    if not reuse and target.seed_from:
+        seeded = seed_source(config, entry, target, say)
+        if seeded is not None:
+            say(f"history: seeding from the {target.seed_from} log {seeded[0].log} (seed-from)")
+            return seeded[0], seeded[1], target.seed_from
+    if skipped is not None:
+        say(f"history replay skipped: {skipped}; a cold search")
+    return None, entry.logset.manifest, None
+
+
 def replay_plan(config: Config, entry: Entry) -> list[str]:
-    """What `retune` would replay of the previous log, in words, without TVM (for
-    --dry-run): per workload the knob diff and how many old configurations map."""
+    """What `retune` would replay, in words, without TVM (for --dry-run): per workload
+    the knob diff and how many old configurations map."""
     from . import history
     from .template import read_template
 
-    skipped = replay_skipped(entry)
-    if skipped is not None:
-        return [f"history replay skipped: {skipped}"]
-    if not can_replay(entry) or entry.manifest is None:
-        return []
+    lines: list[str] = []
+    target_cfg = config.target(entry.target)
+    hist, _, from_target = history_source(config, entry, target_cfg, lines.append)
+    if hist is None:
+        return [x.removesuffix("; a cold search") for x in lines]
     decl = read_template(config.root / entry.template_file)
-    target = config.target(entry.target).target
-    old_decl = history.old_declaration(config.root, entry.manifest)
-    out = []
+    target = target_cfg.target
+    old_decl = history.old_declaration(config.root, hist)
     for wname, wl in sorted(decl.workloads.items()):
-        old = history.old_configs(entry.manifest, wname)
+        old = history.old_configs(hist, wname)
         mapped = history.map_all(old, decl.knobs, wl, target)
         diff = history.knob_diff(old_decl, decl.knobs, wl, target,
                                  old_names=sorted({k for c in old for k in c}))
         whole = sum(not m.reset for m in mapped)
-        out.append(f"history {wname}: {diff.sentence()}; {len(mapped)} configuration(s) of "
-                   f"{entry.manifest.log} would be replayed first, {whole} with every knob kept")
-    return out
+        lines.append(f"history {wname}: {diff.sentence()}; {len(mapped)} configuration(s) of "
+                     f"{hist.log}{f' ({from_target})' if from_target else ''} would be replayed "
+                     f"first, {whole} with every knob kept; its other records would train the "
+                     "cost model")
+    return lines
 
 
 def can_replay(entry: Entry) -> bool:
@@ -126,7 +148,7 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
 
     The previous log's best (same template, workload and target) is a finalist of each
     workload's finals: it is kept unless this run's best is faster beyond the noise."""
-    from . import history
+    from . import history, priors
     from .fingerprint import fingerprint_template
     from .template import import_template, read_template
     from .tuner import TuneRequest, tune_workload
@@ -138,11 +160,9 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
     fp = fingerprint_template(path, root)
     logset = entry.logset
     reuse = can_reuse_previous(entry)
-    replaying = can_replay(entry)
-    skipped = replay_skipped(entry)
-    if skipped is not None:
-        say(f"history replay skipped: {skipped}; a cold search")
-    old_decl = history.old_declaration(root, entry.manifest) if replaying and entry.manifest else None
+    hist, hist_path, hist_from = history_source(config, entry, target, say)
+    old_decl = history.old_declaration(root, hist) if hist is not None else None
+    decoded = _old_records(root, hist_path, hist, list(decl.workloads), say) if hist else {}
     results: dict[str, WorkloadResult] = {}
     trials_by_wl: dict[str, Trials] = {}
     outcomes = {}
@@ -156,13 +176,14 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
                 say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
             mapped: list[history.Mapped] = []
             diff = None
-            if replaying and entry.manifest is not None:
-                old = history.old_configs(entry.manifest, wname)
+            if hist is not None:
+                old = history.old_configs(hist, wname)
                 mapped = history.map_all(old, decl.knobs, decl.workloads[wname], target.target)
                 diff = history.knob_diff(old_decl, decl.knobs, decl.workloads[wname], target.target,
                                          old_names=sorted({k for c in old for k in c}))
-                say(f"{wname}: template edited ({diff.sentence()}); replaying {len(mapped)} "
-                    f"configuration(s) of {entry.manifest.log} first")
+                why = f"seeded from {hist_from}" if hist_from else "template edited"
+                say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
+                    f"configuration(s) of {hist.log} first")
             req = TuneRequest(
                 template=module,
                 workload_name=wname,
@@ -179,11 +200,13 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
                 previous_knobs=prev,
                 warn=say,
                 replay=tuple(m.knobs for m in mapped),
+                prior=priors.prior_for(decoded.get(wname, []), decl.knobs, decl.workloads[wname],
+                                       target.target, [m.knobs for m in mapped]),
             )
             outcome = tune_workload(req)
             report = None
-            if diff is not None and entry.manifest is not None:
-                report = replay_report(entry.manifest.log, mapped, diff, outcome)
+            if diff is not None and hist is not None:
+                report = replay_report(hist.log, mapped, diff, outcome, from_target=hist_from)
                 for line in report.sentences():
                     say(f"{wname}: history: {line}")
             if outcome.previous_verdict is not None and outcome.previous is not None:
@@ -223,7 +246,58 @@ def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: in
     ), data
 
 
-def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any) -> Any:
+def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) -> tuple[Manifest, Path] | None:
+    """The log of `target.seed_from` for this operator, when it can seed this entry's
+    search: readable, not edited by hand, tuned with this TVM, for the same template
+    file. None (with a line saying why) otherwise."""
+    from .manifest import read_manifest
+    from .staleness import major_minor
+
+    name = target.seed_from
+    assert name is not None
+    logset = LogSet.of(config.logs_dir, entry.operator, name)
+    where = f"seed-from {name}: {logset.folder.relative_to(config.root) if logset.folder.is_relative_to(config.root) else logset.folder}"
+    try:
+        m = read_manifest(logset.manifest)
+    except (OSError, TvmtuneError) as e:
+        say(f"history: {where} has no readable log ({type(e).__name__}); a cold search")
+        return None
+    try:
+        data = (logset.folder / m.log).read_bytes()
+    except OSError:
+        data = None
+    installed = installed_tvm_version()
+    why = None
+    if data is None or sha256_bytes(data) != m.log_sha256:
+        why = f"its log {m.log} is missing or was edited since its manifest was written"
+    elif installed and major_minor(installed) != major_minor(str(m.tvm_version)):
+        why = f"it was tuned with TVM {m.tvm_version}"
+    elif m.template_file != entry.template_file:
+        why = f"it is a log of {m.template_file}, not {entry.template_file}"
+    if why is not None:
+        say(f"history: {where}: not seeding, {why}; a cold search")
+        return None
+    return m, logset.manifest
+
+
+def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads: list[str],
+                 say: Say) -> dict[str, list[Any]]:
+    """The replayed log's records as (knobs, latency) per workload, for the cost model's
+    prior (`priors.py`); {} with a line saying why when they cannot be read."""
+    import tempfile
+
+    from . import priors
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="tvmtune-prior-") as scratch:
+            return priors.old_records(root, manifest_path, manifest, workloads, Path(scratch))
+    except priors.PriorError as e:
+        say(f"history: the cost model is not trained on the previous log's other records: {e}")
+        return {}
+
+
+def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
+                  from_target: str | None = None) -> Any:
     """The history report of one workload: the replay's counts and the old best's
     place in the finals (it was the "previous" finalist when it still worked)."""
     from collections import Counter
@@ -247,6 +321,8 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any) -
         old_best_rel=old.rel_halfwidth if old is not None else None,
         verdict=outcome.previous_verdict if old is not None else None,
         seeded=bool(rs and rs.measured),
+        prior=rs.prior if rs else 0,
+        from_target=from_target,
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -64,7 +65,8 @@ def checkout_old(root: Path, commit: str, manifest: Manifest, dest: Path) -> Pat
     try:
         listed = _git(root, "ls-tree", "-r", "--name-only", commit, "--", *sorted(wanted))
         if listed.returncode != 0 or not listed.stdout.strip():
-            raise PriorError(f"commit {commit[:12]} of {root} holds none of {sorted(wanted)}")
+            why = (listed.stderr.strip().splitlines() or [f"it holds none of {sorted(wanted)}"])[-1]
+            raise PriorError(f"git cannot read the templates of commit {commit[:12]} in {root}: {why}")
         archive = _git(root, "archive", "--format=tar", commit, "--", *sorted(wanted & {
             p for name in listed.stdout.splitlines() for p in (name, name.split("/", 1)[0])
         }), text=False)
@@ -88,9 +90,15 @@ def decode_records(
     the template at `old_root/template_file` in a child process."""
     arg = json.dumps({"root": str(old_root), "template": template_file, "log": str(log_path),
                       "target": dict(target), "workloads": list(workloads)})
+    # This package importable in the child even when it is not installed; after the old
+    # tree (the child's cwd, first on its path), so its `operators` are the old ones.
+    here = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH", ""), here) if p)}
     try:
         proc = subprocess.run([sys.executable, "-m", "tvmtune_ci.priors", arg], cwd=old_root,
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+                              capture_output=True, text=True, timeout=timeout_s, check=False,
+                              env=env)
     except subprocess.TimeoutExpired as e:
         raise PriorError(f"decoding {log_path.name} took longer than {timeout_s:.0f} s") from e
     if proc.returncode != 0:

@@ -135,7 +135,10 @@ def render_readme(m: Manifest) -> str:
         if r.history is not None:
             from .history import ReplayReport
 
-            lines += ["", f"### History: the template was edited since `{r.history.get('source', '?')}`", ""]
+            seeded = r.history.get("from_target")
+            head = (f"seeded from the {seeded} log `{r.history.get('source', '?')}` (seed-from)"
+                    if seeded else f"the template was edited since `{r.history.get('source', '?')}`")
+            lines += ["", f"### History: {head}", ""]
             lines += [f"- {x}" for x in ReplayReport.from_json(r.history).sentences()]
         lines += ["", "Chosen splits and knobs:", "", "```"]
         lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]

@@ -662,6 +662,7 @@ class Search:
             self.progress.add(entry["trial"], _entry_estimate(entry), self.flop)
         self.stats: dict[str, float] = {}
         self.batches = 0
+        self.prior_n = 0  # records the cost model learned from without measuring them
 
     @property
     def done(self) -> int:
@@ -737,6 +738,7 @@ class Search:
             t0 = time.perf_counter()
             self.cost_model.update(self.ctx, cands, results)
             self._time("prior_s", t0)
+        self.prior_n += len(cands)
         return len(cands)
 
     # ---- the loop
@@ -797,10 +799,12 @@ class Search:
             # search; they do not count toward patience. Replayed trials (history) do
             # not count either: a search seeded near the old best cannot beat it
             # beyond the noise at once, and stopping then would end it before it
-            # explored as much as a cold one (measured: bench_warmstart).
+            # explored as much as a cold one (measured: bench_warmstart). The old
+            # log's records the model was trained on (prior) do count: with them its
+            # proposals are guided from the first batch.
             warm = sum(
                 e["error"] is None and e.get("source") != "replay" for e in self.journal.trials
-            ) >= WARMUP_SAMPLES
+            ) + self.prior_n >= WARMUP_SAMPLES
             if improved or not warm:
                 self.progress.stale_batches = 0
             else:

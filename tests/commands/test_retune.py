@@ -473,6 +473,7 @@ def test_a_template_edit_replays_the_old_configurations_first(
     best in the finals, and the README's History section and the commit say so."""
     root = _copy(tuned[0], tmp_path)
     old_manifest = json.loads((root / FOLDER / "manifest.json").read_text())
+    old_log = json.loads((root / FOLDER / old_manifest["log"]).read_text())
     _edit_template(root, 'define_knob("unroll", [0, 16])', 'define_knob("unroll", [0, 16, 64])')
     dry = run_cli(root, "retune", "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
@@ -486,6 +487,9 @@ def test_a_template_edit_replays_the_old_configurations_first(
     assert h["offered"] >= 2 and h["whole"] == h["offered"]  # nothing reset
     assert h["built"] == h["correct"] == h["offered"] and h["seeded"]
     assert h["knob_diff"]["changed"] == ["unroll: knob [0, 16] -> knob [0, 16, 64]"]
+    # Every other valid record of the old log (decoded with the template as committed
+    # with it) trained the cost model first.
+    assert h["prior"] == len(old_log["workloads"]["s64"]["records"]) - h["offered"] > 0
     assert h["old_best_s"] is not None and h["verdict"] in ("faster", "equal", "slower")
     # The replayed configurations are the run's first trials, in the log's journal order.
     log = json.loads((root / FOLDER / m["log"]).read_text())
@@ -493,6 +497,7 @@ def test_a_template_edit_replays_the_old_configurations_first(
     readme = (root / FOLDER / "README.md").read_text()
     assert f"### History: the template was edited since `{old_manifest['log']}`" in readme
     assert "computed the right result" in readme and "old best on the new template" in readme
+    assert f"the cost model also learned from {h['prior']} other record(s)" in readme
     body = git(root, "log", "-1", "--format=%B")
     assert "mm/host/s64: history: knobs: changed unroll" in body
     assert "old best on the new template" in body
@@ -515,6 +520,7 @@ def test_an_edit_that_invalidates_every_old_configuration_searches_cold_and_says
     assert "could be mapped: a cold search" in r.stdout
     h = json.loads((root / FOLDER / "manifest.json").read_text())["results"]["s64"]["history"]
     assert h["offered"] == 0 and not h["seeded"] and h["old_best_s"] is None
+    assert h["prior"] == 0  # no record keeps a knob: nothing to learn from
     assert set(h["knob_diff"]["added"]) == {"tile_i2", "tile_j2", "unroll2", "cache2"}
 
 
@@ -547,3 +553,38 @@ def test_an_old_log_of_another_tvm_or_corrupt_is_not_replayed_and_nothing_is_los
         kept = [k for k, v in after.items() if v == data and (k == name or k.endswith(".bak"))]
         assert kept, name
     assert json.loads(after["manifest.json"])["results"]["s64"]["history"] is None
+
+
+@pytest.mark.parametrize("seed_from", [True, False])
+def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, seed_from: bool
+) -> None:
+    """A second target (one core: other hardware, as far as the log knows) has no log.
+    With `seed-from: host` its first search replays host's configurations and learns
+    from host's records, and says so; without it (the default) it starts cold."""
+    root = _copy(tuned[0], tmp_path)
+    other = {**TARGET, "num-cores": 1}
+    extra = "\n    seed-from: host" if seed_from else ""
+    (root / "tvmtune.yaml").write_text(
+        CONFIG + f"  host1:\n    target: {json.dumps(other)}\n    runs-on: [linux, x64]{extra}\n")
+    commit_all(root, "a second target")
+    host_set = _set(root)
+    dry = run_cli(root, "retune", "--dry-run", "--target", "host1")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert ("would be replayed first" in dry.stdout) == seed_from
+    r = run_cli(root, "retune", "--target", "host1", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _set(root) == host_set  # the source log is only read
+    m = json.loads((root / "tuning_logs/mm/host1/manifest.json").read_text())
+    h = m["results"]["s64"]["history"]
+    readme = (root / "tuning_logs/mm/host1/README.md").read_text()
+    if not seed_from:
+        assert h is None and "seed-from" not in r.stdout and "### History" not in readme
+        return
+    host_log = json.loads((root / FOLDER / json.loads(host_set["manifest.json"])["log"]).read_text())
+    assert h["from_target"] == "host" and h["offered"] >= 2 and h["correct"] == h["offered"]
+    assert h["prior"] == len(host_log["workloads"]["s64"]["records"]) - h["offered"] > 0
+    assert "history: seeding from the host log" in r.stdout
+    assert f"### History: seeded from the host log `{h['source']}` (seed-from)" in readme
+    assert "the best of the host log on this target" in readme
+    assert run_cli(root, "check").returncode == 0
