@@ -35,7 +35,7 @@ def report_of(root: Path) -> Report:
 
 def avx2_reasons(root: Path) -> list[tuple[str, str, str | None]]:
     report = report_of(root)
-    (e,) = [e for e in report.entries if (e.operator, e.target) == ("matmul", "avx2")]
+    (e,) = [e for e in report.entries if (e.operator, e.target_name) == ("matmul", "avx2")]
     return [(r.code, r.detail, r.file) for r in e.reasons]
 
 

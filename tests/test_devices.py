@@ -16,7 +16,6 @@ from tvmtune_ci.config import MeasureOptions, RpcRunner
 from tvmtune_ci.devices import (
     KeyQueue,
     TrackerQueue,
-    check_timeouts,
     parse_summary,
     preflight,
     split_tracker,
@@ -63,14 +62,17 @@ def test_parse_summary_counts_servers_per_key_and_drops_empty_keys() -> None:
 
 
 def test_session_timeout_must_outlast_the_measurement() -> None:
-    rpc = RpcRunner(tracker="127.0.0.1:1", key="k", session_timeout_s=30)
-    check_timeouts(rpc, MeasureOptions(timeout_s=29))
-    with pytest.raises(DeviceError, match=r"session_timeout_s \(30s\).*measure.timeout_s \(30s\)"
-                                          r".*raise runner.rpc.session_timeout_s above 30"):
-        check_timeouts(rpc, MeasureOptions(timeout_s=30))
+    from tvmtune_ci.runners.rpc import check_session_timeout
+
+    rpc = RpcRunner(tracker="127.0.0.1:1", key="k", session_timeout_s=10)
+    check_session_timeout(rpc, MeasureOptions(time_cap_s=2, timeout_s=12))  # 7.2 s + 1 s
+    # A slow kernel may sample for 0.6 x timeout_s: 9.6 s + ~1 s does not fit in 10 s.
+    with pytest.raises(DeviceError, match=r"session_timeout_s \(10s\).*cannot hold one measurement"
+                                          r".*sampling may last 9.6s.*raise runner.rpc.session_timeout_s above 10.6"):
+        check_session_timeout(rpc, MeasureOptions(time_cap_s=2, timeout_s=16))
     # Checked before anything touches the (here unreachable) tracker.
     with pytest.raises(DeviceError, match="session_timeout_s"):
-        preflight(rpc, MeasureOptions(timeout_s=45))
+        preflight(rpc, MeasureOptions(time_cap_s=2, timeout_s=45))
 
 
 def test_split_tracker() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_tuner import FAST, TARGET, make_template
 
-from tvmtune_ci import measure, stats
+from tvmtune_ci import measure, numerics, runners, sampling, stats
 from tvmtune_ci.builder import build_config, split_knobs
 from tvmtune_ci.config import MeasureOptions, RpcRunner
 from tvmtune_ci.errors import DeviceError, TemplateError, TuningError
@@ -25,7 +25,7 @@ def template(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def runner():
-    r = measure.make_runner(FAST)
+    r = runners.make_runner(FAST)
     yield r
     r.close()
 
@@ -45,15 +45,15 @@ def test_only_the_x86_intrinsics_are_imported() -> None:
 
 
 def test_correct_template_passes(template) -> None:
-    measure.check_correct(template, "m64", TARGET)
-    measure.check_correct(template, "m64", TARGET, GOOD)
-    measure.check_correct(template, "m32", TARGET)  # non-square, K=16
+    numerics.check_correct(template, "m64", TARGET)
+    numerics.check_correct(template, "m64", TARGET, GOOD)
+    numerics.check_correct(template, "m32", TARGET)  # non-square, K=16
 
 
 def test_wrong_reference_names_the_error(tmp_path: Path) -> None:
     wrong = make_template(tmp_path, "mm_t", reference="A @ B.T")
     with pytest.raises(TuningError) as info:
-        measure.check_correct(wrong, "m64", TARGET)
+        numerics.check_correct(wrong, "m64", TARGET)
     msg = str(info.value)
     assert (
         "mm_t workload 'm64'" in msg
@@ -66,28 +66,28 @@ def test_wrong_reference_names_the_error(tmp_path: Path) -> None:
 def test_reference_with_wrong_arity(tmp_path: Path) -> None:
     bad = make_template(tmp_path, "mm_arity", reference="(A @ B, A @ B)")
     with pytest.raises(TemplateError, match="returned 2 array"):
-        measure.check_correct(bad, "m64", TARGET)
+        numerics.check_correct(bad, "m64", TARGET)
 
 
 def test_a_failing_schedule_is_a_template_error(tmp_path: Path) -> None:
     bad = make_template(tmp_path, "mm_sched", extra='sch.get_sblock("no_such_block")\n')
     with pytest.raises(TemplateError, match=r"mm_sched.schedule\(\) failed for workload 'm64'"):
-        measure.check_correct(bad, "m64", TARGET)
+        numerics.check_correct(bad, "m64", TARGET)
 
 
 def test_tolerance_per_dtype() -> None:
-    assert measure.tolerance("float32") == (1e-4, 1e-4)
-    assert measure.tolerance("float16")[0] > measure.tolerance("float32")[0]
-    assert measure.tolerance("int32") == (0.0, 0.0)
+    assert numerics.tolerance("float32") == (1e-4, 1e-4)
+    assert numerics.tolerance("float16")[0] > numerics.tolerance("float32")[0]
+    assert numerics.tolerance("int32") == (0.0, 0.0)
 
 
 def test_mismatch_report_counts_nan_as_mismatch() -> None:
     want = np.ones((2, 3), "float32")
     got = want.copy()
-    assert measure._mismatch_report("out", got, want, 1e-4, 1e-4) is None
+    assert numerics.mismatch_report("out", got, want, 1e-4, 1e-4) is None
     got[1, 2] = np.nan
     got[0, 0] = 3.0
-    msg = measure._mismatch_report("out", got, want, 1e-4, 1e-4)
+    msg = numerics.mismatch_report("out", got, want, 1e-4, 1e-4)
     assert msg and "2 of 6 elements differ" in msg and "[0, 0]: got 3" in msg
 
 
@@ -134,13 +134,13 @@ def test_noise_check_samples_on_and_refuses_only_an_unusable_runner(template, ru
 def test_adaptive_sampling_stops_at_the_precision_or_the_cap(template, runner) -> None:
     loose = measure.measure_config(
         template, "m64", TARGET, GOOD, FAST, runner=runner,
-        policy=measure.SamplePolicy(sample_ms=2, precision=0.5, cap_s=5.0),
+        policy=sampling.SamplePolicy(sample_ms=2, precision=0.5, cap_s=5.0),
     )
     # ±50% is reached with the fewest samples an interval needs.
     assert loose.n == stats.MIN_SAMPLES + 1  # chunks of 3: 12 samples
     capped = measure.measure_config(
         template, "m64", TARGET, GOOD, FAST, runner=runner,
-        policy=measure.SamplePolicy(sample_ms=2, precision=1e-9, cap_s=0.3),
+        policy=sampling.SamplePolicy(sample_ms=2, precision=1e-9, cap_s=0.3),
     )
     # 0.3 s of >= 2 ms samples: far more samples, never converged.
     assert 40 <= capped.n <= 400
@@ -151,13 +151,13 @@ def test_racing_stops_a_clearly_slower_candidate_after_its_probe(template, runne
     # The default configuration is far slower than GOOD: raced out after 3 samples.
     raced = measure.measure_config(
         template, "m64", TARGET, None, FAST, runner=runner,
-        policy=measure.search_policy(FAST, race_above_s=1.25 * fast.latency_s),
+        policy=sampling.search_policy(FAST, race_above_s=1.25 * fast.latency_s),
     )
     assert raced.n == FAST.probe
     # A threshold it does not exceed: sampled on as a contender.
     kept = measure.measure_config(
         template, "m64", TARGET, None, FAST, runner=runner,
-        policy=measure.search_policy(FAST, race_above_s=1e3),
+        policy=sampling.search_policy(FAST, race_above_s=1e3),
     )
     assert kept.n >= stats.MIN_SAMPLES
 
@@ -197,7 +197,7 @@ def test_build_config_computes_the_reference(template) -> None:
 def test_a_crashing_or_slow_kernel_is_a_failed_run_not_a_crash(template) -> None:
     # One sample of 3 s, killed after 1 s.
     opts = MeasureOptions(sample_ms=3000, time_cap_s=40, search_cap_s=40, timeout_s=1)
-    slow = measure.make_runner(opts)
+    slow = runners.make_runner(opts)
     try:
         with pytest.raises(TuningError, match="timeout"):
             measure.measure_config(template, "m64", TARGET, None, opts, runner=slow)
@@ -214,7 +214,7 @@ def test_rpc_runner_needs_a_tracker() -> None:
 
     port = free_port()
     with pytest.raises(DeviceError, match=f"cannot reach the RPC tracker at 127.0.0.1:{port}"):
-        measure.make_runner(FAST, RpcRunner(tracker=f"127.0.0.1:{port}", key="x"))
+        runners.make_runner(FAST, RpcRunner(tracker=f"127.0.0.1:{port}", key="x"))
 
 
 

@@ -22,7 +22,8 @@ from small_mm import SMALL_MM
 
 from tvmtune_ci.config import MeasureOptions, RpcRunner
 from tvmtune_ci.errors import DeviceError, TuningError
-from tvmtune_ci.tuner import BatchEvent, TuneOutcome, TuneRequest, tune_workload
+from tvmtune_ci.search import BatchEvent
+from tvmtune_ci.tuner import TuneOutcome, TuneRequest, tune_workload
 
 # Long (a real tracker and servers, several tunes: minutes); `make test` and CI run them, `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -180,8 +181,9 @@ def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_pa
 
     rpc = fleet.rpc(devices=2, session_timeout_s=3)
     t0 = time.monotonic()
+    quick = replace(FAST, timeout_s=3)  # a session of 3 s holds 1.8 s of sampling
     with pytest.raises(TuningError) as err:
-        _tune(small_mm, tmp_path / "work", rpc, on_batch=on_batch)
+        _tune(small_mm, tmp_path / "work", rpc, quick, on_batch=on_batch)
     msg = str(err.value)
     assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
     assert "all 8 measurements of a batch (after 8 trials) failed" in msg
@@ -191,7 +193,7 @@ def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_pa
     assert len(_journal(tmp_path / "work")) == 8
     # Devices back (new servers, new addresses): a rerun resumes after batch 1.
     fleet.add_servers(2)
-    out = _tune(small_mm, tmp_path / "work", fleet.rpc(devices=2))
+    out = _tune(small_mm, tmp_path / "work", fleet.rpc(devices=2), quick)  # same settings: resumes
     _check_valid(out)
     assert out.stats["resumed"] == 8 and out.stats["search_trials"] == 8
     new = {s.address for s in fleet.live()}
@@ -199,7 +201,7 @@ def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_pa
 
 
 def test_journal_of_other_hardware_is_not_resumed(small_mm: ModuleType, tmp_path: Path) -> None:
-    from tvmtune_ci.tuner import request_fingerprint
+    from tvmtune_ci.journal import request_fingerprint
 
     def fp(rpc: RpcRunner | None) -> str:
         req = TuneRequest(
@@ -228,7 +230,7 @@ def test_a_hung_only_device_stops_with_a_clear_error(
     rpc = fleet.rpc(devices=1, session_timeout_s=1.5)
     t0 = time.monotonic()
     with pytest.raises(DeviceError) as err:
-        _tune(small_mm, tmp_path / "work", rpc, replace(FAST, time_cap_s=0.3))
+        _tune(small_mm, tmp_path / "work", rpc, replace(FAST, time_cap_s=0.3, timeout_s=0.8))
     assert time.monotonic() - t0 < 60
     msg = str(err.value)
     assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
@@ -240,7 +242,7 @@ def test_a_hung_only_device_stops_with_a_clear_error(
 def test_numerics_are_checked_on_the_device(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811
     """The correctness check runs where the kernel is measured: through a session on a
     device of the key, and a wrong result names that device."""
-    from tvmtune_ci.measure import check_correct
+    from tvmtune_ci.numerics import check_correct
 
     fleet: RpcFleet = rpc_fleet(servers=1)
     rpc = fleet.rpc(devices=1)
@@ -264,7 +266,7 @@ def test_a_cross_compiled_target_never_runs_on_the_host(
     numerics are refused (never run on this x86 host); with one, the aarch64 library is
     uploaded and the x86 loopback server cannot load it, which is the device's error."""
     from tvmtune_ci.errors import HostError
-    from tvmtune_ci.measure import check_correct
+    from tvmtune_ci.numerics import check_correct
 
     arm = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
     with pytest.raises(HostError, match="RPC runner"):
@@ -277,7 +279,7 @@ def test_a_cross_compiled_target_never_runs_on_the_host(
 
 
 def test_session_timeout_must_hold_a_measurement(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811
-    from tvmtune_ci.measure import make_runner
+    from tvmtune_ci.runners import make_runner
 
     fleet: RpcFleet = rpc_fleet(servers=0)
     with pytest.raises(DeviceError, match=r"session_timeout_s \(1s\).*cannot hold one measurement"):

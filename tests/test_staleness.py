@@ -24,11 +24,11 @@ from conftest import (
 )
 from conftest import git as run_git
 
-from tvmtune_ci import git as tvm_git
 from tvmtune_ci import staleness
 from tvmtune_ci.config import load_config
 from tvmtune_ci.errors import UsageError
 from tvmtune_ci.fingerprint import fingerprint_template
+from tvmtune_ci.git import read as tvm_git
 from tvmtune_ci.staleness import Report, find_stale
 from tvmtune_ci.template import discover_templates, read_template
 
@@ -40,7 +40,7 @@ def report_of(root: Path, **kw: object) -> Report:
 
 
 def codes(report: Report) -> dict[str, list[str]]:
-    return {f"{e.operator}/{e.target}": [r.code for r in e.reasons] for e in report.entries}
+    return {f"{e.operator}/{e.target_name}": [r.code for r in e.reasons] for e in report.entries}
 
 
 def edit(root: Path, rel: str, old: str, new: str) -> None:
@@ -73,7 +73,7 @@ def test_fresh_repo_is_fresh(repo: Path) -> None:
     )
     assert e.manifest is not None and e.manifest.operator == "matmul"
     # The space is the entry's target's: KNOBS name its LANES and VREGS.
-    target = {t.name: t.target for t in load_config(repo / "tvmtune.yaml").targets}[e.target]
+    target = {t.name: t.target for t in load_config(repo / "tvmtune.yaml").targets}[e.target_name]
     assert e.space_sizes == decl.space_sizes(target)
     assert all(p > 1 for p, _ in e.space_sizes.values())
 

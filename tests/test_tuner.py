@@ -22,7 +22,8 @@ import pytest
 
 from tvmtune_ci.config import EarlyStop, MeasureOptions
 from tvmtune_ci.errors import TuningError
-from tvmtune_ci.tuner import SpaceInfo, TuneRequest, decode_knobs, tune_workload
+from tvmtune_ci.space import SpaceInfo, decode_knobs
+from tvmtune_ci.tuner import TuneRequest, tune_workload
 
 TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
 # Short samples and loose precision: tests check behaviour, not latencies.
@@ -183,7 +184,7 @@ def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> Non
     import tvm
 
     from tvmtune_ci.builder import schedule_config, workload_module
-    from tvmtune_ci.tuner import design_space_infos
+    from tvmtune_ci.space import design_space_infos
     from tvmtune_ci.tvmsetup import make_target, ms
 
     template, out, _ = tuned
@@ -287,11 +288,11 @@ def test_decode_knobs_names_decisions_in_sampling_order() -> None:
         ["SampleCategorical", [], [[0, 16, 64], [0.5, 0.25, 0.25]], ["v1"]],
         ["SamplePerfectTile", ["l2"], [2, 64], ["v3", "v4"]],
     ]
-    from tvmtune_ci.tuner import _signature
+    from tvmtune_ci.space import signature
 
     spaces = [
-        SpaceInfo(0, {"s": "a"}, _signature(insts[:2]), ("u",)),
-        SpaceInfo(1, {"s": "b"}, _signature(insts), ("u", "t")),
+        SpaceInfo(0, {"s": "a"}, signature(insts[:2]), ("u",)),
+        SpaceInfo(1, {"s": "b"}, signature(insts), ("u", "t")),
     ]
     trace = [
         insts + [["EnterPostproc", [], [], []], ["Annotate", [], [], []]],
@@ -360,7 +361,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
 
 def test_trace_json_is_compared_in_one_canonical_form() -> None:
     """Python's Trace.as_json and the JSONDatabase file spell some values differently."""
-    from tvmtune_ci.tuner import _plain
+    from tvmtune_ci.space import plain
 
     db_side = [
         "TransformLayout",
@@ -368,7 +369,7 @@ def test_trace_json_is_compared_in_one_canonical_form() -> None:
         [0, 1, None, False],
     ]
     py_side = ["TransformLayout", ["b1", '{"nodes":[],"root_index":1}'], [0, True, None, 0]]
-    assert _plain(db_side) == _plain(py_side)
+    assert plain(db_side) == plain(py_side)
 
 
 def test_a_builder_that_cannot_start_does_not_leak_the_runner_worker(tmp_path: Path) -> None:
@@ -399,7 +400,7 @@ def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: P
     from itertools import product
 
     from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.tuner import WARMUP_SAMPLES, Search
+    from tvmtune_ci.search import WARMUP_SAMPLES, Search
 
     template = make_template(tmp_path, "mm_prior")
     search = Search(request(template, tmp_path / "w"), None, None, time.perf_counter())
@@ -436,7 +437,7 @@ def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: P
 def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from tvmtune_ci.tuner import request_fingerprint
+    from tvmtune_ci.journal import request_fingerprint
 
     template = make_template(tmp_path, "mm_key")
     base = request(template, tmp_path / "w", fingerprint="sha-of-template-and-helpers")

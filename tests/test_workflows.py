@@ -363,7 +363,7 @@ def test_matrix_keys_are_the_ones_the_workflows_read(tmp_path: Path) -> None:
             return T()
 
     class E:
-        operator, target = "matmul", "cpu"
+        operator, target_name = "matmul", "cpu"
 
     m = build_matrix(C(), [E()])  # type: ignore[arg-type]
     assert m == {

@@ -9,12 +9,12 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "build_best", "apply_best"]
+__all__ = ["__version__", "build_best", "best_config"]
 
 
 def __getattr__(name: str) -> Any:
     # The loader needs TVM; keep `import tvmtune_ci` (and check/status) TVM-free.
-    if name in ("build_best", "apply_best"):
+    if name in ("build_best", "best_config"):
         from . import loader
 
         return getattr(loader, name)

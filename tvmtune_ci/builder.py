@@ -15,6 +15,7 @@ Nothing here imports TVM at module level; `tvmsetup` does, when a function runs.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -32,6 +33,7 @@ from .template import Categorical, Knob, Knobs, Split, Structural, call_with_wor
 
 
 def workload_params(template: ModuleType, workload_name: str) -> dict[str, Any]:
+    """The parameters of `workload_name` as the template declares them."""
     workloads = getattr(template, "WORKLOADS", None) or {}
     if workload_name not in workloads:
         raise TemplateError(
@@ -223,9 +225,6 @@ def build_config(
 
 # --------------------------------------------------------------------------- MetaSchedule builder
 
-_BUILDER_CLASS: list[Any] = []
-
-
 class _TimedLink:
     """`export_library`'s fcompile: TVM's `create_shared`, timed; with `cc`, that
     compiler links (a cross compiler for a target of another architecture)."""
@@ -262,9 +261,8 @@ def export_kernel(module: Any, path: str, target: Mapping[str, Any]) -> float:
     return link.seconds
 
 
+@functools.cache  # one class per process: TVM registers it by name
 def _builder_class() -> Any:
-    if _BUILDER_CLASS:
-        return _BUILDER_CLASS[0]
     from . import tvmsetup
 
     tvmsetup.load()
@@ -324,7 +322,6 @@ def _builder_class() -> Any:
             if self._own_dir:
                 shutil.rmtree(self.artifact_dir, ignore_errors=True)
 
-    _BUILDER_CLASS.append(InProcessBuilder)
     return InProcessBuilder
 
 
@@ -334,6 +331,7 @@ def make_builder(artifact_dir: str | None = None) -> Any:
 
 
 def remove_artifact(path: str | None) -> None:
+    """Delete a built library once it was measured (gone already: nothing to do)."""
     if path:
         try:
             os.unlink(path)

@@ -74,3 +74,8 @@ def set_outputs(**values: str) -> bool:
             else:
                 f.write(f"{k}={v}\n")
     return True
+
+
+def md_escape(text: str) -> str:
+    """Text safe inside a Markdown table cell (step summaries)."""
+    return text.replace("|", "\\|").replace("\n", " ")

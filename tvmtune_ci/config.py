@@ -2,6 +2,8 @@
 
 The YAML is composed into nodes (not loaded) so that each value keeps the line it
 came from; unknown keys get a "did you mean" from difflib.
+
+Over 400 lines: one parser, every key with its line-numbered error and fix.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class ConfigWarning(UserWarning):
 
 @dataclass(frozen=True)
 class EarlyStop:
+    """Stop a search after `patience` batches without an improvement beyond the noise
+    and `min_improvement` (0 disables early stop)."""
+
     # Stop when the best has not improved by more than `min_improvement` (a
     # fraction) for `patience` consecutive batches. patience 0 disables it.
     patience: int = 3
@@ -80,6 +85,9 @@ LEGACY_MEASURE_KEYS = {
 
 @dataclass(frozen=True)
 class RpcRunner:
+    """Measure on devices behind a TVM tracker: `tracker` (host:port), the servers'
+    `key`, how many `devices` a run uses at once, and each session's timeout."""
+
     tracker: str  # host:port
     key: str
     devices: int = 1
@@ -96,6 +104,9 @@ class RpcRunner:
 
 @dataclass(frozen=True)
 class TargetConfig:
+    """One configured target: its TVM target dict, the runner labels of a machine that
+    has it, and where it is measured (this machine, or an RPC runner)."""
+
     name: str
     target: dict[str, Any]  # canonical dict
     runs_on: tuple[str, ...] = ()
@@ -113,6 +124,9 @@ class TargetConfig:
 
 @dataclass(frozen=True)
 class OperatorConfig:
+    """Per-operator overrides: a trial budget, and the targets it is tuned for
+    (empty: all)."""
+
     name: str
     trials: int | None = None
     targets: tuple[str, ...] | None = None  # None: every configured target
@@ -121,12 +135,17 @@ class OperatorConfig:
 
 @dataclass(frozen=True)
 class GitIdentity:
+    """Author and committer of the commits `retune --commit` makes."""
+
     name: str = "tvmtune-ci"
     email: str = "tvmtune-ci@users.noreply.github.com"
 
 
 @dataclass(frozen=True)
 class Config:
+    """`tvmtune.yaml`, parsed and checked: frozen, with every path resolved against
+    the file's folder (`root`). Read it with `load_config`."""
+
     root: Path
     targets: tuple[TargetConfig, ...]
     operators_dir: str = "operators"
@@ -454,6 +473,8 @@ _TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "batch_
 
 
 def parse_config(text: str, path: Path) -> Config:
+    """Parse the text of a tvmtune.yaml found at `path`; ConfigError (exit 2) naming
+    `path:LINE`, what is wrong and what to write instead."""
     ctx = _Ctx(path)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -519,6 +540,7 @@ def find_config(start: Path) -> Path:
 
 
 def load_config(path: Path | None = None) -> Config:
+    """Read tvmtune.yaml: `path`, or the first one found from the current folder up."""
     path = find_config(Path.cwd()) if path is None else path
     if path.is_dir():
         path = find_config(path)

@@ -215,25 +215,6 @@ def tracker_summary(host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) 
 # --------------------------------------------------------------------------- preflight
 
 
-def check_timeouts(rpc: RpcRunner, measure: MeasureOptions) -> None:
-    """A session must outlast one measurement, or every trial is recorded as an error.
-
-    TVM's RPCRunner kills a trial after `session_timeout_s`, counting the wait for
-    a free device, the upload and the measurement; the killed trial becomes an
-    error result, not a failure of the run.
-    """
-    if measure.timeout_s < rpc.session_timeout_s:
-        return
-    suggest = max(2 * measure.timeout_s, measure.timeout_s + 30)
-    raise DeviceError(
-        f"runner.rpc.session_timeout_s ({rpc.session_timeout_s:g}s) for key {rpc.key!r} must be "
-        f"longer than measure.timeout_s ({measure.timeout_s:g}s): TVM's RPC runner ends a session "
-        f"after session_timeout_s (waiting for a device, upload and measurement included) and "
-        f"records the trial as an error; raise runner.rpc.session_timeout_s above "
-        f"{measure.timeout_s:g} (e.g. {suggest:g}) or lower measure.timeout_s"
-    )
-
-
 def _not_enough(rpc: RpcRunner, queue: TrackerQueue) -> DeviceError:
     k = queue.get(rpc.key)
     server_cmd = f"`python -m tvm.exec.rpc_server --tracker {rpc.tracker} --key {rpc.key}`"
@@ -262,7 +243,7 @@ class _Slot:
         self.error: str | None = None
 
 
-def _request_server(host: str, port: int, key: str, priority: int,
+def request_server(host: str, port: int, key: str, priority: int,
                     timeout_s: float) -> tuple[str, int, str] | None:
     """One server from the tracker (url, port, matchkey), or None if none is handed out in time.
 
@@ -293,7 +274,7 @@ def _round_trip(rpc: RpcRunner, slot: _Slot, timeout_s: float, release: threadin
     from tvm import rpc as tvm_rpc
 
     try:
-        match = _request_server(rpc.tracker_host, rpc.tracker_port, rpc.key, 1, timeout_s)
+        match = request_server(rpc.tracker_host, rpc.tracker_port, rpc.key, 1, timeout_s)
     except OSError as e:
         slot.error = f"the tracker failed a session request: {e}"
         return
@@ -379,14 +360,16 @@ def preflight(rpc: RpcRunner, measure: MeasureOptions | None = None, *,
               timeout_s: float = DEFAULT_TIMEOUT_S) -> Preflight:
     """Stop before the first trial unless the tracker can serve `rpc.devices` devices for `rpc.key`.
 
-    In order: `session_timeout_s` outlasts `measure.timeout_s` (when `measure`
-    is given); the tracker answers; it has at least `rpc.devices` free servers
+    In order: `session_timeout_s` holds one measurement (`runners.rpc.
+    check_session_timeout`, when `measure` is given); the tracker answers; it has at least `rpc.devices` free servers
     for the key; `rpc.devices` sessions opened at once each complete a remote
     call (workpath, upload, remove). Each failure is a DeviceError (exit 9)
     saying what the tracker has and what to change.
     """
     if measure is not None:
-        check_timeouts(rpc, measure)
+        from .runners.rpc import check_session_timeout
+
+        check_session_timeout(rpc, measure)
     queue = tracker_summary(rpc.tracker_host, rpc.tracker_port, timeout_s)
     k = queue.get(rpc.key)
     if k.free < rpc.devices:

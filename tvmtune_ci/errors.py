@@ -20,9 +20,20 @@ class UsageError(ConfigError):
 
 
 class TemplateError(TvmtuneError):
-    """An operator template cannot be read or does not follow the template API."""
+    """An operator template cannot be read or does not follow the template API.
+
+    `file` and `line` say where (None when unknown); the message reads
+    "FILE:LINE: what is wrong" so a terminal and an editor can jump there.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str, *, file: object = None, line: int | None = None) -> None:
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.line = line if line else None
+        where = (f"{self.file}:{self.line}: " if self.line else f"{self.file}: ") if self.file else ""
+        super().__init__(where + message)
 
 
 class CorruptFileError(TvmtuneError):

@@ -479,13 +479,13 @@ class SourceCache:
             try:
                 source = path.read_bytes()
             except OSError as e:
-                raise TemplateError(f"{path}: cannot read: {e.strerror}") from None
+                raise TemplateError(f"cannot read: {e.strerror}", file=path) from None
             try:
                 tree = ast.parse(source, filename=str(path))
             except (SyntaxError, ValueError) as e:
                 line = getattr(e, "lineno", None) or 1
                 msg = getattr(e, "msg", None) or str(e)
-                raise TemplateError(f"{path}:{line}: syntax error: {msg}") from None
+                raise TemplateError(f"syntax error: {msg}", file=path, line=line) from None
             self._trees[path] = tree
         return tree
 

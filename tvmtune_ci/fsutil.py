@@ -29,6 +29,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temp file in the same folder and
+    `os.replace`: a kill leaves the old file or the new one, never half of one."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
@@ -38,14 +40,17 @@ def canonical_json(obj: Any) -> str:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
+    """`atomic_write_text` of canonical JSON."""
     atomic_write_text(path, canonical_json(obj))
 
 
 def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of `data`."""
     return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of the file at `path`, read in chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

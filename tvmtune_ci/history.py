@@ -9,8 +9,9 @@ template against the new best. `knob_diff` says what changed in the declaration,
 read from the template as it was committed when the old log was tuned.
 
 The log's other records are not measured again; they train the cost model before the
-first batch (`priors.py`). Only the same operator and target are replayed:
-configurations tuned for other hardware pull a search off course.
+first batch (`priors.py`). Only the same operator and target are replayed, unless
+a target's `seed-from` names another (off by default): configurations tuned for
+other hardware can pull a search off course.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from typing import Any
 from .errors import TemplateError
 from .manifest import Manifest
 from .targetinfo import scope
-from .template import Categorical, Knob, Split, Structural, _knob_from_ast, eval_extent
+from .template import (
+    Categorical,
+    Knob,
+    Split,
+    Structural,
+    default_value,
+    eval_extent,
+    knob_from_ast,
+)
 
 # Old configurations replayed per workload: the old best, its finals and its top.
 REPLAY_K = 16
@@ -56,12 +65,6 @@ def _valid(knob: Knob, value: Any, names: Mapping[str, Any]) -> bool:
     if isinstance(knob, (Categorical, Structural)):
         return value in knob.candidates
     return False
-
-
-def _default(knob: Knob, names: Mapping[str, Any]) -> Any:
-    if isinstance(knob, Split):
-        return [eval_extent(knob.extent, names)] + [1] * (knob.parts - 1)
-    return knob.candidates[0]
 
 
 def _divisors(n: int) -> list[int]:
@@ -120,7 +123,7 @@ def map_config(
             kept.append(k.name)
             continue
         fixed = _repair(k, old[k.name], names) if k.name in old else None
-        out[k.name] = fixed if fixed is not None and _valid(k, fixed, names) else _default(k, names)
+        out[k.name] = fixed if fixed is not None and _valid(k, fixed, names) else default_value(k, names)
         reset.append(k.name)
     return Mapped(out, tuple(kept), tuple(reset))
 
@@ -248,7 +251,7 @@ def old_declaration(root: Path, manifest: Manifest) -> tuple[Knob, ...] | None:
             isinstance(t, ast.Name) and t.id == "KNOBS" for t in stmt.targets
         ) and isinstance(stmt.value, (ast.List, ast.Tuple)):
             try:
-                return tuple(_knob_from_ast(e, path) for e in stmt.value.elts)
+                return tuple(knob_from_ast(e, path) for e in stmt.value.elts)
             except TemplateError:
                 return None
     return None

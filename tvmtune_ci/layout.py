@@ -23,6 +23,8 @@ from .targets import slug
 
 @dataclass(frozen=True)
 class LogSet:
+    """The folder of one (operator, target) log set, and the names of its files."""
+
     folder: Path
     operator: str
     target_slug: str

@@ -14,8 +14,7 @@ that result here.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,9 @@ class FallbackWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Best:
+    """The committed best configuration of one workload for one target, after the
+    checks (fresh entry, the same target as a dict): what `build_best` builds."""
+
     operator: str
     workload: str
     target: dict[str, Any]
@@ -58,7 +60,12 @@ def _diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
 def best_config(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
                 allow_fallback: bool = False) -> Best:
-    """The knob values to build, after checking the entry is fresh and the target matches."""
+    """The committed best of `operator`'s `workload` (the only one when None) for
+    `target`, without building it: the lookup AutoTVM's `apply_history_best` did,
+    but a stale or missing entry, or a target that differs by one flag, raises
+    StaleLogError listing every reason instead of falling back in silence.
+    `allow_fallback=True` returns the default configuration (knobs {}) with a
+    FallbackWarning. `root`: the repository (default: found from the cwd)."""
     from .config import load_config
     from .staleness import find_stale
 
@@ -128,7 +135,7 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
     mcpu needs AVX-512 and this CPU has none). `allow_foreign_host=True` builds
     anyway, for cross-compiling: the result must not be called on this machine.
     """
-    from .builder import build_config  # defined there; tuner only re-exported it
+    from .builder import build_config
     from .config import load_config
     from .template import import_template
 
@@ -137,15 +144,3 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
     config = load_config(Path(root) if root is not None else None)
     module = import_template(config.operators_path / f"{operator}.py", config.root)
     return build_config(module, best.workload, best.target, best.knobs)
-
-
-@contextmanager
-def apply_best(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
-               allow_fallback: bool = False, allow_foreign_host: bool = False) -> Iterator[Best]:
-    """`with apply_best("matmul", target=t) as best:` - the AutoTVM-style spelling.
-
-    Refuses a target this machine cannot run, as `build_best` does.
-    """
-    best = best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
-    _check_runs_here(best, allow_foreign_host)
-    yield best

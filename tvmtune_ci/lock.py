@@ -23,6 +23,8 @@ from .errors import LockError
 
 @contextmanager
 def hold(path: Path, what: str) -> Iterator[None]:
+    """Hold the advisory lock of one log folder for `what` ("operator/target"); a
+    second holder gets LockError (exit 6) naming the first (pid, host, since)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -50,6 +50,9 @@ class Measured:
 
 @dataclass(frozen=True)
 class WorkloadResult:
+    """What one workload's re-tune found: the best and the default configuration from
+    the same finals, the top table, the curve, and the history of the run."""
+
     best: Measured
     baseline: Measured  # the default configuration
     # Top configurations, best first (for the README); at most 10.
@@ -67,6 +70,10 @@ class WorkloadResult:
     best_source: str = "search"
     # History replay after a template edit (history.ReplayReport.to_json()), or None.
     history: dict[str, Any] | None = None
+    # The default configuration measured before the search (the noise check), minutes
+    # before `baseline` (the same configuration in the finals): how far this runner's
+    # speed moved during the run. None in manifests written before it was recorded.
+    noise_check: Measured | None = None
 
     @property
     def speedup(self) -> float:
@@ -75,6 +82,8 @@ class WorkloadResult:
 
 @dataclass(frozen=True)
 class Trials:
+    """How a workload's trial budget was spent, and why the search stopped."""
+
     requested: int
     run: int
     valid: int
@@ -85,6 +94,10 @@ class Trials:
 
 @dataclass(frozen=True)
 class Manifest:
+    """`manifest.json` of one log set: provenance (template fingerprint and commit,
+    target, TVM, host, measurement settings), results per workload, and the hashes
+    of the set's files. Written last: it is the commit point of a publish."""
+
     operator: str
     target_name: str
     target: dict[str, Any]  # canonical dict
@@ -134,6 +147,7 @@ class Manifest:
                     previous_verdict=r.get("previous_verdict"),
                     best_source=r.get("best_source", "search"),
                     history=r.get("history"),
+                    noise_check=Measured(**r["noise_check"]) if r.get("noise_check") else None,
                 )
                 for w, r in d["results"].items()
             }
@@ -143,6 +157,8 @@ class Manifest:
 
 
 def read_manifest(path: Path) -> Manifest:
+    """Read and check a manifest.json; CorruptFileError naming the file and the field
+    that is wrong."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -153,6 +169,7 @@ def read_manifest(path: Path) -> Manifest:
 
 
 def write_manifest(path: Path, manifest: Manifest) -> None:
+    """Write `manifest` to `path` atomically (temp file + rename)."""
     atomic_write_json(path, manifest.to_json())
 
 
@@ -233,6 +250,8 @@ def _result(data: Any, where: str) -> None:
         _measured(r["previous_best"], f"{where}.previous_best")
     if r.get("history") is not None:
         _obj(r["history"], f"{where}.history")
+    if r.get("noise_check") is not None:
+        _measured(r["noise_check"], f"{where}.noise_check")
 
 
 def _trials(data: Any, where: str) -> None:

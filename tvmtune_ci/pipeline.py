@@ -1,12 +1,18 @@
-"""Re-tuning one (operator, target) entry as explicit steps.
+"""Re-tuning one (operator, target) entry as a tuple of named steps.
 
-    host check -> lock -> import template -> fingerprint -> tune each workload
-    (correctness, noise/baseline, search, verify: inside the tuner) -> keep the
-    previous best if it is still faster -> write log, manifest, README, plot ->
-    archive the old set as .bak and publish the new one atomically
+    BEFORE_LOCK: check_host_step -> preflight_step (RPC)
+    UNDER_LOCK:  recheck_step -> check_names_step -> load_step -> history_step ->
+                 tune_step (per workload, the tuner's steps: correctness, baseline,
+                 search, finals) -> manifest_step -> write_step
 
-Each step is a function; `retune_entry` runs them in order. Printing is the
-command's business: steps report through the `say` callback.
+Each step takes a `Job` (plain data: the config, the entry, the target, what earlier
+steps found) and returns the next one; `retune_entry` runs them in order, holding the
+log folder's lock for the second tuple. The thread count is part of the Job. Printing
+is the command's business: steps report through the `say` callback. Committing and
+pushing come after every entry (`commands/retune.py`, `git.write`).
+
+Over 400 lines: the steps, which log is replayed, and the words the steps report
+(history report, verdicts, commit message) belong to the one re-tune.
 """
 
 from __future__ import annotations
@@ -16,32 +22,50 @@ import datetime as _dt
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from . import lock as _lock
 from .config import Config, TargetConfig
 from .errors import LockError, TvmtuneError
 from .fsutil import canonical_json, sha256_bytes
 from .layout import LogSet
-from .manifest import Manifest, Trials, WorkloadResult
+from .manifest import Manifest, WorkloadResult
 from .publish import Published, check_publishable, publish
 from .readme import render_curve, render_readme
-from .staleness import Entry, installed_tvm_version
+from .staleness import (
+    LOG_MODIFIED,
+    MISSING,
+    TARGET_CHANGED,
+    TEMPLATE_CHANGED,
+    TEMPLATE_INVALID,
+    TVM_CHANGED,
+    WORKLOAD_CHANGED,
+    Entry,
+    installed_tvm_version,
+)
+
+if TYPE_CHECKING:
+    from .fingerprint import Fingerprint
+    from .template import Knob, TemplateDecl
+    from .tuner import TuneOutcome
 
 Say = Callable[[str], None]
 
 # Reasons under which the previous log still describes the same template,
 # workload and target: its best is a fair candidate to re-measure and keep.
-_SAME_TEMPLATE_BLOCKERS = {"missing", "template_changed", "workload_changed", "target_changed", "log_modified", "template_invalid"}
+_SAME_TEMPLATE_BLOCKERS = {MISSING, TEMPLATE_CHANGED, WORKLOAD_CHANGED, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID}
 # Under which the previous log is replayed on the edited template (history.py): same
 # operator and target, a log nobody edited, tuned with this TVM.
-_REPLAY_BLOCKERS = {"missing", "target_changed", "log_modified", "template_invalid", "tvm_changed"}
+_REPLAY_BLOCKERS = {MISSING, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID, TVM_CHANGED}
 
 
 @dataclass(frozen=True)
 class RetuneResult:
+    """One entry re-tuned: the entry as it was, the new manifest, what was published."""
+
     entry: Entry
     manifest: Manifest
     published: Published
@@ -59,6 +83,8 @@ def measure_threads(target: TargetConfig) -> int | None:
 
 
 def can_reuse_previous(entry: Entry) -> bool:
+    """Whether the previous log describes this very template, workload and target,
+    so its best is a fair finalist to keep."""
     return entry.manifest is not None and not ({r.code for r in entry.reasons} & _SAME_TEMPLATE_BLOCKERS)
 
 
@@ -67,14 +93,14 @@ def replay_skipped(entry: Entry) -> str | None:
     the template did not change). Only a template edit is replayed."""
     codes = {r.code for r in entry.reasons}
     if entry.manifest is None:  # unreadable (log_modified), or none at all (missing)
-        return "no readable previous log" if "log_modified" in codes else None
-    if "template_changed" not in codes and "workload_changed" not in codes:
+        return "no readable previous log" if LOG_MODIFIED in codes else None
+    if TEMPLATE_CHANGED not in codes and WORKLOAD_CHANGED not in codes:
         return None
-    if "tvm_changed" in codes:
+    if TVM_CHANGED in codes:
         return f"the previous log was tuned with TVM {entry.manifest.tvm_version}"
-    if "log_modified" in codes:
+    if LOG_MODIFIED in codes:
         return "the previous log was edited by hand"
-    if "target_changed" in codes:
+    if TARGET_CHANGED in codes:
         return "the previous log was tuned for another target"
     return None
 
@@ -107,7 +133,7 @@ def replay_plan(config: Config, entry: Entry) -> list[str]:
     from .template import read_template
 
     lines: list[str] = []
-    target_cfg = config.target(entry.target)
+    target_cfg = config.target(entry.target_name)
     hist, _, from_target = history_source(config, entry, target_cfg, lines.append)
     if hist is None:
         return [x.removesuffix("; a cold search") for x in lines]
@@ -128,122 +154,20 @@ def replay_plan(config: Config, entry: Entry) -> list[str]:
 
 
 def can_replay(entry: Entry) -> bool:
+    """Whether the entry's own previous log is replayed: its template was edited,
+    the log is readable, unedited, for this target and tuned with this TVM."""
     codes = {r.code for r in entry.reasons}
-    return (entry.manifest is not None and bool(codes & {"template_changed", "workload_changed"})
+    return (entry.manifest is not None and bool(codes & {TEMPLATE_CHANGED, WORKLOAD_CHANGED})
             and not codes & _REPLAY_BLOCKERS)
 
 
 def _git_commit_of(root: Path, path: Path) -> str | None:
-    from .git import last_commit
+    from .git.read import last_commit
 
     try:
         return last_commit(root, path)
     except Exception:  # not a git repo, or the template is not committed yet
         return None
-
-
-def tune_entry(config: Config, entry: Entry, target: TargetConfig, *, trials: int, seed: int,
-               say: Say, progress: Callable[[str], Callable[[Any], None]] | None = None) -> tuple[Manifest, bytes]:
-    """Tune every workload of the entry; returns the new set's manifest and log bytes (not yet written).
-
-    The previous log's best (same template, workload and target) is a finalist of each
-    workload's finals: it is kept unless this run's best is faster beyond the noise."""
-    from . import history, priors
-    from .fingerprint import fingerprint_template
-    from .template import import_template, read_template
-    from .tuner import TuneRequest, tune_workload
-
-    root = config.root
-    path = root / entry.template_file
-    threads = measure_threads(target)
-    decl = read_template(path)
-    fp = fingerprint_template(path, root)
-    logset = entry.logset
-    reuse = can_reuse_previous(entry)
-    hist, hist_path, hist_from = history_source(config, entry, target, say)
-    old_decl = history.old_declaration(root, hist) if hist is not None else None
-    decoded = _old_records(root, hist_path, hist, list(decl.workloads), say) if hist else {}
-    results: dict[str, WorkloadResult] = {}
-    trials_by_wl: dict[str, Trials] = {}
-    outcomes = {}
-    with _threads(threads):
-        module = import_template(path, root)
-        for wname in decl.workloads:
-            prev = None
-            if reuse and entry.manifest is not None and wname in entry.manifest.results:
-                prev = dict(entry.manifest.results[wname].best.knobs)
-                where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
-                say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
-            mapped: list[history.Mapped] = []
-            diff = None
-            if hist is not None:
-                old = history.old_configs(hist, wname)
-                mapped = history.map_all(old, decl.knobs, decl.workloads[wname], target.target)
-                diff = history.knob_diff(old_decl, decl.knobs, decl.workloads[wname], target.target,
-                                         old_names=sorted({k for c in old for k in c}))
-                why = f"seeded from {hist_from}" if hist_from else "template edited"
-                say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
-                    f"configuration(s) of {hist.log} first")
-            req = TuneRequest(
-                template=module,
-                workload_name=wname,
-                target=target.target,
-                trials=trials,
-                batch_size=config.batch_size,
-                seed=seed,
-                early_stop=config.early_stop,
-                measure=config.measure,
-                work_dir=logset.work_dir / wname,
-                rpc=target.rpc,
-                on_batch=progress(f"{entry.operator}/{entry.target}/{wname}") if progress else None,
-                fingerprint=fp.digest,
-                previous_knobs=prev,
-                warn=say,
-                replay=tuple(m.knobs for m in mapped),
-                prior=priors.prior_for(decoded.get(wname, []), decl.knobs, decl.workloads[wname],
-                                       target.target, [m.knobs for m in mapped]),
-            )
-            outcome = tune_workload(req)
-            report = None
-            if diff is not None and hist is not None:
-                report = replay_report(hist.log, mapped, diff, outcome, from_target=hist_from)
-                for line in report.sentences():
-                    say(f"{wname}: history: {line}")
-            if outcome.previous_verdict is not None and outcome.previous is not None:
-                say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
-            elif prev is not None:
-                say(f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best")
-            outcomes[wname] = outcome
-            results[wname] = WorkloadResult(
-                best=outcome.best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),
-                space_size=outcome.space_size, design_spaces=outcome.design_spaces,
-                curve=tuple(outcome.curve), previous_best=outcome.previous,
-                previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
-                history=report.to_json() if report is not None else None,
-            )
-            trials_by_wl[wname] = outcome.trials
-    from .hostcheck import host_description
-    from .records import make_log, render_log
-    from .stats import ESTIMATOR
-    from .targetinfo import target_facts
-
-    date = _dt.date.today().isoformat()
-    log_name = logset.log_name(date)
-    data = render_log(make_log(entry.operator, target.target, list(outcomes.values()))).encode()
-    host = host_description()
-    host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
-    # Who measured the trials: "local", or each RPC server's "host:port".
-    host["devices"] = sorted({d for o in outcomes.values() for d in o.devices})
-    return Manifest(
-        operator=entry.operator, target_name=target.name, target=target.target,
-        log=log_name, log_sha256=sha256_bytes(data), fingerprint=fp.digest,
-        dependencies=dict(fp.dependencies), workloads=decl.workloads,
-        tvm_version=installed_tvm_version() or "unknown", tuned_on=date, seed=seed,
-        trials=trials_by_wl, results=results,
-        measure={**vars(config.measure), "estimator": ESTIMATOR, "threads": threads or "TVM default"},
-        template_file=entry.template_file, template_commit=_git_commit_of(root, path),
-        host=host, target_facts=target_facts(target.target).to_json(),
-    ), data
 
 
 def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) -> tuple[Manifest, Path] | None:
@@ -255,7 +179,7 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
 
     name = target.seed_from
     assert name is not None
-    logset = LogSet.of(config.logs_dir, entry.operator, name)
+    logset = LogSet.of(config.logs_path, entry.operator, name)
     where = f"seed-from {name}: {logset.folder.relative_to(config.root) if logset.folder.is_relative_to(config.root) else logset.folder}"
     try:
         m = read_manifest(logset.manifest)
@@ -340,7 +264,7 @@ def previous_sentence(source: str, verdict: str) -> str:
 
 
 @contextlib.contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
+def tvm_threads(threads: int | None) -> Iterator[None]:
     """TVM sizes its thread pool from TVM_NUM_THREADS, else half the cores it sees (it
     assumes hyper-threading): a 2-core runner would tune on one thread. The measuring
     worker inherits it when it starts; restored afterwards for the next entry."""
@@ -371,47 +295,256 @@ def write_set(logset: LogSet, manifest: Manifest, log_data: bytes) -> Published:
     return publish(logset.folder, files)
 
 
-def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
-                 say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None) -> RetuneResult:
+# --------------------------------------------------------------------------- the steps
+
+
+@dataclass(frozen=True)
+class Template:
+    """An operator template loaded once: its declarations (read without running it),
+    its semantic fingerprint, and the imported module."""
+
+    path: Path
+    decl: TemplateDecl
+    fingerprint: Fingerprint
+    module: ModuleType
+
+
+@dataclass(frozen=True)
+class History:
+    """The log a re-tune replays (history.py, priors.py): this entry's own after a
+    template edit, or another target's with seed-from."""
+
+    manifest: Manifest
+    manifest_path: Path
+    from_target: str | None  # None: this entry's own log
+    old_knobs: tuple[Knob, ...] | None  # the KNOBS it was tuned with (None: unknown)
+    records: dict[str, list[Any]]  # workload -> its records as (knobs, latency)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one entry's re-tune steps pass along; each step returns the next Job."""
+
+    config: Config
+    entry: Entry
+    target: TargetConfig
+    trials: int
+    seed: int
+    say: Say
+    progress: Callable[[str], Callable[[Any], None]] | None = None
+    threads: int | None = None  # TVM_NUM_THREADS while measuring locally (None: TVM's own)
+    template: Template | None = None
+    history: History | None = None
+    outcomes: dict[str, TuneOutcome] = field(default_factory=dict)
+    results: dict[str, WorkloadResult] = field(default_factory=dict)
+    manifest: Manifest | None = None
+    log_data: bytes = b""
+    published: Published | None = None
+
+
+def check_host_step(job: Job) -> Job:
+    """A target this machine cannot measure is refused before anything else."""
     from .hostcheck import check_host
 
-    target = config.target(entry.target)
-    check_host(target.target, remote=target.rpc is not None)
-    if target.rpc is not None:
+    check_host(job.target.target, remote=job.target.rpc is not None)
+    return job
+
+
+def preflight_step(job: Job) -> Job:
+    """An RPC target: the tracker can serve the devices, sessions can hold a measurement."""
+    if job.target.rpc is not None:
         from .devices import preflight
 
-        preflight(target.rpc, config.measure)
-    n_trials = trials if trials is not None else config.trials_for(entry.operator)
-    n_seed = seed if seed is not None else config.seed
-    logset = entry.logset
-    with _lock.hold(logset.lock, f"{entry.operator}/{entry.target}"):
-        # Staleness again, under the lock: another run may have published since the
-        # caller looked, and its set is the previous one now.
-        current = _recheck(config, entry)
-        if entry.reasons and current.fresh:
-            raise LockError(
-                f"{entry.operator}/{entry.target} was re-tuned by another run while this one "
-                f"waited ({logset.folder / 'manifest.json'} is fresh now); nothing to do; pass "
-                "--all to re-tune it anyway"
-            )
-        # A name clash with a user's file would only refuse at publish time: say so
-        # before the tuning time is spent.
-        check_publishable(logset.folder, [logset.log_name(_dt.date.today().isoformat()),
-                                          "manifest.json", "README.md", "curve.png"])
-        manifest, data = tune_entry(config, current, target, trials=n_trials, seed=n_seed, say=say, progress=progress)
-        published = write_set(logset, manifest, data)
-        shutil.rmtree(logset.work_dir, ignore_errors=True)
-    return RetuneResult(entry, manifest, published)
+        preflight(job.target.rpc, job.config.measure)
+    return job
 
 
-def _recheck(config: Config, entry: Entry) -> Entry:
+def recheck_step(job: Job) -> Job:
+    """Staleness again, under the lock: another run may have published since the
+    caller looked, and its set is the previous one now."""
     from .staleness import find_stale
 
-    report = find_stale(config, as_of=entry.as_of, operators=[entry.operator], targets=[entry.target])
-    for e in report.entries:
-        if e.operator == entry.operator and e.target == entry.target:
-            return e
-    return entry
+    e = job.entry
+    report = find_stale(job.config, as_of=e.as_of, operators=[e.operator], targets=[e.target_name])
+    current = next((x for x in report.entries
+                    if x.operator == e.operator and x.target_name == e.target_name), e)
+    if e.reasons and current.fresh:
+        raise LockError(
+            f"{e.operator}/{e.target_name} was re-tuned by another run while this one "
+            f"waited ({e.logset.folder / 'manifest.json'} is fresh now); nothing to do; pass "
+            "--all to re-tune it anyway"
+        )
+    return replace(job, entry=current)
+
+
+def check_names_step(job: Job) -> Job:
+    """A name clash with a user's file would only refuse at publish time: say so
+    before the tuning time is spent."""
+    logset = job.entry.logset
+    check_publishable(logset.folder, [logset.log_name(_dt.date.today().isoformat()),
+                                      "manifest.json", "README.md", "curve.png"])
+    return job
+
+
+def load_step(job: Job) -> Job:
+    """Read, fingerprint and import the template, once for every workload."""
+    from .fingerprint import fingerprint_template
+    from .template import import_template, read_template
+
+    root = job.config.root
+    path = root / job.entry.template_file
+    return replace(job, template=Template(path, read_template(path), fingerprint_template(path, root),
+                                          import_template(path, root)))
+
+
+def history_step(job: Job) -> Job:
+    """Which log is replayed (if any), its KNOBS declaration, and its records."""
+    from . import history
+
+    hist, hist_path, hist_from = history_source(job.config, job.entry, job.target, job.say)
+    if hist is None:
+        return job
+    assert job.template is not None
+    root = job.config.root
+    records = _old_records(root, hist_path, hist, list(job.template.decl.workloads), job.say)
+    return replace(job, history=History(hist, hist_path, hist_from,
+                                        history.old_declaration(root, hist), records))
+
+
+def tune_step(job: Job) -> Job:
+    """Tune every workload (the tuner's steps: correctness, baseline, search with the
+    history replay, finals), with the target's thread count."""
+    outcomes, results = {}, {}
+    assert job.template is not None
+    with tvm_threads(job.threads):
+        for wname in job.template.decl.workloads:
+            outcomes[wname], results[wname] = tune_one(job, wname)
+    return replace(job, outcomes=outcomes, results=results)
+
+
+def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
+    """One workload: the previous best as a finalist, or the history replayed; the
+    tuner's outcome and the manifest's result, with the history report."""
+    from . import history, priors
+    from .tuner import TuneRequest, tune_workload
+
+    entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
+    assert tpl is not None
+    decl, wl = tpl.decl, tpl.decl.workloads[wname]
+    prev = None
+    if can_reuse_previous(entry) and entry.manifest is not None and wname in entry.manifest.results:
+        prev = dict(entry.manifest.results[wname].best.knobs)
+        where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
+        say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
+    mapped: list[history.Mapped] = []
+    diff = None
+    if hist is not None:
+        old = history.old_configs(hist.manifest, wname)
+        mapped = history.map_all(old, decl.knobs, wl, target.target)
+        diff = history.knob_diff(hist.old_knobs, decl.knobs, wl, target.target,
+                                 old_names=sorted({k for c in old for k in c}))
+        why = f"seeded from {hist.from_target}" if hist.from_target else "template edited"
+        say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
+            f"configuration(s) of {hist.manifest.log} first")
+    outcome = tune_workload(TuneRequest(
+        template=tpl.module,
+        workload_name=wname,
+        target=target.target,
+        trials=job.trials,
+        batch_size=job.config.batch_size,
+        seed=job.seed,
+        early_stop=job.config.early_stop,
+        measure=job.config.measure,
+        work_dir=entry.logset.work_dir / wname,
+        rpc=target.rpc,
+        on_batch=job.progress(f"{entry.operator}/{entry.target_name}/{wname}") if job.progress else None,
+        fingerprint=tpl.fingerprint.digest,
+        previous_knobs=prev,
+        warn=say,
+        replay=tuple(m.knobs for m in mapped),
+        prior=priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
+                               [m.knobs for m in mapped]) if hist is not None else (),
+    ))
+    report = None
+    if diff is not None and hist is not None:
+        report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target)
+        for line in report.sentences():
+            say(f"{wname}: history: {line}")
+    if outcome.previous_verdict is not None and outcome.previous is not None:
+        say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
+    elif prev is not None:
+        say(f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best")
+    return outcome, WorkloadResult(
+        best=outcome.best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),
+        space_size=outcome.space_size, design_spaces=outcome.design_spaces,
+        curve=tuple(outcome.curve), previous_best=outcome.previous,
+        previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
+        history=report.to_json() if report is not None else None,
+        noise_check=outcome.noise_check,
+    )
+
+
+def manifest_step(job: Job) -> Job:
+    """The new set's log bytes and manifest (provenance), not yet written."""
+    from .hostcheck import host_description
+    from .records import make_log, render_log
+    from .stats import ESTIMATOR
+    from .targetinfo import target_facts
+
+    entry, target, tpl = job.entry, job.target, job.template
+    assert tpl is not None
+    date = _dt.date.today().isoformat()
+    data = render_log(make_log(entry.operator, target.target, list(job.outcomes.values()))).encode()
+    host = host_description()
+    host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
+    # Who measured the trials: "local", or each RPC server's "host:port".
+    host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})
+    manifest = Manifest(
+        operator=entry.operator, target_name=target.name, target=target.target,
+        log=entry.logset.log_name(date), log_sha256=sha256_bytes(data),
+        fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
+        workloads=tpl.decl.workloads, tvm_version=installed_tvm_version() or "unknown",
+        tuned_on=date, seed=job.seed, trials={w: o.trials for w, o in job.outcomes.items()},
+        results=job.results,
+        measure={**vars(job.config.measure), "estimator": ESTIMATOR,
+                 "threads": job.threads or "TVM default"},
+        template_file=entry.template_file, template_commit=_git_commit_of(job.config.root, tpl.path),
+        host=host, target_facts=target_facts(target.target).to_json(),
+    )
+    return replace(job, manifest=manifest, log_data=data)
+
+
+def write_step(job: Job) -> Job:
+    """Archive the old set as .bak and publish the new one atomically; the resume
+    journal is no longer needed."""
+    assert job.manifest is not None
+    published = write_set(job.entry.logset, job.manifest, job.log_data)
+    shutil.rmtree(job.entry.logset.work_dir, ignore_errors=True)
+    return replace(job, published=published)
+
+
+# The re-tune of one entry, in order (nox-style: a tuple of steps, each Job -> Job).
+BEFORE_LOCK = (check_host_step, preflight_step)
+UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, tune_step,
+              manifest_step, write_step)
+
+
+def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
+                 say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None) -> RetuneResult:
+    """Re-tune one stale entry end to end: `BEFORE_LOCK`, then `UNDER_LOCK` while
+    holding the folder's lock. Returns what was published."""
+    target = config.target(entry.target_name)
+    job = Job(config, entry, target,
+              trials=trials if trials is not None else config.trials_for(entry.operator),
+              seed=seed if seed is not None else config.seed, say=say, progress=progress,
+              threads=measure_threads(target))
+    for step in BEFORE_LOCK:
+        job = step(job)
+    with _lock.hold(entry.logset.lock, f"{entry.operator}/{entry.target_name}"):
+        for step in UNDER_LOCK:
+            job = step(job)
+    assert job.manifest is not None and job.published is not None
+    return RetuneResult(entry, job.manifest, job.published)
 
 
 def commit_message(results: Sequence[RetuneResult]) -> str:

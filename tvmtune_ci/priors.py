@@ -155,8 +155,8 @@ def _main(argv: Sequence[str]) -> int:
     root = Path(args["root"])
     from .measure import full_knobs
     from .records import read_log, record_is_valid
+    from .space import decode_knobs, design_space_infos
     from .template import import_template
-    from .tuner import decode_knobs, design_space_infos
 
     template = import_template(root / args["template"], root)
     log = read_log(Path(args["log"]))

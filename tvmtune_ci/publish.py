@@ -29,6 +29,9 @@ Steps (`TVMTUNE_CI_TEST_KILL_AT` names them, see `_step`):
 `recover(folder)` finishes an interrupted publish from whatever state a kill
 left: a marked set (in staging or live) is completed, an unmarked staging folder
 is dropped. It runs, under the folder's lock, before every publish.
+
+Over 400 lines: the publish and `recover()` must agree on every state the marker
+can record; they are kept side by side on purpose.
 """
 
 from __future__ import annotations

@@ -67,6 +67,23 @@ def _facts_sentence(facts: dict[str, Any]) -> str:
             f"lanes), {regs} vector registers")
 
 
+def _drift(start: Measured | None, end: Measured) -> str:
+    """How far the runner's speed moved during the run, in words ("" if unknown): the
+    default configuration before the search against the same in the finals."""
+    if start is None or start.latency_s <= 0 or not start.knobs == end.knobs:
+        return ""
+    ratio = end.latency_s / start.latency_s
+    apart = (start.ci_lo_s is not None and end.ci_lo_s is not None and start.ci_hi_s is not None
+             and end.ci_hi_s is not None and (end.ci_lo_s > start.ci_hi_s or end.ci_hi_s < start.ci_lo_s))
+    said = (f"runner drift: the default configuration measured {_lat(start)} before the search "
+            f"and {_lat(end)} in the finals ({ratio:.2f}x)")
+    if apart:
+        return (said + ": beyond both intervals, this runner changed speed during the run. The "
+                "latencies above hold for the minutes of the finals; the speedup and the ranking "
+                "are measured side by side and hold regardless")
+    return said + ": within the noise"
+
+
 def render_readme(m: Manifest) -> str:
     tj = target_json(m.target)
     lines = [
@@ -127,6 +144,9 @@ def render_readme(m: Manifest) -> str:
         ]
         if r.best.stage == "finals":
             lines.append(f"  (both measured in the same interleaved finals; the best from {r.best.n} samples)")
+        drift = _drift(r.noise_check, r.baseline)
+        if drift:
+            lines.append(f"- {drift}")
         if r.previous_best is not None and r.history is None:
             verdict = {"faster": "this run's best is faster beyond the noise",
                        "slower": "the previous best is faster beyond the noise",

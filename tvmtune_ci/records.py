@@ -71,6 +71,7 @@ def record_mean_secs(record: list[Any]) -> float:
 
 
 def record_is_valid(record: list[Any]) -> bool:
+    """Whether a log record holds a measurement (not MetaSchedule's failure stub)."""
     secs = record[1] or []
     return any(s != FAILED_RUN_SECS for s in secs)
 
@@ -143,6 +144,7 @@ def render_log(log: Mapping[str, Any]) -> str:
 def make_log(
     operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]
 ) -> dict[str, Any]:
+    """The log (format 2) of one operator and target from its workloads' outcomes."""
     workloads: dict[str, Any] = {}
     for o in outcomes:
         if o.workload_name in workloads:
@@ -173,6 +175,7 @@ def _corrupt(path: Path, what: str) -> CorruptFileError:
 
 
 def validate_log(data: Any, path: Path) -> dict[str, Any]:
+    """Check a parsed log's shape; CorruptFileError naming `path` and what is wrong."""
     if not isinstance(data, dict):
         raise _corrupt(path, "not a JSON object")
     fmt = data.get("format")
@@ -224,6 +227,7 @@ def read_log(path: Path) -> dict[str, Any]:
 
 
 def best_record(log: Mapping[str, Any], workload_name: str) -> list[Any] | None:
+    """The best (first) valid record of `workload_name`, or None."""
     recs = log["workloads"][workload_name]["records"]
     return min(recs, key=record_mean_secs) if recs else None
 

@@ -70,12 +70,13 @@ def remeasure_entry(config: Config, entry: Entry, say: Say = print) -> list[Drif
     """Re-measure every workload's best of a log set (see the module docstring)."""
     from .builder import make_builder
     from .hostcheck import check_host
-    from .measure import Finalist, finals, make_runner
-    from .pipeline import _threads, measure_threads
+    from .measure import Finalist, finals
+    from .pipeline import measure_threads, tvm_threads
+    from .runners import make_runner
     from .template import import_template
 
     assert entry.manifest is not None
-    target = config.target(entry.target)
+    target = config.target(entry.target_name)
     check_host(target.target, remote=target.rpc is not None)
     if target.rpc is not None:
         from .devices import preflight
@@ -83,14 +84,14 @@ def remeasure_entry(config: Config, entry: Entry, say: Say = print) -> list[Drif
         preflight(target.rpc, config.measure)
     readme = f"{config.logs_dir}/{entry.operator}/{entry.logset.target_slug}/README.md"
     out: list[Drift] = []
-    with _threads(measure_threads(target)):
+    with tvm_threads(measure_threads(target)):
         module = import_template(config.root / entry.template_file, config.root)
         runner = make_runner(config.measure, target.rpc)
         builder = make_builder()
         try:
             for w, res in sorted(entry.manifest.results.items()):
-                base = Drift(entry.operator, entry.target, w, res.best, res.speedup, readme=readme)
-                say(f"{entry.operator}/{entry.target}/{w}: re-measuring the best and the default")
+                base = Drift(entry.operator, entry.target_name, w, res.best, res.speedup, readme=readme)
+                say(f"{entry.operator}/{entry.target_name}/{w}: re-measuring the best and the default")
                 best, default = finals(
                     module, w, target.target,
                     [Finalist("best", dict(res.best.knobs), "best"), Finalist("default", None, "default")],

@@ -5,6 +5,9 @@ set's manifest with what the repository says now: the template's fingerprint
 (fingerprint.py), its WORKLOADS, the configured target, the TVM version, the age
 of the log and the bytes of the files the manifest names. Nothing is imported or
 run: templates are read as text, TVM's version is read from package metadata.
+
+Over 400 lines: every reason a log set is stale is decided here, in one order, so
+that how the reasons interact stays visible.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import git
 from .config import Config, TargetConfig
 from .errors import ConfigError, CorruptFileError, TemplateError, UsageError
 from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
 from .fsutil import sha256_bytes
+from .git import read as git_read
 from .layout import LogSet
 from .manifest import MANIFEST_NAME, Manifest
 from .records import LOG_FORMAT
@@ -58,6 +61,9 @@ FUTURE_SLACK = datetime.timedelta(days=1)
 
 @dataclass(frozen=True)
 class Reason:
+    """Why an entry is stale: a reason code, the detail in words, and the file:line
+    to look at (None when there is no such place)."""
+
     code: str
     detail: str
     file: str | None = None  # repo-relative posix path
@@ -66,8 +72,11 @@ class Reason:
 
 @dataclass(frozen=True)
 class Entry:
+    """One (operator, target) pair: its template, its log set and manifest (if any),
+    and every reason its log is stale (none: fresh)."""
+
     operator: str
-    target: str  # config target name
+    target_name: str  # the configured target's name (its config: Config.target(name))
     template_file: str  # repo-relative posix path
     template_line: int
     reasons: tuple[Reason, ...]
@@ -90,6 +99,9 @@ class Entry:
 
 @dataclass(frozen=True)
 class Report:
+    """Every entry a check looked at, and the warnings it has (orphaned log folders,
+    config warnings)."""
+
     entries: tuple[Entry, ...]
     orphans: tuple[Reason, ...]
     warnings: tuple[str, ...]
@@ -213,6 +225,16 @@ def installed_tvm_version() -> str | None:
         return None
 
 
+def select_entries(config: Config, operators: Sequence[str] | None, targets: Sequence[str] | None
+                   ) -> tuple[set[str] | None, set[str] | None]:
+    """The operators and targets a command asked for (None: all), each checked against
+    the templates and the configured targets: UsageError (exit 2) naming an unknown
+    one and the closest known name."""
+    known_ops = [p.stem for p in discover_templates(config.operators_path.resolve())]
+    return (_select(operators, known_ops, "operator"),
+            _select(targets, [t.name for t in config.targets], "target"))
+
+
 def _select(wanted: Sequence[str] | None, known: Iterable[str], what: str) -> set[str] | None:
     if wanted is None:
         return None
@@ -227,18 +249,13 @@ def _select(wanted: Sequence[str] | None, known: Iterable[str], what: str) -> se
     return set(wanted)
 
 
-_LOCATED = re.compile(r"^(?P<path>.+?\.py)(?::(?P<line>\d+))?: (?P<msg>.*)$", re.S)
-
-
 def _invalid_reason(error: TemplateError, cache: SourceCache, template_rel: str) -> Reason:
     """template_invalid naming the repo-relative file:line the TemplateError names."""
-    m = _LOCATED.match(str(error))
-    if m is None:
+    if error.file is None:
         return Reason(TEMPLATE_INVALID, f"{template_rel}: {error}", template_rel, None)
-    rel = cache.rel(Path(m.group("path")))
-    line = int(m.group("line")) if m.group("line") else None
-    where = f"{rel}:{line}" if line else rel
-    return Reason(TEMPLATE_INVALID, f"{where}: {m.group('msg')}", rel, line)
+    rel = cache.rel(Path(error.file))
+    where = f"{rel}:{error.line}" if error.line else rel
+    return Reason(TEMPLATE_INVALID, f"{where}: {error.message}", rel, error.line)
 
 
 def _assign_line(tree: ast.Module, name: str) -> int | None:
@@ -738,9 +755,8 @@ def find_stale(
     # Resolved once: every path below is joined onto these, never resolved again.
     templates = {p.stem: p for p in discover_templates(config.operators_path.resolve())}
     logs_path = config.logs_path.resolve()
-    want_ops = _select(operators, templates, "operator")
-    want_targets = _select(targets, [t.name for t in config.targets], "target")
-    changed = git.changed_files(config.root, changed_since) if changed_since is not None else None
+    want_ops, want_targets = select_entries(config, operators, targets)
+    changed = git_read.changed_files(config.root, changed_since) if changed_since is not None else None
 
     if not templates:
         warnings.append(

@@ -22,6 +22,9 @@ expression over workload keys (`"(H + 2*pad - R)//stride + 1"`).
 Inside `schedule`, `cfg.split(sch, loop, "tile_i")` samples and applies the split,
 `cfg.knob(sch, "unroll")` samples a categorical knob (an ExprRV, e.g. for an
 annotation) and `cfg["pack_b"]` is the structural choice of this design space.
+
+Over 400 lines: the template author's whole API (declarations, the source reader
+`check` uses, and the `Knobs` object `schedule` calls) in one place to read.
 """
 
 from __future__ import annotations
@@ -199,6 +202,15 @@ def count_perfect_tiles(extent: int, parts: int, max_innermost: int) -> int:
     )
 
 
+def default_value(knob: Knob, workload: Mapping[str, Any]) -> Any:
+    """A knob's default: a split leaves the whole extent outermost (factors
+    [extent, 1, ..., 1], no tiling), a categorical or structural knob takes its first
+    candidate. The default configuration is every knob at its default."""
+    if isinstance(knob, Split):
+        return [eval_extent(knob.extent, workload)] + [1] * (knob.parts - 1)
+    return knob.candidates[0]
+
+
 def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
     """Every combination of structural choices; one MetaSchedule design space each."""
     structural = [k for k in knobs if isinstance(k, Structural)]
@@ -259,23 +271,25 @@ def _literal(node: ast.AST, path: Path, what: str) -> Any:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError):
         # TypeError: an unhashable dict key such as `{[1]: 2}`.
-        raise TemplateError(f"{path}:{node.lineno}: {what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module") from None
+        raise TemplateError(f"{what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module", file=path, line=node.lineno) from None
 
 
-def _knob_from_ast(node: ast.AST, path: Path) -> Knob:
+def knob_from_ast(node: ast.AST, path: Path) -> Knob:
+    """A KNOBS entry read from the source (no import): a define_* call with literal
+    arguments; TemplateError naming the line otherwise."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
-        raise TemplateError(f"{path}:{getattr(node, 'lineno', 0)}: each KNOBS entry must be a define_split/define_knob/define_structure call")
+        raise TemplateError("each KNOBS entry must be a define_split/define_knob/define_structure call", file=path, line=getattr(node, 'lineno', 0))
     fname = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
     if fname not in _DEFINERS:
-        raise TemplateError(f"{path}:{node.lineno}: {fname}() is not a knob; use define_split, define_knob or define_structure")
+        raise TemplateError(f"{fname}() is not a knob; use define_split, define_knob or define_structure", file=path, line=node.lineno)
     args = [_literal(a, path, f"argument of {fname}()") for a in node.args]
     kwargs = {kw.arg: _literal(kw.value, path, f"argument {kw.arg} of {fname}()") for kw in node.keywords if kw.arg}
     try:
         return _DEFINERS[fname](*args, **kwargs)
     except TypeError as e:
-        raise TemplateError(f"{path}:{node.lineno}: {fname}(): {e}") from None
+        raise TemplateError(f"{fname}(): {e}", file=path, line=node.lineno) from None
     except TemplateError as e:
-        raise TemplateError(f"{path}:{node.lineno}: {e}") from None
+        raise TemplateError(f"{e}", file=path, line=node.lineno) from None
 
 
 def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
@@ -284,7 +298,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         except SyntaxError as e:
-            raise TemplateError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+            raise TemplateError(f"syntax error: {e.msg}", file=path, line=e.lineno) from None
     workloads: dict[str, dict[str, Any]] | None = None
     knobs: list[Knob] | None = None
     knobs_line = 1
@@ -297,8 +311,8 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                 workloads = _literal(stmt.value, path, "WORKLOADS")
             if "KNOBS" in names and stmt.value is not None:
                 if not isinstance(stmt.value, (ast.List, ast.Tuple)):
-                    raise TemplateError(f"{path}:{stmt.lineno}: KNOBS must be a list of define_* calls")
-                knobs = [_knob_from_ast(e, path) for e in stmt.value.elts]
+                    raise TemplateError("KNOBS must be a list of define_* calls", file=path, line=stmt.lineno)
+                knobs = [knob_from_ast(e, path) for e in stmt.value.elts]
                 knobs_line = stmt.lineno
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
             functions[stmt.name] = stmt.lineno
@@ -308,19 +322,19 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     if knobs is None:
         missing.insert(0, "KNOBS")
     if missing:
-        raise TemplateError(f"{path}: not an operator template: missing {', '.join(missing)}; see `tvmtune_ci.template` for the API (or move helpers out of {path.parent.name}/ or prefix the file with '_')")
+        raise TemplateError(f"not an operator template: missing {', '.join(missing)}; see `tvmtune_ci.template` for the API (or move helpers out of {path.parent.name}/ or prefix the file with '_')", file=path)
     if not isinstance(workloads, dict) or not workloads or not all(isinstance(v, dict) for v in workloads.values()):
-        raise TemplateError(f"{path}: WORKLOADS must be a non-empty dict of name -> {{param: value}}")
+        raise TemplateError("WORKLOADS must be a non-empty dict of name -> {param: value}", file=path)
     names = [k.name for k in knobs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise TemplateError(f"{path}: knob names must be unique; repeated: {', '.join(dup)}")
+        raise TemplateError(f"knob names must be unique; repeated: {', '.join(dup)}", file=path)
     decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions)
     try:
         decl.space_sizes()  # validates every extent against every workload (one target)
     except TemplateError as e:
         # eval_extent does not know the file; point at the KNOBS declaration.
-        raise TemplateError(f"{path}:{knobs_line}: {e}") from None
+        raise TemplateError(f"{e}", file=path, line=knobs_line) from None
     return decl
 
 
@@ -411,7 +425,7 @@ class Knobs:
             raise TemplateError(f"split {name!r}: the loop has extent {int(actual)} but KNOBS declares {knob.extent!r} = {extent}; fix the declaration so the reported space size is true")
         decision = None
         if self._mode == "fixed":
-            decision = self._values.get(name) or [extent] + [1] * (knob.parts - 1)
+            decision = self._values.get(name) or default_value(knob, self._workload)
             decision = [int(x) for x in decision]
         max_factor = eval_extent(knob.max_factor, self._workload)
         factors = sch.sample_perfect_tile(loop, n=knob.parts, max_innermost_factor=max_factor, decision=decision)
@@ -451,15 +465,15 @@ def import_template(path: Path, root: Path) -> Any:
     name = f"_tvmtune_template_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise TemplateError(f"{path}: cannot be imported as a Python module")
+        raise TemplateError("cannot be imported as a Python module", file=path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:
         del sys.modules[name]
-        raise TemplateError(f"{path}: importing the template failed: {type(e).__name__}: {e}") from e
+        raise TemplateError(f"importing the template failed: {type(e).__name__}: {e}", file=path) from e
     for attr in ("WORKLOADS", "KNOBS", *REQUIRED_FUNCTIONS):
         if not hasattr(module, attr):
-            raise TemplateError(f"{path}: not an operator template: missing {attr}; see `tvmtune_ci.template`")
+            raise TemplateError(f"not an operator template: missing {attr}; see `tvmtune_ci.template`", file=path)
     return module

@@ -63,3 +63,23 @@ def test_readme_killed_while_publishing_leaves_a_whole_set_and_the_rerun_finishe
     r = run_cli(repo, "readme", "matmul", "--target", "avx2")
     assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
     assert {p.name: p.read_bytes() for p in (repo / FOLDER).iterdir()} == after
+
+
+def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
+    """The default configuration before the search and in the finals: within the noise,
+    or beyond both intervals (then the README says which numbers still hold)."""
+    from tvmtune_ci.manifest import Measured
+    from tvmtune_ci.readme import _drift
+
+    knobs = {"tile": [4, 4]}
+
+    def m(lat: float, rel: float = 0.01) -> Measured:
+        return Measured(knobs, lat, None, lat * (1 - rel), lat * (1 + rel), 20, "finals")
+
+    quiet = _drift(m(1e-3), m(1.002e-3))
+    assert "measured 1 ms ± 1.0% before the search" in quiet and "(1.00x): within the noise" in quiet
+    moved = _drift(m(1e-3), m(1.3e-3))
+    assert "(1.30x): beyond both intervals, this runner changed speed during the run" in moved
+    assert "the speedup and the ranking are measured side by side" in moved
+    assert _drift(None, m(1e-3)) == ""
+    assert _drift(Measured({"tile": [16, 1]}, 1e-3), m(1e-3)) == ""  # not the same configuration

@@ -87,6 +87,12 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     for name in ("tile_i", "tile_j", "unroll", "cache"):
         assert f"{name} = {res['best']['knobs'][name]!r}" in readme, name
     assert json.dumps(TARGET, sort_keys=True) in readme and "0.27" in readme
+    # The default before the search and in the finals: how far the runner moved.
+    nc = res["noise_check"]
+    assert nc["knobs"] == res["baseline"]["knobs"] and nc["ci_lo_s"] <= nc["latency_s"] <= nc["ci_hi_s"]
+    ratio = res["baseline"]["latency_s"] / nc["latency_s"]
+    assert "- runner drift: the default configuration measured " in readme
+    assert f"in the finals ({ratio:.2f}x)" in readme
     assert run_cli(root, "check").returncode == 0
 
 
@@ -327,7 +333,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
     tuned: list[str] = []
 
     def fake_retune_entry(config, entry, **kw):  # noqa: ANN001, ANN003, ANN202 - the real one tunes with TVM
-        tuned.append(entry.target)
+        tuned.append(entry.target_name)
         data = json.loads(entry.logset.manifest.read_text())
         data["seed"] += 1
         files = {data["log"]: b'{"format": 1, "workloads": [], "records": [], "new": true}\n',

@@ -11,12 +11,12 @@ import argparse
 import json
 import re
 import sys
-import warnings
-from pathlib import Path
 from typing import Any, TextIO
 
 from .. import ci
-from ..config import Config, ConfigWarning, load_config
+from ..ci import md_escape
+from ..config import Config
+from ..selection import add_selection_options, report_from_args, summary_line
 from ..staleness import (
     FIX_HINT,
     TEMPLATE_CHANGED,
@@ -24,65 +24,9 @@ from ..staleness import (
     Entry,
     Reason,
     Report,
-    find_stale,
-    parse_date,
 )
 
 JSON_FORMAT = 1
-
-
-# --------------------------------------------------------------------------- shared with status
-
-
-def add_selection_options(parser: argparse.ArgumentParser) -> None:
-    """Options `check` and `status` share: which entries, as of which day."""
-    parser.add_argument(
-        "--changed-since",
-        metavar="REF",
-        default=None,
-        help="only entries whose template, in-repo dependencies or log folder differ "
-        "between REF and the work tree (all when tvmtune.yaml does)",
-    )
-    parser.add_argument(
-        "--as-of",
-        metavar="YYYY-MM-DD",
-        default=None,
-        help="judge expiry on this day instead of today",
-    )
-    parser.add_argument(
-        "--operator",
-        metavar="NAME",
-        action="append",
-        default=None,
-        help="only this operator (repeatable)",
-    )
-    parser.add_argument(
-        "--target",
-        metavar="NAME",
-        action="append",
-        default=None,
-        help="only this configured target (repeatable)",
-    )
-
-
-def load_quietly(path: str | None) -> Config:
-    """load_config without printing its warnings: they reach the report (every format)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConfigWarning)
-        return load_config(Path(path) if path else None)
-
-
-def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
-    as_of = parse_date(args.as_of) if args.as_of else None
-    config = load_quietly(args.config)
-    report = find_stale(
-        config,
-        as_of=as_of,
-        changed_since=args.changed_since,
-        operators=args.operator,
-        targets=args.target,
-    )
-    return config, report
 
 
 def reason_json(r: Reason) -> dict[str, Any]:
@@ -97,15 +41,11 @@ def group_reasons(reasons: tuple[Reason, ...]) -> list[tuple[str, list[str]]]:
     return list(out.items())
 
 
-def md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 # --------------------------------------------------------------------------- rendering
 
 
 def entry_line(e: Entry) -> str:
-    name = f"{e.operator}/{e.target}"
+    name = f"{e.operator}/{e.target_name}"
     if e.fresh:
         age = f" (tuned {e.age_days} days ago)" if e.age_days is not None else ""
         return f"fresh {name}{age}"
@@ -113,18 +53,6 @@ def entry_line(e: Entry) -> str:
         f"{code} ({'; '.join(details)})" for code, details in group_reasons(e.reasons)
     )
     return f"STALE {name}: {reasons}"
-
-
-def summary_line(report: Report) -> str:
-    n, stale = len(report.entries), len(report.stale)
-    if not n:
-        return "no entries to check"
-    if not stale:
-        return f"all {n} entries fresh"
-    fix = f"run `{FIX_HINT}` to re-tune the stale entries and rewrite their logs, then commit them"
-    if any(r.code == TEMPLATE_INVALID for e in report.stale for r in e.reasons):
-        fix = "fix the templates reported as template_invalid, then " + fix
-    return f"{stale} of {n} entries stale; {fix}"
 
 
 def render_text(report: Report, out: TextIO) -> None:
@@ -143,7 +71,7 @@ def render_json(report: Report) -> str:
         "entries": [
             {
                 "operator": e.operator,
-                "target": e.target,
+                "target": e.target_name,
                 "fresh": e.fresh,
                 "reasons": [reason_json(r) for r in e.reasons],
                 "template": {"file": e.template_file, "line": e.template_line},
@@ -196,7 +124,7 @@ def render_github(report: Report, level: str) -> list[str]:
                 f"{reasons}. Fix: {fix_hint(e)}",
                 file=file,
                 line=line,
-                title=f"stale tuning log: {e.operator}/{e.target}",
+                title=f"stale tuning log: {e.operator}/{e.target_name}",
             )
         )
     for o in report.orphans:
@@ -223,7 +151,7 @@ def step_summary(report: Report) -> str:
     for e in report.entries:
         reasons = "<br>".join(f"`{r.code}` {md_escape(r.detail)}" for r in e.reasons)
         rows.append(
-            f"| {e.operator}/{e.target} | {'fresh' if e.fresh else '**stale**'} | {reasons} |"
+            f"| {e.operator}/{e.target_name} | {'fresh' if e.fresh else '**stale**'} | {reasons} |"
         )
     for o in report.orphans:
         rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
@@ -246,7 +174,7 @@ def history_summary(report: Report) -> list[str]:
             if not out:
                 out += ["", "#### Re-tuned after a template edit: history replay", ""]
             lines = ReplayReport.from_json(r.history).sentences()
-            out.append(f"- **{e.operator}/{e.target}/{w}** (tuned {e.manifest.tuned_on}): "
+            out.append(f"- **{e.operator}/{e.target_name}/{w}** (tuned {e.manifest.tuned_on}): "
                        + md_escape("; ".join(lines)))
     return out
 

@@ -70,8 +70,8 @@ def runs_on(config: Config, target: str) -> list[str]:
 def build_matrix(config: Config, entries: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     """The matrix for `entries` (staleness Entries), sorted by (operator, target)."""
     include = [
-        {"operator": e.operator, "target": e.target, "runs-on": runs_on(config, e.target)}
-        for e in sorted(entries, key=lambda e: (e.operator, e.target))
+        {"operator": e.operator, "target": e.target_name, "runs-on": runs_on(config, e.target_name)}
+        for e in sorted(entries, key=lambda e: (e.operator, e.target_name))
     ]
     return {"include": include}
 
@@ -111,7 +111,7 @@ def untunable(entry: Any) -> Any:
 
 
 def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_entries: bool) -> str:
-    reasons = {(e.operator, e.target): e.reasons for e in entries}
+    reasons = {(e.operator, e.target_name): e.reasons for e in entries}
     what = "every configured entry" if all_entries else "stale entries"
     if not matrix["include"]:
         return f"### tvmtune-ci matrix\n\nNothing to re-tune: no {what}.\n"
@@ -135,7 +135,7 @@ def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_en
 
 
 def run(args: argparse.Namespace) -> int:
-    from .check import load_quietly  # config warnings reach report.warnings below
+    from ..selection import load_quietly  # config warnings reach report.warnings below
 
     config = load_quietly(args.config)
     report, entries = select(
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         where = untunable(e)
         if where is not None:
             print(
-                f"skipped {e.operator} on {e.target}: its template does not read "
+                f"skipped {e.operator} on {e.target_name}: its template does not read "
                 f"({where.detail}); fix the template, a runner cannot tune it",
                 file=sys.stderr,
             )

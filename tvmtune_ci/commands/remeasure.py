@@ -12,7 +12,7 @@ import json
 import sys
 
 from .. import ci
-from .check import add_selection_options, report_from_args
+from ..selection import add_selection_options, report_from_args
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     for e in report.entries:
         if e.manifest is None or not e.fresh:
             # A stale set describes another template or target: re-tune it instead.
-            skipped.append(f"{e.operator}/{e.target}")
+            skipped.append(f"{e.operator}/{e.target_name}")
             continue
         drifts.extend(remeasure_entry(config, e, say=say))
     bad = [d for d in drifts if d.drifted or d.error]

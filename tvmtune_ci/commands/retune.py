@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as _dt
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,15 +26,6 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would be re-tuned and stop")
     p.add_argument("--commit", action="store_true", help="commit exactly the files the re-tune wrote")
     p.add_argument("--push", action="store_true", help="push the commit(s), rebasing onto a moved remote (implies --commit)")
-
-
-def parse_date(text: str | None) -> _dt.date | None:
-    if text is None:
-        return None
-    try:
-        return _dt.date.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"--as-of {text!r} is not a date; write YYYY-MM-DD, e.g. --as-of 2027-01-31") from None
 
 
 def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
@@ -82,32 +72,29 @@ def recover_interrupted(config: Config, operators: list[str], *, dry_run: bool =
 def run(args: argparse.Namespace) -> int:
     from ..pipeline import commit_message, retune_entry
     from ..progress import Progress
-    from ..staleness import find_stale
+    from ..staleness import find_stale, parse_date, select_entries
     from ..template import discover_templates
 
     config = load_config(Path(args.config) if args.config else None)
     if args.trials is not None and args.trials < 1:
         raise UsageError(f"--trials must be at least 1, got {args.trials}")
+    select_entries(config, args.operators or None, args.target or None)  # unknown names: exit 2
     known = [p.stem for p in discover_templates(config.operators_path)]
-    for op in args.operators:
-        if op not in known:
-            raise UsageError(f"unknown operator {op!r}; operators in {config.operators_dir}/: {', '.join(known) or '(none)'}")
-    for t in args.target:
-        config.target(t)  # raises with the configured names
     for name in recover_interrupted(config, args.operators or known, dry_run=args.dry_run):
         if args.dry_run:
             print(f"interrupted: {name}: an earlier run was stopped while publishing; a re-tune finishes it first")
         else:
             print(f"recovered {name}: finished a publish that an earlier run did not complete")
-    report = find_stale(config, as_of=parse_date(args.as_of), operators=args.operators or None, targets=args.target or None)
+    report = find_stale(config, as_of=parse_date(args.as_of) if args.as_of else None,
+                        operators=args.operators or None, targets=args.target or None)
     entries = report.entries if args.all else report.stale
     skipped = [e for e in report.entries if e not in entries]
     print_settings(config, args, len(entries))
     for e in skipped:
-        print(f"  fresh, skipped: {e.operator}/{e.target} (pass --all to re-tune it anyway)")
+        print(f"  fresh, skipped: {e.operator}/{e.target_name} (pass --all to re-tune it anyway)")
     for e in entries:
         why = "; ".join(f"{r.code}: {r.detail}" for r in e.reasons) or "fresh (--all)"
-        print(f"  {e.operator}/{e.target}: {why}")
+        print(f"  {e.operator}/{e.target_name}: {why}")
         if args.dry_run:
             from ..pipeline import replay_plan
 
@@ -123,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     committed = []
     failures: list[TvmtuneError] = []
     for e in entries:
-        with ci.group(f"re-tune {e.operator} on {e.target}"):
+        with ci.group(f"re-tune {e.operator} on {e.target_name}"):
             bars: list[Progress] = []
 
             def progress(label: str, bars: list[Progress] = bars) -> Progress:
@@ -143,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
             results.append(r)
             for w, res in sorted(r.manifest.results.items()):
                 t = r.manifest.trials[w]
-                print(f"{e.operator}/{e.target}/{w}: best {res.best.latency_s * 1e3:.4g} ms "
+                print(f"{e.operator}/{e.target_name}/{w}: best {res.best.latency_s * 1e3:.4g} ms "
                       f"({res.speedup:.1f}x vs default), {t.run} trials ({t.stop_reason}), knobs {res.best.knobs}")
             print(f"wrote {r.published.folder / r.manifest.log} (+ manifest.json, README.md, curve.png)")
             if commit:
-                from ..gitops import commit_paths
+                from ..git.write import commit_paths
 
                 # One entry's commit failing must not cost the others theirs:
                 # reported now, the exit status says so at the end.
@@ -160,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
                 committed.append(r)
                 print(f"committed {sha[:12]}: {commit_message([r]).splitlines()[0]}")
     if args.push and committed:
-        from ..gitops import push_with_retry
+        from ..git.write import push_with_retry
 
         try:
             pushed = push_with_retry(config.root, identity=config.git)
@@ -186,6 +173,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(e: Entry, message: str) -> None:
-    print(f"error: {e.operator}/{e.target}: {message}", file=sys.stderr)
+    print(f"error: {e.operator}/{e.target_name}: {message}", file=sys.stderr)
     if ci.on_github():
-        print(ci.annotation("error", message, file=e.template_file, line=e.template_line, title=f"tvmtune-ci retune {e.operator}/{e.target}"))
+        print(ci.annotation("error", message, file=e.template_file, line=e.template_line, title=f"tvmtune-ci retune {e.operator}/{e.target_name}"))

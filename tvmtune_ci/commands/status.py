@@ -11,9 +11,10 @@ import argparse
 import sys
 from typing import TextIO
 
+from ..ci import md_escape
+from ..selection import add_selection_options, report_from_args, summary_line
 from ..staleness import Entry, Report
 from ..stats import fmt_latency
-from .check import add_selection_options, md_escape, report_from_args, summary_line
 
 COLUMNS = ("entry", "state", "age", "trials", "best", "space", "reasons")
 
@@ -45,7 +46,7 @@ def row(e: Entry) -> dict[str, str]:
             pass  # a hand-edited manifest; its reasons say so
     space = sum(points * spaces for points, spaces in e.space_sizes.values())
     return {
-        "entry": f"{e.operator}/{e.target}",
+        "entry": f"{e.operator}/{e.target_name}",
         "state": "fresh" if e.fresh else "STALE",
         "age": f"{e.age_days}d" if e.age_days is not None else "-",
         "trials": trials,

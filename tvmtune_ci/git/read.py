@@ -1,41 +1,20 @@
-"""Read-only git queries through the `git` command (no GitPython on the check path).
+"""Read-only git queries (no GitPython on the check path).
 
 Only `check --changed-since` and provenance need git; everything else in
-`check`/`status` works on a plain folder. Writes (commit, push) live elsewhere.
+`check`/`status` works on a plain folder. Writes (commit, push) are `git.write`.
 """
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from .errors import GitError, UsageError
-
-
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(cwd), *args],
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="surrogateescape",
-            check=False,
-        )
-    except FileNotFoundError:
-        raise GitError("`git` is not installed or not on PATH; install git") from None
-
-
-def _out(cwd: Path, *args: str) -> str:
-    r = _git(cwd, *args)
-    if r.returncode != 0:
-        raise GitError(f"git {' '.join(args)} failed in {cwd}: {r.stderr.strip() or r.returncode}")
-    return r.stdout
+from ..errors import UsageError
+from . import output, run
 
 
 def repo_root(path: Path) -> Path | None:
     """The top folder of the git work tree holding `path`; None outside any."""
-    r = _git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
+    r = run(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel")
     if r.returncode != 0:
         return None
     return Path(r.stdout.strip()).resolve()
@@ -48,7 +27,7 @@ def resolve_ref(root: Path, ref: str) -> str:
             f"{root} is not in a git work tree, so a ref such as {ref!r} means nothing; "
             "run inside a clone or drop --changed-since"
         )
-    r = _git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    r = run(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     if r.returncode != 0 or not r.stdout.strip():
         raise UsageError(
             f"unknown git ref {ref!r}: no such branch, tag or commit in {root}; "
@@ -72,8 +51,8 @@ def changed_files(root: Path, ref: str) -> set[str]:
     commit = resolve_ref(root, ref)
     top = repo_root(root)
     assert top is not None  # resolve_ref checked
-    names = _split_z(_out(top, "diff", "--name-only", "--no-renames", "-z", commit, "--"))
-    names += _split_z(_out(top, "ls-files", "--others", "--exclude-standard", "-z"))
+    names = _split_z(output(top, "diff", "--name-only", "--no-renames", "-z", commit, "--"))
+    names += _split_z(output(top, "ls-files", "--others", "--exclude-standard", "-z"))
     root = root.resolve()
     out = set()
     for name in names:
@@ -88,6 +67,6 @@ def last_commit(root: Path, path: Path | str) -> str | None:
     """The SHA of the last commit that touched `path`; None when none did (or no repo)."""
     if repo_root(root) is None:
         return None
-    r = _git(root, "log", "-1", "--format=%H", "--", str(path))
+    r = run(root, "log", "-1", "--format=%H", "--", str(path))
     sha = r.stdout.strip()
     return sha if r.returncode == 0 and sha else None

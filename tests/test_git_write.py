@@ -1,4 +1,4 @@
-"""gitops on real git: a work repo, a bare repo as origin, and second clones."""
+"""git.write on real git: a work repo, a bare repo as origin, and second clones."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from tvmtune_ci.config import GitIdentity
 from tvmtune_ci.errors import GitError
-from tvmtune_ci.gitops import commit_paths, identity_env, push_with_retry
+from tvmtune_ci.git.write import commit_paths, identity_env, push_with_retry
 
 PINNED = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -285,8 +285,8 @@ def test_missing_identity_names_the_fix(tmp_path: Path, monkeypatch: pytest.Monk
         commit_paths(root, [Path("a.txt")], "msg", None)
 
 
-def test_importing_gitops_does_not_import_gitpython() -> None:
-    code = "import sys, tvmtune_ci.gitops; print('git' in sys.modules)"
+def test_importing_git_write_does_not_import_gitpython() -> None:
+    code = "import sys, tvmtune_ci.git.write; print('git' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout

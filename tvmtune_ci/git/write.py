@@ -1,7 +1,8 @@
 """Commit exactly the files a re-tune wrote, and push them without ever forcing.
 
-Two operations, both on real git through GitPython (imported lazily, so that
-importing this module costs nothing where no commit is made):
+Two operations, on real git: commands through `git.run`, the repository, its head,
+branch and remotes through GitPython (imported lazily, so that importing this module
+costs nothing where no commit is made):
 
 `commit_paths(root, paths, message, identity)` commits the listed paths (new,
 modified, renamed or deleted files, or whole folders) and nothing else: it builds
@@ -23,6 +24,10 @@ Identity: author and committer come from `GitIdentity` (tvmtune.yaml `git:`),
 except that `GIT_AUTHOR_NAME`/`GIT_AUTHOR_EMAIL`/`GIT_COMMITTER_NAME`/
 `GIT_COMMITTER_EMAIL` set in the environment win. With no identity, git's own
 configuration (`user.name`, `user.email`) is used.
+
+Over 400 lines: committing only the listed paths and pushing with rebase-and-retry
+are one protocol (the push needs the commit's bookkeeping); apart they would share
+its private helpers.
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import GitIdentity
-from .errors import GitError
+from ..config import GitIdentity
+from ..errors import GitError
+from . import run
 
 if TYPE_CHECKING:  # pragma: no cover
     import git
@@ -90,14 +96,10 @@ def _repo(root: Path) -> git.Repo:
 
 
 def _run(repo: git.Repo, *args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
-    """`git ARGS` in the work tree; (status, stdout, stderr), never raises on status."""
-    status, out, err = repo.git.execute(
-        ["git", *args],
-        with_extended_output=True,
-        with_exceptions=False,
-        env=dict(env) if env else None,
-    )
-    return int(status), str(out), str(err)
+    """`git ARGS` in the work tree (or the git dir of a bare repository); (status,
+    stdout, stderr) with one trailing newline cut, never raises on status."""
+    r = run(Path(repo.working_tree_dir or repo.git_dir), *args, env=env)
+    return r.returncode, r.stdout.removesuffix("\n"), r.stderr.removesuffix("\n")
 
 
 def _check(repo: git.Repo, *args: str, env: Mapping[str, str] | None = None, what: str) -> str:

@@ -1,0 +1,559 @@
+"""The search loop of one workload: MetaSchedule's `EvolutionarySearch` with an
+`XGBModel` over the template's design spaces (`space.TemplateSpace`), driven batch by
+batch here (as `TaskScheduler` does) so that tvmtune-ci owns early stop, racing,
+progress, the builder and the resume journal (`journal.py`).
+
+Each candidate is sampled adaptively (`sampling.search_policy`): a first probe; probes
+all slower than `race` x the incumbent end there (recorded as measured slow, and still
+teach the cost model); contenders are sampled to `search_precision`. Every number is
+`stats.estimate` (the lower quartile), also the run_secs committed to the database, so
+TVM's own ranking is ours. Early stop counts an improvement only when it exceeds the
+measured noise band. A history replay (`Search.replay`) and the old log's records
+(`Search.train_prior`) come before the first batch. `tuner.tune_workload` runs the
+search between the baseline and the finals.
+
+Over 400 lines: `Search` is one object (context, database, journal, cost model and
+the loop share their state), and splitting it would pass that state around.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import stats
+from .builder import make_postprocs, remove_artifact, workload_module, workload_params
+from .errors import TemplateError, TuningError
+from .journal import Journal, request_fingerprint
+from .measure import flop_count, gflops
+from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
+from .runners.rpc import rpc_failure
+from .sampling import device_type, search_policy
+from .space import TemplateSpace, decode_knobs, knobs_key, make_mutators, plain, space_info
+from .targetinfo import scope
+from .template import Knob, space_size
+
+if TYPE_CHECKING:
+    from .tuner import TuneRequest
+
+# Valid samples before the XGB model's predictions replace random scores (stock: 100,
+# which leaves a 64-trial run a random search). It trains on every batch until then.
+WARMUP_SAMPLES = 32
+
+
+@dataclass(frozen=True)
+class BatchEvent:
+    """Progress after each measured batch (what `on_batch` receives)."""
+
+    workload_name: str
+    batch: int  # 1-based, counting batches of this process
+    trials_done: int  # including resumed ones
+    budget: int
+    best_latency_s: float | None
+    best_gflops: float | None
+    batch_valid: int
+    batch_failed: int
+    elapsed_s: float  # since tune_workload started
+    resumed: int = 0  # trials loaded from work_dir
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """How the replayed configurations fared (counts, first failures)."""
+
+    offered: int
+    built: int
+    correct: int
+    measured: int
+    failures: tuple[str, ...] = ()
+    old_best_correct: bool = False
+    prior: int = 0  # old records the cost model was trained on (TuneRequest.prior)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _short(error: str, limit: int = 160) -> str:
+    """The first line of an error, cut to `limit` characters."""
+    line = next((x.strip() for x in error.strip().splitlines() if x.strip()), error)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def failure_kind(error: str) -> str:
+    """ "build", "run", "timeout" or "wrong_result" for a trial's error message."""
+    if error.startswith("wrong result"):
+        return "wrong_result"
+    if "timeout" in error.lower():
+        return "timeout"
+    if error.startswith("InProcessBuilder"):
+        return "build"
+    return "run"
+
+
+def failure_kinds(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in entries:
+        if e.get("error"):
+            kind = failure_kind(e["error"])
+            out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _rand_state(seed: int, done: int) -> int:
+    """The TuneContext seed: the request's, moved on by the trials a resume starts from
+    (so a resumed search does not replay the first run's random draws)."""
+    return max(1, (seed + done) % (2**31 - 1))
+
+
+def _run_batch(
+    cands: Sequence[Any], target: Any, builder: Any, runner: Any, ms: Any
+) -> list[tuple[Any, str | None, bool]]:
+    """Build every candidate in-process, then give all that built to the runner at once
+    (an RPC runner measures them on its devices in parallel). Per candidate, in order:
+    (RunnerResult, the device that measured it or None, whether it reached the runner)."""
+    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+    out: list[tuple[Any, str | None, bool]] = [
+        (ms.runner.RunnerResult(None, str(b.error_msg)), None, False) for b in built
+    ]
+    todo = [i for i, b in enumerate(built) if not b.error_msg]
+    try:
+        inputs = [
+            ms.runner.RunnerInput(built[i].artifact_path, device_type(target), cands[i].args_info)
+            for i in todo
+        ]
+        futures = runner.run(inputs) if inputs else []
+        for i, inp, fut in zip(todo, inputs, futures, strict=True):
+            result = fut.result()
+            out[i] = (result, runner.device_of(str(inp.artifact_path)), True)
+    finally:
+        for b in built:
+            remove_artifact(b.artifact_path)
+    return out
+
+
+def _entry_estimate(entry: Mapping[str, Any]) -> stats.Estimate | None:
+    """A journal entry's estimate; None for a failed or raced (probe-only) trial."""
+    if entry.get("error") or entry.get("latency_s") is None or entry.get("stage") == "probe":
+        return None
+    lo, hi = entry["ci"] if entry.get("ci") else (-math.inf, math.inf)
+    return stats.Estimate(float(entry["latency_s"]), lo, hi, int(entry.get("n", 0)))
+
+
+def _ok(result: Any) -> bool:
+    return result.error_msg is None and bool(result.run_secs)
+
+
+class Search:
+    """One workload's MetaSchedule search: context, design spaces, database, journal,
+    cost model; `run()` measures batch after batch until a stop reason."""
+
+    def __init__(self, req: TuneRequest, builder: Any, runner: Any, t_start: float) -> None:
+        from . import tvmsetup
+
+        self.ms = ms = tvmsetup.ms()
+        self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
+        self.name = req.workload_name
+        workload = workload_params(req.template, self.name)
+        self.knobs: list[Knob] = list(getattr(req.template, "KNOBS", []))
+        per_space, n_spaces = space_size(self.knobs, scope(workload, req.target))
+        self.space_size, self.n_spaces = per_space * n_spaces, n_spaces
+        self.target = tvmsetup.make_target(dict(req.target))
+        self.work_dir = Path(req.work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.work_dir, request_fingerprint(req))
+        resumed = self.journal.load()
+        self.resumed = len(self.journal.trials)
+        space = TemplateSpace(req.template, workload, req.target)
+        self.ctx = ms.TuneContext(
+            mod=workload_module(req.template, self.name),
+            target=self.target,
+            space_generator=ms.space_generator.ScheduleFn(
+                space,
+                sch_rules=[],
+                postprocs=make_postprocs(),
+                mutator_probs=make_mutators(self.knobs, req.seed),
+            ),
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=req.population_size,
+                init_min_unmeasured=min(50, max(1, req.population_size // 2)),
+            ),
+            task_name=self.name,
+            rand_state=_rand_state(req.seed, self.resumed),
+            num_threads="physical",
+        )
+        self.flop = flop_count(self.ctx.mod)
+        self.schedules = self.ctx.generate_design_space()
+        self.spaces = [
+            space_info(i, space.structures[i], sch, space.orders[i])
+            for i, sch in enumerate(self.schedules)
+        ]
+        self.db, self.workload_json = self._open_database(resumed)
+        if not resumed:
+            self.journal.start(
+                {"workload_name": self.name, "seed": req.seed, "workload": self.workload_json}
+            )
+        # One XGBoost thread: the data is small, and two OpenMP threads on a 2-core
+        # runner that is busy elsewhere spin-wait each other (0.1 s trainings took 3-10 s).
+        self.cost_model = ms.cost_model.XGBModel(
+            num_tuning_cores=1, num_warmup_samples=WARMUP_SAMPLES
+        )
+        self._warm_start_cost_model()
+        self.progress = _Progress()
+        self.seen: set[str] = set()
+        for entry in self.journal.trials:
+            self.seen.add(knobs_key(entry["knobs"]))
+            self.progress.add(entry["trial"], _entry_estimate(entry), self.flop)
+        self.stats: dict[str, float] = {}
+        self.batches = 0
+
+    @property
+    def done(self) -> int:
+        return len(self.journal.trials)
+
+    # ---- resume
+
+    def _open_database(self, resumed: bool) -> tuple[Any, list[str]]:
+        """The JSONDatabase in work_dir, rebuilt from the journal; (database, workload JSON)."""
+        wl_path, rec_path = self.work_dir / WORKLOAD_FILE, self.work_dir / RECORD_FILE
+        if resumed:
+            assert self.journal.header is not None
+            wl_path.write_text(json.dumps(self.journal.header["workload"]) + "\n", "utf-8")
+            rec_path.write_text(
+                "".join(json.dumps([0, t["record"]]) + "\n" for t in self.journal.trials), "utf-8"
+            )
+        else:
+            for p in (wl_path, rec_path):
+                p.unlink(missing_ok=True)
+        db = self.ms.database.JSONDatabase(
+            path_workload=str(wl_path), path_tuning_record=str(rec_path)
+        )
+        db.commit_workload(self.ctx.mod)
+        return db, json.loads(wl_path.read_text(encoding="utf-8").splitlines()[0])
+
+    def record_json(self, sch: Any) -> list[Any]:
+        """The TuningRecord JSON (as a log line holds it) of a fixed configuration's
+        schedule; run_secs are filled in by the caller."""
+        ms = self.ms
+        workload = self.db.commit_workload(self.ctx.mod)
+        info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+        # Through the JSONDatabase, so the line is exactly what its file would hold.
+        rec_path = self.work_dir / RECORD_FILE
+        offset = rec_path.stat().st_size
+        self.db.commit_tuning_record(
+            ms.database.TuningRecord(sch.trace, workload, [FAILED_RUN_SECS], self.target, info)
+        )
+        with open(rec_path, "rb") as f:
+            f.seek(offset)
+            return json.loads(f.read().decode("utf-8").splitlines()[0])[1]
+
+    def _warm_start_cost_model(self) -> None:
+        """Train the cost model on the valid records of a resumed run."""
+        records = [
+            r
+            for r in self.db.get_all_tuning_records()
+            if r.run_secs and any(float(x) < FAILED_RUN_SECS for x in r.run_secs)
+        ]
+        if records:
+            results = [
+                self.ms.runner.RunnerResult([float(x) for x in r.run_secs], None) for r in records
+            ]
+            self.cost_model.update(self.ctx, [r.as_measure_candidate() for r in records], results)
+
+    def train_prior(self, prior: Sequence[tuple[Mapping[str, Any], float]]) -> int:
+        """Train the cost model on (knobs, latency) pairs that were not measured here
+        (the old log's records): the features are this template's programs for those
+        knobs. Returns how many it learned from (one that no longer schedules is
+        skipped)."""
+        from .builder import schedule_config
+
+        ms, req = self.ms, self.req
+        cands, results = [], []
+        for kv, secs in prior:
+            try:
+                sch = schedule_config(req.template, self.name, kv, req.target)
+            except (TuningError, TemplateError):
+                continue
+            info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            cands.append(ms.MeasureCandidate(sch, info))
+            results.append(ms.runner.RunnerResult([float(secs)], None))
+        if cands:
+            t0 = time.perf_counter()
+            self.cost_model.update(self.ctx, cands, results)
+            self._time("prior_s", t0)
+        return len(cands)
+
+    # ---- the loop
+
+    def _time(self, key: str, t0: float) -> None:
+        self.stats[key] = self.stats.get(key, 0.0) + time.perf_counter() - t0
+
+    def run(self) -> str:
+        """Search until the budget is spent, early stop, or the space runs out."""
+        req = self.req
+        if self.done >= req.trials:
+            return "budget"
+        n_built, n_runs = len(self.builder.compile_s), len(self.runner.timings)
+        t0 = time.perf_counter()
+        self.ctx.pre_tuning(
+            max_trials=req.trials - self.done,
+            num_trials_per_iter=req.batch_size,
+            design_spaces=self.schedules,
+            database=self.db,
+            cost_model=self.cost_model,
+        )
+        try:
+            reason = self._loop()
+        finally:
+            self.ctx.post_tuning()
+            self.stats["search_s"] = time.perf_counter() - t0
+            self.stats.update(
+                {  # this process's search trials (not baseline/verify runs)
+                    "search_trials": float(self.done - self.resumed),
+                    "search_compile_s": float(sum(self.builder.compile_s[n_built:])),
+                    "search_export_s": float(sum(self.builder.export_s[n_built:])),
+                    "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
+                    "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
+                }
+            )
+        return reason
+
+    def _loop(self) -> str:
+        req, empty = self.req, 0
+        while self.done < req.trials:
+            if self.done >= self.space_size:
+                return "space_exhausted"
+            picked = self._candidates()
+            if picked is None:
+                return "space_exhausted"
+            if not picked:
+                empty += 1  # all measured before a resume; the strategy moves on
+                if empty >= 3:
+                    return "space_exhausted"
+                continue
+            empty = 0
+            prev_best = self.progress.best
+            self._measure(picked)
+            improved = self.progress.improved_since(
+                prev_best, req.measure.search_precision, req.early_stop.min_improvement
+            )
+            # Batches before the cost model has WARMUP_SAMPLES valid trials are a random
+            # search; they do not count toward patience. Replayed trials (history) do
+            # not count either: a search seeded near the old best cannot beat it
+            # beyond the noise at once, and stopping then would end it before it
+            # explored as much as a cold one (measured: bench_warmstart). Nor do the
+            # old log's records the model was trained on (prior): counting them
+            # stopped runs 24% sooner, and one edit (softmax attn_512) ended 1.24x
+            # slower than cold (bench_warmstart runs 4-5).
+            warm = sum(
+                e["error"] is None and e.get("source") != "replay" for e in self.journal.trials
+            ) >= WARMUP_SAMPLES
+            if improved or not warm:
+                self.progress.stale_batches = 0
+            else:
+                self.progress.stale_batches += 1
+            patience = req.early_stop.patience
+            if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+                return "early_stop"
+        return "budget"
+
+    def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
+        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
+        t0 = time.perf_counter()
+        cands = self.ctx.generate_measure_candidates()
+        self._time("search_generate_s", t0)
+        if cands is None:
+            return None
+        picked = []
+        for c in cands:
+            sidx, kv = decode_knobs(plain(c.sch.trace.as_json()), self.spaces, self.knobs)
+            key = knobs_key(kv)
+            if key not in self.seen:  # else measured before a resume: not again
+                self.seen.add(key)
+                picked.append((c, sidx, kv))
+        picked = picked[: self.req.trials - self.done]
+        if not picked:
+            self.ctx.notify_runner_results([], [])
+        return picked
+
+    def replay(self, configs: Sequence[Mapping[str, Any]]) -> ReplayStats:
+        """The history replay, before the search: each configuration is checked against
+        reference() (where the kernel runs), then the good ones are measured as the
+        first batch. They become the first trials (journal, log), the cost model is
+        trained on them, and the database the evolutionary search seeds its population
+        from holds them. Not told to the strategy: it did not propose them."""
+        from .builder import schedule_config
+        from .numerics import check_correct
+
+        ms, req = self.ms, self.req
+        built = correct = 0
+        failures: list[str] = []
+        picked: list[tuple[Any, int, dict[str, Any]]] = []
+        old_best_correct = False
+        for i, kv in enumerate(configs):
+            try:
+                check_correct(req.template, self.name, req.target, kv, rpc=req.rpc)
+            except (TuningError, TemplateError) as e:
+                if "does not build" not in str(e) and not isinstance(e, TemplateError):
+                    built += 1
+                failures.append(_short(str(e)))
+                continue
+            built += 1
+            correct += 1
+            old_best_correct = old_best_correct or i == 0
+            sch = schedule_config(req.template, self.name, kv, req.target)
+            args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            sidx, decoded = decode_knobs(plain(sch.trace.as_json()), self.spaces, self.knobs)
+            key = knobs_key(decoded)
+            if key not in self.seen:
+                self.seen.add(key)
+                picked.append((ms.MeasureCandidate(sch, args_info), sidx, decoded))
+        picked = picked[: max(0, req.trials - self.done)]
+        n0 = self.done
+        if picked:
+            self._measure(picked, notify=False, source="replay")
+        measured = sum(e["error"] is None for e in self.journal.trials[n0:])
+        return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
+                           old_best_correct)
+
+    def _measure(
+        self, picked: list[tuple[Any, int, dict[str, Any]]], *, notify: bool = True,
+        source: str = "search",
+    ) -> None:
+        """Build and run one batch, tell the strategy (unless `notify` is off: it did
+        not propose them) and the cost model, commit, journal."""
+        ms, req = self.ms, self.req
+        cands = [c for c, _, _ in picked]
+        incumbent = self.progress.best_latency
+        self.runner.set_policy(
+            search_policy(req.measure, req.measure.race * incumbent if incumbent else None)
+        )
+        try:
+            measured = _run_batch(cands, self.target, self.builder, self.runner, ms)
+        finally:
+            self.runner.set_options(req.measure)
+        self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
+        results = [r for r, _, _ in measured]
+        ran = [r for r, _, reached in measured if reached]
+        if req.rpc is not None and ran and not any(_ok(r) for r in ran):
+            # Nothing reached a device and came back: lost or hung devices, or sessions
+            # too short. Stop (the journal keeps the batches before) rather than finish
+            # with a log of failures.
+            raise rpc_failure(
+                req.rpc,
+                [str(r.error_msg) for r in ran],
+                f"{req.template.__name__}/{self.name}: all {len(ran)} measurements of a batch "
+                f"(after {self.done} trials)",
+            )
+        # One number per measurement, the estimate: what the strategy, the cost model
+        # and the database (TVM's own ranking) see.
+        ests = [stats.estimate(r.run_secs) if _ok(r) else None for r in results]
+        results = [
+            ms.runner.RunnerResult([e.value], None) if e is not None else r
+            for r, e in zip(results, ests, strict=True)
+        ]
+        if notify:
+            self.ctx.notify_runner_results(cands, results)
+        ok = [(c, r) for c, r in zip(cands, results, strict=True) if _ok(r)]
+        if ok:
+            t0 = time.perf_counter()
+            self.cost_model.update(self.ctx, [c for c, _ in ok], [r for _, r in ok])
+            self._time("search_cost_model_s", t0)
+        # JSONDatabase appends one line per record: the exact JSON the log keeps.
+        rec_path = self.work_dir / RECORD_FILE
+        offset = rec_path.stat().st_size
+        workload = self.db.commit_workload(self.ctx.mod)
+        for c, r in zip(cands, results, strict=True):
+            secs = [float(x) for x in r.run_secs] if _ok(r) else [FAILED_RUN_SECS]
+            self.db.commit_tuning_record(
+                ms.database.TuningRecord(c.sch.trace, workload, secs, self.target, c.args_info)
+            )
+        with open(rec_path, "rb") as f:
+            f.seek(offset)
+            lines = [json.loads(x) for x in f.read().decode("utf-8").splitlines() if x.strip()]
+        self.batches += 1
+        batch = max((e["batch"] for e in self.journal.trials), default=0) + 1
+        entries = []
+        for (_, sidx, kv), (r, device, _), est, line in zip(
+            picked, measured, ests, lines, strict=True
+        ):
+            err = None if est is not None else str(r.error_msg or "no measurement")
+            trial = self.done + len(entries) + 1
+            raced = bool(est is not None and incumbent and est.n <= req.measure.probe
+                         and est.value > req.measure.race * incumbent)
+            entries.append(
+                {
+                    "trial": trial,
+                    "batch": batch,
+                    "space": sidx,
+                    "knobs": kv,
+                    "latency_s": est.value if est is not None else None,
+                    "ci": [est.lo, est.hi] if est is not None and est.n >= stats.MIN_SAMPLES
+                    else None,
+                    "n": est.n if est is not None else 0,
+                    "stage": ("probe" if raced else "search") if est is not None else None,
+                    "error": err,
+                    "device": device,
+                    "record": line[1],
+                    **({"source": source} if source != "search" else {}),
+                }
+            )
+            self.progress.add(trial, est if not raced else None, self.flop)
+        self.journal.append(entries)
+        if req.on_batch is not None:
+            best = self.progress.best_latency
+            n_ok = sum(e["error"] is None for e in entries)
+            req.on_batch(
+                BatchEvent(
+                    workload_name=self.name,
+                    batch=self.batches,
+                    trials_done=self.done,
+                    budget=req.trials,
+                    best_latency_s=best,
+                    best_gflops=gflops(self.flop, best) if best else None,
+                    batch_valid=n_ok,
+                    batch_failed=len(entries) - n_ok,
+                    elapsed_s=time.perf_counter() - self.t_start,
+                    resumed=self.resumed,
+                )
+            )
+
+
+@dataclass
+class _Progress:
+    best: stats.Estimate | None = None  # the incumbent: the lowest contender estimate
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    stale_batches: int = 0
+
+    @property
+    def best_latency(self) -> float | None:
+        return self.best.value if self.best is not None else None
+
+    def add(self, trial: int, est: stats.Estimate | None, flop: float) -> None:
+        if est is not None and (self.best is None or est.value < self.best.value):
+            self.best = est
+        best = self.best_latency
+        self.curve.append((trial, gflops(flop, best) if best else 0.0))
+
+    def improved_since(
+        self, before: stats.Estimate | None, fallback_rel: float, min_improvement: float
+    ) -> bool:
+        """The best moved by more than the noise band (the larger half-width of the two
+        estimates; `fallback_rel` of the value for one without an interval), and by
+        more than `min_improvement`."""
+        now = self.best
+        if now is None:
+            return False
+        if before is None:
+            return True
+        widths = [e.halfwidth_s for e in (now, before) if math.isfinite(e.halfwidth_s)]
+        band = max(widths) if len(widths) == 2 else fallback_rel * before.value
+        gain = before.value - now.value
+        return gain > band and gain / before.value > min_improvement

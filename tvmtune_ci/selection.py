@@ -1,0 +1,78 @@
+"""Which entries a command works on, and the one line that sums their report up.
+
+`check`, `status`, `remeasure` and `matrix` take the same options (`--operator`,
+`--target`, `--changed-since`, `--as-of`) and read the config the same way (its
+warnings go to the report, so every output format shows them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+from .config import Config, ConfigWarning, load_config
+from .staleness import FIX_HINT, TEMPLATE_INVALID, Report, find_stale, parse_date
+
+
+def add_selection_options(parser: argparse.ArgumentParser) -> None:
+    """Options `check` and `status` share: which entries, as of which day."""
+    parser.add_argument(
+        "--changed-since",
+        metavar="REF",
+        default=None,
+        help="only entries whose template, in-repo dependencies or log folder differ "
+        "between REF and the work tree (all when tvmtune.yaml does)",
+    )
+    parser.add_argument(
+        "--as-of",
+        metavar="YYYY-MM-DD",
+        default=None,
+        help="judge expiry on this day instead of today",
+    )
+    parser.add_argument(
+        "--operator",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="only this operator (repeatable)",
+    )
+    parser.add_argument(
+        "--target",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="only this configured target (repeatable)",
+    )
+
+
+def load_quietly(path: str | None) -> Config:
+    """load_config without printing its warnings: they reach the report (every format)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        return load_config(Path(path) if path else None)
+
+
+def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
+    as_of = parse_date(args.as_of) if args.as_of else None
+    config = load_quietly(args.config)
+    report = find_stale(
+        config,
+        as_of=as_of,
+        changed_since=args.changed_since,
+        operators=args.operator,
+        targets=args.target,
+    )
+    return config, report
+
+
+def summary_line(report: Report) -> str:
+    n, stale = len(report.entries), len(report.stale)
+    if not n:
+        return "no entries to check"
+    if not stale:
+        return f"all {n} entries fresh"
+    fix = f"run `{FIX_HINT}` to re-tune the stale entries and rewrite their logs, then commit them"
+    if any(r.code == TEMPLATE_INVALID for e in report.stale for r in e.reasons):
+        fix = "fix the templates reported as template_invalid, then " + fix
+    return f"{stale} of {n} entries stale; {fix}"
