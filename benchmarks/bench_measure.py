@@ -70,10 +70,10 @@ def random_configs(
     """n distinct random configurations, drawn as MetaSchedule samples its spaces."""
     from tvmtune_ci import tvmsetup
     from tvmtune_ci.builder import workload_module, workload_params
-    from tvmtune_ci.tuner import _plain, _Space, decode_knobs, knobs_key, space_info
+    from tvmtune_ci.space import TemplateSpace, decode_knobs, knobs_key, plain, space_info
 
     tvm = tvmsetup.load()
-    space = _Space(template, workload_params(template, workload), target)
+    space = TemplateSpace(template, workload_params(template, workload), target)
     out: dict[str, dict[str, Any]] = {}
     rng = random.Random(seed)
     tries = 0
@@ -83,7 +83,7 @@ def random_configs(
         schs = space(sch)
         infos = [space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(schs)]
         s = schs[rng.randrange(len(schs))]
-        _, kv = decode_knobs(_plain(s.trace.as_json()), infos, space.knobs)
+        _, kv = decode_knobs(plain(s.trace.as_json()), infos, space.knobs)
         out.setdefault(knobs_key(kv), kv)
     return list(out.values())
 
@@ -92,7 +92,8 @@ def ranking(args: argparse.Namespace) -> None:
     from tvmtune_ci import stats
     from tvmtune_ci.builder import make_builder, schedule_config
     from tvmtune_ci.config import MeasureOptions
-    from tvmtune_ci.measure import SamplePolicy, make_runner, search_policy
+    from tvmtune_ci.runners import make_runner
+    from tvmtune_ci.sampling import SamplePolicy, search_policy
     from tvmtune_ci.template import import_template
 
     target = host_target()
@@ -106,7 +107,7 @@ def ranking(args: argparse.Namespace) -> None:
     schs = [schedule_config(tpl, args.workload, k, target) for k in configs]
     # Built once; every measurement below reuses the library.
     from tvmtune_ci import tvmsetup
-    from tvmtune_ci.measure import device_type
+    from tvmtune_ci.sampling import device_type
 
     ms = tvmsetup.ms()
     tgt = tvmsetup.make_target(target)
@@ -237,7 +238,8 @@ def reproducibility(args: argparse.Namespace) -> None:
 def pick_quality(args: argparse.Namespace) -> None:
     from tvmtune_ci.builder import make_builder
     from tvmtune_ci.config import load_config
-    from tvmtune_ci.measure import Finalist, finals, make_runner
+    from tvmtune_ci.measure import Finalist, finals
+    from tvmtune_ci.runners import make_runner
     from tvmtune_ci.template import import_template
 
     cfg = load_config(ROOT / "tvmtune.yaml")

@@ -173,7 +173,9 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
 
     import tvmtune_ci.tuner as tuner_mod
     from tvmtune_ci.config import EarlyStop, MeasureOptions
-    from tvmtune_ci.measure import _worker_ping, make_runner, search_policy
+    from tvmtune_ci.runners import make_runner
+    from tvmtune_ci.runners.local import worker_ping as _worker_ping
+    from tvmtune_ci.sampling import search_policy
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
     measure = MeasureOptions()
@@ -260,7 +262,7 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     from tvm.s_tir import meta_schedule as ms
 
     from tvmtune_ci.builder import make_postprocs, workload_module
-    from tvmtune_ci.tuner import _Space, make_mutators
+    from tvmtune_ci.space import TemplateSpace, make_mutators
 
     runner = ms.runner.LocalRunner(  # its sanity check waits for the worker to start
         evaluator_config=ms.runner.EvaluatorConfig(
@@ -274,7 +276,7 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     wl = tmpl.WORKLOADS[p["workload"]]
     mod = workload_module(tmpl, p["workload"])
     space = ms.space_generator.ScheduleFn(
-        _Space(tmpl, wl, p["target"]), sch_rules=[], postprocs=make_postprocs(),
+        TemplateSpace(tmpl, wl, p["target"]), sch_rules=[], postprocs=make_postprocs(),
         mutator_probs=make_mutators(tmpl.KNOBS, p["seed"]),
     )
     clock.mark("call_start")
@@ -595,8 +597,9 @@ def compare_bests(
     period of the machine hits both alike)."""
     from tvmtune_ci import stats
     from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.measure import Finalist, finals, make_runner
-    from tvmtune_ci.tuner import decode_knobs, design_space_infos
+    from tvmtune_ci.measure import Finalist, finals
+    from tvmtune_ci.runners import make_runner
+    from tvmtune_ci.space import decode_knobs, design_space_infos
 
     infos = design_space_infos(tmpl, args.workload, target)
     _, stock_knobs = decode_knobs(stock["best_trace"], infos, tmpl.KNOBS)

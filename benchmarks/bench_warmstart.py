@@ -177,7 +177,8 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
     from tvmtune_ci.builder import make_builder
     from tvmtune_ci.config import load_config
     from tvmtune_ci.manifest import read_manifest
-    from tvmtune_ci.measure import Finalist, finals, make_runner
+    from tvmtune_ci.measure import Finalist, finals
+    from tvmtune_ci.runners import make_runner
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
     config = load_config(ROOT / "tvmtune.yaml")
@@ -195,7 +196,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
         prior: tuple[tuple[dict[str, Any], float], ...] = ()
         if "prior" in arms:  # the unedited template is this checkout's
             recs = priors.decode_records(ROOT, manifest.template_file, folder / manifest.log,
-                                         target, [edit.workload])
+                                         manifest.target, [edit.workload])  # as it was tuned
             prior = priors.prior_for(recs.get(edit.workload, []), tmpl.KNOBS,
                                      tmpl.WORKLOADS[edit.workload], target,
                                      [m.knobs for m in mapped])

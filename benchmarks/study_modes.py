@@ -62,8 +62,9 @@ def main() -> int:
     from tvmtune_ci.builder import make_builder
     from tvmtune_ci.config import load_config
     from tvmtune_ci.manifest import read_manifest
-    from tvmtune_ci.measure import Finalist, finals, make_runner
-    from tvmtune_ci.pipeline import _threads, measure_threads
+    from tvmtune_ci.measure import Finalist, finals
+    from tvmtune_ci.pipeline import measure_threads, tvm_threads
+    from tvmtune_ci.runners import make_runner
     from tvmtune_ci.template import import_template
 
     cfg = load_config(ROOT / "tvmtune.yaml")
@@ -78,7 +79,7 @@ def main() -> int:
           f"README: {best.latency_s * 1e3:.4g} ms ± {100 * (best.rel_halfwidth or 0):.1f}% "
           f"(tuned {m.tuned_on})")
     trace: list[tuple[float, float]] = []
-    with _threads(threads):
+    with tvm_threads(threads):
         runner, builder = make_runner(cfg.measure), make_builder()
         try:
             steal0, t0 = steal_jiffies(), time.perf_counter()
