@@ -1,6 +1,6 @@
 """Benchmark: tuning throughput through RPC devices, 1 server against 2.
 
-    python benchmarks/bench_rpc.py                       # 16 trials, batch 8, 1 and 2 servers
+    python benchmarks/bench_rpc.py                       # 16 trials, batch 8, 1 and 2 servers, 3 rounds
     python benchmarks/bench_rpc.py --trials 64 --rounds 2
     python benchmarks/bench_rpc.py --servers 1,2,3 --min-repeat-ms 50
 
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--sample-ms", type=float, default=5.0, help="least duration of one sample (5)")
     p.add_argument("--threads", type=int, default=1, help="threads each kernel runs on (1)")
-    p.add_argument("--rounds", type=int, default=1, help="runs per server count, alternated (1)")
+    p.add_argument("--rounds", type=int, default=3, help="runs per server count, in alternating order (3)")
     p.add_argument(
         "--wait-idle",
         type=float,
