@@ -180,6 +180,7 @@ def test_killed_server_drops_out_and_preflight_for_two_fails(rpc_fleet) -> None:
     assert preflight(fleet.rpc(devices=1)).checked[0].server == fleet.servers[1].address
 
 
+@pytest.mark.slow
 def test_hung_server_is_listed_free_but_preflight_finds_it(rpc_fleet) -> None:  # noqa: F811
     fleet = rpc_fleet(servers=1)
     fleet.pause_server(0)

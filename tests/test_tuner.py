@@ -241,6 +241,7 @@ def test_failed_builds_are_recorded_and_never_best(tmp_path: Path) -> None:
     assert all(m.knobs["broken"] is False for m in out.top)
 
 
+@pytest.mark.slow
 def test_early_stop(tmp_path: Path) -> None:
     template = make_template(tmp_path, "mm_es")
     # No batch can improve the best by more than 1000%: stop after `patience` stale batches.
@@ -321,6 +322,7 @@ print("FINISHED", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill(tmp_path: Path) -> None:
     path = write_template(tmp_path, "mm_resume")
     work = tmp_path / "work"

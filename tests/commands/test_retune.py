@@ -119,6 +119,7 @@ def test_readme_command_regenerates_identical_files(tuned: tuple[Path, subproces
     assert _set(root) == before
 
 
+@pytest.mark.slow
 def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     root = _copy(tuned[0], tmp_path)
     old = _set(root)
@@ -149,6 +150,7 @@ def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path,
     assert run_cli(root, "check").returncode == 0
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_keeps_old_set_and_rerun_resumes(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     root = _copy(tuned[0], tmp_path)
     old = _set(root)
@@ -254,6 +256,7 @@ def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tupl
     assert fb.fallback and fb.knobs == {}
 
 
+@pytest.mark.slow
 def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     """The steps of the `retune` job: template commit -> matrix lists it -> retune --commit --push."""
     src = tuned[0]
@@ -299,6 +302,7 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     assert run_cli(fresh, "check").returncode == 0
 
 
+@pytest.mark.slow
 def test_previous_best_that_no_longer_builds_does_not_stop_the_retune(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     # E.g. after a TVM upgrade (tvm_changed) the old configuration may not build.
     root = _copy(tuned[0], tmp_path)
@@ -409,6 +413,7 @@ def test_remeasure_reports_the_committed_best_as_measured_now(
 # to a scheduler time slice per run for a 20 us kernel on 2 threads) cannot flip it.
 @pytest.mark.parametrize(("factor", "words"), [(0.2, "SLOWER beyond the noise"),
                                                (1000.0, "faster beyond the noise")])
+@pytest.mark.slow
 def test_remeasure_flags_a_best_that_drifted(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, factor: float, words: str
 ) -> None:
@@ -434,6 +439,7 @@ def test_remeasure_skips_a_stale_entry(
     assert "mm/host: stale, not re-measured" in r.stdout
 
 
+@pytest.mark.slow
 def test_staleness_is_decided_again_under_the_lock(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
@@ -470,6 +476,7 @@ def _edit_template(root: Path, old: str, new: str) -> None:
     commit_all(root, "edit the template")
 
 
+@pytest.mark.slow
 def test_a_template_edit_replays_the_old_configurations_first(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
@@ -510,6 +517,7 @@ def test_a_template_edit_replays_the_old_configurations_first(
     assert run_cli(root, "check").returncode == 0
 
 
+@pytest.mark.slow
 def test_an_edit_that_invalidates_every_old_configuration_searches_cold_and_says_so(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
@@ -531,6 +539,7 @@ def test_an_edit_that_invalidates_every_old_configuration_searches_cold_and_says
 
 
 @pytest.mark.parametrize("damage", ["tvm", "corrupt"])
+@pytest.mark.slow
 def test_an_old_log_of_another_tvm_or_corrupt_is_not_replayed_and_nothing_is_lost(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, damage: str
 ) -> None:
@@ -562,6 +571,7 @@ def test_an_old_log_of_another_tvm_or_corrupt_is_not_replayed_and_nothing_is_los
 
 
 @pytest.mark.parametrize("seed_from", [True, False])
+@pytest.mark.slow
 def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, seed_from: bool
 ) -> None:
