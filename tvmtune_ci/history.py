@@ -17,7 +17,6 @@ other hardware can pull a search off course.
 from __future__ import annotations
 
 import ast
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,12 +231,12 @@ def old_declaration(root: Path, manifest: Manifest) -> tuple[Knob, ...] | None:
     commit = manifest.template_commit
     if not commit:
         return None
+    from .errors import GitError
+    from .git import run
+
     try:
-        proc = subprocess.run(
-            ["git", "show", f"{commit}:{manifest.template_file}"], cwd=root,
-            capture_output=True, text=True, timeout=30, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+        proc = run(root, "show", f"{commit}:{manifest.template_file}")
+    except GitError:  # no git
         return None
     if proc.returncode != 0:
         return None

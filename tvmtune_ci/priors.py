@@ -18,7 +18,6 @@ longer imports, a timeout) costs the prior, never the re-tune: `PriorError` says
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -39,46 +38,45 @@ class PriorError(TvmtuneError):
     """The old log's records could not be read as configurations (the re-tune goes on)."""
 
 
-def _git(root: Path, *args: str, text: bool = True) -> subprocess.CompletedProcess[Any]:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=text,
-                          timeout=60, check=False)
-
-
 def old_commit(root: Path, manifest_path: Path, manifest: Manifest) -> str | None:
     """The commit whose tree holds the templates the old log was tuned with: the one
     that committed its manifest (a retune commits templates first, then the log),
     else the template's own commit recorded in the manifest."""
+    from .git.read import last_commit
+
     try:
-        rel = manifest_path.resolve().relative_to(root.resolve())
-        r = _git(root, "log", "-1", "--format=%H", "--", str(rel))
-        sha = r.stdout.strip() if r.returncode == 0 else ""
-    except (OSError, ValueError, subprocess.SubprocessError):
-        sha = ""
+        sha = last_commit(root, manifest_path.resolve().relative_to(root.resolve()))
+    except (ValueError, TvmtuneError):  # outside the repository, or no git at all
+        sha = None
     return sha or manifest.template_commit
 
 
 def checkout_old(root: Path, commit: str, manifest: Manifest, dest: Path) -> Path:
     """Extract the old template's folder and the helper files its fingerprint lists,
     as of `commit`, into `dest` (the repository layout kept); returns `dest`."""
+    from .git import run
+
     top = Path(manifest.template_file).parts[0]
     wanted = {top, *(k.split(":", 1)[0] for k in manifest.dependencies)}
     try:
-        listed = _git(root, "ls-tree", "-r", "--name-only", commit, "--", *sorted(wanted))
+        listed = run(root, "ls-tree", "-r", "--name-only", commit, "--", *sorted(wanted))
         if listed.returncode != 0 or not listed.stdout.strip():
             why = (listed.stderr.strip().splitlines() or [f"it holds none of {sorted(wanted)}"])[-1]
             raise PriorError(f"git cannot read the templates of commit {commit[:12]} in {root}: {why}")
-        archive = _git(root, "archive", "--format=tar", commit, "--", *sorted(wanted & {
-            p for name in listed.stdout.splitlines() for p in (name, name.split("/", 1)[0])
-        }), text=False)
-    except (OSError, subprocess.SubprocessError) as e:
+        present = wanted & {p for name in listed.stdout.splitlines() for p in (name, name.split("/", 1)[0])}
+        tar_path = dest / ".old-tree.tar"
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = run(root, "archive", "--format=tar", "-o", str(tar_path), commit, "--", *sorted(present))
+    except TvmtuneError as e:  # GitError: no git
         raise PriorError(f"git could not read commit {commit[:12]}: {e}") from e
     if archive.returncode != 0:
-        raise PriorError(f"git archive {commit[:12]}: {archive.stderr.decode(errors='replace').strip()}")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        raise PriorError(f"git archive {commit[:12]}: {archive.stderr.strip()}")
+    with tarfile.open(tar_path) as tar:
         if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12: refuse odd members
             tar.extractall(dest, filter="data")
         else:  # pragma: no cover - our own commit's tree, written by git archive
             tar.extractall(dest)
+    tar_path.unlink()
     return dest
 
 
@@ -133,9 +131,7 @@ def prior_for(
     there (the fastest latency kept), without those in `exclude` (the replayed ones,
     measured again) and without those that keep no knob at all."""
     from .history import map_config
-
-    def key(kv: Mapping[str, Any]) -> str:
-        return json.dumps(kv, sort_keys=True, default=str)
+    from .space import knobs_key as key
 
     skip = {key(kv) for kv in exclude}
     best: dict[str, tuple[dict[str, Any], float]] = {}
