@@ -1,24 +1,31 @@
 """Search quality: tvmtune-ci's tuner on a template vs stock MetaSchedule on TVM's own space.
 
-    python benchmarks/bench_search.py                    # matmul/m1024, 300 trials each (~30 min)
-    python benchmarks/bench_search.py --op softmax --workload attn_512 --trials 32
-    python benchmarks/bench_search.py --trials 64 --skip-stock
+    python benchmarks/bench_search.py                       # matmul/m1024, 64 trials, seeds 1,2,3
+    python benchmarks/bench_search.py --op dense --workload ffn1 --trials 100 --seeds 1,2,3,4,5
+    python benchmarks/bench_search.py --skip-stock          # the two template arms only
 
-Both searches get the same budget of measured trials on the same workload:
+Three searches get the same budget of measured trials on the same workload, once
+per seed (at least 3: one seed's luck is as large as the differences judged):
 
-- tool: `tvmtune_ci.tuner.tune_workload` over the template's knob space (its
-  design spaces and knobs), early stop off so the whole budget is spent;
+- tool: `tvmtune_ci.tuner.tune_workload` over the template's knob space as
+  committed, early stop off so the whole budget is spent;
+- wide: the same over the template's space *before it was pruned* with
+  hindsight. Commit 5655469 dropped choices that "never won" in earlier runs
+  (`pack_b: none` of the GEMM templates); this arm puts them back (see PRUNED),
+  so the tool is not judged only on a space cut to fit known answers;
 - stock: `tvm.s_tir.meta_schedule.tir_integration.tune_tir` on the template's
   compute with TVM's own auto-scheduled space (`space="post-order-apply"`: the
   llvm schedule rules), its defaults otherwise, in a fresh process. One fix:
   TVM 0.27's LocalRunner worker asks for device "llvm", which does not exist, so
   its initializer maps the target kind to "cpu" (else every stock trial fails).
 
-Printed: the best-so-far curve of each (GFLOP/s by trial), the trials each needs
-to reach 95% of its own final best and of the better of the two finals, and both
-final bests rebuilt and re-measured back to back in this process.
+Printed per seed: the best-so-far curve of each (GFLOP/s by trial, as each
+search measured it), the trials each needs to reach 95% of its own final best and
+of the best final of all arms and seeds; then every final best rebuilt and
+re-measured in interleaved rounds in this process (the only numbers compared
+across arms), and the median over seeds per arm.
 
-Measurements use --threads cores: TVM_NUM_THREADS is set for both searches' runner
+Measurements use --threads cores: TVM_NUM_THREADS is set for all searches' runner
 processes (TVM's default on x86 is half the hardware threads, one on a 2-core VM).
 """
 
@@ -87,23 +94,64 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--op", default="matmul", help="operator template in operators/ (matmul)")
     p.add_argument("--workload", default="m1024", help="one of its WORKLOADS (m1024)")
-    p.add_argument("--trials", type=int, default=300, help="measured trials for each (300)")
+    p.add_argument("--trials", type=int, default=64, help="measured trials for each (64)")
     p.add_argument("--batch", type=int, default=16, help="trials per search batch (16)")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seeds", default="1,2,3", help="search seeds, comma-separated (1,2,3)")
     p.add_argument("--threads", type=int, default=2, help="threads the kernels run on (2)")
     # Stock's LocalRunner measures with fixed repeats (ours samples adaptively).
     p.add_argument("--repeat", type=int, default=5, help="stock's time_evaluator repeats (5)")
     p.add_argument("--min-repeat-ms", type=int, default=50, help="stock's per repeat (50)")
     p.add_argument("--rounds", type=int, default=10, help="re-measurement rounds of the bests")
     p.add_argument("--work-dir", help="keep the searches' files here (default: a temp dir)")
-    p.add_argument("--wait-idle", type=float, default=120.0,
-                   help="before measuring, wait up to this many seconds for the 1-minute load "
-                        "average to drop below 0.5 (other processes' load is noise) (120)")
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=120.0,
+        help="before measuring, wait up to this many seconds for the 1-minute load "
+        "average to drop below 0.5 (other processes' load is noise) (120)",
+    )
     p.add_argument("--skip-stock", action="store_true")
-    p.add_argument("--skip-tool", action="store_true")
-    p.add_argument("--mcpu", help="LLVM CPU to tune for (default: this machine's; another "
-                   "CPU's code may not run here)")
-    return p.parse_args(argv)
+    p.add_argument("--skip-tool", action="store_true", help="skip both template arms")
+    p.add_argument("--skip-wide", action="store_true", help="skip the pre-pruning arm")
+    p.add_argument(
+        "--mcpu",
+        help="LLVM CPU to tune for (default: this machine's; another CPU's code may not run here)",
+    )
+    args = p.parse_args(argv)
+    args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    if not args.seeds:
+        p.error("--seeds needs at least one seed")
+    return args
+
+
+# Choices dropped from the committed templates after earlier tuning runs showed them
+# never winning (commit 5655469): structure knob -> the dropped candidates. The
+# schedules still implement them.
+PRUNED: dict[str, list[str]] = {"pack_b": ["none"]}
+
+
+def widen(template_path: Path, work_dir: Path) -> Path | None:
+    """A copy of the template with PRUNED's choices restored; None if it has none of them."""
+    import re
+
+    text = template_path.read_text()
+    changed = text
+    for knob, extra in PRUNED.items():
+        pat = re.compile(rf'(define_structure\(\s*"{re.escape(knob)}"\s*,\s*\[)([^\]]*)\]')
+
+        def add(m: re.Match[str], extra: list[str] = extra) -> str:
+            body = m.group(2).rstrip().rstrip(",")
+            return (
+                m.group(1) + body + "".join(f', "{x}"' for x in extra if f'"{x}"' not in body) + "]"
+            )
+
+        changed = pat.sub(add, changed)
+    if changed == text:
+        return None
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out = work_dir / f"{template_path.stem}_wide.py"
+    out.write_text(changed)
+    return out
 
 
 # --------------------------------------------------------------------------- curves
@@ -155,33 +203,51 @@ def stock_trials(work_dir: Path, flop: float) -> tuple[list[float | None], Any]:
 # --------------------------------------------------------------------------- runs
 
 
-def run_tool(args: argparse.Namespace, template: Any, work_dir: Path) -> Any:
+def run_tool(args: argparse.Namespace, template: Any, work_dir: Path, seed: int) -> Any:
     from tvmtune_ci.config import EarlyStop, MeasureOptions
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
     req = TuneRequest(
-        template=template, workload_name=args.workload, target=TARGET, trials=args.trials,
-        work_dir=work_dir, batch_size=args.batch, seed=args.seed,
+        template=template,
+        workload_name=args.workload,
+        target=TARGET,
+        trials=args.trials,
+        work_dir=work_dir,
+        batch_size=args.batch,
+        seed=seed,
         early_stop=EarlyStop(patience=0),
         measure=MeasureOptions(),  # tvmtune-ci's default adaptive sampling
     )
     return tune_workload(req)
 
 
-def run_stock(args: argparse.Namespace, work_dir: Path) -> float:
-    payload = json.dumps({
-        "template": str(ROOT / "operators" / f"{args.op}.py"), "root": str(ROOT),
-        "workload": args.workload, "target": TARGET, "trials": args.trials, "batch": args.batch,
-        "seed": args.seed, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms,
-        "work_dir": str(work_dir),
-    })
-    r = subprocess.run([sys.executable, "-c", STOCK_SCRIPT.format(root=str(ROOT)), payload],
-                       capture_output=True, text=True, cwd=ROOT)
+def run_stock(args: argparse.Namespace, work_dir: Path, seed: int) -> float:
+    payload = json.dumps(
+        {
+            "template": str(ROOT / "operators" / f"{args.op}.py"),
+            "root": str(ROOT),
+            "workload": args.workload,
+            "target": TARGET,
+            "trials": args.trials,
+            "batch": args.batch,
+            "seed": seed,
+            "repeat": args.repeat,
+            "min_repeat_ms": args.min_repeat_ms,
+            "work_dir": str(work_dir),
+        }
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", STOCK_SCRIPT.format(root=str(ROOT)), payload],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     for line in r.stdout.splitlines():
         if line.startswith("STOCK-RESULT "):
-            return float(json.loads(line[len("STOCK-RESULT "):])["wall_s"])
-    raise SystemExit(f"stock run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n"
-                     f"{r.stderr[-3000:]}")
+            return float(json.loads(line[len("STOCK-RESULT ") :])["wall_s"])
+    raise SystemExit(
+        f"stock run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    )
 
 
 def build_stock_best(template: Any, workload: str, trace_json: Any) -> Any:
@@ -196,7 +262,7 @@ def build_stock_best(template: Any, workload: str, trace_json: Any) -> Any:
     return tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
 
 
-def remeasure(template: Any, workload: str, exes: dict[str, Any], rounds: int) -> dict[str, float]:
+def remeasure(template: Any, workload: str, exes: dict[Any, Any], rounds: int) -> dict[Any, float]:
     """Best round (seconds) of each executable, measured in interleaved rounds."""
     import numpy as np
     import tvm
@@ -207,15 +273,18 @@ def remeasure(template: Any, workload: str, exes: dict[str, Any], rounds: int) -
     mod = workload_module(template, workload)
     rng = np.random.default_rng(1)
     dev = tvm.cpu()
-    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
-              for a in ArgInfo.from_prim_func(mod["main"])]
+    arrays = [
+        rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
+        for a in ArgInfo.from_prim_func(mod["main"])
+    ]
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
-    times: dict[str, list[float]] = {k: [] for k in exes}
+    times: dict[Any, list[float]] = {k: [] for k in exes}
     for _ in range(rounds):
         for name, exe in exes.items():
             time.sleep(0.1)  # the other kernel's idle workers stop spinning
-            ev = exe.mod.time_evaluator(exe.mod.entry_name, dev, number=1, repeat=5,
-                                        min_repeat_ms=50)
+            ev = exe.mod.time_evaluator(
+                exe.mod.entry_name, dev, number=1, repeat=5, min_repeat_ms=50
+            )
             times[name].append(min(float(x) for x in ev(*tensors).results))
     return {k: min(v) for k, v in times.items()}
 
@@ -238,58 +307,115 @@ def main(argv: list[str] | None = None) -> int:
 
     template = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
     if args.workload not in template.WORKLOADS:
-        raise SystemExit(f"{args.op} has no workload {args.workload!r}; "
-                         f"it has {', '.join(template.WORKLOADS)}")
-    per_space, n_spaces = space_size(
-        template.KNOBS, scope(template.WORKLOADS[args.workload], TARGET)
-    )
-    flop = flop_count(workload_module(template, args.workload))
+        raise SystemExit(
+            f"{args.op} has no workload {args.workload!r}; it has {', '.join(template.WORKLOADS)}"
+        )
+    template_path = ROOT / "operators" / f"{args.op}.py"
     base = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_search-"))
-    print(f"{args.op}/{args.workload}: {flop / 1e9:.3f} GFLOP; template space {per_space} points x "
-          f"{n_spaces} design spaces; {args.trials} trials each, batch {args.batch}, seed "
-          f"{args.seed}, {args.threads} threads; work dir {base}", flush=True)
-
-    curves: dict[str, list[float]] = {}
-    exes: dict[str, Any] = {}
+    arms: dict[str, Any] = {}
     if not args.skip_tool:
-        t0 = time.perf_counter()
-        out = run_tool(args, template, base / "tool")
-        wall = time.perf_counter() - t0
-        by_trial: list[float | None] = [None] * out.trials.run
-        for trial, g in out.curve:  # (1-based trial, best-so-far GFLOP/s)
-            if 1 <= trial <= len(by_trial):
-                by_trial[trial - 1] = g
-        curves["tool"] = best_so_far(by_trial)
-        print(f"tool:  {out.trials.run} trials ({out.trials.valid} valid, {out.trials.failed} "
-              f"failed) in {wall:.0f} s; best {json.dumps(out.best.knobs, sort_keys=True)}",
-              flush=True)
-        exes["tool"] = build_config(template, args.workload, TARGET, out.best.knobs)
-    if not args.skip_stock:
-        wall = run_stock(args, base / "stock")
-        per_trial, best_trace = stock_trials(base / "stock", flop)
-        curves["stock"] = best_so_far(per_trial)
-        valid = sum(g is not None for g in per_trial)
-        print(f"stock: {len(per_trial)} trials ({valid} valid) in {wall:.0f} s", flush=True)
-        if best_trace is not None:
-            exes["stock"] = build_stock_best(template, args.workload, best_trace)
+        arms["tool"] = template
+        wide_path = None if args.skip_wide else widen(template_path, base)
+        if wide_path is not None:
+            arms["wide"] = import_template(wide_path, ROOT)
+        elif not args.skip_wide:
+            print(f"{args.op} has none of the pruned choices {PRUNED}: no wide arm")
+    scope_ = scope(template.WORKLOADS[args.workload], TARGET)
+    for name, mod in arms.items():
+        per_space, n_spaces = space_size(mod.KNOBS, scope_)
+        print(
+            f"{name} space: {per_space} points x {n_spaces} design spaces = {per_space * n_spaces}"
+        )
+    flop = flop_count(workload_module(template, args.workload))
+    print(
+        f"{args.op}/{args.workload}: {flop / 1e9:.3f} GFLOP; {args.trials} trials each, batch "
+        f"{args.batch}, seeds {args.seeds}, {args.threads} threads; work dir {base}",
+        flush=True,
+    )
+
+    curves: dict[tuple[str, int], list[float]] = {}
+    walls: dict[tuple[str, int], float] = {}
+    exes: dict[tuple[str, int], Any] = {}
+    for seed in args.seeds:
+        for name, mod in arms.items():
+            t0 = time.perf_counter()
+            out = run_tool(args, mod, base / f"{name}-{seed}", seed)
+            walls[name, seed] = time.perf_counter() - t0
+            by_trial: list[float | None] = [None] * out.trials.run
+            for trial, g in out.curve:  # (1-based trial, best-so-far GFLOP/s)
+                if 1 <= trial <= len(by_trial):
+                    by_trial[trial - 1] = g
+            curves[name, seed] = best_so_far(by_trial)
+            print(
+                f"seed {seed} {name}: {out.trials.run} trials ({out.trials.valid} valid, "
+                f"{out.trials.failed} failed) in {walls[name, seed]:.0f} s; best "
+                f"{json.dumps(out.best.knobs, sort_keys=True)}",
+                flush=True,
+            )
+            exes[name, seed] = build_config(mod, args.workload, TARGET, out.best.knobs)
+        if not args.skip_stock:
+            walls["stock", seed] = run_stock(args, base / f"stock-{seed}", seed)
+            per_trial, best_trace = stock_trials(base / f"stock-{seed}", flop)
+            curves["stock", seed] = best_so_far(per_trial)
+            valid = sum(g is not None for g in per_trial)
+            print(
+                f"seed {seed} stock: {len(per_trial)} trials ({valid} valid) in "
+                f"{walls['stock', seed]:.0f} s",
+                flush=True,
+            )
+            if best_trace is not None:
+                exes["stock", seed] = build_stock_best(template, args.workload, best_trace)
 
     finals = {k: c[-1] for k, c in curves.items() if c}
     top = max(finals.values(), default=0.0)
-    print("\nbest-so-far GFLOP/s by trial (as measured during the search):")
-    for name, c in curves.items():
-        print(f"  {name:5} {curve_points(c)}")
-    print(f"\n{'search':6} {'final GF/s':>10} {'to 95% own':>11} {'to 95% best':>12}")
-    for name, c in curves.items():
-        own, both = trials_to(c, 0.95 * finals[name]), trials_to(c, 0.95 * top)
-        print(f"{name:6} {finals[name]:10.1f} {own or '-':>11} {both or 'never':>12}")
-    if exes:
-        waited = wait_idle(args.wait_idle)
-        print(f"\nwaited {waited:.0f} s for an idle machine; load now {os.getloadavg()[0]:.2f}")
-        got = remeasure(template, args.workload, exes, args.rounds)
-        print("\nfinal bests rebuilt and re-measured back to back: " + ", ".join(
-            f"{k} {v * 1e3:.3f} ms = {flop / v / 1e9:.1f} GFLOP/s" for k, v in got.items()))
-        if "tool" in got and "stock" in got:
-            print(f"tool / stock speed: {got['stock'] / got['tool']:.2f}x")
+    print("\nbest-so-far GFLOP/s by trial (as measured during each search):")
+    for (name, seed), c in curves.items():
+        print(f"  {name:5} seed {seed}: {curve_points(c)}")
+    print(
+        f"\n{'search':6} {'seed':>4} {'final GF/s':>10} {'to 95% own':>11} "
+        f"{'to 95% best':>12} {'wall s':>7}"
+    )
+    reach: dict[str, list[float]] = {}
+    for (name, seed), c in curves.items():
+        own, both = trials_to(c, 0.95 * finals[name, seed]), trials_to(c, 0.95 * top)
+        reach.setdefault(name, []).append(float(both) if both else float("inf"))
+        print(
+            f"{name:6} {seed:>4} {finals[name, seed]:10.1f} {own or '-':>11} "
+            f"{both or 'never':>12} {walls[name, seed]:>7.0f}"
+        )
+    if not exes:
+        return 0
+    waited = wait_idle(args.wait_idle)
+    print(f"\nwaited {waited:.0f} s for an idle machine; load now {os.getloadavg()[0]:.2f}")
+    got = remeasure(template, args.workload, exes, args.rounds)
+    print(
+        f"\nfinal bests rebuilt and re-measured in {args.rounds} interleaved rounds (best round):"
+    )
+    for (name, seed), v in got.items():
+        print(f"  {name:5} seed {seed}: {v * 1e3:.3f} ms = {flop / v / 1e9:.1f} GFLOP/s")
+    print(f"\nper arm over seeds {args.seeds} (median; 'never' counts as infinite):")
+    ref = "tool" if "tool" in arms else None
+    for name in dict.fromkeys(n for n, _ in got):
+        ms_ = [got[name, s] for s in args.seeds if (name, s) in got]
+        wall = [walls[name, s] for s in args.seeds if (name, s) in walls]
+        r = statistics.median(reach.get(name, [float("inf")]))
+        line = (
+            f"  {name:5} best {statistics.median(ms_) * 1e3:.3f} ms "
+            f"(range {min(ms_) * 1e3:.3f}-{max(ms_) * 1e3:.3f}); trials to 95% of the "
+            f"overall best {'never' if r == float('inf') else f'{r:g}'}; "
+            f"wall {statistics.median(wall):.0f} s"
+        )
+        if ref and name != ref and (ref, args.seeds[0]) in got:
+            per_seed = [
+                got[name, s] / got[ref, s]
+                for s in args.seeds
+                if (name, s) in got and (ref, s) in got
+            ]
+            line += (
+                f"; time / tool's, same seed: {statistics.median(per_seed):.2f}x "
+                f"(range {min(per_seed):.2f}-{max(per_seed):.2f})"
+            )
+        print(line)
     return 0
 
 
