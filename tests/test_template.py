@@ -204,3 +204,28 @@ def test_discover_templates_skips_private_helpers(tmp_path: Path) -> None:
         write(tmp_path, f"operators/{name}", "")
     assert [p.name for p in discover_templates(tmp_path / "operators")] == ["a.py", "b.py"]
     assert discover_templates(tmp_path / "missing") == []
+
+
+def test_import_runs_the_tree_it_was_given_not_the_file_as_it_is_now(tmp_path: Path) -> None:
+    """retune reads, fingerprints and imports one parse of the template: an edit
+    landing in between must not make the tuned code differ from the fingerprinted."""
+    from tvmtune_ci.fingerprint import SourceCache
+    from tvmtune_ci.template import import_template
+
+    head = 'WORKLOADS = {"w": {"M": %d}}\nKNOBS = [define_knob("u", [0, 16])]\n'
+    path = write(tmp_path, "operators/op.py", "from tvmtune_ci.template import define_knob\n"
+                 + head % 64 + BODY)
+    cache = SourceCache(tmp_path)
+    decl, tree = cache.template(path), cache.tree(path)
+    path.write_text(path.read_text().replace("64", "128"))
+    module = import_template(path, tmp_path, tree)
+    assert module.WORKLOADS == decl.workloads == {"w": {"M": 64}}
+    assert import_template(path, tmp_path).WORKLOADS == {"w": {"M": 128}}
+    with pytest.raises(TemplateError, match="ZeroDivisionError"):
+        import_template(path, tmp_path, compile_tree("x = 1 // 0\n"))
+
+
+def compile_tree(source: str):  # noqa: ANN201
+    import ast
+
+    return ast.parse(source)

@@ -449,12 +449,14 @@ def call_with_workload(fn: Callable[..., Any], workload: Mapping[str, Any], *arg
     return fn(*args, **{k: v for k, v in workload.items() if k in params})
 
 
-def import_template(path: Path, root: Path) -> Any:
+def import_template(path: Path, root: Path, tree: ast.Module | None = None) -> Any:
     """Import an operator module from its file (this runs its code: retune only).
 
     The repository root goes on sys.path first so that templates import their
     in-repo helpers (`from operators._tiling import ...`) the way the fingerprint
-    resolves them.
+    resolves them. Given the `tree` the declarations and fingerprint were read from,
+    that tree is what runs: the file is not read again, so the code tuned is the
+    code fingerprinted even if the file changes meanwhile.
     """
     import importlib.util
     import sys
@@ -469,7 +471,10 @@ def import_template(path: Path, root: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        if tree is None:
+            spec.loader.exec_module(module)
+        else:
+            exec(compile(tree, str(path), "exec"), module.__dict__)
     except Exception as e:
         del sys.modules[name]
         raise TemplateError(f"importing the template failed: {type(e).__name__}: {e}", file=path) from e
