@@ -28,6 +28,7 @@ import pytest
 from tvmtune_ci.config import CONFIG_NAME, load_config
 from tvmtune_ci.fingerprint import fingerprint_template
 from tvmtune_ci.fsutil import sha256_bytes
+from tvmtune_ci.git.read import blob_id
 from tvmtune_ci.layout import LogSet
 from tvmtune_ci.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
 from tvmtune_ci.targetinfo import target_facts
@@ -232,6 +233,7 @@ def write_fresh(
         target=config.target(target).target,
         log=log_name,
         log_sha256=sha256_bytes(log),
+        log_git_blob=blob_id(log),
         fingerprint=fp.digest,
         dependencies=dict(fp.dependencies),
         workloads=json.loads(json.dumps(decl.workloads)),

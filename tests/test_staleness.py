@@ -592,3 +592,116 @@ def test_a_change_in_what_templates_are_told_about_the_target_is_stale(repo: Pat
     del data["target_facts"]  # written before templates could ask: nothing to compare
     manifest_path.write_text(json.dumps(data))
     assert matmul(report_of(repo))["matmul/avx2"] == []
+
+
+# ---------------------------------------------------------------- git's index vouches for logs
+
+AVX2 = "tuning_logs/matmul/avx2"
+
+
+def logs_read(repo: Path, monkeypatch: pytest.MonkeyPatch, **kw: object) -> tuple[Report, list[str]]:
+    """The report, and the log files `check` read (a spy on the one reading function)."""
+    read: list[str] = []
+    real = staleness.read_regular_file
+
+    def spy(path: Path, limit: int) -> bytes:
+        if path.suffix == ".json" and path.name != "manifest.json":
+            read.append(path.relative_to(repo).as_posix())
+        return real(path, limit)
+
+    monkeypatch.setattr(staleness, "read_regular_file", spy)
+    return report_of(repo, **kw), read
+
+
+def avx2_log(repo: Path) -> Path:
+    return next((repo / AVX2).glob("matmul_avx2_*.json"))
+
+
+def test_the_blob_id_is_gits(tmp_path: Path) -> None:
+    data = b'{"format": 2}\n\x00binary\xff'
+    (tmp_path / "f").write_bytes(data)
+    assert tvm_git.blob_id(data) == run_git(tmp_path, "hash-object", "f").strip()
+
+
+def test_committed_unmodified_logs_are_not_read(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fixture's files are copies: their stat data is not the index's, so git
+    # re-hashes them once in memory and still vouches for them.
+    report, read = logs_read(repo, monkeypatch)
+    assert report.stale == () and read == []
+    assert report.logs_trusted == len(report.entries) >= 2
+    report, read = logs_read(repo, monkeypatch, rehash=True)
+    assert report.stale == () and report.logs_trusted == 0
+    assert len(read) == len(report.entries)
+
+
+def test_an_edited_log_is_hashed_whether_committed_or_not(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = avx2_log(repo)
+    log.write_bytes(log.read_bytes().replace(b"}", b"} ", 1))
+    report, read = logs_read(repo, monkeypatch)
+    assert read == [log.relative_to(repo).as_posix()]
+    assert matmul(report)["matmul/avx2"] == ["log_modified"]
+    commit_all(repo, "hand edit")  # now git's blob is the edited one, not the manifest's
+    report, read = logs_read(repo, monkeypatch)
+    assert read == [log.relative_to(repo).as_posix()]
+    assert matmul(report)["matmul/avx2"] == ["log_modified"]
+
+
+def test_a_touched_but_unchanged_log_is_still_trusted(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = avx2_log(repo)
+    log.write_bytes(log.read_bytes())  # new mtime and size check, same bytes
+    report, read = logs_read(repo, monkeypatch)
+    assert report.stale == () and read == []
+
+
+def test_a_log_git_does_not_look_at_is_hashed(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # assume-unchanged / skip-worktree: git reports the file clean without looking.
+    for flag in ("--assume-unchanged", "--skip-worktree"):
+        log = avx2_log(repo)
+        rel = log.relative_to(repo).as_posix()
+        run_git(repo, "update-index", flag, rel)
+        original = log.read_bytes()
+        log.write_bytes(original.replace(b"}", b"} ", 1))
+        assert run_git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+        report, read = logs_read(repo, monkeypatch)
+        assert read == [rel], flag
+        assert matmul(report)["matmul/avx2"] == ["log_modified"], flag
+        log.write_bytes(original)
+        run_git(repo, "update-index", flag.replace("--", "--no-"), rel)
+
+
+def test_a_manifest_whose_blob_id_disagrees_is_stale(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = repo / AVX2 / "manifest.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "log_git_blob": "0" * 40}))
+    report, read = logs_read(repo, monkeypatch)
+    assert read == [avx2_log(repo).relative_to(repo).as_posix()]
+    (e,) = [e for e in report.entries if (e.operator, e.target_name) == ("matmul", "avx2")]
+    (r,) = e.reasons
+    assert r.code == "log_modified" and "log_git_blob" in r.detail
+    assert r.file == f"{AVX2}/manifest.json"
+
+
+def test_logs_of_older_manifests_and_outside_git_are_hashed(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = repo / AVX2 / "manifest.json"
+    data = json.loads(path.read_text())
+    del data["log_git_blob"]
+    path.write_text(json.dumps({**data, "format": 2}))
+    report, read = logs_read(repo, monkeypatch)
+    assert report.stale == () and read == [avx2_log(repo).relative_to(repo).as_posix()]
+    monkeypatch.undo()
+    plain = tmp_path / "plain"
+    shutil.copytree(repo, plain, ignore=shutil.ignore_patterns(".git"))
+    report = report_of(plain)
+    assert report.stale == () and report.logs_trusted == 0

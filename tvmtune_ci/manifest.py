@@ -1,4 +1,4 @@
-"""The manifest beside each log: where the log came from, versioned (`format: 1`).
+"""The manifest beside each log: where the log came from, versioned (`format`).
 
 `manifest.json` is also the commit point of a re-tune: a log set is the files the
 manifest names, with the hashes it records. See `layout.py` for the file names.
@@ -17,8 +17,10 @@ from .fsutil import atomic_write_json
 
 # 2: latencies are stats.estimate values with their intervals (ci_lo_s, ci_hi_s, n,
 # stage), previous_verdict, best_source. Format 1 (fixed-repeat means) still reads.
-MANIFEST_FORMAT = 2
-READ_FORMATS = (1, 2)
+# 3: log_git_blob (the log's git blob id), so `check` can trust git's index for a
+# committed, unmodified log instead of re-hashing it. Formats 1-2 read (hashed).
+MANIFEST_FORMAT = 3
+READ_FORMATS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 
 
@@ -119,6 +121,8 @@ class Manifest:
     # What the templates were told about the target (targetinfo.TargetFacts.to_json());
     # empty in manifests written before templates could ask.
     target_facts: dict[str, Any] = field(default_factory=dict)
+    # The log's git blob id (`git.read.blob_id`); "" in manifests before format 3.
+    log_git_blob: str = ""
     format: int = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -289,6 +293,8 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
         _obj(data.get("host", {}), "host")
         _obj(data.get("target_facts", {}), "target_facts")
         _str_map(data.get("files", {}), "files")
+        blob = data.get("log_git_blob", "")
+        _need(isinstance(blob, str), "log_git_blob", blob, "a string")
         commit = data.get("template_commit")
         _need(commit is None or isinstance(commit, str), "template_commit", commit, "a string or null")
     except _Shape as e:

@@ -31,6 +31,7 @@ from . import lock as _lock
 from .config import Config, TargetConfig
 from .errors import LockError, TvmtuneError
 from .fsutil import canonical_json, sha256_bytes
+from .git.read import blob_id, last_commit
 from .layout import LogSet
 from .manifest import Manifest, WorkloadResult
 from .publish import Published, check_publishable, publish
@@ -162,8 +163,6 @@ def can_replay(entry: Entry) -> bool:
 
 
 def _git_commit_of(root: Path, path: Path) -> str | None:
-    from .git.read import last_commit
-
     try:
         return last_commit(root, path)
     except Exception:  # not a git repo, or the template is not committed yet
@@ -387,14 +386,16 @@ def check_names_step(job: Job) -> Job:
 
 
 def load_step(job: Job) -> Job:
-    """Read, fingerprint and import the template, once for every workload."""
-    from .fingerprint import fingerprint_template
-    from .template import import_template, read_template
+    """Read, fingerprint and import the template, once for every workload: one parse
+    of its source feeds all three, so the code tuned is the code fingerprinted."""
+    from .fingerprint import SourceCache
+    from .template import import_template
 
     root = job.config.root
     path = root / job.entry.template_file
-    return replace(job, template=Template(path, read_template(path), fingerprint_template(path, root),
-                                          import_template(path, root)))
+    cache = SourceCache(root)
+    decl, fp = cache.template(path), cache.fingerprint(path)
+    return replace(job, template=Template(path, decl, fp, import_template(path, root, cache.tree(path))))
 
 
 def history_step(job: Job) -> Job:
@@ -501,7 +502,7 @@ def manifest_step(job: Job) -> Job:
     host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})
     manifest = Manifest(
         operator=entry.operator, target_name=target.name, target=target.target,
-        log=entry.logset.log_name(date), log_sha256=sha256_bytes(data),
+        log=entry.logset.log_name(date), log_sha256=sha256_bytes(data), log_git_blob=blob_id(data),
         fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
         workloads=tpl.decl.workloads, tvm_version=installed_tvm_version() or "unknown",
         tuned_on=date, seed=job.seed, trials={w: o.trials for w, o in job.outcomes.items()},

@@ -44,6 +44,12 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="only this configured target (repeatable)",
     )
+    parser.add_argument(
+        "--rehash",
+        action="store_true",
+        help="read and hash every log, even those git's index says are committed and "
+        "unmodified (by default git's own hash of them is trusted)",
+    )
 
 
 def load_quietly(path: str | None) -> Config:
@@ -62,6 +68,7 @@ def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
         changed_since=args.changed_since,
         operators=args.operator,
         targets=args.target,
+        rehash=args.rehash,
     )
     return config, report
 

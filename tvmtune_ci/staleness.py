@@ -105,6 +105,8 @@ class Report:
     entries: tuple[Entry, ...]
     orphans: tuple[Reason, ...]
     warnings: tuple[str, ...]
+    # Logs whose bytes git's index vouched for (not read); the rest were hashed.
+    logs_trusted: int = 0
 
     @property
     def stale(self) -> tuple[Entry, ...]:
@@ -358,13 +360,24 @@ class _Checker:
         as_of: datetime.date,
         tvm_expected: str | None,
         tvm_source: str,
+        logs: Path | None,
     ) -> None:
         self.config = config
         self.cache = cache
         self.as_of = as_of
         self.tvm_expected = tvm_expected
         self.tvm_source = tvm_source
+        self.logs = logs  # the logs folder whose git index may vouch for logs; None: never
+        self._index: dict[str, str] | None = None
+        self.trusted = 0  # logs vouched for by git's index, not read
         self.config_rel = cache.rel(config.path) if config.path is not None else "tvmtune.yaml"
+
+    def index(self) -> dict[str, str]:
+        """git's blob ids of the clean tracked files under the logs folder, asked
+        once, on the first manifest that records one (older ones are hashed)."""
+        if self._index is None:
+            self._index = git_read.clean_blobs(self.logs) if self.logs is not None else {}
+        return self._index
 
     def check(
         self, tpl: _Template, target: TargetConfig, logset: LogSet
@@ -574,8 +587,19 @@ class _Checker:
                     )
                 )
                 continue
+            path = logset.folder / name
+            if (
+                what == "log"
+                and manifest.log_git_blob
+                and self.index().get(path.as_posix()) == manifest.log_git_blob
+            ):
+                # Committed (or staged), unmodified, and the very blob the manifest
+                # recorded: git has hashed these bytes already; reading 0.2-1 MB per log
+                # again is most of `check`'s time on a real repository.
+                self.trusted += 1
+                continue
             try:
-                data = read_regular_file(logset.folder / name, MAX_LOG_BYTES)
+                data = read_regular_file(path, MAX_LOG_BYTES)
             except FileNotFoundError:
                 out.append(
                     Reason(
@@ -610,6 +634,18 @@ class _Checker:
                             f"{rel} is not a tvmtune-ci log ({problem}) although the manifest "
                             f"records its sha256; restore both from git or run `{FIX_HINT}`",
                             rel,
+                        )
+                    )
+                elif manifest.log_git_blob and git_read.blob_id(data) != manifest.log_git_blob:
+                    # A log_sha256 re-computed by hand over an edited log leaves the
+                    # old blob id: both hashes must agree with the bytes.
+                    out.append(
+                        Reason(
+                            LOG_MODIFIED,
+                            f"{rel} matches the manifest's log_sha256 but not its "
+                            f"log_git_blob; the manifest was edited by hand: restore both "
+                            f"from git or run `{FIX_HINT}`",
+                            f"{folder}/{MANIFEST_NAME}",
                         )
                     )
                 continue
@@ -741,12 +777,17 @@ def find_stale(
     changed_since: str | None = None,
     operators: Sequence[str] | None = None,
     targets: Sequence[str] | None = None,
+    rehash: bool = False,
 ) -> Report:
     """Every configured (operator, target), fresh or stale with all its reasons.
 
     `changed_since=REF` keeps the entries whose template, in-repo dependencies or
     log folder differ between REF and the work tree (all of them when tvmtune.yaml
     does); an unknown REF is a UsageError. `operators`/`targets` select by name.
+
+    A log is read and hashed unless git vouches for it: tracked, unmodified in the
+    work tree, and its blob id the one the manifest recorded (`log_git_blob`);
+    `rehash=True` reads and hashes every log regardless.
     """
     as_of = as_of or datetime.date.today()
     cache = SourceCache(config.root)
@@ -783,7 +824,9 @@ def find_stale(
             'tvm_version in tvmtune.yaml (e.g. tvm_version: "0.27") or install apache-tvm'
         )
 
-    checker = _Checker(config, cache, as_of, tvm_expected, tvm_source)
+    checker = _Checker(
+        config, cache, as_of, tvm_expected, tvm_source, None if rehash else logs_path
+    )
     config_changed = changed is not None and checker.config_rel in changed
     entries = []
     with _gc_deferred():
@@ -813,4 +856,4 @@ def find_stale(
                 if changed is None or config_changed or _touched(entry, tpl, changed, cache):
                     entries.append(entry)
     orphans = _orphans(config, cache, templates, logs_path)
-    return Report(tuple(entries), tuple(orphans), tuple(warnings))
+    return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted)

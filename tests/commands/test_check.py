@@ -79,8 +79,12 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
     code, out, _ = cli("check", "--format", "json")
     assert code == 1
     data = json.loads(out)
-    assert set(data) == {"format", "entries", "orphans", "warnings"}
+    assert set(data) == {"format", "entries", "orphans", "warnings", "logs_trusted"}
     assert data["format"] == 1
+    # Every log is committed and unmodified: git's index vouches for all of them.
+    assert data["logs_trusted"] == len(data["entries"])
+    _, out, _ = cli("check", "--format", "json", "--rehash")
+    assert json.loads(out)["logs_trusted"] == 0
     fresh, stale = [e for e in data["entries"] if e["operator"] == "matmul"]
     line = schedule_line(repo)
     assert fresh == {

@@ -66,7 +66,11 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert set(files) == {"manifest.json", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
     m = json.loads(files["manifest.json"])
-    assert m["format"] == 2 and m["log"] == log_name and m["target"] == TARGET
+    assert m["format"] == 3 and m["log"] == log_name and m["target"] == TARGET
+    # The blob id git gives the log: `check` trusts git's index for it once committed.
+    git_id = subprocess.run(["git", "hash-object", "--", str(root / FOLDER / log_name)],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert m["log_git_blob"] == git_id
     t = m["trials"]["s64"]
     assert t["requested"] == 16 and 0 < t["run"] <= 16 and t["valid"] + t["failed"] == t["run"]
     res = m["results"]["s64"]
@@ -299,7 +303,10 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     assert (work / "scratch.txt").exists() and "scratch.txt" in git(work, "status", "--porcelain")
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
-    assert run_cli(fresh, "check").returncode == 0
+    r = run_cli(fresh, "check", "--format", "json")
+    assert r.returncode == 0, r.stdout
+    # The committed log is the blob its manifest records: git vouches, nothing re-read.
+    assert json.loads(r.stdout)["logs_trusted"] == 1
 
 
 @pytest.mark.slow

@@ -80,6 +80,8 @@ def render_json(report: Report) -> str:
         ],
         "orphans": [reason_json(o) for o in report.orphans],
         "warnings": list(report.warnings),
+        # Logs git's index vouched for (committed, unmodified, the recorded blob).
+        "logs_trusted": report.logs_trusted,
     }
     return json.dumps(data, indent=2)
 

@@ -6,9 +6,10 @@ Only `check --changed-since` and provenance need git; everything else in
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import GitError, UsageError
 from . import output, run
 
 
@@ -70,3 +71,49 @@ def last_commit(root: Path, path: Path | str) -> str | None:
     r = run(root, "log", "-1", "--format=%H", "--", str(path))
     sha = r.stdout.strip()
     return sha if r.returncode == 0 and sha else None
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives `data` as a blob (sha1 object format), computed without git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def clean_blobs(folder: Path) -> dict[str, str]:
+    """Blob ids of the files under `folder` that git says are unchanged from the index.
+
+    Keyed by absolute posix path. A file is left out when git cannot vouch for it:
+    modified, deleted or replaced in the work tree, not tracked, unmerged, marked
+    assume-unchanged or skip-worktree (git no longer looks at those), or not a plain
+    file. `git status` refreshes stale stat data in memory (re-hashing only files
+    whose stat changed, in C) and, with --no-optional-locks, writes nothing. {} outside
+    a work tree, without git, or in a sha256-object repository (`blob_id` is sha1).
+    """
+    try:
+        top = repo_root(folder)
+        if top is None:
+            return {}
+        fmt = run(top, "rev-parse", "--show-object-format")
+        if fmt.returncode != 0 or fmt.stdout.strip() != "sha1":
+            return {}
+        status = run(
+            top, "--no-optional-locks", "status", "--porcelain=v1", "-z",
+            "--untracked-files=no", "--ignore-submodules=all", "--no-renames", "--", str(folder),
+        )
+        staged = run(top, "ls-files", "--stage", "-v", "-z", "--", str(folder))
+    except GitError:
+        return {}
+    if status.returncode != 0 or staged.returncode != 0:
+        return {}
+    # "XY path": Y is the work tree against the index.
+    dirty = {e[3:] for e in _split_z(status.stdout) if len(e) > 3 and e[1] != " "}
+    out = {}
+    for e in _split_z(staged.stdout):
+        # "H 100644 <blob> 0\tpath": H = tracked and cached (h: assume-unchanged, S: skip-worktree).
+        meta, _, name = e.partition("\t")
+        parts = meta.split()
+        if len(parts) != 4 or parts[0] != "H" or parts[1] not in ("100644", "100755"):
+            continue
+        if parts[3] != "0" or name in dirty:
+            continue
+        out[(top / name).as_posix()] = parts[2]
+    return out
