@@ -1,13 +1,25 @@
-"""How `check` scales: N operators x 2 targets, all fresh, timed in-process and as a CLI.
+"""How `check` scales on real-size log sets: N operators x 2 targets, all fresh.
 
-    python benchmarks/bench_check.py                 # 100, 1,000 and 5,000 operators
+    python benchmarks/bench_check.py                 # 100 and 1,000 operators
     python benchmarks/bench_check.py --sizes 200,2000
 
 Each generated template is matmul-sized (~50 lines, docstrings, comments) and
 uses two shared in-repo helper modules (operators/_helpers.py, mylib/tiling.py),
 so the run exercises the fingerprint's import resolution and its per-file cache.
-Every (operator, target) gets a fresh manifest and log, so `check` does the full
-work: parse and fingerprint every template, read every manifest, hash every log.
+
+Every (operator, target) gets a log set as large as the real ones: its log and
+manifest are this repository's committed ones (tuning_logs/, 160 KB-1 MB logs,
+13-37 KB manifests, cycled), rewritten for the generated operator and target,
+plus the README and curve.png beside them. At 1,000 operators that is ~1 GB of
+logs, all committed, so `check` does the full work: parse and fingerprint every
+template, read and validate every manifest, and vouch for every log.
+
+Timed (best of --repeat): `find_stale` in-process, the CLI `tvmtune-ci check`
+(trusting git's index for committed, unmodified logs: the default), the same
+with --rehash (reading and hashing every log: what check did before, and does
+outside git), and the PR check's `check --changed-since HEAD` after editing one
+template (the common pull request) and after editing the helper module every
+template uses (every entry concerned).
 
 Goal: `tvmtune-ci check` under 1 s wall at 1,000 operators (2,000 entries) on a
 2-core runner, and cost per entry that does not grow with N.
@@ -18,19 +30,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tvmtune_ci.config import load_config
 from tvmtune_ci.fingerprint import SourceCache
-from tvmtune_ci.fsutil import sha256_bytes
+from tvmtune_ci.fsutil import atomic_write_json, sha256_bytes
+from tvmtune_ci.git.read import blob_id
 from tvmtune_ci.layout import LogSet
-from tvmtune_ci.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
+from tvmtune_ci.manifest import MANIFEST_FORMAT, read_manifest
 from tvmtune_ci.staleness import find_stale
+from tvmtune_ci.targetinfo import target_facts
 
 CONFIG = """\
 format: 1
@@ -127,10 +141,62 @@ def schedule(sch, cfg) -> None:
         sch.reverse_compute_at(cache, loops[3], preserve_unit_loops=True)
 '''
 
-LOG = b'{"format": 1, "workloads": [], "records": []}\n'
+REPO = Path(__file__).resolve().parents[1]
 
 
-def generate(root: Path, n: int, git: bool) -> None:
+def real_sets() -> list[tuple[bytes, dict[str, Any], bytes, bytes]]:
+    """(log, manifest, README, curve.png) of every committed log set of this repository."""
+    out = []
+    for manifest in sorted((REPO / "tuning_logs").glob("*/*/manifest.json")):
+        data = json.loads(manifest.read_text())
+        folder = manifest.parent
+        readme, curve = folder / "README.md", folder / "curve.png"
+        out.append(
+            (
+                (folder / data["log"]).read_bytes(),
+                data,
+                readme.read_bytes() if readme.exists() else b"",
+                curve.read_bytes() if curve.exists() else b"",
+            )
+        )
+    if not out:
+        raise SystemExit(f"no committed log sets under {REPO / 'tuning_logs'}")
+    return out
+
+
+def as_entry(
+    real: dict[str, Any], log: bytes, op: str, target: Any, workloads: dict[str, Any], fp: Any
+) -> dict[str, Any]:
+    """A real manifest rewritten for a generated (operator, target): its size and shape
+    stay; names, hashes, fingerprint and workload keys are the generated entry's."""
+    names = list(workloads)
+    per = [real["results"][w] for w in real["results"]]
+    trials = [real["trials"][w] for w in real["trials"]]
+    today = time.strftime("%Y-%m-%d")
+    return {
+        **real,
+        "operator": op,
+        "target_name": target.name,
+        "target": target.target,
+        "log": f"{op}_{target.slug}_{today}.json",
+        "log_sha256": sha256_bytes(log),
+        "log_git_blob": blob_id(log),
+        "fingerprint": fp.digest,
+        "dependencies": dict(fp.dependencies),
+        "workloads": workloads,
+        "tvm_version": "0.27.0",
+        "tuned_on": today,
+        "trials": {w: trials[k % len(trials)] for k, w in enumerate(names)},
+        "results": {w: per[k % len(per)] for k, w in enumerate(names)},
+        "template_file": f"operators/{op}.py",
+        "target_facts": target_facts(target.target).to_json(),
+        "files": {},
+        "format": MANIFEST_FORMAT,
+    }
+
+
+def generate(root: Path, n: int) -> int:
+    """A committed repository of n operators x 2 targets; returns the bytes of logs."""
     root.mkdir(parents=True)
     (root / "tvmtune.yaml").write_text(CONFIG)
     ops = root / "operators"
@@ -145,50 +211,40 @@ def generate(root: Path, n: int, git: bool) -> None:
         )
     config = load_config(root / "tvmtune.yaml")
     cache = SourceCache(root)
-    today = time.strftime("%Y-%m-%d")
+    sets = real_sets()
+    total = 0
     for i in range(n):
         op = f"op{i:05d}"
         path = ops / f"{op}.py"
         decl, fp = cache.template(path), cache.fingerprint(path)
         cache.forget(path)
-        for t in config.targets:
+        for k, t in enumerate(config.targets):
+            real_log, real_manifest, readme, curve = sets[(2 * i + k) % len(sets)]
+            # Same size, own bytes (git would store identical logs once).
+            log = real_log.replace(
+                f'"operator": "{real_manifest["operator"]}"'.encode(),
+                f'"operator": "{op}"'.encode(),
+                1,
+            )
+            data = as_entry(real_manifest, log, op, t, decl.workloads, fp)
             logset = LogSet.of(config.logs_path, op, t.name)
             logset.folder.mkdir(parents=True)
-            (logset.folder / logset.log_name(today)).write_bytes(LOG)
-            write_manifest(
-                logset.manifest,
-                Manifest(
-                    operator=op,
-                    target_name=t.name,
-                    target=t.target,
-                    log=logset.log_name(today),
-                    log_sha256=sha256_bytes(LOG),
-                    fingerprint=fp.digest,
-                    dependencies=fp.dependencies,
-                    workloads=decl.workloads,
-                    tvm_version="0.27.0",
-                    tuned_on=today,
-                    seed=42,
-                    trials={w: Trials(300, 300, 299, 1, "budget") for w in decl.workloads},
-                    results={
-                        w: WorkloadResult(Measured({"tile_i": [4, 4, 4]}, 1e-3), Measured({}, 3e-3))
-                        for w in decl.workloads
-                    },
-                    measure={},
-                    template_file=f"operators/{op}.py",
-                ),
-            )
-    if git:
-        env = {
-            **os.environ,
-            "GIT_AUTHOR_NAME": "b",
-            "GIT_AUTHOR_EMAIL": "b@x",
-            "GIT_COMMITTER_NAME": "b",
-            "GIT_COMMITTER_EMAIL": "b@x",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-        }
-        for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
-            subprocess.run(["git", *cmd], cwd=root, env=env, check=True)
+            (logset.folder / data["log"]).write_bytes(log)
+            (logset.folder / "README.md").write_bytes(readme)
+            (logset.folder / "curve.png").write_bytes(curve)
+            atomic_write_json(logset.manifest, data)
+            total += len(log)
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@x",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@x",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+    }
+    for cmd in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "bench"]):
+        subprocess.run(["git", *cmd], cwd=root, env=env, check=True)
+    return total
 
 
 def best_of(k: int, fn) -> float:  # noqa: ANN001
@@ -200,12 +256,7 @@ def best_of(k: int, fn) -> float:  # noqa: ANN001
     return min(times)
 
 
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def cli_run(root: Path, *args: str) -> None:
+def cli_run(root: Path, *args: str) -> dict[str, Any]:
     r = subprocess.run(
         [sys.executable, "-m", "tvmtune_ci", "check", "--format", "json", *args],
         cwd=root,
@@ -215,55 +266,74 @@ def cli_run(root: Path, *args: str) -> None:
     if r.returncode != 0:
         raise SystemExit(f"check exited {r.returncode}: {r.stderr[-2000:]}")
     data = json.loads(r.stdout)
-    assert all(e["fresh"] for e in data["entries"]), "generated entries must be fresh"
+    stale = [e for e in data["entries"] if not e["fresh"]]
+    assert not stale, f"generated entries must be fresh: {stale[:1]}"
+    return data
+
+
+def pr_check(root: Path, repeat: int, edited: Path, entries: int) -> float:
+    """`check --changed-since HEAD` with `edited` changed (a comment appended), then restored."""
+    text = edited.read_text()
+    edited.write_text(text + "\n# edited by bench_check\n")
+    try:
+        t = best_of(repeat, lambda: cli_run(root, "--changed-since", "HEAD"))
+        got = len(cli_run(root, "--changed-since", "HEAD")["entries"])
+        assert got == entries, f"{edited.name} edited: {got} entries, expected {entries}"
+        return t
+    finally:
+        edited.write_text(text)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--sizes", default="100,1000,5000", help="operator counts (comma-separated)")
+    ap.add_argument("--sizes", default="100,1000", help="operator counts (comma-separated)")
     ap.add_argument(
         "--repeat", type=int, default=3, help="runs per measurement; the best is reported"
     )
+    ap.add_argument("--keep", help="generate the repositories here and keep them")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; best of {args.repeat} runs\n")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; best of {args.repeat} runs")
     print(
-        f"{'operators':>9} {'entries':>7} {'find_stale':>11} {'per entry':>10} {'CLI check':>10} "
-        f"{'CLI cpu':>8} {'CLI --changed-since':>20}"
+        f"{len(real_sets())} committed log sets of this repository cycled as the generated "
+        "entries' logs and manifests\n"
+    )
+    print(
+        f"{'operators':>9} {'entries':>7} {'logs MB':>8} {'find_stale':>11} {'per entry':>10} "
+        f"{'CLI check':>10} {'trusted':>8} {'CLI --rehash':>13} {'PR: 1 template':>14} "
+        f"{'PR: helper':>13}"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_check_") as tmp:
         for n in sizes:
-            root = Path(tmp) / f"n{n}"
-            git = n == 1000 or len(sizes) == 1
-            generate(root, n, git)
+            root = Path(args.keep or tmp) / f"n{n}"
+            log_bytes = generate(root, n)
             config = load_config(root / "tvmtune.yaml")
             report = find_stale(config)
             assert len(report.entries) == 2 * n and not report.stale, report.stale[:1]
+            assert read_manifest(report.entries[0].logset.manifest).log_git_blob
             t_fn = best_of(args.repeat, lambda r=root: find_stale(load_config(r / "tvmtune.yaml")))
-            cpu0 = children_cpu()
             t_cli = best_of(args.repeat, lambda r=root: cli_run(r))
-            cpu_cli = (children_cpu() - cpu0) / args.repeat
-            t_git = (
-                best_of(args.repeat, lambda r=root: cli_run(r, "--changed-since", "HEAD"))
-                if git
-                else None
-            )
+            trusted = cli_run(root)["logs_trusted"]
+            t_rehash = best_of(args.repeat, lambda r=root: cli_run(r, "--rehash"))
+            t_one = pr_check(root, args.repeat, root / "operators/op00001.py", 2)
+            t_all = pr_check(root, args.repeat, root / "operators/_helpers.py", 2 * n)
             rows.append((n, t_fn, t_cli))
-            git_s = f"{t_git:9.3f} s" if t_git is not None else "-"
             print(
-                f"{n:>9} {2 * n:>7} {t_fn:>9.3f} s {t_fn / (2 * n) * 1e6:>7.0f} us {t_cli:>8.3f} s "
-                f"{cpu_cli:>6.3f} s {git_s:>20}",
+                f"{n:>9} {2 * n:>7} {log_bytes / 1e6:>8.0f} {t_fn:>9.3f} s "
+                f"{t_fn / (2 * n) * 1e6:>7.0f} us {t_cli:>8.3f} s {trusted:>8} "
+                f"{t_rehash:>11.3f} s {t_one:>12.3f} s {t_all:>11.3f} s",
                 flush=True,
             )
     (n0, f0, c0), (n1, f1, c1) = rows[0], rows[-1]
-    print(
-        f"\ngrowth {n0} -> {n1} operators (x{n1 / n0:g}): "
-        f"find_stale x{f1 / f0:.1f}, CLI x{c1 / c0:.1f}; "
-        f"per-entry cost x{(f1 / n1) / (f0 / n0):.2f} (1.0 = linear)"
-    )
+    if n1 != n0:
+        print(
+            f"\ngrowth {n0} -> {n1} operators (x{n1 / n0:g}): "
+            f"find_stale x{f1 / f0:.1f}, CLI x{c1 / c0:.1f}; "
+            f"per-entry cost x{(f1 / n1) / (f0 / n0):.2f} (1.0 = linear)"
+        )
     at_1000 = [c for n, _, c in rows if n == 1000]
     if at_1000:
         verdict = "meets" if at_1000[0] < 1.0 else "MISSES"

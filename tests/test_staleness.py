@@ -705,3 +705,85 @@ def test_logs_of_older_manifests_and_outside_git_are_hashed(
     shutil.copytree(repo, plain, ignore=shutil.ignore_patterns(".git"))
     report = report_of(plain)
     assert report.stale == () and report.logs_trusted == 0
+
+
+# ---------------------------------------------------------------- --changed-since parses only what it may need
+
+
+def _summary(report: Report) -> dict[tuple[str, str], list[str]]:
+    return {(e.operator, e.target_name): [r.code for r in e.reasons] for e in report.entries}
+
+
+@pytest.fixture(scope="module")
+def _all_ops(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = make_repo(tmp_path_factory.mktemp("allops"), operators=True)
+    freshen_all(root)
+    commit_all(root, "tuned")
+    return root
+
+
+def _append(rel: str, text: str = "\n# an edit\n"):  # noqa: ANN202
+    return lambda root: (root / rel).write_text((root / rel).read_text() + text)
+
+
+SINCE_EDITS = {
+    "nothing": lambda root: None,
+    "one template": _append("operators/softmax.py"),
+    "the GEMM helper": _append("operators/_gemm.py"),
+    "one log folder": lambda root: write(root, "tuning_logs/conv2d/avx2/NOTES.md", "hand edit"),
+    "a new helper a template imports": lambda root: (
+        write(root, "operators/_extra.py", "X = 1\n"),
+        _append("operators/conv2d.py", "\nfrom operators._extra import X  # noqa\n")(root),
+    ),
+    "a helper deleted": lambda root: (root / "operators/_gemm.py").unlink(),
+    "a docs file": lambda root: write(root, "docs/x.md", "x"),
+}
+
+
+@pytest.mark.parametrize("edit_name", list(SINCE_EDITS))
+def test_changed_since_reports_what_checking_everything_would(
+    _all_ops: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit_name: str
+) -> None:
+    """The pre-filter only saves work: the report equals the one that parses every
+    template and reads every manifest before filtering."""
+    root = tmp_path / "repo"
+    shutil.copytree(_all_ops, root, symlinks=True)
+    SINCE_EDITS[edit_name](root)
+    parsed: list[str] = []
+    real = staleness._read_template
+    monkeypatch.setattr(
+        staleness, "_read_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
+    )
+    fast = _summary(report_of(root, changed_since="HEAD"))
+    n_fast = len(parsed)
+    monkeypatch.setattr(staleness, "_candidates", lambda *a, **k: None)
+    assert fast == _summary(report_of(root, changed_since="HEAD"))
+    templates = len(discover_templates(root / "operators"))
+    expected = {
+        "nothing": 0, "one template": 1, "the GEMM helper": 2, "one log folder": 1,
+        "a new helper a template imports": 1, "a helper deleted": templates, "a docs file": 0,
+    }[edit_name]
+    assert n_fast == expected, (edit_name, parsed[:n_fast])
+
+
+def test_changed_since_follows_imports_through_helpers(helper_repo: Path) -> None:
+    # scale.py -> mylib/tiling.py -> zz/middle.py -> aa/leaf.py: an edit of leaf.py
+    # concerns scale although scale.py never names it. (Listed in this order, the
+    # chain needs more than one pass over the files.)
+    for rel, text in {
+        "aa/__init__.py": "",
+        "aa/leaf.py": "def f():\n    return 1\n",
+        "zz/__init__.py": "",
+        "zz/middle.py": "from aa.leaf import f\n\n\ndef g():\n    return f()\n",
+    }.items():
+        write(helper_repo, rel, text)
+    edit(helper_repo, "mylib/tiling.py", "def tile_loops", "from zz.middle import g\n\n\ndef tile_loops")
+    edit(helper_repo, "mylib/tiling.py", "+ [j]", "+ [j] * g()")
+    freshen_all(helper_repo)
+    commit_all(helper_repo, "tiling uses middle, middle uses leaf")
+    assert report_of(helper_repo, changed_since="HEAD").entries == ()
+    edit(helper_repo, "aa/leaf.py", "return 1", "return 2")
+    assert stale_codes(report_of(helper_repo, changed_since="HEAD")) == {
+        "scale/avx2": ["template_changed"],
+        "scale/avx512": ["template_changed"],
+    }

@@ -753,6 +753,63 @@ def _touched(entry: Entry, tpl: _Template, changed: set[str], cache: SourceCache
     return any(c.startswith(prefix) for c in changed)
 
 
+def _module_name(rel: str) -> str:
+    """The name an import of this file must spell: its stem, or its package's name."""
+    parts = rel.split("/")
+    if parts[-1] == "__init__.py":
+        return parts[-2] if len(parts) > 1 else ""
+    return parts[-1][: -len(".py")]
+
+
+def _candidates(
+    root: Path, templates: dict[str, Path], changed: set[str], cache: SourceCache, logs: Path
+) -> set[str] | None:
+    """Operators `--changed-since` may concern, found without parsing anything; None: all.
+
+    An entry is touched when its template, an in-repo module it uses (now or when
+    tuned), or its log folder changed (`_touched`, which still decides). A module is
+    used only through an import that spells its name, so starting from the changed
+    .py files, every .py file whose text contains an affected module's name is
+    affected too (to a fixed point; a superset of the real import graph). Only
+    templates that are affected or have a changed log folder are checked: a PR that
+    edits one template checks that template, not all of them.
+    """
+    changed_py = {c for c in changed if c.endswith(".py")}
+    if any(not (root / c).exists() for c in changed_py):
+        return None  # a deleted module: only the manifests' recorded dependencies know who used it
+    logs_rel = cache.rel(logs)
+    out = {
+        op
+        for op in templates
+        if any(c.startswith(f"{logs_rel}/{slug(op)}/") for c in changed)
+    }
+    if not changed_py:
+        return out
+    names = {_module_name(c) for c in changed_py}
+    if "" in names:
+        return None
+    texts: dict[str, str] = {}
+    for rel in git_read.python_files(root):
+        try:
+            texts[rel] = (root / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    for path in templates.values():
+        rel = cache.rel(path)
+        if rel not in texts:  # not a file git lists: do not guess
+            return None
+    affected = set(changed_py)
+    grew = True
+    while grew:
+        grew = False
+        for rel, text in texts.items():
+            if rel not in affected and any(n in text for n in names):
+                affected.add(rel)
+                names.add(_module_name(rel))
+                grew = True
+    return out | {op for op, path in templates.items() if cache.rel(path) in affected}
+
+
 @contextlib.contextmanager
 def _gc_deferred() -> Iterator[None]:
     # The loop allocates millions of short-lived AST nodes, freed by reference
@@ -828,10 +885,17 @@ def find_stale(
         config, cache, as_of, tvm_expected, tvm_source, None if rehash else logs_path
     )
     config_changed = changed is not None and checker.config_rel in changed
+    candidates = (
+        _candidates(config.root.resolve(), templates, changed, cache, logs_path)
+        if changed is not None and not config_changed
+        else None
+    )
     entries = []
     with _gc_deferred():
         for op in sorted(templates):
             if want_ops is not None and op not in want_ops:
+                continue
+            if candidates is not None and op not in candidates:
                 continue
             tpl = _read_template(templates[op], cache)
             for target in config.targets_for(op):

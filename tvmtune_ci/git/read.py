@@ -117,3 +117,22 @@ def clean_blobs(folder: Path) -> dict[str, str]:
             continue
         out[(top / name).as_posix()] = parts[2]
     return out
+
+
+def python_files(root: Path) -> list[str]:
+    """The .py files git knows under `root` (tracked, plus untracked not ignored),
+    relative to `root` (posix); [] outside a work tree."""
+    top = repo_root(root)
+    if top is None:
+        return []
+    names = _split_z(
+        output(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py")
+    )
+    root = root.resolve()
+    out = []
+    for name in dict.fromkeys(names):  # a tracked file listed twice (unmerged) counts once
+        try:
+            out.append((top / name).relative_to(root).as_posix())
+        except ValueError:
+            continue
+    return out
