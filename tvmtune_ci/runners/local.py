@@ -16,7 +16,8 @@ import subprocess
 from typing import Any
 
 from ..config import MeasureOptions, RpcRunner
-from ..sampling import LOCAL_DEVICE, RunTiming, Sampled, SamplePolicy, full_policy, sample_loop
+from ..sampling import LOCAL_DEVICE, RunTiming, Sampled, sample_loop
+from .controls import SamplingControls
 
 
 def worker_ping() -> bool:
@@ -114,15 +115,12 @@ def local_runner_class() -> Any:
     from tvm.support.popen_pool import PopenPoolExecutor
 
     @derived_object
-    class WorkerRunner(PyRunner):
+    class WorkerRunner(PyRunner, SamplingControls):
         """Measures in one persistent worker process; results are ready when `run` returns."""
 
         def __init__(self, measure: MeasureOptions) -> None:
             super().__init__()
-            self.options = measure
-            self.policy = full_policy(measure)
-            self.timings: list[RunTiming] = []
-            self._info: dict[str, Sampled] = {}
+            self.init_controls(measure)
             self.pool = PopenPoolExecutor(
                 max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL
             )
@@ -132,18 +130,8 @@ def local_runner_class() -> Any:
 
         rpc: RpcRunner | None = None
 
-        def set_options(self, measure: MeasureOptions) -> None:
-            self.options = measure
-            self.policy = full_policy(measure)
-
-        def set_policy(self, policy: SamplePolicy) -> None:
-            self.policy = policy
-
         def device_of(self, artifact_path: str) -> str | None:
             return LOCAL_DEVICE
-
-        def info_of(self, artifact_path: str) -> Sampled | None:
-            return self._info.get(str(artifact_path))
 
         def _started(self) -> None:
             """Wait for a (re)started worker's import, with the start-up allowance."""

@@ -21,7 +21,8 @@ from typing import Any
 
 from ..config import MeasureOptions, RpcRunner
 from ..errors import DeviceError, TuningError
-from ..sampling import RunTiming, Sampled, SamplePolicy, full_policy, hard_cap, sample_loop
+from ..sampling import RunTiming, Sampled, hard_cap, sample_loop
+from .controls import SamplingControls
 from .local import worker_ping
 
 
@@ -197,7 +198,7 @@ def rpc_runner_class() -> Any:
             return self._result
 
     @derived_object
-    class RpcDeviceRunner(PyRunner):
+    class RpcDeviceRunner(PyRunner, SamplingControls):
         """Measures on the servers of one tracker key, `rpc.devices` sessions at a time.
 
         Each measurement is one session, in a worker process (a `PopenPoolExecutor` of
@@ -220,10 +221,7 @@ def rpc_runner_class() -> Any:
         def __init__(self, measure: MeasureOptions, rpc: RpcRunner) -> None:
             super().__init__()
             self.rpc = rpc
-            self.options = measure
-            self.policy = full_policy(measure)
-            self._info: dict[str, Sampled] = {}
-            self.timings: list[RunTiming] = []
+            self.init_controls(measure)
             self.retries: list[dict[str, Any]] = []  # {"first", "then", "error"}, in order
             self.devices_used: set[str] = set()  # servers that returned a measurement
             self._devices: dict[str, str | None] = {}  # artifact path -> server that measured
@@ -251,19 +249,9 @@ def rpc_runner_class() -> Any:
             for _ in range(n):  # start the workers (they import TVM) while we build
                 self.pool.submit(worker_ping)
 
-        def set_options(self, measure: MeasureOptions) -> None:
-            self.options = measure
-            self.policy = full_policy(measure)
-
-        def set_policy(self, policy: SamplePolicy) -> None:
-            self.policy = policy
-
         def device_of(self, artifact_path: str) -> str | None:
             """The server that measured `artifact_path` ("host:port"); None if none did."""
             return self._devices.get(str(artifact_path))
-
-        def info_of(self, artifact_path: str) -> Sampled | None:
-            return self._info.get(str(artifact_path))
 
         def run(self, runner_inputs: list[Any]) -> list[Any]:
             self.lost = None  # each batch asks the tracker afresh
