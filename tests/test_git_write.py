@@ -358,14 +358,24 @@ def test_two_runners_push_different_logs_both_land_on_origin(origin: Path, tmp_p
     assert git(b, "stash", "list") == ""
 
 
+def behind_a_pushed_commit(
+    origin: Path, tmp_path: Path, a: tuple[str, str, str], b: tuple[str, str, str]
+) -> tuple[Path, str]:
+    """Runner A commits (file, text, message) and pushes; runner B, cloned before,
+    commits its own: B's clone and commit, B's push still to come."""
+    ra, rb = clone(origin, tmp_path / "runner-a"), clone(origin, tmp_path / "runner-b")
+    write(ra, a[0], a[1])
+    commit_paths(ra, [Path(a[0])], a[2], None)
+    push_with_retry(ra, backoff_s=0)
+    write(rb, b[0], b[1])
+    return rb, commit_paths(rb, [Path(b[0])], b[2], None)
+
+
 def test_conflicting_rebase_aborts_and_keeps_the_local_commit(origin: Path, tmp_path: Path) -> None:
-    a = clone(origin, tmp_path / "runner-a")
-    b = clone(origin, tmp_path / "runner-b")
-    write(a, "shared.txt", "from a\n")
-    commit_paths(a, [Path("shared.txt")], "a edits shared", None)
-    push_with_retry(a, backoff_s=0)
-    write(b, "shared.txt", "from b\n")
-    sha_b = commit_paths(b, [Path("shared.txt")], "b edits shared", None)
+    b, sha_b = behind_a_pushed_commit(
+        origin, tmp_path, ("shared.txt", "from a\n", "a edits shared"),
+        ("shared.txt", "from b\n", "b edits shared"),
+    )
 
     with pytest.raises(GitError) as exc:
         push_with_retry(b, backoff_s=0)
@@ -384,13 +394,7 @@ def test_conflicting_rebase_aborts_and_keeps_the_local_commit(origin: Path, tmp_
 
 
 def test_gives_up_after_the_attempts_and_never_forces(origin: Path, tmp_path: Path) -> None:
-    a = clone(origin, tmp_path / "runner-a")
-    b = clone(origin, tmp_path / "runner-b")
-    write(a, "a.txt", "a\n")
-    commit_paths(a, [Path("a.txt")], "a", None)
-    push_with_retry(a, backoff_s=0)
-    write(b, "b.txt", "b\n")
-    sha_b = commit_paths(b, [Path("b.txt")], "b", None)
+    b, sha_b = behind_a_pushed_commit(origin, tmp_path, ("a.txt", "a\n", "a"), ("b.txt", "b\n", "b"))
     with pytest.raises(GitError, match="rejected 1 times because the remote kept moving"):
         push_with_retry(b, attempts=1, backoff_s=0)
     assert git(b, "rev-parse", "HEAD").strip() == sha_b

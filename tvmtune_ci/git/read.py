@@ -42,6 +42,19 @@ def _split_z(text: str) -> list[str]:
     return [p for p in text.split("\0") if p]
 
 
+def _under(top: Path, root: Path, names: list[str]) -> list[str]:
+    """git's paths (relative to the work tree's `top`) made relative to `root`, posix;
+    those outside `root` (when it is a subfolder) left out."""
+    root = root.resolve()
+    out = []
+    for name in names:
+        try:
+            out.append((top / name).relative_to(root).as_posix())
+        except ValueError:
+            continue
+    return out
+
+
 def changed_files(root: Path, ref: str) -> set[str]:
     """Files that differ between `ref` and the work tree, relative to `root` (posix).
 
@@ -54,14 +67,7 @@ def changed_files(root: Path, ref: str) -> set[str]:
     assert top is not None  # resolve_ref checked
     names = _split_z(output(top, "diff", "--name-only", "--no-renames", "-z", commit, "--"))
     names += _split_z(output(top, "ls-files", "--others", "--exclude-standard", "-z"))
-    root = root.resolve()
-    out = set()
-    for name in names:
-        try:
-            out.add((top / name).relative_to(root).as_posix())
-        except ValueError:
-            continue
-    return out
+    return set(_under(top, root, names))
 
 
 def last_commit(root: Path, path: Path | str) -> str | None:
@@ -128,11 +134,5 @@ def python_files(root: Path) -> list[str]:
     names = _split_z(
         output(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py")
     )
-    root = root.resolve()
-    out = []
-    for name in dict.fromkeys(names):  # a tracked file listed twice (unmerged) counts once
-        try:
-            out.append((top / name).relative_to(root).as_posix())
-        except ValueError:
-            continue
-    return out
+    # dict.fromkeys: an unmerged file is listed once per stage; keep it once, in order.
+    return list(dict.fromkeys(_under(top, root, names)))
