@@ -34,15 +34,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tvmtune_ci import sources
 from tvmtune_ci.config import load_config
 from tvmtune_ci.fingerprint import SourceCache
-from tvmtune_ci.fsutil import atomic_write_json, sha256_bytes
+from tvmtune_ci.fsutil import sha256_bytes
 from tvmtune_ci.git.read import blob_id
 from tvmtune_ci.layout import LogSet
-from tvmtune_ci.manifest import MANIFEST_FORMAT, read_manifest
+from tvmtune_ci.manifest import MANIFEST_FORMAT, Manifest, read_manifest, write_manifest
 from tvmtune_ci.staleness import find_stale
 from tvmtune_ci.targetinfo import target_facts
 
@@ -191,7 +193,7 @@ def as_entry(
         "template_file": f"operators/{op}.py",
         "target_facts": target_facts(target.target).to_json(),
         "files": {},
-        "format": MANIFEST_FORMAT,
+        "format": 3,  # read as the format with results inline, written as the current one
     }
 
 
@@ -210,14 +212,13 @@ def generate(root: Path, n: int) -> int:
             TEMPLATE.format(i=i, m=64 * (1 + i % 8), n=128 * (1 + i % 4))
         )
     config = load_config(root / "tvmtune.yaml")
-    cache = SourceCache(root)
     sets = real_sets()
     total = 0
     for i in range(n):
         op = f"op{i:05d}"
         path = ops / f"{op}.py"
+        cache = SourceCache(root)  # fresh per template, as retune's: its inputs are exact
         decl, fp = cache.template(path), cache.fingerprint(path)
-        cache.forget(path)
         for k, t in enumerate(config.targets):
             real_log, real_manifest, readme, curve = sets[(2 * i + k) % len(sets)]
             # Same size, own bytes (git would store identical logs once).
@@ -232,7 +233,9 @@ def generate(root: Path, n: int) -> int:
             (logset.folder / data["log"]).write_bytes(log)
             (logset.folder / "README.md").write_bytes(readme)
             (logset.folder / "curve.png").write_bytes(curve)
-            atomic_write_json(logset.manifest, data)
+            manifest = Manifest.from_json(data, logset.manifest)
+            recorded = sources.record(cache, decl, fp, t.target).to_json()
+            write_manifest(logset.manifest, replace(manifest, format=MANIFEST_FORMAT, sources=recorded))
             total += len(log)
     env = {
         **os.environ,

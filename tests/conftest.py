@@ -22,17 +22,19 @@ import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tvmtune_ci import sources
 from tvmtune_ci.config import CONFIG_NAME, load_config
-from tvmtune_ci.fingerprint import fingerprint_template
+from tvmtune_ci.fingerprint import SourceCache
 from tvmtune_ci.fsutil import sha256_bytes
 from tvmtune_ci.git.read import blob_id
 from tvmtune_ci.layout import LogSet
 from tvmtune_ci.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
 from tvmtune_ci.targetinfo import target_facts
-from tvmtune_ci.template import discover_templates, read_template
+from tvmtune_ci.template import discover_templates
 
 PROJECT = Path(__file__).resolve().parents[1]
 OPERATORS = PROJECT / "operators"  # the real templates, copied into each repo
@@ -216,8 +218,8 @@ def write_fresh(
     """
     config = load_config(root / CONFIG_NAME)
     path = config.operators_path / f"{operator}.py"
-    decl = read_template(path)
-    fp = fingerprint_template(path, config.root)
+    cache = SourceCache(config.root)  # fresh: its inputs are this template's alone
+    decl, fp = cache.template(path), cache.fingerprint(path)
     logset = LogSet.of(config.logs_path, operator, target)
     day = tuned_on or datetime.date.today().isoformat()
     logset.folder.mkdir(parents=True, exist_ok=True)
@@ -257,9 +259,40 @@ def write_fresh(
         template_file=path.relative_to(config.root).as_posix(),
         files={k: sha256_bytes(v) for k, v in (extra_files or {}).items()},
         target_facts=target_facts(config.target(target).target).to_json(),
+        sources=sources.record(cache, decl, fp, config.target(target).target).to_json(),
     )
-    write_manifest(logset.manifest, manifest)
-    return manifest
+    return write_manifest(logset.manifest, manifest)
+
+
+def edit_results(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply `change` to the `results` of the log set in `folder` and record the new
+    results.json's hashes in its manifest: the edit a re-tune could have written
+    (a hand edit that leaves the hashes is `log_modified` by its sha256 alone)."""
+    path = folder / "results.json"
+    data = json.loads(path.read_text())
+    change(data["results"])
+    raw = json.dumps(data).encode()
+    path.write_bytes(raw)
+    mpath = folder / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["files"]["results.json"] = sha256_bytes(raw)
+    m["files_git_blob"]["results.json"] = blob_id(raw)
+    mpath.write_text(json.dumps(m))
+
+
+def manifest_of(files: Mapping[str, bytes]) -> dict[str, Any]:
+    """A log set's manifest.json (name -> bytes of the set's files) with its results
+    inline, as they were before format 4 moved them to results.json."""
+    m = json.loads(files["manifest.json"])
+    if "results.json" in files:
+        m["results"] = json.loads(files["results.json"])["results"]
+    return m
+
+
+def manifest_at(folder: Path) -> dict[str, Any]:
+    """`manifest_of` the log set in `folder`."""
+    return manifest_of({n: (folder / n).read_bytes() for n in ("manifest.json", "results.json")
+                        if (folder / n).exists()})
 
 
 def freshen_all(root: Path, **kw: object) -> list[Manifest]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git_env
+from conftest import edit_results, git_env
 
 from tvmtune_ci.config import load_config
 from tvmtune_ci.errors import CorruptFileError, StaleLogError
@@ -131,14 +131,16 @@ def edit_manifest(root: Path, change: Any) -> dict[str, Any]:
     return data
 
 
-def first_result(data: dict[str, Any]) -> dict[str, Any]:
-    return data["results"][sorted(data["results"])[0]]
+def first_result(results: dict[str, Any]) -> dict[str, Any]:
+    return results[sorted(results)[0]]
 
 
+# (edit, what the reason says, the file it names). The results edits re-record
+# results.json's hashes in the manifest, so only its content can give them away.
 EDITS = {
-    "curve": (lambda d: first_result(d).update(curve=[[1]]), "curve[0] is [1], expected [trial, gflops]"),
-    "latency": (lambda d: first_result(d)["best"].update(latency_s="abc"), "best.latency_s is 'abc'"),
-    "negative-latency": (lambda d: first_result(d)["best"].update(latency_s=-1.0), "a positive number"),
+    "curve": (lambda r: first_result(r).update(curve=[[1]]), "curve[0] is [1], expected [trial, gflops]"),
+    "latency": (lambda r: first_result(r)["best"].update(latency_s="abc"), "best.latency_s is 'abc'"),
+    "negative-latency": (lambda r: first_result(r)["best"].update(latency_s=-1.0), "a positive number"),
     "dependencies": (lambda d: d.update(dependencies=["x"]), "dependencies is ['x'], expected an object"),
     "trials": (lambda d: next(iter(d["trials"].values())).update(run="many"), ".run is 'many'"),
     "target-float": (lambda d: d["target"].update({"num-cores": 2.0}), "target.num-cores is 2.0"),
@@ -147,15 +149,33 @@ EDITS = {
     "parent-log": (lambda d: d.update(log="../x.json"), "not a file in its folder"),
     "absolute-log": (lambda d: d.update(log="/etc/passwd"), "not a file in its folder"),
 }
+RESULTS_EDITS = ("curve", "latency", "negative-latency")
+
+
+def apply_edit(root: Path, edit: str) -> str:
+    """Make the edit; the file the reason must name."""
+    if edit in RESULTS_EDITS:
+        edit_results(root / FOLDER, EDITS[edit][0])
+        return f"{FOLDER}/results.json"
+    edit_manifest(root, EDITS[edit][0])
+    return f"{FOLDER}/manifest.json"
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
 def test_a_hand_edited_manifest_is_log_modified(repo: Path, edit: str) -> None:
-    change, expected = EDITS[edit]
-    edit_manifest(repo, change)
+    expected = EDITS[edit][1]
+    file = apply_edit(repo, edit)
     reasons = avx2_reasons(repo)
     assert [c for c, _, _ in reasons] == ["log_modified"], reasons
-    assert expected in reasons[0][1] and f"{FOLDER}/manifest.json" in (reasons[0][2] or "") + reasons[0][1]
+    assert expected in reasons[0][1] and file in (reasons[0][2] or "") + reasons[0][1]
+
+
+def test_an_edit_of_results_that_leaves_the_hashes_is_log_modified(repo: Path) -> None:
+    path = repo / FOLDER / "results.json"
+    path.write_text(path.read_text().replace('"latency_s": ', '"latency_s": 1', 1))
+    ((code, detail, file),) = avx2_reasons(repo)
+    assert code == "log_modified" and file == f"{FOLDER}/results.json"
+    assert "was modified after tuning" in detail
 
 
 def test_a_tuned_on_date_in_the_future_is_stale(repo: Path) -> None:
@@ -166,7 +186,7 @@ def test_a_tuned_on_date_in_the_future_is_stale(repo: Path) -> None:
 
 
 def test_a_wrong_curve_crashes_none_of_check_status_matrix(repo: Path) -> None:
-    edit_manifest(repo, EDITS["curve"][0])
+    apply_edit(repo, "curve")
     for args, want in (
         (("check",), 1),
         (("check", "--format", "json"), 1),
@@ -190,25 +210,25 @@ def test_a_manifest_rehashed_over_a_non_log_is_stale(repo: Path) -> None:
 
 
 def test_the_loader_reports_a_corrupt_manifest_as_stale(repo: Path) -> None:
-    edit_manifest(repo, EDITS["curve"][0])
+    apply_edit(repo, "curve")
     with pytest.raises(StaleLogError) as e:
         best_config("matmul", target={"kind": "llvm", "mcpu": "haswell"}, root=repo)
     assert "log_modified" in str(e.value) and "curve[0]" in str(e.value)
 
 
 def test_the_shape_check_accepts_optional_extras(repo: Path) -> None:
-    from tvmtune_ci.manifest import validate_manifest_shape
+    from tvmtune_ci.manifest import parse_results
 
-    data = json.loads((repo / FOLDER / "manifest.json").read_text())
+    data = json.loads((repo / FOLDER / "results.json").read_text())
     extra = copy.deepcopy(data)
     for r in extra["results"].values():
         r["best"].update(ci_rel=0.01, samples=[1e-3, 1.1e-3], estimator="median", n=5)
         r["some_future_field"] = {"anything": 1}
-    validate_manifest_shape(extra, Path("m.json"))
+    parse_results(json.dumps(extra).encode(), Path("r.json"))
     bad = copy.deepcopy(data)
-    first_result(bad)["baseline"]["latency_s"] = float("nan")
-    with pytest.raises(CorruptFileError, match=r"m.json: manifest field results\.\S+\.baseline\.latency_s"):
-        validate_manifest_shape(bad, Path("m.json"))
+    first_result(bad["results"])["baseline"]["latency_s"] = float("nan")
+    with pytest.raises(CorruptFileError, match=r"r.json: results field results\.\S+\.baseline\.latency_s"):
+        parse_results(json.dumps(bad).encode(), Path("r.json"))
 
 
 def test_an_ordinary_tuned_on_today_is_still_fresh(repo: Path) -> None:

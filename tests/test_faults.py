@@ -43,7 +43,7 @@ targets:
 FOLDER = Path("tuning_logs/mm/host")
 # Not tvmtune-ci's: each must survive every scenario byte for byte.
 USER_FILES = {".gitattributes": b"*.json -diff\n", "notes/keep.txt": b"keep\n", "NOTES.md": b"# why\n"}
-GENERATED = ("manifest.json", "README.md", "curve.png")
+GENERATED = ("manifest.json", "results.json", "README.md", "curve.png")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -79,6 +79,7 @@ def _assert_whole(root: Path, old: dict[str, bytes]) -> str:
         return "old"
     m = json.loads(now["manifest.json"])
     assert hashlib.sha256(now[m["log"]]).hexdigest() == m["log_sha256"]
+    assert hashlib.sha256(now["results.json"]).hexdigest() == m["files"]["results.json"]
     assert set(GENERATED) <= set(now)
     om = json.loads(old["manifest.json"]) if old else None
     if om is not None:  # the previous set lives on, archived, byte for byte

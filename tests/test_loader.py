@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import git_env, make_repo, write_fresh
+from conftest import edit_results, git_env, make_repo, write_fresh
 from small_mm import SMALL_MM
 
 pytest.importorskip("tvm")
@@ -60,9 +59,7 @@ def test_build_best_refuses_a_target_this_cpu_cannot_run(tmp_path: Path) -> None
     write_fresh(root, "mm", "zen5")
     # Vectorised 32 wide (the default configuration would not vectorise at all).
     best = {"tile_i": [8, 8], "tile_j": [2, 32], "unroll": 0, "cache": False}
-    data = json.loads((root / "tuning_logs/mm/zen5/manifest.json").read_text())
-    data["results"]["s64"]["best"]["knobs"] = best
-    (root / "tuning_logs/mm/zen5/manifest.json").write_text(json.dumps(data))
+    edit_results(root / "tuning_logs/mm/zen5", lambda res: res["s64"]["best"].update(knobs=best))
     r = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(root)],
         env=git_env(),

@@ -632,8 +632,12 @@ def test_committed_unmodified_logs_are_not_read(
     assert report.stale == () and read == []
     assert report.logs_trusted == len(report.entries) >= 2
     report, read = logs_read(repo, monkeypatch, rehash=True)
-    assert report.stale == () and report.logs_trusted == 0
-    assert len(read) == len(report.entries)
+    assert report.stale == () and report.logs_trusted == report.templates_trusted == 0
+    # --rehash reads every file of every set: the log and results.json.
+    assert sorted(read) == sorted(
+        f"{e.logset.folder.relative_to(repo).as_posix()}/{name}"
+        for e in report.entries for name in (e.manifest.log, "results.json")
+    )
 
 
 def test_an_edited_log_is_hashed_whether_committed_or_not(
@@ -696,8 +700,12 @@ def test_logs_of_older_manifests_and_outside_git_are_hashed(
 ) -> None:
     path = repo / AVX2 / "manifest.json"
     data = json.loads(path.read_text())
-    del data["log_git_blob"]
-    path.write_text(json.dumps({**data, "format": 2}))
+    for key in ("log_git_blob", "files_git_blob", "sources"):
+        del data[key]
+    # Format 2: results inline, no results.json.
+    data["results"] = json.loads((repo / AVX2 / "results.json").read_text())["results"]
+    (repo / AVX2 / "results.json").unlink()
+    path.write_text(json.dumps({**data, "format": 2, "files": {}}))
     report, read = logs_read(repo, monkeypatch)
     assert report.stale == () and read == [avx2_log(repo).relative_to(repo).as_posix()]
     monkeypatch.undo()
@@ -705,6 +713,114 @@ def test_logs_of_older_manifests_and_outside_git_are_hashed(
     shutil.copytree(repo, plain, ignore=shutil.ignore_patterns(".git"))
     report = report_of(plain)
     assert report.stale == () and report.logs_trusted == 0
+
+
+# ---------------------------------------------------------------- recorded sources spare the parse
+
+
+def templates_parsed(root: Path, monkeypatch: pytest.MonkeyPatch, **kw: object
+                     ) -> tuple[Report, list[str]]:
+    """The report, and the templates `check` parsed (a spy on the one parsing function)."""
+    parsed: list[str] = []
+    real = staleness._read_template
+    monkeypatch.setattr(
+        staleness, "_read_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
+    )
+    try:
+        return report_of(root, **kw), parsed
+    finally:
+        monkeypatch.undo()
+
+
+def test_committed_unchanged_templates_are_not_parsed(
+    helper_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report, parsed = templates_parsed(helper_repo, monkeypatch)
+    assert report.stale == () and parsed == []
+    assert report.templates_trusted == len(report.entries) == 2
+    # What check shows of a template comes from the record, as parsing would give it.
+    full, parsed = templates_parsed(helper_repo, monkeypatch, rehash=True)
+    assert parsed == ["scale"] and full.templates_trusted == 0
+    assert [(e.template_file, e.template_line, e.space_sizes) for e in report.entries] == [
+        (e.template_file, e.template_line, e.space_sizes) for e in full.entries
+    ]
+
+
+def _set_manifest(field: str, value: object):  # noqa: ANN202
+    def change(root: Path) -> None:
+        for path in root.glob("tuning_logs/scale/*/manifest.json"):
+            data = json.loads(path.read_text())
+            keys = field.split(".")
+            obj = data
+            for k in keys[:-1]:
+                obj = obj[k]
+            obj[keys[-1]] = value
+            path.write_text(json.dumps(data))
+    return change
+
+
+# Edits the recorded sources cannot vouch for: (edit, commit it?, the codes of the
+# scale entries). Each must be parsed, and reported as checking in full reports it.
+UNVOUCHED = {
+    "a comment in the template": (
+        lambda root: edit(root, "operators/scale.py", "def schedule", "# why\ndef schedule"),
+        True, [],
+    ),
+    "a helper's code": (
+        lambda root: edit(root, "mylib/tiling.py", "+ [j]", "+ [j, j]"), True,
+        ["template_changed"],
+    ),
+    "a helper's code, not committed": (
+        lambda root: edit(root, "mylib/tiling.py", "+ [j]", "+ [j, j]"), False,
+        ["template_changed"],
+    ),
+    # compute() does `from tvm import te`: an in-repo tvm.py now shadows TVM (the
+    # recorded files are unchanged; the state of a path the import looked at is not).
+    "a module where an import looked": (
+        lambda root: write(root, "tvm.py", "te = None\n"), True, ["template_changed"],
+    ),
+    "the manifest's fingerprint, by hand": (
+        _set_manifest("fingerprint", "0" * 64), True, ["template_changed"],
+    ),
+    "the manifest's workloads, by hand": (
+        _set_manifest("workloads.small.M", 128), True, ["workload_changed"],
+    ),
+    "another fingerprint algorithm": (
+        _set_manifest("sources.algorithm", "tvmtune-fingerprint/0"), True, [],
+    ),
+    "a template git no longer looks at": (
+        lambda root: run_git(root, "update-index", "--assume-unchanged", "operators/scale.py"),
+        False, [],
+    ),
+}
+
+
+@pytest.mark.parametrize("edit_name", list(UNVOUCHED))
+def test_whatever_the_recorded_sources_cannot_vouch_for_is_parsed(
+    helper_repo: Path, monkeypatch: pytest.MonkeyPatch, edit_name: str
+) -> None:
+    change, commit, expected = UNVOUCHED[edit_name]
+    change(helper_repo)
+    if commit:
+        commit_all(helper_repo, edit_name)
+    report, parsed = templates_parsed(helper_repo, monkeypatch)
+    assert parsed == ["scale"] and report.templates_trusted == 0, edit_name
+    assert {k: list(dict.fromkeys(v)) for k, v in codes(report).items()} == {
+        "scale/avx2": expected, "scale/avx512": expected,
+    }, edit_name
+    assert _summary(report) == _summary(report_of(helper_repo, rehash=True))
+
+
+def test_an_entry_whose_record_holds_parses_even_if_its_sibling_does_not(
+    helper_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One target's manifest edited: that entry is parsed and compared, the other not.
+    path = helper_repo / "tuning_logs/scale/avx2/manifest.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "fingerprint": "0" * 64}))
+    report, parsed = templates_parsed(helper_repo, monkeypatch)
+    assert parsed == ["scale"] and report.templates_trusted == 1
+    assert codes(report) == {"scale/avx2": ["template_changed"], "scale/avx512": []}
 
 
 # ---------------------------------------------------------------- --changed-since parses only what it may need
@@ -754,16 +870,25 @@ def test_changed_since_reports_what_checking_everything_would(
     monkeypatch.setattr(
         staleness, "_read_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
     )
-    fast = _summary(report_of(root, changed_since="HEAD"))
+    # The pre-filter alone (--rehash: no template is trusted on its recorded sources)...
+    fast = _summary(report_of(root, changed_since="HEAD", rehash=True))
     n_fast = len(parsed)
+    # ... and with the recorded sources, which spare the entries git vouches for.
+    parsed.clear()
+    assert _summary(report_of(root, changed_since="HEAD")) == fast
+    n_trusting = len(parsed)
     monkeypatch.setattr(staleness, "_candidates", lambda *a, **k: None)
-    assert fast == _summary(report_of(root, changed_since="HEAD"))
+    assert fast == _summary(report_of(root, changed_since="HEAD", rehash=True))
     templates = len(discover_templates(root / "operators"))
     expected = {
         "nothing": 0, "one template": 1, "the GEMM helper": 2, "one log folder": 1,
         "a new helper a template imports": 1, "a helper deleted": templates, "a docs file": 0,
     }[edit_name]
     assert n_fast == expected, (edit_name, parsed[:n_fast])
+    # Only the templates whose code changed are parsed (the deleted helper's two users).
+    assert n_trusting == {"one log folder": 0, "a helper deleted": 2}.get(edit_name, expected), (
+        edit_name
+    )
 
 
 def test_changed_since_follows_imports_through_helpers(helper_repo: Path) -> None:

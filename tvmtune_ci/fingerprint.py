@@ -40,12 +40,14 @@ import ast
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import TemplateError
+from .git.read import blob_id
 from .template import TemplateDecl, read_template
 
 # Bump when the canonical form changes: every manifest then reads as stale.
@@ -57,6 +59,9 @@ ROOTS = ("compute", "reference", "schedule", "KNOBS")
 # Top-level packages that are never hashed even when they sit under the root
 # (this repository vendors tvmtune_ci next to its operators).
 EXTERNAL_PACKAGES = frozenset({"tvmtune_ci"})
+
+# The state of a path an import looks for (SourceCache.inputs).
+FILE, DIR, ABSENT = "file", "dir", "absent"
 
 MODULE_QUALNAME = "<module>"  # key of a module's import-time code ("path.py:<module>.LABEL")
 MISSING_HASH = "missing"  # a name imported from an in-repo module that defines no such thing
@@ -124,11 +129,25 @@ def workloads_json(workloads: Mapping[str, Any]) -> str:
     return json.dumps(workloads, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def workloads_hash(workloads: Mapping[str, Any]) -> str:
+    """The hash of WORKLOADS the fingerprint's digest covers (Fingerprint.workloads_hash)."""
+    return _sha(workloads_json(workloads))
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --------------------------------------------------------------------------- canonical AST
+
+
+def path_state(path: Path | str) -> str:
+    """FILE, DIR or ABSENT: what `import` finds at `path` (symlinks followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return ABSENT
+    return FILE if stat.S_ISREG(mode) else DIR if stat.S_ISDIR(mode) else ABSENT
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:
@@ -453,6 +472,10 @@ class SourceCache:
         self._runs: dict[tuple[str, tuple[Path, ...], bool], _Run] = {}
         self._decls: dict[Path, TemplateDecl] = {}
         self._fingerprints: dict[Path, Fingerprint] = {}
+        # Everything the results above were computed from (`inputs`): the git blob id
+        # of every file read, and the state of every path an import looked for.
+        self._blobs: dict[Path, str] = {}
+        self._probes: dict[Path, str] = {}
 
     # ------------------------------------------------------------------ files
 
@@ -487,6 +510,7 @@ class SourceCache:
                 msg = getattr(e, "msg", None) or str(e)
                 raise TemplateError(f"syntax error: {msg}", file=path, line=line) from None
             self._trees[path] = tree
+            self._blobs[path] = blob_id(source)
         return tree
 
     def template(self, path: Path) -> TemplateDecl:
@@ -524,11 +548,11 @@ class SourceCache:
             p = base.joinpath(*parts)
             if not str(p).startswith(self._prefix):
                 continue  # outside the repository: external, never hashed
-            if p.with_name(p.name + ".py").is_file():
+            if self._probe(p.with_name(p.name + ".py")) == FILE:
                 found = self._load(p.with_name(p.name + ".py"), p.parent, False)
-            elif (p / "__init__.py").is_file():
+            elif self._probe(p / "__init__.py") == FILE:
                 found = self._load(p / "__init__.py", p, True)
-            elif p.is_dir():
+            elif self._probe(p) == DIR:
                 found = self._load(None, p, True)  # namespace package
             if found is not None:
                 break
@@ -539,7 +563,25 @@ class SourceCache:
         if not (str(folder) + os.sep).startswith(self._prefix):
             return None
         init = folder / "__init__.py"
-        return self._load(init if init.is_file() else None, folder, True)
+        return self._load(init if self._probe(init) == FILE else None, folder, True)
+
+    def _probe(self, path: Path) -> str:
+        """FILE, DIR or ABSENT, as an import sees `path` (symlinks followed); recorded."""
+        state = path_state(path)
+        self._probes[path] = state
+        return state
+
+    def inputs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """What this cache's results were computed from, repo-relative: the git blob
+        id of every file it parsed, and the state of every path an import probed.
+
+        The same files with the same blob ids and the same probe states give the same
+        declarations and fingerprints (`sources.py` lets `check` skip recomputing
+        them). Complete only for a cache that has not `forget`-ed anything.
+        """
+        blobs = {self.rel(p): b for p, b in self._blobs.items()}
+        probes = {self.rel(p): s for p, s in self._probes.items()}
+        return dict(sorted(blobs.items())), dict(sorted(probes.items()))
 
     def resolve_import(
         self, imp: _Import, at: _Module, bases: tuple[Path, ...], seen: _Seen = frozenset()
@@ -726,7 +768,7 @@ class SourceCache:
                 if id(st.node) not in in_full:
                     key = f"{mod.rel}:{MODULE_QUALNAME}.{st.label}"
                     deps[key], lines[key] = st.digest, (mod.rel, st.line)
-        wl_hash = _sha(workloads_json(decl.workloads))
+        wl_hash = workloads_hash(decl.workloads)
         body = "".join(f"{k}\t{deps[k]}\n" for k in sorted(deps))
         digest = _sha(f"{ALGORITHM}\n{body}workloads\t{wl_hash}\n")
         return Fingerprint(digest, dict(sorted(deps.items())), dict(sorted(lines.items())), wl_hash)

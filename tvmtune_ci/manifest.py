@@ -8,20 +8,31 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import CorruptFileError
-from .fsutil import atomic_write_json
+from .fsutil import atomic_write_bytes, canonical_json, sha256_bytes
+from .git.read import blob_id
 
 # 2: latencies are stats.estimate values with their intervals (ci_lo_s, ci_hi_s, n,
 # stage), previous_verdict, best_source. Format 1 (fixed-repeat means) still reads.
 # 3: log_git_blob (the log's git blob id), so `check` can trust git's index for a
 # committed, unmodified log instead of re-hashing it. Formats 1-2 read (hashed).
-MANIFEST_FORMAT = 3
-READ_FORMATS = (1, 2, 3)
+# 4: the per-workload results (curves, top tables: most of the bytes) move to
+# results.json, named and hashed in `files` like any file of the set, with git blob
+# ids (files_git_blob); `sources` records what the template's fingerprint was
+# computed from (sources.py). `check` reads a 3 KB manifest and parses no template
+# when git vouches for them. Formats 1-3 read (results inline).
+MANIFEST_FORMAT = 4
+READ_FORMATS = (1, 2, 3, 4)
 MANIFEST_NAME = "manifest.json"
+RESULTS_NAME = "results.json"
+RESULTS_FORMAT = 1
+# Bounded reads: a results file is tens of KB.
+MAX_RESULTS_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,9 @@ class Manifest:
     tuned_on: str  # YYYY-MM-DD
     seed: int
     trials: dict[str, Trials]  # per workload
-    results: dict[str, WorkloadResult]  # per workload
+    # Per workload. Format 4: read from results.json (on first use when the manifest
+    # was read with lazy_results, as `check` does).
+    results: Mapping[str, WorkloadResult]
     measure: dict[str, Any]
     template_file: str  # relative to repo root
     template_commit: str | None = None
@@ -123,13 +136,36 @@ class Manifest:
     target_facts: dict[str, Any] = field(default_factory=dict)
     # The log's git blob id (`git.read.blob_id`); "" in manifests before format 3.
     log_git_blob: str = ""
+    # Format 4: the git blob id of each file in `files` (results.json).
+    files_git_blob: dict[str, str] = field(default_factory=dict)
+    # Format 4: what the template's declarations and fingerprint were computed from
+    # (sources.Sources.to_json()); {} before.
+    sources: dict[str, Any] = field(default_factory=dict)
     format: int = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """manifest.json's content; from format 4 without the results (results_json)."""
+        if self.format < 4:
+            return asdict(replace(self, results=dict(self.results)))
+        d = asdict(replace(self, results={}))
+        del d["results"]
+        return d
+
+    def results_json(self) -> dict[str, Any]:
+        """results.json's content (format 4)."""
+        return {
+            "format": RESULTS_FORMAT,
+            "operator": self.operator,
+            "target_name": self.target_name,
+            "results": {w: asdict(r) for w, r in self.results.items()},
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], path: Path) -> Manifest:
+    def from_json(cls, data: dict[str, Any], path: Path, *, lazy_results: bool = False) -> Manifest:
+        """The manifest `data` read from `path`; CorruptFileError naming the file and
+        the field that is wrong. Format 4 reads its results from results.json beside
+        `path` (checked against the sha256 the manifest records), at once or, with
+        `lazy_results`, on first use."""
         if not isinstance(data, dict):
             raise CorruptFileError(f"{path}: not a JSON object; inspect it or delete it and re-tune")
         fmt = data.get("format")
@@ -139,30 +175,124 @@ class Manifest:
         try:
             d = dict(data)
             d["trials"] = {w: Trials(**t) for w, t in d["trials"].items()}
-            d["results"] = {
-                w: WorkloadResult(
-                    best=Measured(**r["best"]),
-                    baseline=Measured(**r["baseline"]),
-                    top=tuple(Measured(**m) for m in r.get("top", ())),
-                    space_size=r.get("space_size", 0),
-                    design_spaces=r.get("design_spaces", 1),
-                    curve=tuple((int(a), float(b)) for a, b in r.get("curve", ())),
-                    previous_best=Measured(**r["previous_best"]) if r.get("previous_best") else None,
-                    previous_verdict=r.get("previous_verdict"),
-                    best_source=r.get("best_source", "search"),
-                    history=r.get("history"),
-                    noise_check=Measured(**r["noise_check"]) if r.get("noise_check") else None,
-                )
-                for w, r in d["results"].items()
-            }
+            if fmt >= 4:
+                expected = d["files"][RESULTS_NAME]
+                results_path = path.with_name(RESULTS_NAME)
+                results: Mapping[str, WorkloadResult] = _LazyResults(results_path, expected)
+                d["results"] = results if lazy_results else dict(results)
+            else:
+                d["results"] = _workload_results(d["results"])
             return cls(**d)
         except (KeyError, TypeError, AttributeError) as e:
             raise CorruptFileError(f"{path}: manifest is missing or has wrong fields ({e}); inspect it or delete it and re-tune") from None
 
 
+_MEASURED_FIELDS = frozenset(Measured.__dataclass_fields__)
+
+
+def _m(data: dict[str, Any]) -> Measured:
+    # Optional extras a later version writes (ci_rel, samples, ...) are not ours to keep.
+    return Measured(**{k: v for k, v in data.items() if k in _MEASURED_FIELDS})
+
+
+def _workload_results(data: dict[str, Any]) -> dict[str, WorkloadResult]:
+    return {
+        w: WorkloadResult(
+            best=_m(r["best"]),
+            baseline=_m(r["baseline"]),
+            top=tuple(_m(m) for m in r.get("top", ())),
+            space_size=r.get("space_size", 0),
+            design_spaces=r.get("design_spaces", 1),
+            curve=tuple((int(a), float(b)) for a, b in r.get("curve", ())),
+            previous_best=_m(r["previous_best"]) if r.get("previous_best") else None,
+            previous_verdict=r.get("previous_verdict"),
+            best_source=r.get("best_source", "search"),
+            history=r.get("history"),
+            noise_check=_m(r["noise_check"]) if r.get("noise_check") else None,
+        )
+        for w, r in data.items()
+    }
+
+
+def parse_results(data: bytes, path: Path) -> dict[str, WorkloadResult]:
+    """The results of a results.json's bytes; CorruptFileError naming the file and
+    the field that is wrong."""
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptFileError(f"{path}: cannot parse results ({e}); restore it from git or re-tune (tvmtune-ci retune)") from None
+    try:
+        _obj(obj, "results file")
+        fmt = obj.get("format")
+        _need(fmt == RESULTS_FORMAT, "format", fmt, f"{RESULTS_FORMAT} (this tvmtune-ci's results format)")
+        for w, r in _obj(obj.get("results"), "results").items():
+            _result(r, f"results.{w}")
+    except _Shape as e:
+        raise CorruptFileError(
+            f"{path}: results field {e}; the file was edited by hand or truncated: "
+            "restore it from git or re-tune (tvmtune-ci retune)"
+        ) from None
+    try:
+        return _workload_results(obj["results"])
+    except (KeyError, TypeError, AttributeError) as e:
+        raise CorruptFileError(f"{path}: results are missing or have wrong fields ({e}); restore it from git or re-tune") from None
+
+
+class _LazyResults(Mapping[str, WorkloadResult]):
+    """A format-4 manifest's results, read from results.json on first use: `check`
+    reads thousands of manifests and needs none of their results."""
+
+    def __init__(self, path: Path, sha256: str) -> None:
+        self._path, self._sha256 = path, sha256
+        self._data: dict[str, WorkloadResult] | None = None
+
+    def _load(self) -> dict[str, WorkloadResult]:
+        if self._data is None:
+            try:
+                with open(self._path, "rb") as f:
+                    data = f.read(MAX_RESULTS_BYTES + 1)
+            except OSError as e:
+                raise CorruptFileError(f"{self._path}: cannot read the results the manifest names ({e.strerror}); restore it from git or re-tune (tvmtune-ci retune)") from None
+            actual = sha256_bytes(data)
+            if actual != self._sha256:
+                raise CorruptFileError(
+                    f"{self._path} was modified after tuning (sha256 {actual[:12]}, the manifest "
+                    f"records {self._sha256[:12]}); restore it from git or re-tune (tvmtune-ci retune)"
+                )
+            self._data = parse_results(data, self._path)
+        return self._data
+
+    def __getitem__(self, key: str) -> WorkloadResult:
+        return self._load()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"<results of {self._path}{'' if self._data is None else ': ' + repr(self._data)}>"
+
+
+def encode(manifest: Manifest) -> tuple[Manifest, dict[str, bytes]]:
+    """The manifest with its results file's hashes recorded, and the bytes of the files
+    it is written as: results.json then manifest.json (the commit point, last);
+    manifest.json alone before format 4."""
+    if manifest.format < 4:
+        return manifest, {MANIFEST_NAME: canonical_json(manifest.to_json()).encode()}
+    results = canonical_json(manifest.results_json()).encode()
+    sealed = replace(
+        manifest,
+        files={**manifest.files, RESULTS_NAME: sha256_bytes(results)},
+        files_git_blob={**manifest.files_git_blob, RESULTS_NAME: blob_id(results)},
+    )
+    return sealed, {RESULTS_NAME: results, MANIFEST_NAME: canonical_json(sealed.to_json()).encode()}
+
+
 def read_manifest(path: Path) -> Manifest:
-    """Read and check a manifest.json; CorruptFileError naming the file and the field
-    that is wrong."""
+    """Read and check a manifest.json (and, from format 4, its results.json);
+    CorruptFileError naming the file and the field that is wrong."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -172,9 +302,13 @@ def read_manifest(path: Path) -> Manifest:
     return Manifest.from_json(data, path)
 
 
-def write_manifest(path: Path, manifest: Manifest) -> None:
-    """Write `manifest` to `path` atomically (temp file + rename)."""
-    atomic_write_json(path, manifest.to_json())
+def write_manifest(path: Path, manifest: Manifest) -> Manifest:
+    """Write `manifest` to `path` atomically (temp file + rename), its results.json
+    first; returns the manifest as written (with the results file's hashes)."""
+    sealed, files = encode(manifest)
+    for name, data in files.items():
+        atomic_write_bytes(path.with_name(name), data)
+    return sealed
 
 
 # --------------------------------------------------------------------------- shape
@@ -267,8 +401,21 @@ def _trials(data: Any, where: str) -> None:
         _need(_is_int(v) and v >= 0, f"{where}.failures.{k}", v, "an integer >= 0")
 
 
+def _sources(data: Any) -> None:
+    src = _obj(data, "sources")
+    for key in ("algorithm", "fingerprint", "workloads_hash"):
+        _need(isinstance(src.get(key), str), f"sources.{key}", src.get(key), "a string")
+    line = src.get("template_line")
+    _need(_is_int(line) and line >= 1, "sources.template_line", line, "a line number")
+    _str_map(src.get("blobs"), "sources.blobs")
+    _str_map(src.get("probes"), "sources.probes")
+    for w, s in _obj(src.get("space_sizes"), "sources.space_sizes").items():
+        ok = isinstance(s, list) and len(s) == 2 and all(_is_int(v) and v >= 0 for v in s)
+        _need(ok, f"sources.space_sizes.{w}", s, "[points, design spaces]")
+
+
 def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
-    """CorruptFileError naming the first field of `data` that is not what format 1 says.
+    """CorruptFileError naming the first field of `data` that is not what its format says.
 
     A hand-edited or truncated manifest must read as corrupt, not crash a reader
     later (a curve point [1]) nor pass as fresh (latency "abc", dependencies a list).
@@ -287,8 +434,15 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
         _need(_is_int(data.get("seed")), "seed", data.get("seed"), "an integer")
         for w, t in _obj(data.get("trials"), "trials").items():
             _trials(t, f"trials.{w}")
-        for w, r in _obj(data.get("results"), "results").items():
-            _result(r, f"results.{w}")
+        fmt = data.get("format")
+        if fmt is not None and fmt >= 4:
+            _need(RESULTS_NAME in _obj(data.get("files"), "files"), f"files.{RESULTS_NAME}", None,
+                  "the sha256 of results.json")
+            _str_map(data.get("files_git_blob", {}), "files_git_blob")
+            _sources(data.get("sources"))
+        else:
+            for w, r in _obj(data.get("results"), "results").items():
+                _result(r, f"results.{w}")
         _obj(data.get("measure"), "measure")
         _obj(data.get("host", {}), "host")
         _obj(data.get("target_facts", {}), "target_facts")

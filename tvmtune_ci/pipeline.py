@@ -28,12 +28,13 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import lock as _lock
+from . import sources
 from .config import Config, TargetConfig
 from .errors import LockError, TvmtuneError
-from .fsutil import canonical_json, sha256_bytes
+from .fsutil import sha256_bytes
 from .git.read import blob_id, last_commit
 from .layout import LogSet
-from .manifest import Manifest, WorkloadResult
+from .manifest import Manifest, WorkloadResult, encode
 from .publish import Published, check_publishable, publish
 from .readme import render_curve, render_readme
 from .staleness import (
@@ -50,6 +51,7 @@ from .staleness import (
 
 if TYPE_CHECKING:
     from .fingerprint import Fingerprint
+    from .sources import Sources
     from .template import Knob, TemplateDecl
     from .tuner import TuneOutcome
 
@@ -283,11 +285,8 @@ def tvm_threads(threads: int | None) -> Iterator[None]:
 
 def write_set(logset: LogSet, manifest: Manifest, log_data: bytes) -> Published:
     """Archive the old set as .bak and publish log, manifest, README and plot atomically."""
-    files = {
-        manifest.log: log_data,
-        "manifest.json": canonical_json(manifest.to_json()).encode(),
-        "README.md": render_readme(manifest).encode(),
-    }
+    manifest, encoded = encode(manifest)
+    files = {manifest.log: log_data, "README.md": render_readme(manifest).encode(), **encoded}
     curve = render_curve(manifest)
     if curve is not None:
         files["curve.png"] = curve
@@ -306,6 +305,7 @@ class Template:
     decl: TemplateDecl
     fingerprint: Fingerprint
     module: ModuleType
+    sources: Sources  # what decl and fingerprint were computed from (for `check`)
 
 
 @dataclass(frozen=True)
@@ -395,7 +395,9 @@ def load_step(job: Job) -> Job:
     path = root / job.entry.template_file
     cache = SourceCache(root)
     decl, fp = cache.template(path), cache.fingerprint(path)
-    return replace(job, template=Template(path, decl, fp, import_template(path, root, cache.tree(path))))
+    module = import_template(path, root, cache.tree(path))
+    return replace(job, template=Template(path, decl, fp, module,
+                                          sources.record(cache, decl, fp, job.target.target)))
 
 
 def history_step(job: Job) -> Job:
@@ -511,7 +513,9 @@ def manifest_step(job: Job) -> Job:
                  "threads": job.threads or "TVM default"},
         template_file=entry.template_file, template_commit=_git_commit_of(job.config.root, tpl.path),
         host=host, target_facts=target_facts(target.target).to_json(),
+        sources=tpl.sources.to_json(),
     )
+    manifest, _ = encode(manifest)  # records results.json's hashes
     return replace(job, manifest=manifest, log_data=data)
 
 

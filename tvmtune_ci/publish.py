@@ -53,7 +53,7 @@ from pathlib import Path
 
 from .errors import PublishError
 from .fsutil import atomic_write_bytes, canonical_json
-from .manifest import MANIFEST_NAME
+from .manifest import MANIFEST_NAME, RESULTS_NAME
 
 STAGING_SUFFIX = ".tvmtune-new"
 ASIDE_SUFFIX = ".tvmtune-old"
@@ -157,9 +157,10 @@ def previous_set(folder: Path) -> list[str]:
 
     The manifest names them: itself, its log, its other files, plus the generated
     README.md and curve.png. Without a readable manifest only what is provably
-    ours counts: manifest.json, and README.md/curve.png when README.md carries the
-    generated header. Read as plain JSON, so a manifest of another format is
-    still archived rather than left half-replaced.
+    ours counts: manifest.json, README.md/curve.png when README.md carries the
+    generated header, and results.json when it reads as a results file. Read as
+    plain JSON, so a manifest of another format is still archived rather than
+    left half-replaced.
     """
     if not folder.is_dir():
         return []
@@ -177,6 +178,9 @@ def previous_set(folder: Path) -> list[str]:
         names.add(MANIFEST_NAME)
         if _is_generated(folder / "README.md"):
             names |= set(GENERATED_NAMES)
+        results = _read_json(folder / RESULTS_NAME)
+        if results is not None and {"format", "operator", "target_name", "results"} <= set(results):
+            names.add(RESULTS_NAME)
     names.discard(MARKER_NAME)
     return sorted(n for n in names if (folder / n).is_file() and not (folder / n).is_symlink())
 

@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import sources
 from .config import Config, TargetConfig
 from .errors import ConfigError, CorruptFileError, TemplateError, UsageError
 from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
 from .fsutil import sha256_bytes
 from .git import read as git_read
 from .layout import LogSet
-from .manifest import MANIFEST_NAME, Manifest
+from .manifest import MANIFEST_NAME, RESULTS_NAME, Manifest, parse_results
 from .records import LOG_FORMAT
 from .targetinfo import target_facts
 from .targets import canonical_target, slug, target_json
@@ -111,6 +112,8 @@ class Report:
     warnings: tuple[str, ...]
     # Logs whose bytes git's index vouched for (not read); the rest were hashed.
     logs_trusted: int = 0
+    # Entries whose template was not parsed: git vouched for its recorded sources.
+    templates_trusted: int = 0
 
     @property
     def stale(self) -> tuple[Entry, ...]:
@@ -310,6 +313,8 @@ class _Template:
     workloads_line: int | None
     space_sizes: dict[str, tuple[int, int]]
     workloads: Any = None  # WORKLOADS as JSON reads it back: a tuple equals the stored list
+    # Repo-relative files its meaning depends on (for --changed-since).
+    files: frozenset[str] = frozenset()
 
 
 def _read_template(path: Path, cache: SourceCache) -> _Template:
@@ -325,8 +330,16 @@ def _read_template(path: Path, cache: SourceCache) -> _Template:
     finally:
         cache.forget(path)  # its tree is not needed again; keeps memory flat
     return _Template(
-        rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads)
+        rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads),
+        fp.files,
     )
+
+
+def _recorded_template(rel: str, src: sources.Sources) -> _Template:
+    """A template as its manifest recorded it (sources.unchanged said it still is):
+    nothing to compare, its line and space sizes to show."""
+    return _Template(rel, src.template_line, None, None, None, None, src.space_sizes,
+                     files=frozenset(src.blobs))
 
 
 def _target_space(
@@ -364,29 +377,63 @@ class _Checker:
         as_of: datetime.date,
         tvm_expected: str | None,
         tvm_source: str,
-        logs: Path | None,
+        trust_root: Path | None,
     ) -> None:
         self.config = config
         self.cache = cache
         self.as_of = as_of
         self.tvm_expected = tvm_expected
         self.tvm_source = tvm_source
-        self.logs = logs  # the logs folder whose git index may vouch for logs; None: never
+        # The folder whose git index may vouch for logs and template sources (the
+        # config's root); None: never (--rehash).
+        self.trust_root = trust_root
         self._index: dict[str, str] | None = None
+        self._facts_now: dict[str, dict[str, Any] | None] = {}
+        self._states: dict[str, str] = {}  # path -> its state, for sources.unchanged
         self.trusted = 0  # logs vouched for by git's index, not read
+        self.templates_trusted = 0  # entries whose template was not parsed (sources.py)
         self.config_rel = cache.rel(config.path) if config.path is not None else "tvmtune.yaml"
 
     def index(self) -> dict[str, str]:
-        """git's blob ids of the clean tracked files under the logs folder, asked
-        once, on the first manifest that records one (older ones are hashed)."""
+        """git's blob ids of the clean tracked files under the root, asked once, on
+        the first manifest that records one (older ones are hashed)."""
         if self._index is None:
-            self._index = git_read.clean_blobs(self.logs) if self.logs is not None else {}
+            self._index = git_read.clean_blobs(self.trust_root) if self.trust_root is not None else {}
         return self._index
 
-    def check(
-        self, tpl: _Template, target: TargetConfig, logset: LogSet
-    ) -> tuple[Manifest | None, list[Reason]]:
-        reasons: list[Reason] = [tpl.invalid] if tpl.invalid else []
+    def facts(self, target: TargetConfig) -> dict[str, Any] | None:
+        """What templates are told about `target` now (None: an unknown CPU); once per target."""
+        if target.name not in self._facts_now:
+            try:
+                self._facts_now[target.name] = target_facts(target.target).to_json()
+            except TemplateError:
+                self._facts_now[target.name] = None
+        return self._facts_now[target.name]
+
+    def recorded(self, manifest: Manifest, template_rel: str, target: TargetConfig
+                 ) -> _Template | None:
+        """The template as `manifest` recorded it, when git and the file system vouch
+        that nothing its declarations and fingerprint were computed from has changed
+        and the target is the one it was tuned for; None: parse it (`_read_template`)."""
+        if self.trust_root is None or not manifest.sources:
+            return None
+        try:
+            if canonical_target(manifest.target) != target.target:
+                return None
+        except AttributeError:
+            return None
+        if manifest.target_facts != self.facts(target):
+            return None
+        src = sources.Sources.from_json(manifest.sources)
+        if not sources.unchanged(src, manifest, template_rel, self.cache.root, self.index(),
+                                 self._states):
+            return None
+        self.templates_trusted += 1
+        return _recorded_template(template_rel, src)
+
+    def read(self, logset: LogSet) -> tuple[Manifest | None, list[Reason]]:
+        """The log set's manifest, or why there is none (missing, unreadable)."""
+        reasons: list[Reason] = []
         folder = self.cache.rel(logset.folder)
         manifest_rel = f"{folder}/{logset.manifest.name}"
         linked = _symlinked_folder(logset)
@@ -406,10 +453,10 @@ class _Checker:
             manifest = Manifest.from_json(
                 json.loads(read_regular_file(logset.manifest, MAX_MANIFEST_BYTES)),
                 logset.manifest,
+                lazy_results=True,
             )
         except FileNotFoundError:
-            reasons.insert(
-                0,
+            reasons.append(
                 Reason(
                     MISSING,
                     f"no tuned log: {folder}/{logset.manifest.name} does not exist; "
@@ -445,6 +492,20 @@ class _Checker:
             msg = str(e).replace(str(logset.manifest), manifest_rel)
             reasons.append(Reason(LOG_MODIFIED, f"manifest unreadable: {msg}", manifest_rel))
             return None, reasons
+        return manifest, reasons
+
+    def check(
+        self, tpl: _Template, target: TargetConfig, logset: LogSet,
+        read: tuple[Manifest | None, list[Reason]],
+    ) -> tuple[Manifest | None, list[Reason]]:
+        """Every reason the set is stale, given the template and what `read` found."""
+        manifest, problems = read
+        reasons: list[Reason] = [tpl.invalid] if tpl.invalid else []
+        if manifest is None:
+            if problems and problems[0].code == MISSING:
+                return None, problems + reasons
+            return None, reasons + problems
+        folder = self.cache.rel(logset.folder)
         if tpl.fingerprint is not None and tpl.decl is not None:
             reasons += self._template(tpl, manifest)
         reasons += self._target(target, manifest)
@@ -511,9 +572,8 @@ class _Checker:
         (its table changed): what the log was scheduled for is not what they see."""
         if not manifest.target_facts:
             return []
-        try:
-            now = target_facts(target.target).to_json()
-        except TemplateError:
+        now = self.facts(target)
+        if now is None:
             return []  # an unknown CPU: the entry's KNOBS report it (template_invalid)
         if now == manifest.target_facts:
             return []
@@ -592,15 +652,13 @@ class _Checker:
                 )
                 continue
             path = logset.folder / name
-            if (
-                what == "log"
-                and manifest.log_git_blob
-                and self.index().get(path.as_posix()) == manifest.log_git_blob
-            ):
+            blob = manifest.log_git_blob if what == "log" else manifest.files_git_blob.get(name, "")
+            if blob and self.index().get(path.as_posix()) == blob:
                 # Committed (or staged), unmodified, and the very blob the manifest
                 # recorded: git has hashed these bytes already; reading 0.2-1 MB per log
                 # again is most of `check`'s time on a real repository.
-                self.trusted += 1
+                if what == "log":
+                    self.trusted += 1
                 continue
             try:
                 data = read_regular_file(path, MAX_LOG_BYTES)
@@ -629,7 +687,19 @@ class _Checker:
                 out.append(Reason(LOG_MODIFIED, f"{rel} cannot be read: {e.strerror}", rel))
                 continue
             actual = sha256_bytes(data)
-            if actual == expected and what == "log":
+            if actual != expected:
+                out.append(
+                    Reason(
+                        LOG_MODIFIED,
+                        f"{rel} was modified after tuning (sha256 {actual[:12]}, "
+                        f"manifest records {str(expected)[:12]})",
+                        rel,
+                    )
+                )
+                continue
+            # The sha256 matches: a manifest re-hashed over a hand-made file must still
+            # not pass (its content checked here, its git blob id below).
+            if what == "log":
                 problem = _log_problem(data)
                 if problem is not None:
                     out.append(
@@ -640,26 +710,26 @@ class _Checker:
                             rel,
                         )
                     )
-                elif manifest.log_git_blob and git_read.blob_id(data) != manifest.log_git_blob:
-                    # A log_sha256 re-computed by hand over an edited log leaves the
-                    # old blob id: both hashes must agree with the bytes.
-                    out.append(
-                        Reason(
-                            LOG_MODIFIED,
-                            f"{rel} matches the manifest's log_sha256 but not its "
-                            f"log_git_blob; the manifest was edited by hand: restore both "
-                            f"from git or run `{FIX_HINT}`",
-                            f"{folder}/{MANIFEST_NAME}",
-                        )
-                    )
-                continue
-            if actual != expected:
+                    continue
+            elif name == RESULTS_NAME:
+                try:
+                    parse_results(data, path)
+                except CorruptFileError as e:
+                    out.append(Reason(LOG_MODIFIED, str(e).replace(str(path), rel) +
+                                      " (although the manifest records its sha256)", rel))
+                    continue
+            if blob and git_read.blob_id(data) != blob:
+                # A sha256 re-computed by hand over an edited file leaves the old blob
+                # id: both hashes must agree with the bytes.
+                fields = (("log_sha256", "log_git_blob") if what == "log"
+                          else (f"files.{name}", f"files_git_blob.{name}"))
                 out.append(
                     Reason(
                         LOG_MODIFIED,
-                        f"{rel} was modified after tuning (sha256 {actual[:12]}, "
-                        f"manifest records {str(expected)[:12]})",
-                        rel,
+                        f"{rel} matches the manifest's {fields[0]} but not its {fields[1]}; "
+                        f"the manifest was edited by hand: restore both from git or run "
+                        f"`{FIX_HINT}`",
+                        f"{folder}/{MANIFEST_NAME}",
                     )
                 )
         return out
@@ -742,9 +812,7 @@ def _check_folders(config: Config) -> None:
 
 def _touched(entry: Entry, tpl: _Template, changed: set[str], cache: SourceCache) -> bool:
     """Whether `--changed-since` concerns this entry: its code or its log set changed."""
-    files = {tpl.rel}
-    if tpl.fingerprint is not None:
-        files |= tpl.fingerprint.files
+    files = {tpl.rel} | tpl.files
     if tpl.invalid is not None and tpl.invalid.file:
         files.add(tpl.invalid.file)
     if entry.manifest is not None:
@@ -886,7 +954,7 @@ def find_stale(
         )
 
     checker = _Checker(
-        config, cache, as_of, tvm_expected, tvm_source, None if rehash else logs_path
+        config, cache, as_of, tvm_expected, tvm_source, None if rehash else cache.root
     )
     config_changed = changed is not None and checker.config_rel in changed
     candidates = (
@@ -901,12 +969,18 @@ def find_stale(
                 continue
             if candidates is not None and op not in candidates:
                 continue
-            tpl = _read_template(templates[op], cache)
+            parsed: _Template | None = None  # parsed when an entry cannot trust its record
+            rel = cache.rel(templates[op])
             for target in config.targets_for(op):
                 if want_targets is not None and target.name not in want_targets:
                     continue
                 logset = LogSet.of(logs_path, op, target.name)
-                manifest, reasons = checker.check(tpl, target, logset)
+                read = checker.read(logset)
+                tpl = checker.recorded(read[0], rel, target) if read[0] is not None else None
+                if tpl is None:
+                    parsed = parsed or _read_template(templates[op], cache)
+                    tpl = parsed
+                manifest, reasons = checker.check(tpl, target, logset, read)
                 sizes, invalid = _target_space(tpl, target)
                 if invalid is not None:
                     reasons.insert(0, invalid)
@@ -924,4 +998,5 @@ def find_stale(
                 if changed is None or config_changed or _touched(entry, tpl, changed, cache):
                     entries.append(entry)
     orphans = _orphans(config, cache, templates, logs_path)
-    return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted)
+    return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,
+                  checker.templates_trusted)

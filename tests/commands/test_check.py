@@ -7,7 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, change_function, double_a_shape, double_a_split_bound, run_cli, write
+from conftest import (
+    CONFIG,
+    change_function,
+    double_a_shape,
+    double_a_split_bound,
+    edit_results,
+    run_cli,
+    write,
+)
 
 from tvmtune_ci.cli import main
 from tvmtune_ci.template import read_template
@@ -79,7 +87,8 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
     code, out, _ = cli("check", "--format", "json")
     assert code == 1
     data = json.loads(out)
-    assert set(data) == {"format", "entries", "orphans", "warnings", "logs_trusted"}
+    assert set(data) == {"format", "entries", "orphans", "warnings", "logs_trusted",
+                         "templates_trusted"}
     assert data["format"] == 1
     # Every log is committed and unmodified: git's index vouches for all of them.
     assert data["logs_trusted"] == len(data["entries"])
@@ -308,15 +317,17 @@ def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
 
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    mpath = repo / "tuning_logs/matmul/avx2/manifest.json"
-    m = json.loads(mpath.read_text())
-    wl = sorted(m["results"])[0]
-    m["results"][wl]["history"] = ReplayReport(
+    wl = "m1024"
+
+    def add_history(results: dict) -> None:  # type: ignore[type-arg]
+        results[wl]["history"] = history
+
+    history = ReplayReport(
         source="matmul_avx2_2026-01-01.json", offered=4, whole=3, built=4, correct=4,
         measured=4, knob_diff=KnobDiff(changed=("unroll: knob [0] -> knob [0, 16]",)),
         old_best_s=0.002, old_best_rel=0.01, verdict="equal", seeded=True,
     ).to_json()
-    mpath.write_text(json.dumps(m))
+    edit_results(repo / "tuning_logs/matmul/avx2", add_history)
     code, _, _ = cli("check", "--format", "github")
     assert code == 0
     text = summary.read_text()

@@ -15,7 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GIT_ENV, commit_all, git, git_env, make_repo, run_cli
+from conftest import (
+    GIT_ENV,
+    commit_all,
+    edit_results,
+    git,
+    git_env,
+    make_repo,
+    manifest_at,
+    manifest_of,
+    run_cli,
+)
 from small_mm import SMALL_MM
 
 tvm = pytest.importorskip("tvm")
@@ -63,14 +73,29 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert r.stdout.index("trials per workload: 16") < r.stdout.index("best")
     files = _set(root)
     log_name = f"mm_host_{time.strftime('%Y-%m-%d')}.json"
-    assert set(files) == {"manifest.json", "README.md", "curve.png", log_name}
+    assert set(files) == {"manifest.json", "results.json", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
-    m = json.loads(files["manifest.json"])
-    assert m["format"] == 3 and m["log"] == log_name and m["target"] == TARGET
+    m = manifest_of(files)
+    assert m["format"] == 4 and m["log"] == log_name and m["target"] == TARGET
     # The blob id git gives the log: `check` trusts git's index for it once committed.
     git_id = subprocess.run(["git", "hash-object", "--", str(root / FOLDER / log_name)],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert m["log_git_blob"] == git_id
+
+    def git_blob(path: Path) -> str:
+        return subprocess.run(["git", "hash-object", "--", str(path)], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    # results.json, named and hashed like the log; and what the template's fingerprint
+    # was computed from, so that `check` need not parse it while git vouches for it.
+    assert m["files_git_blob"] == {"results.json": git_blob(root / FOLDER / "results.json")}
+    src = m["sources"]
+    assert src["blobs"] == {"operators/mm.py": git_blob(root / "operators/mm.py")}
+    assert src["fingerprint"] == m["fingerprint"] and src["template_line"] > 1
+    assert src["probes"]["tvm.py"] == src["probes"]["tvm/__init__.py"] == "absent"
+    res_space = m["results"]["s64"]
+    spaces = res_space["design_spaces"]
+    assert src["space_sizes"] == {"s64": [res_space["space_size"] // spaces, spaces]}
     t = m["trials"]["s64"]
     assert t["requested"] == 16 and 0 < t["run"] <= 16 and t["valid"] + t["failed"] == t["run"]
     res = m["results"]["s64"]
@@ -106,7 +131,7 @@ def test_log_loads_into_tvms_own_json_database(tuned: tuple[Path, subprocess.Com
     from tvmtune_ci.records import to_json_database
 
     root, _ = tuned
-    m = json.loads((root / FOLDER / "manifest.json").read_text())
+    m = manifest_at(root / FOLDER)
     wl, rec = to_json_database(root / FOLDER / m["log"], tmp_path)
     db = ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec))
     assert len(db) >= 1
@@ -127,7 +152,7 @@ def test_readme_command_regenerates_identical_files(tuned: tuple[Path, subproces
 def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     root = _copy(tuned[0], tmp_path)
     old = _set(root)
-    old_manifest = json.loads(old["manifest.json"])
+    old_manifest = manifest_of(old)
     r = run_cli(root, "retune", "--all", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the previous log's best" in r.stdout  # re-measured beside this run's
@@ -137,7 +162,7 @@ def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path,
     assert new[f"{old_manifest['log']}.bak"] == old[old_manifest["log"]]
     assert new[f"manifest_{date}.json.bak"] == old["manifest.json"]
     assert new[f"README_{date}.md.bak"] == old["README.md"]
-    m = json.loads(new["manifest.json"])
+    m = manifest_of(new)
     res = m["results"]["s64"]
     assert res["previous_best"] is not None
     assert res["best"]["latency_s"] <= res["previous_best"]["latency_s"]
@@ -181,7 +206,7 @@ def test_sigkill_mid_run_keeps_old_set_and_rerun_resumes(tuned: tuple[Path, subp
     r = run_cli(root, "retune", "--all", "--trials", "24")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"resuming from {measured} trials" in r.stdout
-    m = json.loads((root / FOLDER / "manifest.json").read_text())
+    m = manifest_at(root / FOLDER)
     assert m["trials"]["s64"]["run"] <= 24
     assert not journal.parent.exists()  # the work dir is dropped once the set is published
 
@@ -240,7 +265,7 @@ def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tupl
     from tvmtune_ci.loader import FallbackWarning, best_config
 
     root, _ = tuned
-    m = json.loads((root / FOLDER / "manifest.json").read_text())
+    m = manifest_at(root / FOLDER)
     best = best_config("mm", target=tvm.target.Target(TARGET), root=root)
     assert best.knobs == m["results"]["s64"]["best"]["knobs"] and not best.fallback
     ex = build_best("mm", target=TARGET, root=root)
@@ -305,22 +330,22 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
     r = run_cli(fresh, "check", "--format", "json")
     assert r.returncode == 0, r.stdout
-    # The committed log is the blob its manifest records: git vouches, nothing re-read.
+    # The committed log is the blob its manifest records: git vouches, nothing re-read;
+    # and for the template's sources: nothing parsed.
     assert json.loads(r.stdout)["logs_trusted"] == 1
+    assert json.loads(r.stdout)["templates_trusted"] == 1
 
 
 @pytest.mark.slow
 def test_previous_best_that_no_longer_builds_does_not_stop_the_retune(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     # E.g. after a TVM upgrade (tvm_changed) the old configuration may not build.
     root = _copy(tuned[0], tmp_path)
-    mpath = root / FOLDER / "manifest.json"
-    m = json.loads(mpath.read_text())
-    m["results"]["s64"]["best"]["knobs"]["tile_i"] = [3, 5]  # not a tiling of 64
-    mpath.write_text(json.dumps(m))
+    edit_results(root / FOLDER,  # not a tiling of 64
+                 lambda res: res["s64"]["best"]["knobs"].update(tile_i=[3, 5]))
     r = run_cli(root, "retune", "--all", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "could not be re-measured" in r.stdout
-    new = json.loads(mpath.read_text())
+    new = manifest_at(root / FOLDER)
     assert new["results"]["s64"]["previous_best"] is None
     assert run_cli(root, "check").returncode == 0
 
@@ -349,6 +374,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
         data["seed"] += 1
         files = {data["log"]: b'{"format": 1, "workloads": [], "records": [], "new": true}\n',
                  "manifest.json": json.dumps(data, sort_keys=True).encode()}
+        files["results.json"] = (entry.logset.folder / "results.json").read_bytes()
         return pipeline.RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
 
     monkeypatch.setattr(pipeline, "retune_entry", fake_retune_entry)
@@ -393,12 +419,12 @@ def test_retune_finishes_an_interrupted_publish_first_and_dry_run_only_reports_i
 
 def _scale_recorded_best(root: Path, factor: float) -> None:
     """Make the manifest claim a best `factor` x what it measured, interval included."""
-    mpath = root / FOLDER / "manifest.json"
-    m = json.loads(mpath.read_text())
-    best = m["results"]["s64"]["best"]
-    for k in ("latency_s", "ci_lo_s", "ci_hi_s"):
-        best[k] *= factor
-    mpath.write_text(json.dumps(m))
+    def scale(results: dict) -> None:  # type: ignore[type-arg]
+        best = results["s64"]["best"]
+        for k in ("latency_s", "ci_lo_s", "ci_hi_s"):
+            best[k] *= factor
+
+    edit_results(root / FOLDER, scale)
 
 
 def test_remeasure_reports_the_committed_best_as_measured_now(
@@ -492,7 +518,7 @@ def test_a_template_edit_replays_the_old_configurations_first(
     checked, measured: the first trials), starts the search from them, puts the old
     best in the finals, and the README's History section and the commit say so."""
     root = _copy(tuned[0], tmp_path)
-    old_manifest = json.loads((root / FOLDER / "manifest.json").read_text())
+    old_manifest = manifest_at(root / FOLDER)
     old_log = json.loads((root / FOLDER / old_manifest["log"]).read_text())
     _edit_template(root, 'define_knob("unroll", [0, 16])', 'define_knob("unroll", [0, 16, 64])')
     dry = run_cli(root, "retune", "--dry-run")
@@ -501,7 +527,7 @@ def test_a_template_edit_replays_the_old_configurations_first(
     assert "would be replayed first" in dry.stdout
     r = run_cli(root, "retune", "--trials", "24", "--commit")
     assert r.returncode == 0, r.stdout + r.stderr
-    m = json.loads((root / FOLDER / "manifest.json").read_text())
+    m = manifest_at(root / FOLDER)
     h = m["results"]["s64"]["history"]
     assert h["source"] == old_manifest["log"]
     assert h["offered"] >= 2 and h["whole"] == h["offered"]  # nothing reset
@@ -539,7 +565,7 @@ def test_an_edit_that_invalidates_every_old_configuration_searches_cold_and_says
     assert r.returncode == 0, r.stdout + r.stderr
     assert "replaying 0 configuration(s)" in r.stdout
     assert "could be mapped: a cold search" in r.stdout
-    h = json.loads((root / FOLDER / "manifest.json").read_text())["results"]["s64"]["history"]
+    h = manifest_at(root / FOLDER)["results"]["s64"]["history"]
     assert h["offered"] == 0 and not h["seeded"] and h["old_best_s"] is None
     assert h["prior"] == 0  # no record keeps a knob: nothing to learn from
     assert set(h["knob_diff"]["added"]) == {"tile_i2", "tile_j2", "unroll2", "cache2"}
@@ -574,7 +600,7 @@ def test_an_old_log_of_another_tvm_or_corrupt_is_not_replayed_and_nothing_is_los
     for name, data in before.items():
         kept = [k for k, v in after.items() if v == data and (k == name or k.endswith(".bak"))]
         assert kept, name
-    assert json.loads(after["manifest.json"])["results"]["s64"]["history"] is None
+    assert manifest_of(after)["results"]["s64"]["history"] is None
 
 
 @pytest.mark.parametrize("seed_from", [True, False])
@@ -598,7 +624,7 @@ def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
     r = run_cli(root, "retune", "--target", "host1", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert _set(root) == host_set  # the source log is only read
-    m = json.loads((root / "tuning_logs/mm/host1/manifest.json").read_text())
+    m = manifest_at(root / "tuning_logs/mm/host1")
     h = m["results"]["s64"]["history"]
     readme = (root / "tuning_logs/mm/host1/README.md").read_text()
     if not seed_from:

@@ -82,6 +82,8 @@ def render_json(report: Report) -> str:
         "warnings": list(report.warnings),
         # Logs git's index vouched for (committed, unmodified, the recorded blob).
         "logs_trusted": report.logs_trusted,
+        # Entries whose template was not parsed: git vouched for its recorded sources.
+        "templates_trusted": report.templates_trusted,
     }
     return json.dumps(data, indent=2)
 

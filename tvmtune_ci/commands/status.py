@@ -12,6 +12,7 @@ import sys
 from typing import TextIO
 
 from ..ci import md_escape
+from ..errors import CorruptFileError
 from ..selection import add_selection_options, report_from_args, summary_line
 from ..staleness import Entry, Report
 from ..stats import fmt_latency
@@ -42,8 +43,8 @@ def row(e: Entry) -> dict[str, str]:
                 )
                 or "-"
             )
-        except (AttributeError, TypeError):
-            pass  # a hand-edited manifest; its reasons say so
+        except (AttributeError, TypeError, CorruptFileError):
+            pass  # a hand-edited manifest or results.json; its reasons say so
     space = sum(points * spaces for points, spaces in e.space_sizes.values())
     return {
         "entry": f"{e.operator}/{e.target_name}",
