@@ -14,12 +14,17 @@ plus the README and curve.png beside them. At 1,000 operators that is ~1 GB of
 logs, all committed, so `check` does the full work: parse and fingerprint every
 template, read and validate every manifest, and vouch for every log.
 
+Every manifest is written the way `retune` writes it (format 4: results in
+results.json; `sources` recorded from a fresh SourceCache per template, as
+retune's load step does).
+
 Timed (best of --repeat): `find_stale` in-process, the CLI `tvmtune-ci check`
-(trusting git's index for committed, unmodified logs: the default), the same
-with --rehash (reading and hashing every log: what check did before, and does
-outside git), and the PR check's `check --changed-since HEAD` after editing one
-template (the common pull request) and after editing the helper module every
-template uses (every entry concerned).
+(the default: trusting git's index for committed, unmodified logs and results,
+and the recorded sources of unchanged templates), the same with --rehash
+(reading and hashing every file, parsing every template: what check did before,
+and does outside git), and the PR check's `check --changed-since HEAD` after
+editing one template (the common pull request) and after editing the helper
+module every template uses (every entry concerned, every template parsed).
 
 Goal: `tvmtune-ci check` under 1 s wall at 1,000 operators (2,000 entries) on a
 2-core runner, and cost per entry that does not grow with N.
@@ -305,7 +310,7 @@ def main() -> int:
     )
     print(
         f"{'operators':>9} {'entries':>7} {'logs MB':>8} {'find_stale':>11} {'per entry':>10} "
-        f"{'CLI check':>10} {'trusted':>8} {'CLI --rehash':>13} {'PR: 1 template':>14} "
+        f"{'CLI check':>10} {'trusted logs/templates':>22} {'CLI --rehash':>13} {'PR: 1 template':>14} "
         f"{'PR: helper':>13}"
     )
     rows = []
@@ -319,14 +324,15 @@ def main() -> int:
             assert read_manifest(report.entries[0].logset.manifest).log_git_blob
             t_fn = best_of(args.repeat, lambda r=root: find_stale(load_config(r / "tvmtune.yaml")))
             t_cli = best_of(args.repeat, lambda r=root: cli_run(r))
-            trusted = cli_run(root)["logs_trusted"]
+            data = cli_run(root)
+            trusted = f"{data['logs_trusted']}/{data['templates_trusted']}"
             t_rehash = best_of(args.repeat, lambda r=root: cli_run(r, "--rehash"))
             t_one = pr_check(root, args.repeat, root / "operators/op00001.py", 2)
             t_all = pr_check(root, args.repeat, root / "operators/_helpers.py", 2 * n)
             rows.append((n, t_fn, t_cli))
             print(
                 f"{n:>9} {2 * n:>7} {log_bytes / 1e6:>8.0f} {t_fn:>9.3f} s "
-                f"{t_fn / (2 * n) * 1e6:>7.0f} us {t_cli:>8.3f} s {trusted:>8} "
+                f"{t_fn / (2 * n) * 1e6:>7.0f} us {t_cli:>8.3f} s {trusted:>22} "
                 f"{t_rehash:>11.3f} s {t_one:>12.3f} s {t_all:>11.3f} s",
                 flush=True,
             )
