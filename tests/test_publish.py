@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,23 @@ def test_a_filesystem_without_hard_links_copies_and_loses_nothing(tmp_path: Path
     assert {rel: after.get(rel) for rel in mine} == mine
     assert after["matmul_cpu_2025-01-02.json.bak"] == old["matmul_cpu_2025-01-02.json"]
     assert not [n for n in after if "tvmtune-kept" in n] and _leftovers(folder) == []
+
+
+def test_atomic_writes_give_the_mode_open_would_and_keep_a_replaced_files(tmp_path: Path) -> None:
+    """mkstemp makes 0600 files: a log written for others on the runner to read
+    (merge --output, a manifest) must get the umask's mode, and a file replaced
+    must keep its own."""
+    from tvmtune_ci.fsutil import atomic_write_bytes
+
+    old = os.umask(0o027)
+    try:
+        new = tmp_path / "new.json"
+        atomic_write_bytes(new, b"{}")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o640
+        kept = tmp_path / "kept.json"
+        kept.write_bytes(b"old")
+        kept.chmod(0o604)
+        atomic_write_bytes(kept, b"new")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o604 and kept.read_bytes() == b"new"
+    finally:
+        os.umask(old)
