@@ -1,7 +1,8 @@
 """Every committed log set tells one story: README, manifest and log agree (no TVM).
 
 Walks tuning_logs/*/*/manifest.json of this repository. For a set measured by the
-current layer (manifest format 2) it checks, per workload:
+current layer (manifest format 2 or later; from format 4 the results are read from
+results.json) it checks, per workload:
 
 - the log's best record (lowest run_secs, what TVM's `get_top_k` returns) is the
   manifest's best, with the same latency;
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import edit_results, manifest_at
 
 from tvmtune_ci import stats
 from tvmtune_ci.manifest import Measured, read_manifest
@@ -139,21 +141,30 @@ def test_every_configured_entry_has_a_current_log_set() -> None:
 
 
 def _current_set() -> Path:
-    """A format-2 set of a configured target (history folders of retired targets are
-    exempt from some invariants)."""
+    """A set of a configured target measured by the current layer (format 2 or later;
+    history folders of retired targets are exempt from some invariants)."""
     configured = _configured_targets()
     for folder in SETS:
         data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        if data.get("format") == 2 and data.get("target_name") in configured:
+        if data.get("format", 1) >= 2 and data.get("target_name") in configured:
             return folder
-    pytest.skip("no format-2 log set of a configured target committed")
+    pytest.skip("no current log set of a configured target committed")
 
 
 def _edit_manifest(folder: Path, edit: Any) -> None:
-    path = folder / "manifest.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """Apply `edit` to the manifest with its results inline, and write both back as the
+    manifest's format keeps them (from format 4, results.json with its hashes
+    re-recorded, as a re-tune would have written them)."""
+    data = manifest_at(folder)
     edit(data)
-    path.write_text(json.dumps(data), encoding="utf-8")
+    results = data.pop("results")
+    if data["format"] >= 4:
+        edit_results(folder, lambda r: (r.clear(), r.update(results)))
+        on_disk = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        data["files"], data["files_git_blob"] = on_disk["files"], on_disk["files_git_blob"]
+    else:
+        data["results"] = results
+    (folder / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from conftest import (
     run_cli,
 )
 from small_mm import SMALL_MM
+from test_log_invariants import problems
 
 tvm = pytest.importorskip("tvm")
 
@@ -123,6 +124,8 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert "- runner drift: the default configuration measured " in readme
     assert f"in the finals ({ratio:.2f}x)" in readme
     assert run_cli(root, "check").returncode == 0
+    # The invariants every committed set must keep hold for a format-4 set too.
+    assert problems(root / FOLDER, {"host"}) == []
 
 
 def test_log_loads_into_tvms_own_json_database(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
