@@ -100,6 +100,27 @@ def test_a_fifo_in_place_of_the_log_does_not_block(repo: Path) -> None:
     assert f"{FOLDER}/{log.name} is a named pipe" in r.stdout
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_special_file_in_place_of_results_is_refused_by_every_reader(repo: Path, kind: str) -> None:
+    results = repo / FOLDER / "results.json"
+    results.unlink()
+    if kind == "fifo":
+        os.mkfifo(results)
+    else:
+        results.symlink_to("/dev/zero")
+    what = "a named pipe" if kind == "fifo" else "a symbolic link (to /dev/zero)"
+    r = cli(repo, "check")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"{FOLDER}/results.json is {what}" in r.stdout
+    # status reads the results of every entry it shows: it must neither hang nor crash.
+    r = cli(repo, "status")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    # A reader that needs them names the file and the fix.
+    r = cli(repo, "readme", "matmul", "--target", "avx2")
+    assert r.returncode != 0 and f"results.json is {what}" in r.stderr, r.stderr
+    assert "restore it from git" in r.stderr
+
+
 def test_a_log_symlinked_to_a_copy_outside_the_repo_is_not_followed(repo: Path, tmp_path: Path) -> None:
     log = log_path(repo)
     outside = tmp_path / "outside.json"

@@ -1,7 +1,9 @@
-"""Atomic writes and hashing: a killed run never leaves a half-written file."""
+"""Atomic writes, hashing and bounded reads: a killed run never leaves a half-written
+file, and a committed link to /dev/zero or a FIFO is never read."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -78,3 +80,58 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+class NotRegularFileError(OSError):
+    """A path in a log folder that is not a plain file we may read (symlink, device, FIFO, too big)."""
+
+
+def what_is(path: Path, st: os.stat_result | None) -> str:
+    """What `path` is when it is not a regular file, in words (for an error)."""
+    if st is None or stat.S_ISLNK(st.st_mode):
+        try:
+            return f"a symbolic link (to {os.readlink(path)})"
+        except OSError:
+            return "a symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "a folder"
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        return "a device"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(st.st_mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes.
+
+    Symlinks are not followed (a committed link to /dev/zero would hash forever,
+    one to a copy outside the repository would read as fresh); devices, FIFOs and
+    oversized files are refused: NotRegularFileError saying what the path is.
+    FileNotFoundError when it does not exist.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFileError(f"{path} is {what_is(path, None)}") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(f"{path} is {what_is(path, st)}")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise NotRegularFileError(f"{path} is larger than {limit >> 20} MiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -2,6 +2,10 @@
 
 `manifest.json` is also the commit point of a re-tune: a log set is the files the
 manifest names, with the hashes it records. See `layout.py` for the file names.
+
+Over 400 lines: the manifest's types, the reading and writing of its two files
+(manifest.json, results.json) and the check of every field they hold belong to one
+format and change together when it does.
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CorruptFileError
-from .fsutil import atomic_write_bytes, canonical_json, sha256_bytes
+from .fsutil import (
+    NotRegularFileError,
+    atomic_write_bytes,
+    canonical_json,
+    read_regular_file,
+    sha256_bytes,
+)
 from .git.read import blob_id
 
 # 2: latencies are stats.estimate values with their intervals (ci_lo_s, ci_hi_s, n,
@@ -249,8 +259,9 @@ class _LazyResults(Mapping[str, WorkloadResult]):
     def _load(self) -> dict[str, WorkloadResult]:
         if self._data is None:
             try:
-                with open(self._path, "rb") as f:
-                    data = f.read(MAX_RESULTS_BYTES + 1)
+                data = read_regular_file(self._path, MAX_RESULTS_BYTES)
+            except NotRegularFileError as e:
+                raise CorruptFileError(f"{e}; the manifest names it as its results: restore it from git or re-tune (tvmtune-ci retune)") from None
             except OSError as e:
                 raise CorruptFileError(f"{self._path}: cannot read the results the manifest names ({e.strerror}); restore it from git or re-tune (tvmtune-ci retune)") from None
             actual = sha256_bytes(data)

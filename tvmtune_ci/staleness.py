@@ -20,12 +20,9 @@ import ast
 import contextlib
 import datetime
 import difflib
-import errno
 import gc
 import json
-import os
 import re
-import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +32,7 @@ from . import sources
 from .config import Config, TargetConfig
 from .errors import ConfigError, CorruptFileError, TemplateError, UsageError
 from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
-from .fsutil import sha256_bytes
+from .fsutil import NotRegularFileError, read_regular_file, sha256_bytes, what_is
 from .git import read as git_read
 from .layout import LogSet
 from .manifest import MANIFEST_NAME, RESULTS_NAME, Manifest, parse_results
@@ -121,60 +118,6 @@ class Report:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class NotRegularFileError(OSError):
-    """A path in a log folder that is not a plain file we may read (symlink, device, FIFO, too big)."""
-
-
-def _what_is(path: Path, st: os.stat_result | None) -> str:
-    if st is None or stat.S_ISLNK(st.st_mode):
-        try:
-            return f"a symbolic link (to {os.readlink(path)})"
-        except OSError:
-            return "a symbolic link"
-    if stat.S_ISDIR(st.st_mode):
-        return "a folder"
-    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
-        return "a device"
-    if stat.S_ISFIFO(st.st_mode):
-        return "a named pipe"
-    if stat.S_ISSOCK(st.st_mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def read_regular_file(path: Path, limit: int) -> bytes:
-    """The bytes of `path` when it is a regular file of at most `limit` bytes.
-
-    Symlinks are not followed (a committed link to /dev/zero would hash forever,
-    one to a copy outside the repository would read as fresh); devices, FIFOs and
-    oversized files are refused: NotRegularFileError saying what the path is.
-    FileNotFoundError when it does not exist.
-    """
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise NotRegularFileError(f"{path} is {_what_is(path, None)}") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFileError(f"{path} is {_what_is(path, st)}")
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise NotRegularFileError(f"{path} is larger than {limit >> 20} MiB")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _symlinked_folder(logset: LogSet) -> Path | None:
@@ -442,7 +385,7 @@ class _Checker:
             reasons.append(
                 Reason(
                     LOG_MODIFIED,
-                    f"{rel} is {_what_is(linked, None)}; log folders must be real folders "
+                    f"{rel} is {what_is(linked, None)}; log folders must be real folders "
                     f"inside {self.config.logs_dir}/: replace the link with the folder or "
                     f"run `{FIX_HINT}`",
                     rel,
