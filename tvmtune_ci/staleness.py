@@ -7,7 +7,9 @@ of the log and the bytes of the files the manifest names. Nothing is imported or
 run: templates are read as text, TVM's version is read from package metadata.
 
 Fast on real repositories (benchmarks/bench_check.py): a committed, unmodified log
-is vouched for by git's index instead of being re-read (`_Checker._files`), and
+or results file is vouched for by git's index instead of being re-read
+(`_Checker._files`); a template whose recorded inputs git vouches for is not
+parsed and fingerprinted again (`_Checker.recorded`, sources.py); and
 `--changed-since` parses only the templates an edit can concern (`_candidates`).
 
 Over 400 lines: every reason a log set is stale is decided here, in one order, so
@@ -857,9 +859,11 @@ def find_stale(
     log folder differ between REF and the work tree (all of them when tvmtune.yaml
     does); an unknown REF is a UsageError. `operators`/`targets` select by name.
 
-    A log is read and hashed unless git vouches for it: tracked, unmodified in the
-    work tree, and its blob id the one the manifest recorded (`log_git_blob`);
-    `rehash=True` reads and hashes every log regardless.
+    A log (or results.json) is read and hashed unless git vouches for it: tracked,
+    unmodified in the work tree, and its blob id the one the manifest recorded
+    (`log_git_blob`, `files_git_blob`). A template is parsed and fingerprinted
+    unless its manifest's `sources` still hold (sources.unchanged). `rehash=True`
+    reads, hashes and parses everything regardless.
     """
     as_of = as_of or datetime.date.today()
     cache = SourceCache(config.root)
