@@ -34,7 +34,7 @@ from .git.read import blob_id
 # 4: the per-workload results (curves, top tables: most of the bytes) move to
 # results.json, named and hashed in `files` like any file of the set, with git blob
 # ids (files_git_blob); `sources` records what the template's fingerprint was
-# computed from (sources.py). `check` reads a 3 KB manifest and parses no template
+# computed from (sources.py). `check` reads a ~5 KB manifest and parses no template
 # when git vouches for them. Formats 1-3 read (results inline).
 MANIFEST_FORMAT = 4
 READ_FORMATS = (1, 2, 3, 4)

@@ -284,7 +284,8 @@ def tvm_threads(threads: int | None) -> Iterator[None]:
 
 
 def write_set(logset: LogSet, manifest: Manifest, log_data: bytes) -> Published:
-    """Archive the old set as .bak and publish log, manifest, README and plot atomically."""
+    """Archive the old set as .bak and publish log, results, manifest, README and plot
+    atomically."""
     manifest, encoded = encode(manifest)
     files = {manifest.log: log_data, "README.md": render_readme(manifest).encode(), **encoded}
     curve = render_curve(manifest)
