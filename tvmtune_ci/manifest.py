@@ -224,6 +224,12 @@ def _workload_results(data: dict[str, Any]) -> dict[str, WorkloadResult]:
     }
 
 
+def is_results_file(data: object) -> bool:
+    """Whether parsed JSON has the keys `Manifest.results_json` writes (publish uses it
+    to know a results.json is ours when its manifest is unreadable)."""
+    return isinstance(data, dict) and {"format", "operator", "target_name", "results"} <= set(data)
+
+
 def parse_results(data: bytes, path: Path) -> dict[str, WorkloadResult]:
     """The results of a results.json's bytes; CorruptFileError naming the file and
     the field that is wrong."""

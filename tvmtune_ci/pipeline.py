@@ -283,11 +283,10 @@ def tvm_threads(threads: int | None) -> Iterator[None]:
             os.environ["TVM_NUM_THREADS"] = old
 
 
-def write_set(logset: LogSet, manifest: Manifest, log_data: bytes) -> Published:
-    """Archive the old set as .bak and publish log, results, manifest, README and plot
-    atomically."""
-    manifest, encoded = encode(manifest)
-    files = {manifest.log: log_data, "README.md": render_readme(manifest).encode(), **encoded}
+def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:
+    """Archive the old set as .bak and publish `files` (the log, results.json and
+    manifest.json of the sealed `manifest`) with the README and plot, atomically."""
+    files = {**files, "README.md": render_readme(manifest).encode()}
     curve = render_curve(manifest)
     if curve is not None:
         files["curve.png"] = curve
@@ -338,7 +337,7 @@ class Job:
     outcomes: dict[str, TuneOutcome] = field(default_factory=dict)
     results: dict[str, WorkloadResult] = field(default_factory=dict)
     manifest: Manifest | None = None
-    log_data: bytes = b""
+    files: dict[str, bytes] = field(default_factory=dict)  # the set's log, results, manifest
     published: Published | None = None
 
 
@@ -516,15 +515,15 @@ def manifest_step(job: Job) -> Job:
         host=host, target_facts=target_facts(target.target).to_json(),
         sources=tpl.sources.to_json(),
     )
-    manifest, _ = encode(manifest)  # records results.json's hashes
-    return replace(job, manifest=manifest, log_data=data)
+    manifest, encoded = encode(manifest)  # records results.json's hashes
+    return replace(job, manifest=manifest, files={manifest.log: data, **encoded})
 
 
 def write_step(job: Job) -> Job:
     """Archive the old set as .bak and publish the new one atomically; the resume
     journal is no longer needed."""
     assert job.manifest is not None
-    published = write_set(job.entry.logset, job.manifest, job.log_data)
+    published = write_set(job.entry.logset, job.manifest, job.files)
     shutil.rmtree(job.entry.logset.work_dir, ignore_errors=True)
     return replace(job, published=published)
 

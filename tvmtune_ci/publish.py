@@ -53,7 +53,7 @@ from pathlib import Path
 
 from .errors import PublishError
 from .fsutil import atomic_write_bytes, canonical_json
-from .manifest import MANIFEST_NAME, RESULTS_NAME
+from .manifest import MANIFEST_NAME, RESULTS_NAME, is_results_file
 
 STAGING_SUFFIX = ".tvmtune-new"
 ASIDE_SUFFIX = ".tvmtune-old"
@@ -178,8 +178,7 @@ def previous_set(folder: Path) -> list[str]:
         names.add(MANIFEST_NAME)
         if _is_generated(folder / "README.md"):
             names |= set(GENERATED_NAMES)
-        results = _read_json(folder / RESULTS_NAME)
-        if results is not None and {"format", "operator", "target_name", "results"} <= set(results):
+        if is_results_file(_read_json(folder / RESULTS_NAME)):
             names.add(RESULTS_NAME)
     names.discard(MARKER_NAME)
     return sorted(n for n in names if (folder / n).is_file() and not (folder / n).is_symlink())

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import (
@@ -27,7 +28,7 @@ from conftest import (
     run_cli,
 )
 from small_mm import SMALL_MM
-from test_log_invariants import problems
+from test_log_invariants import INCONSISTENT, edit_set, problems
 
 tvm = pytest.importorskip("tvm")
 
@@ -126,6 +127,18 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert run_cli(root, "check").returncode == 0
     # The invariants every committed set must keep hold for a format-4 set too.
     assert problems(root / FOLDER, {"host"}) == []
+
+
+@pytest.mark.parametrize(("edit", "expected"), INCONSISTENT)
+def test_the_invariants_catch_an_inconsistent_format_4_set(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, edit: Any, expected: str
+) -> None:
+    """The committed-set invariants, on the set a real retune writes (results.json)."""
+    folder = _copy(tuned[0], tmp_path) / FOLDER
+    assert problems(folder, {"host"}) == []
+    edit_set(folder, edit)
+    found = problems(folder, {"host"})
+    assert any(expected in p for p in found), found
 
 
 def test_log_loads_into_tvms_own_json_database(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
