@@ -13,8 +13,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The aarch64 cross compiler: links kernels of an aarch64 target (e.g. an Arm board
-# behind an RPC tracker) on this x86 machine. The tests of cross-compiled targets
-# skip, saying so, without it; CI installs it (.ci/run).
+# behind an RPC tracker) on this x86 machine. The tests that need it are marked
+# `tool` and skip, saying so, without it; .ci/run runs `make test` with it hidden,
+# then installs it and runs those tests (`pytest -m tool`).
 cross-toolchain:
 	@command -v aarch64-linux-gnu-gcc >/dev/null || \
 	  { command -v apt-get >/dev/null && apt-get install -y -q gcc-aarch64-linux-gnu; } || \

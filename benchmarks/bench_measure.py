@@ -48,9 +48,9 @@ if str(ROOT) not in sys.path:
 
 
 def host_target() -> dict[str, Any]:
-    import tvm
+    from tvmtune_ci.hostcheck import host_target
 
-    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2}
+    return host_target(2)
 
 
 def kendall_tau(a: list[float], b: list[float]) -> float:

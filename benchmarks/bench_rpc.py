@@ -75,13 +75,13 @@ def load_template(folder: Path) -> types.ModuleType:
 
 
 def one_run(args: argparse.Namespace, template: types.ModuleType, servers: int, base: Path) -> Any:
-    import tvm
     from rpcfleet import start_fleet
 
     from tvmtune_ci.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.hostcheck import host_target
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
-    target = {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+    target = host_target()
     # Adaptive sampling as configured by default, shorter samples; a noisy shared
     # runner is expected here, so no baseline is refused.
     measure = MeasureOptions(sample_ms=args.sample_ms, usable_precision=0.9, timeout_s=30)

@@ -293,15 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by both runners' workers
     sys.path.insert(0, str(ROOT))
-    import tvm
 
     from tvmtune_ci.builder import build_config, workload_module
-    from tvmtune_ci.hostcheck import check_host
+    from tvmtune_ci.hostcheck import check_host, host_target
     from tvmtune_ci.measure import flop_count
     from tvmtune_ci.targetinfo import scope
     from tvmtune_ci.template import import_template, space_size
 
-    TARGET["mcpu"] = args.mcpu or str(tvm.target.codegen.llvm_get_system_cpu())
+    TARGET.update({"mcpu": args.mcpu} if args.mcpu else host_target())
     check_host(TARGET, advice="pass --mcpu of a CPU this machine has (default: its own)")
     print(f"target {json.dumps(TARGET)}")
 

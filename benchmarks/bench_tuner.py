@@ -440,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci import tvmsetup
 
     tvmsetup.load()
-    target = {"kind": "llvm", "mcpu": args.mcpu or tvmsetup.host_cpu(), "num-cores": 2}
+    from tvmtune_ci.hostcheck import host_target
+
+    target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": 2} if args.mcpu else host_target(2)
     from tvmtune_ci.config import MeasureOptions
 
     measure = MeasureOptions()

@@ -63,11 +63,11 @@ def collect(samples: int, sample_ms: float) -> dict[str, list[float]]:
 
     from tvmtune_ci import tvmsetup
     from tvmtune_ci.builder import build_config
+    from tvmtune_ci.hostcheck import host_target
     from tvmtune_ci.template import import_template
 
     tvm = tvmsetup.load()
-    cpu = str(tvm.target.codegen.llvm_get_system_cpu())
-    target = {"kind": "llvm", "mcpu": cpu, "num-cores": 2}
+    target = host_target(2)
     dev = tvm.cpu()
     runs = {}
     for name, knobs in KERNELS.items():

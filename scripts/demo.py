@@ -29,9 +29,9 @@ def main() -> int:
     p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a new temp folder)")
     args = p.parse_args()
 
-    import tvm
+    from tvmtune_ci.hostcheck import host_target
 
-    target = {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": os.cpu_count() or 1}
+    target = host_target(os.cpu_count() or 1)
     work = args.dir or Path(tempfile.mkdtemp(prefix="tvmtune-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / "operators", work / "operators", dirs_exist_ok=True,

@@ -346,3 +346,28 @@ def no_github(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process CLI runs print plain text even when the suite runs in Actions."""
     for k in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI"):
         monkeypatch.delenv(k, raising=False)
+
+
+# Tools a test may need that a fresh machine may lack, and how to get each. A test
+# that needs one says so with `@pytest.mark.tool(NAME)`: it is skipped, with the
+# reason, where NAME is not on PATH, and `.ci/run` runs the whole suite with these
+# tools hidden (scripts/without_tools.py) so that a test which forgets the marker
+# goes red, then the marked tests with them installed.
+OPTIONAL_TOOLS = {
+    "aarch64-linux-gnu-gcc": "`make cross-toolchain` (Debian/Ubuntu: apt-get install "
+    "gcc-aarch64-linux-gnu); .ci/run installs it",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "tool(name): needs this optional tool on PATH; skipped, saying so, without it"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("tool"):
+        (name,) = mark.args
+        assert name in OPTIONAL_TOOLS, f"tool {name!r}: add it to conftest.OPTIONAL_TOOLS with how to install it"
+        if shutil.which(name) is None:
+            pytest.skip(f"needs {name}, which is not on PATH: {OPTIONAL_TOOLS[name]}")

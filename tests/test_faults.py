@@ -30,11 +30,14 @@ pytestmark = pytest.mark.slow
 
 tvm = pytest.importorskip("tvm")
 
-TARGET = {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2}
+from tvmtune_ci.hostcheck import host_target  # noqa: E402
+
+TARGET = host_target(2)
 CONFIG = f"""\
 format: 1
 trials: 8
 batch_size: 8
+measure: {{usable_precision: 10}}  # never "runner too noisy": these tests are about faults
 targets:
   host:
     target: {json.dumps(TARGET)}

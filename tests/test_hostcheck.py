@@ -1,15 +1,17 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.errors import HostError  # noqa: E402
-from tvmtune_ci.hostcheck import _X86_FEATURES, check_host, host_cpu_flags  # noqa: E402
+from tvmtune_ci.hostcheck import _X86_FEATURES, check_host, host_cpu_flags, host_target  # noqa: E402
 
 
 def _host_target() -> dict:
-    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+    return host_target()
 
 
 def _target_lacking_a_feature() -> tuple[dict, str]:
@@ -45,5 +47,36 @@ def test_other_architecture_and_missing_gpu_are_refused() -> None:
             check_host({"kind": "cuda"})
 
 
+@pytest.mark.tool("aarch64-linux-gnu-gcc")
 def test_remote_targets_are_left_to_the_tracker_preflight() -> None:
     check_host({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}, remote=True)
+
+
+def test_a_remote_target_still_needs_its_linker_here(tmp_path, monkeypatch) -> None:
+    """The devices measure, but this machine builds: a missing cross compiler is
+    refused before any trial, remote or not, naming the package."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(HostError, match="apt-get install gcc-aarch64-linux-gnu"):
+        check_host({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}, remote=True)
+
+
+def test_a_host_without_a_c_compiler_is_refused_before_any_trial(tmp_path, monkeypatch) -> None:
+    """TVM links every kernel with g++/gcc/clang/cc: a machine with none is told so
+    up front, not by a build error in every trial."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(HostError, match=re.escape("apt-get install g++")):
+        check_host(_host_target())
+
+
+def test_the_host_target_is_one_this_machine_runs() -> None:
+    """LLVM names the CPU; features the VM hides (AMX on an Emerald Rapids guest) are
+    turned off in mattr, so the host check accepts it and tuning here works."""
+    target = host_target(2)
+    assert target["mcpu"] == str(tvm.target.codegen.llvm_get_system_cpu())
+    assert target["num-cores"] == 2
+    check_host(target)
+    flags = host_cpu_flags()
+    for attr in target.get("mattr", []):
+        assert attr.startswith("-") and _X86_FEATURES[attr[1:]] not in flags

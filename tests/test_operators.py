@@ -15,7 +15,6 @@ object code is checked to be aarch64 ELF.
 
 from __future__ import annotations
 
-import shutil
 import zlib
 from functools import cache
 from pathlib import Path
@@ -42,9 +41,9 @@ OPERATORS = ROOT / "operators"
 # This host's CPU, not the repo's tuning target: CI may run on another x86 CPU,
 # and code built for a CPU the host lacks dies with SIGILL.
 def _host_target() -> dict[str, Any]:
-    import tvm
+    from tvmtune_ci.hostcheck import host_target
 
-    return {"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2}
+    return host_target(2)
 
 # Build-only targets: each ISA family the templates must schedule for.
 BUILD_TARGETS: dict[str, dict[str, Any]] = {
@@ -246,10 +245,7 @@ def test_the_lanes_follow_the_target_not_the_host() -> None:
 CROSS_CC = "aarch64-linux-gnu-gcc"
 
 
-@pytest.mark.skipif(
-    shutil.which(CROSS_CC) is None,
-    reason=f"needs {CROSS_CC}: `make cross-toolchain` (.ci/run installs it)",
-)
+@pytest.mark.tool(CROSS_CC)
 def test_the_builder_links_an_aarch64_target_with_the_cross_compiler(tmp_path: Path) -> None:
     """The tuner's own builder (what the RPC runner uploads) makes an aarch64 shared
     object for an aarch64 triple: ELF machine 183, type ET_DYN."""

@@ -8,7 +8,6 @@ winner among themselves; what is checked is who measured what and how the run en
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 from dataclasses import replace
@@ -30,11 +29,12 @@ pytestmark = pytest.mark.slow
 
 tvm = pytest.importorskip("tvm")
 
-HOST_MCPU = str(tvm.target.codegen.llvm_get_system_cpu())
-TARGET = {"kind": "llvm", "mcpu": HOST_MCPU}
+from tvmtune_ci.hostcheck import host_target  # noqa: E402
+
+TARGET = host_target()
 FAST = MeasureOptions(
     sample_ms=2, precision=0.05, search_precision=0.1, search_cap_s=0.1, time_cap_s=0.5,
-    usable_precision=0.9, finalists=2, timeout_s=20,
+    usable_precision=10, finalists=2, timeout_s=20,
 )
 
 
@@ -255,10 +255,7 @@ def test_numerics_are_checked_on_the_device(rpc_fleet, small_mm: ModuleType) -> 
     assert f"does not match reference() on server {fleet.servers[0].address}" in str(err.value)
 
 
-@pytest.mark.skipif(
-    shutil.which("aarch64-linux-gnu-gcc") is None,
-    reason="needs the aarch64 cross compiler: `make cross-toolchain` (.ci/run installs it)",
-)
+@pytest.mark.tool("aarch64-linux-gnu-gcc")
 def test_a_cross_compiled_target_never_runs_on_the_host(
     rpc_fleet, small_mm: ModuleType  # noqa: F811
 ) -> None:
@@ -292,7 +289,7 @@ CONFIG = """\
 format: 1
 trials: 16
 batch_size: 8
-measure: {{sample_ms: 2, precision: 0.05, search_precision: 0.1, search_cap_s: 0.1, time_cap_s: 0.5, usable_precision: 0.5}}
+measure: {{sample_ms: 2, precision: 0.05, search_precision: 0.1, search_cap_s: 0.1, time_cap_s: 0.5, usable_precision: 10}}
 targets:
   host:
     target: {target}

@@ -29,7 +29,7 @@ TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on an
 # Short samples and loose precision: tests check behaviour, not latencies.
 FAST = MeasureOptions(
     sample_ms=2, precision=0.05, search_precision=0.1, search_cap_s=0.1, time_cap_s=0.5,
-    usable_precision=0.9, finalists=3, timeout_s=20,
+    usable_precision=10, finalists=3, timeout_s=20,
 )
 
 SMALL_MM = '''\

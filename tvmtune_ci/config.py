@@ -60,7 +60,8 @@ class MeasureOptions:
     search_cap_s: float = 0.4
     # Sampling of one configuration stops after this long, converged or not.
     time_cap_s: float = 2.0
-    # A runner that cannot get the baseline within this after time_cap_s is refused.
+    # A runner that cannot get the baseline within this after time_cap_s is refused
+    # (1 or more: never; for a runner known to be shared).
     usable_precision: float = 0.25
     # Racing: a candidate whose `probe` samples are all slower than `race` x the
     # incumbent gets no more samples (recorded as measured-slow).
@@ -288,7 +289,8 @@ def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
         "search_precision": (float, "search_precision: 0.03", frac),
         "search_cap_s": (float, "search_cap_s: 0.4", _POS),
         "time_cap_s": (float, "time_cap_s: 2", _POS),
-        "usable_precision": (float, "usable_precision: 0.25", frac),
+        # 1 or more never refuses: a runner known to be shared (the test suite's).
+        "usable_precision": (float, "usable_precision: 0.25", _POS),
         "race": (float, "race: 1.25", (lambda v: v >= 1.0, "it must be at least 1 (1.25: 25% slower)")),
         "probe": (int, "probe: 3", (lambda v: v >= 1, "it must be at least 1")),
         "finalists": (int, "finalists: 5", (lambda v: v >= 1, "it must be at least 1")),

@@ -8,6 +8,7 @@ with "failures" that say nothing. We compare the ISA features the target's
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 from collections.abc import Mapping
@@ -59,10 +60,30 @@ def missing_x86_features(target: dict[str, Any], host_flags: set[str]) -> list[s
     return sorted(f for f in features if f in _X86_FEATURES and _X86_FEATURES[f] not in host_flags)
 
 
+def host_target(cores: int | None = None) -> dict[str, Any]:
+    """The target that tunes for this machine's CPU: LLVM's name for it, minus the
+    features that name implies and this CPU does not report.
+
+    A VM often hides some of its CPU's features: an Emerald Rapids guest without AMX
+    is still `emeraldrapids` to LLVM, whose code (and our host check) would assume
+    AMX. Those features are turned off in `mattr`, so the target is one this machine
+    runs. `cores`: `num-cores` (None: leave it out)."""
+    from . import tvmsetup
+
+    cpu = tvmsetup.host_cpu()
+    target: dict[str, Any] = {"kind": "llvm", "mcpu": cpu}
+    flags = host_cpu_flags()
+    if host_arch() == "x86_64" and flags is not None:
+        hidden = missing_x86_features(target, flags)
+        if hidden:
+            target["mattr"] = [f"-{f}" for f in hidden]
+    if cores is not None:
+        target["num-cores"] = int(cores)
+    return target
+
+
 def host_description() -> dict[str, Any]:
     """What the manifest records about the measuring machine."""
-    import os
-
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -139,10 +160,24 @@ def cross_cc(target: Mapping[str, Any]) -> str | None:
     return f"{prefix}-gcc"
 
 
+# What TVM's `create_shared` looks for to link a kernel built for this machine.
+HOST_CC = ("g++", "gcc", "clang++", "clang", "c++", "cc")
+
+
 def check_toolchain(target: Mapping[str, Any]) -> None:
     """HostError unless the compiler that links `target`'s kernels is on PATH."""
     cc = cross_cc(target)
-    if cc is None or shutil.which(cc):
+    if cc is None:
+        if target.get("kind") not in ("llvm", "c") or os.environ.get("CXX") or os.environ.get("CC"):
+            return
+        if not any(shutil.which(name) for name in HOST_CC):
+            raise HostError(
+                f"target {json_target(dict(target))}: its kernels are linked into shared "
+                f"libraries by a C compiler, and none of {', '.join(HOST_CC)} is on PATH; "
+                "install one (Debian/Ubuntu: `apt-get install g++`) or set CXX, and run again"
+            )
+        return
+    if shutil.which(cc):
         return
     package = "gcc-" + cc.removesuffix("-gcc")
     raise HostError(
