@@ -123,6 +123,8 @@ def test_unknown_keys_name_the_line_and_a_suggestion(text: str, message: str) ->
             "tvmtune.yaml:5: duplicate key 'trials' in the top level",
         ),
         ("format: 2\n" + MINIMAL, "tvmtune.yaml:1: format 2 is not understood"),
+        (MINIMAL + "keep: zen3-2c\n", "tvmtune.yaml:4: keep must be a list of log folders"),
+        (MINIMAL + "keep: [a/b/c]\n", "tvmtune.yaml:4: keep entry 'a/b/c' is not a target name"),
     ],
     ids=[
         "type",
@@ -139,6 +141,8 @@ def test_unknown_keys_name_the_line_and_a_suggestion(text: str, message: str) ->
         "empty",
         "duplicate",
         "format",
+        "keep-not-a-list",
+        "keep-path",
     ],
 )
 def test_wrong_values_name_the_line_and_the_fix(text: str, message: str) -> None:

@@ -402,6 +402,10 @@ def test_orphaned_log_folders_are_warnings(repo: Path) -> None:
         ("orphaned", "tuning_logs/matmul/neon"),
         ("orphaned", "tuning_logs/retired_op"),
     ]
+    # Declared as kept: no warning, listed as kept.
+    (repo / "tvmtune.yaml").write_text(CONFIG + "keep: [retired_op, matmul/neon]\n")
+    report = report_of(repo)
+    assert report.orphans == () and report.kept == ("tuning_logs/matmul/neon/", "tuning_logs/retired_op/")
     # A target dropped from an operator's list orphans its folder too.
     (repo / "tvmtune.yaml").write_text(CONFIG + "operators:\n  matmul:\n    targets: [avx512]\n")
     report = report_of(repo)

@@ -161,6 +161,10 @@ class Config:
     operators: tuple[OperatorConfig, ...] = ()
     pr_check: str = "fail"
     git: GitIdentity = field(default_factory=GitIdentity)
+    # Log folders kept on purpose (history of targets or operators no longer
+    # configured): a target name (any operator), OPERATOR/TARGET, or an operator name.
+    # `check` and `status` do not warn about them.
+    keep: tuple[str, ...] = ()
     path: Path | None = None
     # What parsing warned about, as "tvmtune.yaml:LINE: ...; fix" lines.
     warnings: tuple[str, ...] = ()
@@ -189,6 +193,12 @@ class Config:
             if o.name == name:
                 return o
         return OperatorConfig(name=name)
+
+    def kept(self, operator: str, target: str | None = None) -> bool:
+        """Whether the log folder of `operator` (or of one `target` of it) is kept on purpose."""
+        if operator in self.keep:
+            return True
+        return target is not None and (target in self.keep or f"{operator}/{target}" in self.keep)
 
     def trials_for(self, operator: str) -> int:
         o = self.operator(operator)
@@ -471,7 +481,8 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
 
 
 _TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "batch_size", "seed",
-             "max_age_days", "tvm_version", "early_stop", "measure", "operators", "pr_check", "git"]
+             "max_age_days", "tvm_version", "early_stop", "measure", "operators", "pr_check", "git",
+             "keep"]
 
 
 def parse_config(text: str, path: Path) -> Config:
@@ -524,12 +535,30 @@ def parse_config(text: str, path: Path) -> Config:
     if "pr_check" in items:
         kw["pr_check"] = _typed(ctx, items["pr_check"][1], "pr_check", str, "pr_check: fail",
                                 lambda v: v in ("fail", "warn"), "it must be 'fail' or 'warn'")
+    if "keep" in items:
+        kw["keep"] = _parse_keep(ctx, items["keep"][1])
     if "git" in items:
         g = _mapping(ctx, items["git"][1], "git")
         _check_keys(ctx, g, ["name", "email"], "git")
         kw["git"] = GitIdentity(**{k: _typed(ctx, g[k][1], f"git.{k}", str, f"{k}: tvmtune-ci") for k in g})
     kw["warnings"] = tuple(ctx.warnings)
     return Config(**kw)
+
+
+def _parse_keep(ctx: _Ctx, node: yaml.Node) -> tuple[str, ...]:
+    """`keep: [zen3-2c, matmul/zen5-2c, old_op]`: log folders kept on purpose."""
+    example = "keep: [zen3-2c, matmul/zen5-2c]"
+    if not isinstance(node, yaml.SequenceNode):
+        raise ctx.error(node, "keep must be a list of log folders kept on purpose", f"write for example `{example}`")
+    out = []
+    for item in node.value:
+        v = _construct(item)
+        parts = v.split("/") if isinstance(v, str) else []
+        if not parts or len(parts) > 2 or not all(parts) or any(p in (".", "..") for p in parts):
+            raise ctx.error(item, f"keep entry {v!r} is not a target name, OPERATOR/TARGET or an operator name",
+                            f"write for example `{example}`")
+        out.append(v)
+    return tuple(out)
 
 
 def find_config(start: Path) -> Path:

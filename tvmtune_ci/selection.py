@@ -73,6 +73,17 @@ def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
     return config, report
 
 
+def orphan_lines(report: Report) -> list[str]:
+    """What a text report says of orphaned log folders: the one folder's warning, or one
+    line for many (a target switch leaves a folder per operator: 16 lines of the same
+    warning buried the result)."""
+    if len(report.orphans) <= 1:
+        return [o.detail for o in report.orphans]
+    return [f"{len(report.orphans)} log folders hold logs of operators or targets that are not "
+            "configured: `tvmtune-ci status --orphans` lists them; delete them, or declare the "
+            "ones kept on purpose under `keep:` in tvmtune.yaml"]
+
+
 def summary_line(report: Report) -> str:
     n, stale = len(report.entries), len(report.stale)
     if not n:

@@ -113,6 +113,8 @@ class Report:
     logs_trusted: int = 0
     # Entries whose template was not parsed: git vouched for its recorded sources.
     templates_trusted: int = 0
+    # Log folders of unconfigured targets or operators that tvmtune.yaml's `keep:` declares.
+    kept: tuple[str, ...] = ()
 
     @property
     def stale(self) -> tuple[Entry, ...]:
@@ -700,8 +702,10 @@ def _log_problem(data: bytes) -> str | None:
 
 
 def _orphans(
-    config: Config, cache: SourceCache, templates: dict[str, Path], logs: Path
+    config: Config, cache: SourceCache, templates: dict[str, Path], logs: Path, kept: list[str]
 ) -> list[Reason]:
+    """Log folders of operators without a template or of targets not configured for
+    their operator; those that `keep:` declares go to `kept` instead."""
     if not logs.is_dir():
         return []
     known = {slug(op): {t.slug for t in config.targets_for(op)} for op in templates}
@@ -710,6 +714,9 @@ def _orphans(
         if not d.is_dir() or d.name.startswith("."):
             continue
         rel = cache.rel(d)
+        if d.name not in known and config.kept(d.name):
+            kept.append(f"{rel}/")
+            continue
         if d.name not in known:
             out.append(
                 Reason(
@@ -723,6 +730,9 @@ def _orphans(
             continue
         for t in sorted(d.iterdir()):
             if t.is_dir() and not t.name.startswith(".") and t.name not in known[d.name]:
+                if config.kept(d.name, t.name):
+                    kept.append(f"{rel}/{t.name}/")
+                    continue
                 out.append(
                     Reason(
                         ORPHANED,
@@ -944,6 +954,7 @@ def find_stale(
                 )
                 if changed is None or config_changed or _touched(entry, tpl, changed, cache):
                     entries.append(entry)
-    orphans = _orphans(config, cache, templates, logs_path)
+    kept: list[str] = []
+    orphans = _orphans(config, cache, templates, logs_path, kept)
     return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,
-                  checker.templates_trusted)
+                  checker.templates_trusted, tuple(kept))

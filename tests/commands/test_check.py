@@ -141,9 +141,34 @@ def test_github_format_annotates_the_changed_code_and_writes_the_summary(
     )
     assert "template_changed: operators/matmul.py:schedule changed" in errors[0]
     assert "log_modified" in errors[0] and "log_modified" not in errors[1]
-    assert "::warning file=tuning_logs/gone,title=orphaned log folder::" in out
+    # An orphaned folder is in the step summary, not an annotation of its own.
+    assert not [x for x in out.splitlines() if x.startswith("::") and "tuning_logs/gone" in x], out
     text = summary.read_text()
     assert "| entry | state | reasons |" in text and "| matmul/avx512 | **stale** |" in text
+    assert "| tuning_logs/gone | orphaned |" in text
+
+
+def test_many_orphaned_folders_are_one_line_and_kept_ones_none(cli, repo: Path) -> None:  # noqa: ANN001
+    """A target switch leaves a folder per operator: one summary line names the command
+    that lists them; folders declared under `keep:` are silent, and listed as kept."""
+    for t in ("zen3-2c", "zen5-2c", "zen9-2c"):
+        (repo / f"tuning_logs/matmul/{t}").mkdir(parents=True)
+    code, out, _ = cli("check")
+    warnings = [x for x in out.splitlines() if x.startswith("warning:")]
+    assert code == 0 and len(warnings) == 1, out
+    assert warnings[0].startswith("warning: 3 log folders hold logs") and "status --orphans" in warnings[0]
+    _, listed, _ = cli("status", "--orphans")
+    assert [x.split()[0] for x in listed.splitlines()] == ["orphaned"] * 3
+    (repo / "tvmtune.yaml").write_text((repo / "tvmtune.yaml").read_text() + "keep: [zen3-2c, matmul/zen5-2c]\n")
+    code, out, _ = cli("check")
+    warnings = [x for x in out.splitlines() if x.startswith("warning:")]
+    assert code == 0 and len(warnings) == 1 and "'zen9-2c'" in warnings[0], out
+    _, listed, _ = cli("status", "--orphans")
+    assert sorted(x.split()[:2] for x in listed.splitlines()) == [
+        ["kept", "tuning_logs/matmul/zen3-2c/"], ["kept", "tuning_logs/matmul/zen5-2c/"],
+        ["orphaned", "tuning_logs/matmul/zen9-2c/:"]]
+    _, out, _ = cli("status")
+    assert "zen3-2c" not in out and "zen9-2c" in out
 
 
 def test_github_annotation_for_a_non_code_reason_is_at_the_template(cli, repo: Path) -> None:  # noqa: ANN001

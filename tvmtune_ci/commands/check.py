@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from .. import ci
 from ..ci import md_escape
 from ..config import Config
-from ..selection import add_selection_options, report_from_args, summary_line
+from ..selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..staleness import (
     FIX_HINT,
     TEMPLATE_CHANGED,
@@ -58,8 +58,8 @@ def entry_line(e: Entry) -> str:
 def render_text(report: Report, out: TextIO) -> None:
     for e in report.entries:
         print(entry_line(e), file=out)
-    for o in report.orphans:
-        print(f"warning: {o.detail}", file=out)
+    for line in orphan_lines(report):
+        print(f"warning: {line}", file=out)
     for w in report.warnings:
         print(f"warning: {w}", file=out)
     print(summary_line(report), file=out)
@@ -131,8 +131,8 @@ def render_github(report: Report, level: str) -> list[str]:
                 title=f"stale tuning log: {e.operator}/{e.target_name}",
             )
         )
-    for o in report.orphans:
-        lines.append(ci.annotation("warning", o.detail, file=o.file, title="orphaned log folder"))
+    # Orphaned folders go to the step summary only: one annotation each drowned the
+    # stale entries' annotations after a target switch.
     for w in report.warnings:
         # "tvmtune.yaml:7: ..." warnings are shown at that line.
         m = _WHERE.match(w)

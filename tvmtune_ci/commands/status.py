@@ -13,7 +13,7 @@ from typing import TextIO
 
 from ..ci import md_escape
 from ..errors import CorruptFileError
-from ..selection import add_selection_options, report_from_args, summary_line
+from ..selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..staleness import Entry, Report
 from ..stats import fmt_latency
 
@@ -67,8 +67,8 @@ def render_text(report: Report, out: TextIO) -> None:
     print("  ".join(c.upper().ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
     for r in table:
         print("  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
-    for o in report.orphans:
-        print(f"warning: {o.detail}", file=out)
+    for line in orphan_lines(report):
+        print(f"warning: {line}", file=out)
     for w in report.warnings:
         print(f"warning: {w}", file=out)
     print(summary_line(report), file=out)
@@ -88,12 +88,29 @@ def register(parser: argparse.ArgumentParser) -> None:
         default="text",
         help="a plain table, or a markdown table (for READMEs and step summaries)",
     )
+    parser.add_argument(
+        "--orphans",
+        action="store_true",
+        help="list the log folders of operators or targets that are not configured, and "
+        "those kept on purpose (`keep:` in tvmtune.yaml), instead of the table",
+    )
     add_selection_options(parser)
+
+
+def render_orphans(report: Report, out: TextIO) -> None:
+    for o in report.orphans:
+        print(f"orphaned  {o.file}/: {o.detail}", file=out)
+    for k in report.kept:
+        print(f"kept      {k} (keep: in tvmtune.yaml)", file=out)
+    if not report.orphans and not report.kept:
+        print("no log folders of unconfigured operators or targets", file=out)
 
 
 def run(args: argparse.Namespace) -> int:
     _, report = report_from_args(args)
-    if args.format == "markdown":
+    if args.orphans:
+        render_orphans(report, sys.stdout)
+    elif args.format == "markdown":
         print(render_markdown(report), end="")
     else:
         render_text(report, sys.stdout)
