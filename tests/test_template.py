@@ -160,7 +160,7 @@ def test_definer_errors(call, message: str) -> None:  # noqa: ANN001
         ),
         (
             "WORKLOADS = {'w': {'M': 4}}\n\nKNOBS = [define_split('t', 'N')]\n" + BODY,
-            r"op\.py:3: extent 'N': workload has no integer 'N'",
+            r"op\.py:3: knob 't', workload 'w': extent 'N': workload has no integer 'N'",
         ),
         ("WORKLOADS = {'w': {'M': 4}\n" + BODY, r"op\.py:1: syntax error"),
     ],
@@ -229,3 +229,23 @@ def compile_tree(source: str):  # noqa: ANN201
     import ast
 
     return ast.parse(source)
+
+
+def test_an_extent_typo_is_reported_at_the_knob_with_only_the_integer_names(tmp_path: Path) -> None:
+    """Not at `KNOBS = [`: at the line of the knob whose extent fails, offering only the
+    names an extent can use (a dtype is no extent)."""
+    src = (
+        "from tvmtune_ci.template import define_knob, define_split\n"
+        "WORKLOADS = {'w': {'R': 4096, 'C': 768, 'dtype': 'float32'}}\n"
+        "KNOBS = [\n"
+        "    define_split('tile_r', 'R', parts=2),\n"
+        "    define_knob('unroll', [0, 16]),\n"
+        "    define_split('tile_c', 'CC//LANES', parts=2),\n"
+        "]\n" + BODY
+    )
+    path = write(tmp_path, "operators/ln.py", src)
+    with pytest.raises(TemplateError) as e:
+        read_template(path)
+    assert e.value.line == 6, str(e.value)
+    assert "knob 'tile_c'" in str(e.value) and "'CC'" in str(e.value)
+    assert "the integers it has: R, C" in str(e.value) and "dtype" not in str(e.value)

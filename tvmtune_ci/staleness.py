@@ -299,11 +299,11 @@ def _target_space(
     try:
         return tpl.decl.space_sizes(target.target), None
     except TemplateError as e:
-        knobs_line = _assign_line_of(tpl.decl.path, "KNOBS")
-        where = f"{tpl.rel}:{knobs_line}" if knobs_line else tpl.rel
+        line = e.line if e.file is not None else _assign_line_of(tpl.decl.path, "KNOBS")
+        where = f"{tpl.rel}:{line}" if line else tpl.rel
         return {}, Reason(
-            TEMPLATE_INVALID, f"{where}: KNOBS for target {target.name!r}: {e}", tpl.rel,
-            knobs_line,
+            TEMPLATE_INVALID, f"{where}: KNOBS for target {target.name!r}: {e.message}", tpl.rel,
+            line,
         )
 
 

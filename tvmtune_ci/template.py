@@ -35,7 +35,7 @@ import itertools
 import math
 import operator as _op
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,9 @@ def _eval_node(node: ast.AST, extent: str, workload: Mapping[str, Any]) -> int:
         v = workload.get(node.id)
         if not isinstance(v, int) or isinstance(v, bool):
             hint = "" if node.id not in FACT_NAMES else " (a target fact: only known with a target)"
-            raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (names: {', '.join(workload)}){hint}")
+            # Only what an extent can name: the integers (a dtype is no extent).
+            names = [k for k, x in workload.items() if isinstance(x, int) and not isinstance(x, bool)]
+            raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (the integers it has: {', '.join(names) or 'none'}){hint}")
         return v
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return int(_BINOPS[type(node.op)](_eval_node(node.left, extent, workload), _eval_node(node.right, extent, workload)))
@@ -242,6 +244,7 @@ class TemplateDecl:
     knobs: tuple[Knob, ...]
     line: int  # of `def schedule`
     functions: dict[str, int]  # compute/reference/schedule -> line
+    knob_lines: dict[str, int] = field(default_factory=dict, compare=False)  # knob -> its line
 
     def space_sizes(self, target: Mapping[str, Any] | None = None) -> dict[str, tuple[int, int]]:
         """workload -> (points per design space, design spaces) for `target` (the
@@ -254,9 +257,25 @@ class TemplateDecl:
         key = repr(sorted(target.items()))
         sizes = cache.get(key)
         if sizes is None:
-            sizes = {w: space_size(self.knobs, scope(wl, target)) for w, wl in self.workloads.items()}
+            sizes = {}
+            for w, wl in self.workloads.items():
+                names = scope(wl, target)
+                try:
+                    sizes[w] = space_size(self.knobs, names)
+                except TemplateError:
+                    self._raise_at_knob(w, names)
+                    raise
             cache[key] = sizes
         return dict(sizes)
+
+    def _raise_at_knob(self, workload: str, names: Mapping[str, Any]) -> None:
+        """Re-raise a space-size error at the line of the knob it comes from."""
+        for k in self.knobs:
+            try:
+                space_size((k,), names)
+            except TemplateError as e:
+                raise TemplateError(f"knob {k.name!r}, workload {workload!r}: {e.message}",
+                                    file=self.path, line=self.knob_lines.get(k.name)) from None
 
 
 REQUIRED_FUNCTIONS = ("compute", "reference", "schedule")
@@ -302,6 +321,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     workloads: dict[str, dict[str, Any]] | None = None
     knobs: list[Knob] | None = None
     knobs_line = 1
+    knob_lines: dict[str, int] = {}
     functions: dict[str, int] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -313,6 +333,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                 if not isinstance(stmt.value, (ast.List, ast.Tuple)):
                     raise TemplateError("KNOBS must be a list of define_* calls", file=path, line=stmt.lineno)
                 knobs = [knob_from_ast(e, path) for e in stmt.value.elts]
+                knob_lines = {k.name: e.lineno for k, e in zip(knobs, stmt.value.elts, strict=True)}
                 knobs_line = stmt.lineno
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
             functions[stmt.name] = stmt.lineno
@@ -329,11 +350,13 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TemplateError(f"knob names must be unique; repeated: {', '.join(dup)}", file=path)
-    decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions)
+    decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions,
+                        knob_lines)
     try:
         decl.space_sizes()  # validates every extent against every workload (one target)
     except TemplateError as e:
-        # eval_extent does not know the file; point at the KNOBS declaration.
+        if e.file is not None:  # at the offending knob's line
+            raise
         raise TemplateError(f"{e}", file=path, line=knobs_line) from None
     return decl
 
