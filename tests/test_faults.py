@@ -37,7 +37,7 @@ CONFIG = f"""\
 format: 1
 trials: 8
 batch_size: 8
-measure: {{usable_precision: 10}}  # never "runner too noisy": these tests are about faults
+measure: {{usable_precision: 10, history_s: 1}}  # never "runner too noisy": these tests are about faults
 targets:
   host:
     target: {json.dumps(TARGET)}
@@ -46,7 +46,7 @@ targets:
 FOLDER = Path("tuning_logs/mm/host")
 # Not tvmtune-ci's: each must survive every scenario byte for byte.
 USER_FILES = {".gitattributes": b"*.json -diff\n", "notes/keep.txt": b"keep\n", "NOTES.md": b"# why\n"}
-GENERATED = ("manifest.json", "results.json", "README.md", "curve.png")
+GENERATED = ("manifest.json", "results.json", "runs.jsonl", "README.md", "curve.png")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -82,7 +82,8 @@ def _assert_whole(root: Path, old: dict[str, bytes]) -> str:
         return "old"
     m = json.loads(now["manifest.json"])
     assert hashlib.sha256(now[m["log"]]).hexdigest() == m["log_sha256"]
-    assert hashlib.sha256(now["results.json"]).hexdigest() == m["files"]["results.json"]
+    for name in ("results.json", "runs.jsonl"):
+        assert hashlib.sha256(now[name]).hexdigest() == m["files"][name]
     assert set(GENERATED) <= set(now)
     om = json.loads(old["manifest.json"]) if old else None
     if om is not None:  # the previous set lives on, archived, byte for byte

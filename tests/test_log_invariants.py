@@ -14,7 +14,10 @@ results.json) it checks, per workload:
   sit below it);
 - every GFLOPS figure of a workload uses one FLOP count;
 - the log's records are sorted, with one measurement entry each;
-- README.md is exactly what `render_readme` makes of the manifest.
+- README.md is exactly what `render_readme` makes of the manifest and the run history
+  (runs.jsonl, when the manifest names one); its headline is the median of the runs'
+  figure, every run measured every workload of the set, and this run's finals best is
+  shown too.
 
 A format-1 set (fixed-repeat means) may stay only as history of a target that is no
 longer configured.
@@ -35,6 +38,7 @@ from tvmtune_ci import stats
 from tvmtune_ci.manifest import Measured, read_manifest
 from tvmtune_ci.readme import render_readme
 from tvmtune_ci.records import read_log, record_mean_secs
+from tvmtune_ci.runs import headline, read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "tuning_logs"
@@ -61,8 +65,13 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
         return out
     log = read_log(folder / m.log)
     readme = (folder / "README.md").read_text(encoding="utf-8")
-    if readme != render_readme(m):
-        out.append(f"{folder}/README.md differs from what its manifest renders")
+    history = read_runs(folder, m.files)
+    if readme != render_readme(m, history):
+        out.append(f"{folder}/README.md differs from what its manifest and run history render")
+    for i, run in enumerate(history, 1):
+        if set(run.workloads) != set(m.results):
+            out.append(f"{folder}/runs.jsonl: run {i} measured {sorted(run.workloads)}, the set "
+                       f"has {sorted(m.results)}")
     for w, res in sorted(m.results.items()):
         where = f"{folder.parent.name}/{folder.name}:{w}"
         entry = log["workloads"].get(w)
@@ -94,8 +103,12 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
         if len(flops) > 1:
             out.append(f"{where}: GFLOPS use {len(flops)} different FLOP counts: {sorted(flops)}")
         shown = stats.fmt_latency(res.best.latency_s, _rel(res.best))
-        if f"**{shown}**" not in readme:
-            out.append(f"{where}: the README does not show the best as {shown}")
+        value, _ = headline(history, w)
+        head = stats.fmt_latency(value) if value is not None else shown
+        if f"| `{w}` | **{head}**" not in readme:
+            out.append(f"{where}: the README's headline is not {head}")
+        if f"| {shown} |" not in readme:
+            out.append(f"{where}: the README does not show this run's finals best as {shown}")
         top = list(res.top)
         if not top or top[0] != res.best:
             out.append(f"{where}: the top table does not start with the best")

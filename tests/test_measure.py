@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_tuner import FAST, TARGET, make_template
+from test_tuner import FAST, TARGET, make_template, write_template
 
 from tvmtune_ci import measure, numerics, runners, sampling, stats
 from tvmtune_ci.builder import build_config, split_knobs
@@ -63,6 +63,29 @@ def test_wrong_reference_names_the_error(tmp_path: Path) -> None:
     assert "fix compute(), reference() or schedule()" in msg
 
 
+def test_a_reference_with_its_inputs_swapped_gets_the_order_and_a_hint(tmp_path: Path) -> None:
+    """The inputs go to reference() in the PrimFunc's parameter order; the error names
+    that order and, when swapping two same-shaped inputs would match, says so. The
+    template is named by its file, not the module name tvmtune-ci imports it under."""
+    from tvmtune_ci.template import import_template
+
+    path = write_template(tmp_path, "mm_swapped", reference="B @ A")
+    wrong = import_template(path, tmp_path)
+    with pytest.raises(TuningError) as info:
+        numerics.check_correct(wrong, "m64", TARGET)
+    msg = str(info.value)
+    assert msg.startswith("mm_swapped.py workload 'm64'"), msg
+    assert "_tvmtune_template_" not in msg
+    assert "output C (float32[64, 64])" in msg
+    assert "reference(A, B) was given compute()'s inputs in the PrimFunc's parameter order: A, B" in msg
+    assert "swapping A and B makes them match" in msg
+    # No hint where no swap helps.
+    plain = import_template(write_template(tmp_path, "mm_t2", reference="A @ B.T"), tmp_path)
+    with pytest.raises(TuningError) as info:
+        numerics.check_correct(plain, "m64", TARGET)
+    assert "swapping" not in str(info.value)
+
+
 def test_reference_with_wrong_arity(tmp_path: Path) -> None:
     bad = make_template(tmp_path, "mm_arity", reference="(A @ B, A @ B)")
     with pytest.raises(TemplateError, match="returned 2 array"):
@@ -71,7 +94,7 @@ def test_reference_with_wrong_arity(tmp_path: Path) -> None:
 
 def test_a_failing_schedule_is_a_template_error(tmp_path: Path) -> None:
     bad = make_template(tmp_path, "mm_sched", extra='sch.get_sblock("no_such_block")\n')
-    with pytest.raises(TemplateError, match=r"mm_sched.schedule\(\) failed for workload 'm64'"):
+    with pytest.raises(TemplateError, match=r"mm_sched: schedule\(\) failed for workload 'm64'"):
         numerics.check_correct(bad, "m64", TARGET)
 
 

@@ -289,7 +289,7 @@ CONFIG = """\
 format: 1
 trials: 16
 batch_size: 8
-measure: {{sample_ms: 2, precision: 0.05, search_precision: 0.1, search_cap_s: 0.1, time_cap_s: 0.5, usable_precision: 10}}
+measure: {{sample_ms: 2, precision: 0.05, search_precision: 0.1, search_cap_s: 0.1, time_cap_s: 0.5, usable_precision: 10, history_s: 1}}
 targets:
   host:
     target: {target}

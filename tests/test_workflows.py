@@ -197,6 +197,7 @@ def test_top_level_permissions_empty_and_every_job_explicit() -> None:
             if (name, job_id) in {
                 ("tvmtune-retune.yml", "retune"),
                 ("tvmtune-yearly.yml", "retune"),
+                ("tvmtune-remeasure.yml", "remeasure"),  # commits the recorded run
             }:
                 assert perms == {"contents": "write"}, f"{name}:{job_id}"
             else:
@@ -302,23 +303,30 @@ def test_yearly_says_what_drifted_before_it_retunes() -> None:
     names = [s.get("name", "") for s in wf["jobs"]["retune"]["steps"]]
     first = next(i for i, n in enumerate(names) if "remeasure" in n)
     assert first < next(i for i, n in enumerate(names) if "retune --all" in n)
-    assert "remeasure --operator \"$OPERATOR\" --target \"$TARGET\" --format github" in (
+    assert "remeasure \"$OPERATOR\" --target \"$TARGET\" --format github" in (
         wf["jobs"]["retune"]["steps"][first]["run"]
     )
 
 
-def test_monthly_remeasure_is_read_only_and_self_hosted() -> None:
+def test_monthly_remeasure_records_its_run_and_is_self_hosted(tmp_path: Path) -> None:
     wf = load(WORKFLOWS / "tvmtune-remeasure.yml")
     assert triggers(wf) == {"schedule", "workflow_dispatch"}
     (cron,) = [c["cron"] for c in wf["on"]["schedule"]]
     minute, hour, day, month, dow = cron.split()
     assert all(f.isdigit() for f in (minute, hour, day)) and month == dow == "*", cron
     job = wf["jobs"]["remeasure"]
-    assert job["permissions"] == {"contents": "read"} and job["needs"] == "plan"
+    # It writes only the run history (runs.jsonl, manifest, README) of its own entry.
+    assert job["permissions"] == {"contents": "write"} and job["needs"] == "plan"
     assert job["runs-on"] == "${{ matrix.runs-on }}"
+    assert job["concurrency"]["group"] == "tvmtune-retune-${{ matrix.operator }}-${{ matrix.target }}"
     assert "'.[tune]'" in step(wf, "remeasure", "Install")["run"]
-    run = step(wf, "remeasure", "tvmtune-ci remeasure")["run"]
-    assert "--format github" in run and "|| true" not in run  # a drift fails the job
+    script = step(wf, "remeasure", "tvmtune-ci remeasure")["run"]
+    assert "|| true" not in script  # a drift fails the job (after the run is committed)
+    fake_cli(tmp_path / "runner_temp" / "tvmtune-venv" / "bin" / "tvmtune-ci")
+    (call,) = run_script(script, tmp_path, {"OPERATOR": "matmul", "TARGET": "zen5 2c", "PUSH_TOKEN": "ghs_x"})
+    assert call["argv"] == ["remeasure", "matmul", "--target", "zen5 2c", "--format", "github",
+                            "--record", "--commit", "--push"]
+    assert call["env"]["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic " + base64.b64encode(b"x-access-token:ghs_x").decode()
 
 
 @pytest.mark.parametrize("name", ["tvmtune-retune.yml", "tvmtune-yearly.yml"])
@@ -440,7 +448,11 @@ ZERO = "0" * 40
                 "OPERATOR": "mat mul",
                 "TARGET": "cpu; rm -rf /",
             },
-            ["matrix", "--operator", "mat mul", "--target", "cpu; rm -rf /"],
+            ["matrix", "--target", "cpu; rm -rf /", "--", "mat mul"],
+        ),
+        (
+            {"EVENT": "workflow_dispatch", "ALL": "false", "OPERATOR": "--all", "TARGET": ""},
+            ["matrix", "--", "--all"],
         ),
     ],
 )

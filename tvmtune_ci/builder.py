@@ -27,7 +27,16 @@ from typing import Any
 
 from .errors import TemplateError, TvmtuneError
 from .targetinfo import scope
-from .template import Categorical, Knob, Knobs, Split, Structural, call_with_workload, eval_extent
+from .template import (
+    Categorical,
+    Knob,
+    Knobs,
+    Split,
+    Structural,
+    call_with_workload,
+    eval_extent,
+    template_name,
+)
 
 # --------------------------------------------------------------------------- workloads
 
@@ -37,7 +46,7 @@ def workload_params(template: ModuleType, workload_name: str) -> dict[str, Any]:
     workloads = getattr(template, "WORKLOADS", None) or {}
     if workload_name not in workloads:
         raise TemplateError(
-            f"{template.__name__}: no workload {workload_name!r}; "
+            f"{template_name(template)}: no workload {workload_name!r}; "
             f"WORKLOADS has {', '.join(workloads) or '(none)'}"
         )
     return dict(workloads[workload_name])
@@ -90,7 +99,7 @@ def split_knobs(
     unknown = sorted(set(knobs) - set(decls))
     if unknown:
         raise TemplateError(
-            f"{template.__name__}: unknown knob(s) {', '.join(unknown)}; KNOBS declares "
+            f"{template_name(template)}: unknown knob(s) {', '.join(unknown)}; KNOBS declares "
             f"{', '.join(decls) or '(none)'} (was the log written for another version of the "
             "template?)"
         )
@@ -198,7 +207,7 @@ def schedule_config(
     except Exception as e:  # a TVM ScheduleError or a bug in the template
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise TemplateError(
-            f"{template.__name__}.schedule() failed for workload {workload_name!r} at "
+            f"{template_name(template)}: schedule() failed for workload {workload_name!r} at "
             f"{dict(structure, **values)}: {type(e).__name__}: {first}"
         ) from e
     if target is not None:

@@ -62,6 +62,10 @@ class Measured:
     # A search/probe entry beside finals is shown on the finals' scale (as the log
     # ranks it): latency_s = search_s x the scale; search_s is the search's own number.
     search_s: float | None = None
+    # Why its sampling stopped (the finals): "converged" within measure.precision,
+    # "separated" (out of the race: slower than the leader beyond the noise) or
+    # "time_cap" (the finals' time was spent first); None when not recorded.
+    stopped: str | None = None
 
     @property
     def rel_halfwidth(self) -> float | None:
@@ -97,10 +101,23 @@ class WorkloadResult:
     # before `baseline` (the same configuration in the finals): how far this runner's
     # speed moved during the run. None in manifests written before it was recorded.
     noise_check: Measured | None = None
+    # Bytes one run moves at the least (its buffers: measure.workload_bytes); 0 when not
+    # recorded. GB/s = bytes_moved / latency.
+    bytes_moved: int = 0
 
     @property
     def speedup(self) -> float:
         return self.baseline.latency_s / self.best.latency_s
+
+    @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        """The speedup's bounds from the two 95% intervals (default / best); None when
+        either has none. Both intervals hold together with at least 90% probability."""
+        b, d = self.best, self.baseline
+        if None in (b.ci_lo_s, b.ci_hi_s, d.ci_lo_s, d.ci_hi_s):
+            return None
+        assert b.ci_lo_s and b.ci_hi_s and d.ci_lo_s and d.ci_hi_s
+        return d.ci_lo_s / b.ci_hi_s, d.ci_hi_s / b.ci_lo_s
 
 
 @dataclass(frozen=True)
@@ -111,8 +128,9 @@ class Trials:
     run: int
     valid: int
     failed: int
-    stop_reason: str  # "budget", "early_stop", "space_exhausted"
+    stop_reason: str  # "budget", "early_stop", "matched_history", "space_exhausted"
     failures: dict[str, int] = field(default_factory=dict)  # error kind -> count
+    stop_detail: str = ""  # why, in words, when the rule has more to say than its name
 
 
 @dataclass(frozen=True)
@@ -219,6 +237,7 @@ def _workload_results(data: dict[str, Any]) -> dict[str, WorkloadResult]:
             best_source=r.get("best_source", "search"),
             history=r.get("history"),
             noise_check=_m(r["noise_check"]) if r.get("noise_check") else None,
+            bytes_moved=int(r.get("bytes_moved", 0)),
         )
         for w, r in data.items()
     }
@@ -307,6 +326,16 @@ def encode(manifest: Manifest) -> tuple[Manifest, dict[str, bytes]]:
     return sealed, {RESULTS_NAME: results, MANIFEST_NAME: canonical_json(sealed.to_json()).encode()}
 
 
+def seal_files(manifest: Manifest, files: Mapping[str, bytes]) -> Manifest:
+    """The manifest naming `files` (set files beside results.json, e.g. the run history)
+    with their sha256 and git blob ids."""
+    return replace(
+        manifest,
+        files={**manifest.files, **{n: sha256_bytes(d) for n, d in files.items()}},
+        files_git_blob={**manifest.files_git_blob, **{n: blob_id(d) for n, d in files.items()}},
+    )
+
+
 def read_manifest(path: Path) -> Manifest:
     """Read and check a manifest.json (and, from format 4, its results.json);
     CorruptFileError naming the file and the field that is wrong."""
@@ -393,7 +422,7 @@ def _result(data: Any, where: str) -> None:
     _need(isinstance(top, list), f"{where}.top", top, "a list")
     for i, m in enumerate(top):
         _measured(m, f"{where}.top[{i}]")
-    for key, low in (("space_size", 0), ("design_spaces", 1)):
+    for key, low in (("space_size", 0), ("design_spaces", 1), ("bytes_moved", 0)):
         if key in r:
             _need(_is_int(r[key]) and r[key] >= low, f"{where}.{key}", r[key], f"an integer >= {low}")
     curve = r.get("curve", [])

@@ -26,6 +26,7 @@ from .manifest import Measured
 from .runners import make_runner
 from .runners.rpc import rpc_failure
 from .sampling import SamplePolicy, device_type, full_policy
+from .template import template_name
 
 DEFAULT_MEASURE = MeasureOptions()
 
@@ -54,10 +55,33 @@ def workload_flops(template: ModuleType, workload_name: str) -> float:
     return flop_count(workload_module(template, workload_name))
 
 
+def workload_bytes(template: ModuleType, workload_name: str) -> int:
+    """Bytes one run must move at the least: every buffer of the PrimFunc's parameters
+    (inputs read once, outputs written once). The bandwidth figure of a memory-bound
+    operator (softmax, layernorm) divides this by the latency."""
+    from . import tvmsetup
+    from .builder import workload_module
+
+    tvm = tvmsetup.load()
+    func = workload_module(template, workload_name)["main"]
+    buffers = getattr(func, "buffer_map", None)  # TVM 0.27: the params are the buffers
+    total = 0
+    for p in func.params:
+        buf = buffers.get(p) if buffers is not None else p
+        if buf is None or not hasattr(buf, "shape"):
+            continue
+        n = 1
+        for d in buf.shape:
+            n *= int(d)
+        dt = tvm.DataType(str(buf.dtype))
+        total += n * ((dt.bits * dt.lanes + 7) // 8)
+    return total
+
+
 def measured(
-    knobs: Mapping[str, Any], est: stats.Estimate, flop: float, stage: str
+    knobs: Mapping[str, Any], est: stats.Estimate, flop: float, stage: str, stopped: str | None = None
 ) -> Measured:
-    """A manifest entry from an estimate."""
+    """A manifest entry from an estimate (`stopped`: why its sampling stopped)."""
     return Measured(
         dict(knobs),
         est.value,
@@ -66,6 +90,7 @@ def measured(
         ci_hi_s=est.hi if math.isfinite(est.hi) else None,
         n=est.n,
         stage=stage,
+        stopped=stopped or None,
     )
 
 
@@ -171,7 +196,7 @@ def measure_config(
         sch = schedule_config(template, workload_name, knobs, target)
         s.runner.set_policy(policy or full_policy(measure))
         config = "a tuned configuration" if knobs else "the default configuration"
-        what = f"{template.__name__}/{workload_name}: measuring {config}"
+        what = f"{template_name(template)}/{workload_name}: measuring {config}"
         try:
             secs = run_schedule(sch, target, s.runner, s.builder, what)
         finally:
@@ -194,7 +219,7 @@ def measure_baseline(
     `time_cap_s`. Short of it, `warn` is told and it is sampled on for up to
     NOISY_EXTRA x `time_cap_s` more (all samples pooled); still worse than
     `usable_precision` -> TuningError (the runner cannot measure usefully at all)."""
-    where = f"{template.__name__}/{workload_name}"
+    where = f"{template_name(template)}/{workload_name}"
     flop = workload_flops(template, workload_name)
     with _Session(measure, runner) as s:
         sch = schedule_config(template, workload_name, None, target)
@@ -216,7 +241,8 @@ def measure_baseline(
                 est = stats.estimate(secs)
         finally:
             s.runner.set_options(measure)
-    base = measured(full_knobs(template, workload_name, None, target), est, flop, "single")
+    base = measured(full_knobs(template, workload_name, None, target), est, flop, "single",
+                    "converged" if est.rel_halfwidth <= measure.precision else "time_cap")
     if est.rel_halfwidth <= measure.usable_precision:
         return base
     spent = (1 + NOISY_EXTRA) * measure.time_cap_s
@@ -267,6 +293,61 @@ class FinalResult:
     estimate: stats.Estimate | None
     samples: tuple[float, ...] = ()
     error: str | None = None
+    # Why sampling stopped: "converged" (within measure.precision), "separated" (its
+    # interval entirely above the leader's: out of the race) or "time_cap".
+    stopped: str = ""
+
+
+class _Visits:
+    """Built kernels measured in visits of a few samples each (the finals' and
+    `interleave`'s unit): one runner call per visit, runs per sample calibrated on the
+    first visit and kept, artifacts removed on close."""
+
+    def __init__(self, schs: Sequence[Any], target: Mapping[str, Any], measure: MeasureOptions,
+                 runner: Any, builder: Any) -> None:
+        from . import tvmsetup
+
+        ms = tvmsetup.ms()
+        tgt = tvmsetup.make_target(dict(target))
+        self.measure, self.runner = measure, runner
+        self.inputs: dict[int, Any] = {}
+        self.errors: dict[int, str] = {}
+        self.number: dict[int, int] = {}
+        todo = [i for i, sch in enumerate(schs) if sch is not None]
+        built = builder.build([ms.builder.BuilderInput(schs[i].mod, tgt) for i in todo])
+        for i, b in zip(todo, built, strict=True):
+            if b.error_msg:
+                self.errors[i] = f"build failed: {b.error_msg}"
+            else:
+                info = ms.arg_info.ArgInfo.from_entry_func(schs[i].mod, remove_preproc=True)
+                self.inputs[i] = ms.runner.RunnerInput(b.artifact_path, device_type(tgt), info)
+        # An RPC measurement is a session (connect, upload): fewer, longer visits there.
+        self.chunk = 3 if getattr(runner, "rpc", None) is None else 12
+
+    def visit(self, i: int) -> list[float] | None:
+        """`chunk` samples of kernel i; None (and errors[i]) when the run failed."""
+        m = self.measure
+        self.runner.set_policy(
+            SamplePolicy(
+                sample_ms=m.sample_ms, precision=0.0, cap_s=math.inf,
+                min_samples=self.chunk, max_samples=self.chunk, chunk=self.chunk,
+                number=self.number.get(i, 0), cache_flush=m.enable_cpu_cache_flush,
+            )
+        )
+        (fut,) = self.runner.run([self.inputs[i]])
+        res = fut.result()
+        if res.error_msg:
+            self.errors[i] = str(res.error_msg)
+            return None
+        sampled = self.runner.info_of(str(self.inputs[i].artifact_path))
+        if sampled is not None and sampled.number:
+            self.number[i] = sampled.number
+        return [float(x) for x in res.run_secs]
+
+    def close(self) -> None:
+        self.runner.set_options(self.measure)
+        for inp in self.inputs.values():
+            remove_artifact(inp.artifact_path)
 
 
 def finals(
@@ -283,10 +364,6 @@ def finals(
     within `measure.precision`, or separated from the leader (its interval entirely
     above the leader's: out of the race, no more samples), or the finals' time
     (`time_cap_s` per finalist) is spent. One result per finalist, in order."""
-    from . import tvmsetup
-
-    ms = tvmsetup.ms()
-    tgt = tvmsetup.make_target(dict(target))
     results: list[FinalResult | None] = [None] * len(finalists)
     schs: list[Any] = []
     for i, f in enumerate(finalists):
@@ -295,66 +372,98 @@ def finals(
         except Exception as e:  # noqa: BLE001 - e.g. an old configuration the template refuses
             schs.append(None)
             results[i] = FinalResult(f, None, error=f"{type(e).__name__}: {e}")
-    todo = [i for i, sch in enumerate(schs) if sch is not None]
-    built = builder.build([ms.builder.BuilderInput(schs[i].mod, tgt) for i in todo])
-    inputs: dict[int, Any] = {}
-    for i, b in zip(todo, built, strict=True):
-        if b.error_msg:
-            results[i] = FinalResult(finalists[i], None, error=f"build failed: {b.error_msg}")
-        else:
-            info = ms.arg_info.ArgInfo.from_entry_func(schs[i].mod, remove_preproc=True)
-            inputs[i] = ms.runner.RunnerInput(b.artifact_path, device_type(tgt), info)
-    # An RPC measurement is a session (connect, upload): fewer, longer visits there.
-    chunk = 3 if getattr(runner, "rpc", None) is None else 12
-    samples: dict[int, list[float]] = {i: [] for i in inputs}
-    number: dict[int, int] = {}
-    active = list(inputs)
-    budget_s = measure.time_cap_s * max(2, len(inputs))
+    kernels = _Visits(schs, target, measure, runner, builder)
+    samples: dict[int, list[float]] = {i: [] for i in kernels.inputs}
+    stopped: dict[int, str] = {}
+    active = list(kernels.inputs)
+    budget_s = measure.time_cap_s * max(2, len(kernels.inputs))
     t0 = time.perf_counter()
     rnd = 0
     try:
         while active:
             order = active[rnd % len(active):] + active[: rnd % len(active)]
             for i in order:
-                runner.set_policy(
-                    SamplePolicy(
-                        sample_ms=measure.sample_ms, precision=0.0, cap_s=math.inf,
-                        min_samples=chunk, max_samples=chunk, chunk=chunk,
-                        number=number.get(i, 0), cache_flush=measure.enable_cpu_cache_flush,
-                    )
-                )
-                (fut,) = runner.run([inputs[i]])
-                res = fut.result()
-                if res.error_msg:
-                    results[i] = FinalResult(finalists[i], None, error=str(res.error_msg))
+                got = kernels.visit(i)
+                if got is None:
                     active.remove(i)
                     continue
-                samples[i].extend(float(x) for x in res.run_secs)
-                sampled = runner.info_of(str(inputs[i].artifact_path))
-                if sampled is not None and sampled.number:
-                    number[i] = sampled.number
+                samples[i].extend(got)
             rnd += 1
-            ests = {i: stats.estimate(v) for i, v in samples.items() if v}
+            ests = {i: stats.estimate(v) for i, v in samples.items() if v and i not in kernels.errors}
             if not ests or min(ests[i].n if i in ests else 0 for i in active) < stats.MIN_SAMPLES:
                 continue
             leader = min(ests.values(), key=lambda e: e.value)
-            active = [
-                i for i in active
-                if i in ests and ests[i].rel_halfwidth > measure.precision
-                and not (ests[i].lo > leader.hi)
-            ]
+            for i in list(active):
+                if i not in ests:
+                    continue
+                if ests[i].rel_halfwidth <= measure.precision:
+                    stopped[i] = "converged"
+                elif ests[i].lo > leader.hi:
+                    stopped[i] = "separated"
+                else:
+                    continue
+                active.remove(i)
             if time.perf_counter() - t0 >= budget_s:
+                stopped.update({i: "time_cap" for i in active})
                 break
     finally:
-        runner.set_options(measure)
-        for inp in inputs.values():
-            remove_artifact(inp.artifact_path)
-    for i in inputs:
+        kernels.close()
+    for i, err in kernels.errors.items():
+        results[i] = FinalResult(finalists[i], None, error=err)
+    for i in kernels.inputs:
         if results[i] is None:
-            results[i] = FinalResult(
-                finalists[i], stats.estimate(samples[i]), tuple(samples[i])
-            )
+            results[i] = FinalResult(finalists[i], stats.estimate(samples[i]), tuple(samples[i]),
+                                     stopped=stopped.get(i, "converged"))
     return [r for r in results if r is not None]
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One turn of one kernel in `interleave`: when it started (seconds from the
+    start) and its samples."""
+
+    t_s: float
+    samples: tuple[float, ...]
+
+
+def interleave(
+    schs: Sequence[Any],
+    target: Mapping[str, Any],
+    measure: MeasureOptions,
+    *,
+    seconds: float,
+    runner: Any,
+    builder: Any,
+    what: str = "interleaved measurement",
+) -> list[list[Visit]]:
+    """Measure the schedules `schs` in tight alternation for `seconds`: round after
+    round, each kernel one visit of a few samples, the starting kernel rotating, so
+    every stretch of the machine's speed is seen by all of them alike. The visits per
+    kernel, in order; TuningError naming `what` when one cannot be built or run."""
+    kernels = _Visits(schs, target, measure, runner, builder)
+    visits: list[list[Visit]] = [[] for _ in schs]
+    try:
+        if kernels.errors:
+            i, err = next(iter(kernels.errors.items()))
+            raise TuningError(f"{what}: kernel {i} could not be built: {err}")
+        order = list(range(len(schs)))
+        t0 = time.perf_counter()
+        rnd = 0
+        while True:
+            for i in order[rnd % len(order):] + order[: rnd % len(order)]:
+                t = time.perf_counter() - t0
+                got = kernels.visit(i)
+                if got is None:
+                    rpc = getattr(runner, "rpc", None)
+                    if rpc is not None:
+                        raise rpc_failure(rpc, [kernels.errors[i]], what)
+                    raise TuningError(f"{what}: kernel {i} failed: {kernels.errors[i]}")
+                visits[i].append(Visit(t, tuple(got)))
+            rnd += 1
+            if time.perf_counter() - t0 >= seconds:
+                return visits
+    finally:
+        kernels.close()
 
 
 def time_compile(

@@ -22,7 +22,7 @@ from .errors import DeviceError, TemplateError, TuningError
 from .runners.local import WORKER_START_S, wait_or_kill
 from .runners.rpc import RPC_GRACE_S, last_line, open_session, rpc_where
 from .sampling import device_type
-from .template import call_with_workload
+from .template import call_with_workload, template_name
 
 # (rtol, atol) per dtype; atol is scaled by max(1, max |reference|) because a
 # reduction's rounding error grows with the magnitude of what it sums.
@@ -57,6 +57,56 @@ def _reference_arity(reference: Any, workload: Mapping[str, Any]) -> int:
         elif p.kind is p.VAR_POSITIONAL:
             return -1
     return n
+
+
+def _param_names(func: Any) -> list[str]:
+    """The PrimFunc's parameters by their buffers' names (A, B, C: as compute() named
+    its placeholders), in order."""
+    # TVM 0.27's params are the buffers themselves; older ones map them in buffer_map.
+    buffers = getattr(func, "buffer_map", None)
+    out = []
+    for p in func.params:
+        buf = buffers.get(p) if buffers is not None else p
+        out.append(str(getattr(buf, "name", None) or p))
+    return out
+
+
+def _reference_inputs(reference: Any, workload: Mapping[str, Any]) -> list[str]:
+    import inspect
+
+    return [p.name for p in inspect.signature(reference).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in workload]
+
+
+def _swap_that_matches(template: ModuleType, workload: Mapping[str, Any], arrays: list[np.ndarray],
+                       got: list[np.ndarray], names: list[str], n_in: int, infos: Any) -> str | None:
+    """A hint when swapping two same-shaped inputs makes reference() agree with the
+    kernel: reference() most likely lists its parameters in another order."""
+    for i in range(n_in):
+        for j in range(i + 1, n_in):
+            a, b = arrays[i], arrays[j]
+            if a.shape != b.shape or a.dtype != b.dtype:
+                continue
+            swapped = list(arrays)
+            swapped[i], swapped[j] = b, a
+            try:
+                want = call_with_workload(template.reference, workload, *swapped)
+            except Exception:  # noqa: BLE001 - a reference that fails this way says nothing
+                continue
+            want = want if isinstance(want, (tuple, list)) else [want]
+            if len(want) != len(got):
+                continue
+            if all(mismatch_report("", g, np.asarray(w), *_tol(str(infos[n_in + k].dtype), np.asarray(w))) is None
+                   for k, (g, w) in enumerate(zip(got, want, strict=True))):
+                return (f"swapping {names[i]} and {names[j]} makes them match: does reference() "
+                        "take its inputs in another order than compute()'s parameters?")
+    return None
+
+
+def _tol(dtype: str, exp: np.ndarray) -> tuple[float, float]:
+    rtol, atol = tolerance(dtype)
+    scale = max(1.0, float(np.nanmax(np.abs(exp.astype("float64"))))) if exp.size else 1.0
+    return rtol, atol * scale
 
 
 def _random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
@@ -118,7 +168,7 @@ def check_correct(
     tvm = tvmsetup.load()
     ms = tvmsetup.ms()
     workload = workload_params(template, workload_name)
-    where = f"{template.__name__} workload {workload_name!r}"
+    where = f"{template_name(template)} workload {workload_name!r}"
     sch = schedule_config(template, workload_name, knobs, target)
     infos = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
     n_in = _reference_arity(template.reference, workload)
@@ -173,16 +223,21 @@ def check_correct(
     for i, (got, exp) in enumerate(zip(got_all, want, strict=True)):
         exp = np.asarray(exp)
         dtype = str(infos[n_in + i].dtype)
-        rtol, atol = tolerance(dtype)
-        atol *= max(1.0, float(np.nanmax(np.abs(exp.astype("float64")))) if exp.size else 1.0)
-        msg = mismatch_report(f"#{n_in + i} ({dtype}{list(exp.shape)})", got, exp, rtol, atol)
+        rtol, atol = _tol(dtype, exp)
+        name = _param_names(sch.mod["main"])[n_in + i]
+        msg = mismatch_report(f"{name} ({dtype}{list(exp.shape)})", got, exp, rtol, atol)
         if msg:
             problems.append(msg)
     if problems:
         config = "the default configuration" if not knobs else f"configuration {dict(knobs)}"
+        names = _param_names(sch.mod["main"])
+        ref_names = _reference_inputs(template.reference, workload)
+        order = (f"; reference({', '.join(ref_names)}) was given compute()'s inputs in the "
+                 f"PrimFunc's parameter order: {', '.join(names[:n_in])}")
+        swap = _swap_that_matches(template, workload, arrays, got_all, names, n_in, infos)
         raise TuningError(
             f"{where}: {config} does not match reference(){on}: "
-            + "; ".join(problems)
+            + "; ".join(problems) + order + (f"; {swap}" if swap else "")
             + "; fix compute(), reference() or schedule() so they agree before tuning"
         )
 

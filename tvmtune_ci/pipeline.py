@@ -3,7 +3,8 @@
     BEFORE_LOCK: check_host_step -> preflight_step (RPC)
     UNDER_LOCK:  recheck_step -> check_names_step -> load_step -> history_step ->
                  tune_step (per workload, the tuner's steps: correctness, baseline,
-                 search, finals) -> manifest_step -> write_step
+                 search, finals) -> first_run_step (the run history's first run) ->
+                 manifest_step -> write_step
 
 Each step takes a `Job` (plain data: the config, the entry, the target, what earlier
 steps found) and returns the next one; `retune_entry` runs them in order, holding the
@@ -34,9 +35,10 @@ from .errors import LockError, TvmtuneError
 from .fsutil import sha256_bytes
 from .git.read import blob_id, last_commit
 from .layout import LogSet
-from .manifest import Manifest, WorkloadResult, encode
+from .manifest import Manifest, WorkloadResult, encode, seal_files
 from .publish import Published, check_publishable, publish
 from .readme import render_curve, render_readme
+from .runs import RUNS_NAME, encode_runs, parse_runs
 from .staleness import (
     LOG_MODIFIED,
     MISSING,
@@ -286,7 +288,8 @@ def tvm_threads(threads: int | None) -> Iterator[None]:
 def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:
     """Archive the old set as .bak and publish `files` (the log, results.json and
     manifest.json of the sealed `manifest`) with the README and plot, atomically."""
-    files = {**files, "README.md": render_readme(manifest).encode()}
+    history = parse_runs(files[RUNS_NAME], RUNS_NAME) if RUNS_NAME in files else []
+    files = {**files, "README.md": render_readme(manifest, history).encode()}
     curve = render_curve(manifest)
     if curve is not None:
         files["curve.png"] = curve
@@ -338,6 +341,7 @@ class Job:
     results: dict[str, WorkloadResult] = field(default_factory=dict)
     manifest: Manifest | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # the set's log, results, manifest
+    history_runs: tuple[Any, ...] = ()  # the new set's run history (runs.Run)
     published: Published | None = None
 
 
@@ -381,7 +385,7 @@ def check_names_step(job: Job) -> Job:
     before the tuning time is spent."""
     logset = job.entry.logset
     check_publishable(logset.folder, [logset.log_name(_dt.date.today().isoformat()),
-                                      "manifest.json", "README.md", "curve.png"])
+                                      "manifest.json", "README.md", "curve.png", RUNS_NAME])
     return job
 
 
@@ -429,6 +433,7 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
     from . import history, priors
+    from .measure import workload_bytes
     from .tuner import TuneRequest, tune_workload
 
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
@@ -484,7 +489,31 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
         history=report.to_json() if report is not None else None,
         noise_check=outcome.noise_check,
+        bytes_moved=workload_bytes(tpl.module, wname),
     )
+
+
+def first_run_step(job: Job) -> Job:
+    """The first run of the new set's history (runs.py): each new best, its default and
+    the calibration kernels measured in turns, as every later `remeasure` measures them,
+    so that the band a README states is of one kind of measurement from the start."""
+    from .builder import make_builder
+    from .remeasure import RunItem, measure_runs
+    from .runners import make_runner
+
+    assert job.template is not None
+    item = RunItem(job.entry.operator, job.template.module,
+                   {w: r.best.knobs for w, r in job.results.items()})
+    with tvm_threads(job.threads):
+        runner = make_runner(job.config.measure, job.target.rpc)
+        builder = make_builder()
+        try:
+            run = measure_runs([item], job.target, job.config, by="retune", runner=runner,
+                               builder=builder, say=job.say)[job.entry.operator]
+        finally:
+            builder.close()
+            runner.close()
+    return replace(job, history_runs=(run,))
 
 
 def manifest_step(job: Job) -> Job:
@@ -515,8 +544,9 @@ def manifest_step(job: Job) -> Job:
         host=host, target_facts=target_facts(target.target).to_json(),
         sources=tpl.sources.to_json(),
     )
-    manifest, encoded = encode(manifest)  # records results.json's hashes
-    return replace(job, manifest=manifest, files={manifest.log: data, **encoded})
+    history = {RUNS_NAME: encode_runs(job.history_runs)} if job.history_runs else {}
+    manifest, encoded = encode(seal_files(manifest, history))  # records results.json's hashes
+    return replace(job, manifest=manifest, files={manifest.log: data, **history, **encoded})
 
 
 def write_step(job: Job) -> Job:
@@ -531,7 +561,7 @@ def write_step(job: Job) -> Job:
 # The re-tune of one entry, in order (nox-style: a tuple of steps, each Job -> Job).
 BEFORE_LOCK = (check_host_step, preflight_step)
 UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, tune_step,
-              manifest_step, write_step)
+              first_run_step, manifest_step, write_step)
 
 
 def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
@@ -572,7 +602,8 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
             if res.previous_best is not None and res.previous_verdict is not None:
                 prev = f"; previous best {fmt_latency(res.previous_best.latency_s, res.previous_best.rel_halfwidth)}: " \
                        + previous_sentence(res.best_source, res.previous_verdict)
-            body.append(f"- {m.operator}/{m.target_name}/{w}: {m.trials[w].run} trials ({m.trials[w].stop_reason}), "
+            t = m.trials[w]
+            body.append(f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}), "
                         f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
                         f"{res.speedup:.1f}x vs default{prev}")
     total = sum(sum(t.run for t in r.manifest.trials.values()) for r in results)

@@ -42,7 +42,8 @@ class Progress:
         if resumed and not self._said_resumed:
             self._said_resumed = True
             print(f"{self.label}: resuming from {resumed} trials measured by an interrupted run", file=self.stream, flush=True)
-        best_s = f"best {_fmt_latency(best)}" + (f" ({gflops:.1f} GFLOPS)" if gflops else "")
+        # The search's own figure, labelled as such: the published best is the finals'.
+        best_s = f"search best {_fmt_latency(best)}" + (f" ({gflops:.1f} GFLOPS)" if gflops else "")
         fail_s = f", {failed} failed" if failed else ""
         if self.tty:
             width = 28

@@ -54,6 +54,7 @@ from pathlib import Path
 from .errors import PublishError
 from .fsutil import atomic_write_bytes, canonical_json
 from .manifest import MANIFEST_NAME, RESULTS_NAME, is_results_file
+from .runs import RUNS_NAME, is_runs_file
 
 STAGING_SUFFIX = ".tvmtune-new"
 ASIDE_SUFFIX = ".tvmtune-old"
@@ -144,6 +145,14 @@ def _read_json(path: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
+def _is_runs(path: Path) -> bool:
+    try:
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+    except OSError:
+        return False
+    return is_runs_file(data)
+
+
 def _is_generated(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
@@ -158,7 +167,7 @@ def previous_set(folder: Path) -> list[str]:
     The manifest names them: itself, its log, its other files, plus the generated
     README.md and curve.png. Without a readable manifest only what is provably
     ours counts: manifest.json, README.md/curve.png when README.md carries the
-    generated header, and results.json when it reads as a results file. Read as
+    generated header, results.json and runs.jsonl when they read as ours. Read as
     plain JSON, so a manifest of another format is still archived rather than
     left half-replaced.
     """
@@ -180,6 +189,8 @@ def previous_set(folder: Path) -> list[str]:
             names |= set(GENERATED_NAMES)
         if is_results_file(_read_json(folder / RESULTS_NAME)):
             names.add(RESULTS_NAME)
+        if _is_runs(folder / RUNS_NAME):
+            names.add(RUNS_NAME)
     names.discard(MARKER_NAME)
     return sorted(n for n in names if (folder / n).is_file() and not (folder / n).is_symlink())
 

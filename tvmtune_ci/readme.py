@@ -9,9 +9,11 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from .manifest import Manifest, Measured
+from .manifest import Manifest, Measured, WorkloadResult
 from .stats import fmt_latency
 from .targets import target_json
 
@@ -56,6 +58,7 @@ _STOP = {
     "budget": "the trial budget was spent",
     "early_stop": "early stop: the best did not improve beyond the measured noise (and the threshold) for the configured number of batches",
     "space_exhausted": "the search space was exhausted",
+    "matched_history": "the re-tune matched the old best and had nothing left to gain",
 }
 
 
@@ -84,17 +87,180 @@ def _drift(start: Measured | None, end: Measured) -> str:
     return said + ": within the noise"
 
 
-def render_readme(m: Manifest) -> str:
+def dependencies_by_file(deps: Mapping[str, str]) -> list[str]:
+    """The hashed definitions as the user knows them: per file, its functions and
+    constants (`operators/_gemm.py: schedule_gemm, tile`), the module's own top-level
+    code and imports said once, never as internal keys (`<module>.np`)."""
+    files: dict[str, list[str]] = {}
+    module_code: set[str] = set()
+    for key in sorted(deps):
+        path, _, name = key.rpartition(":")
+        if name.startswith("<module>"):
+            module_code.add(path)
+            files.setdefault(path, [])
+        else:
+            files.setdefault(path, []).append(name)
+    out = []
+    for path, names in sorted(files.items()):
+        shown = ", ".join(f"`{n}`" for n in names)
+        if path in module_code:
+            shown = (shown + ", " if shown else "") + "its imports and module-level code"
+        out.append(f"`{path}`: {shown}")
+    return out
+
+
+def throughput(m: Measured, bytes_moved: int) -> str:
+    """GFLOPS and GB/s of one measurement (the bytes its buffers must move at the least),
+    the one that fits the operator first: GB/s leads below 4 FLOP per byte."""
+    parts = []
+    gf = f"{m.gflops:.1f} GFLOPS" if m.gflops else ""
+    gb = f"{bytes_moved / m.latency_s / 1e9:.1f} GB/s" if bytes_moved and m.latency_s > 0 else ""
+    flops = (m.gflops or 0) * 1e9 * m.latency_s
+    memory_bound = bool(bytes_moved) and flops / bytes_moved < 4
+    parts = [gb, gf] if memory_bound else [gf, gb]
+    return ", ".join(p for p in parts if p) or "-"
+
+
+def speedup_text(r: WorkloadResult) -> str:
+    """`1.15x [1.12, 1.18]`: the ratio of the two estimates and its bounds from their
+    95% intervals."""
+    iv = r.speedup_interval
+    bounds = f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else ""
+    return f"{r.speedup:.2f}x{bounds}"
+
+
+_STOPPED = {
+    "time_cap": "the finals' time cap was reached first (raise measure.time_cap_s, or measure on a quieter runner)",
+    "separated": "it was out of the race: slower than the best beyond the noise, so not sampled further",
+}
+
+
+def precision_misses(wname: str, r: WorkloadResult, target: float | None) -> list[str]:
+    """Every published figure of a workload that missed the configured precision, and why."""
+    if not target:
+        return []
+    out = []
+    for label, meas in (("the best", r.best), ("the default", r.baseline)):
+        rel = meas.rel_halfwidth
+        if rel is None or rel <= target:
+            continue
+        why = _STOPPED.get(meas.stopped or "", "its sampling ended before it got there")
+        out.append(f"`{wname}`: {label}'s ±{rel:.2%} missed the configured ±{target:.2%}: {why}")
+    return out
+
+
+def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
+    """The README of a log set: the result first (best, speedup, knobs, the run-to-run
+    band), then per workload the trials, history, finals and top table, the curve, and
+    the provenance folded at the end. `runs`: the set's run history (runs.py)."""
+    from .runs import headline, runner_band
+
     tj = target_json(m.target)
+    precision = m.measure.get("precision")
     lines = [
         HEADER.format(op=m.operator, target=m.target_name),
         "",
         f"# Tuning log: `{m.operator}` on `{m.target_name}`",
         "",
-        f"Tuned on {m.tuned_on} with TVM {m.tvm_version}, seed {m.seed}. Log: [`{m.log}`]({m.log}) "
-        f"(sha256 `{m.log_sha256[:16]}…`), provenance in [`manifest.json`](manifest.json).",
+        f"Tuned on {m.tuned_on} with TVM {m.tvm_version}, seed {m.seed}: log [`{m.log}`]({m.log}), "
+        f"provenance in [`manifest.json`](manifest.json) (details at the end).",
         "",
-        "## Target",
+        "| workload | best on this runner | run to run | vs default | throughput | this run's finals |",
+        "|---|---|---|---|---|---|",
+    ]
+    misses: list[str] = []
+    for wname in sorted(m.results):
+        r = m.results[wname]
+        src = {"default": " (the default)", "previous": " (kept)"}.get(r.best_source, "")
+        value, spread = headline(runs, wname)
+        head = fmt_latency(value) if value is not None else _lat(r.best)
+        shown = replace(r.best, latency_s=value, gflops=r.best.gflops * r.best.latency_s / value
+                        if r.best.gflops else None) if value is not None else r.best
+        lines.append(f"| `{wname}` | **{head}**{src} | {spread} | **{speedup_text(r)}** | "
+                     f"{throughput(shown, r.bytes_moved)} | {_lat(r.best)} |")
+        misses += precision_misses(wname, r, precision)
+    lines += ["", "Chosen knobs:", "", "| workload | knobs |", "|---|---|"]
+    lines += [f"| `{w}` | {_knobs_inline(m.results[w].best)} |" for w in sorted(m.results)]
+    lines += ["", "**Best on this runner**: the best's latency in its fastest 1-s stretch of a "
+              "run (lower quartile), the median over the runs in `runs.jsonl`; **run to run**: how "
+              "far that figure moved between runs on this runner, measured (`tvmtune-ci remeasure "
+              "--record` adds a run): the figure to expect when you measure it there. "
+              "**This run's finals**: the lower quartile ± half its 95% interval in the re-tune's "
+              "interleaved finals, in whatever speed the runner had then; **vs default**: the "
+              "speedup over the default configuration in those same finals, its bounds from the two "
+              "intervals. Why these figures: docs/measurement.md."]
+    noise = runner_band(runs)
+    if noise:
+        lines += ["", f"The runner: {noise}."]
+    if misses:
+        lines += ["", "Precision:", ""] + [f"- {x}" for x in misses]
+    for wname in sorted(m.results):
+        lines += _workload_section(m, wname)
+    if any(r.curve for r in m.results.values()):
+        lines += ["", "## Tuning curve", "", "![best-so-far GFLOPS per trial](curve.png)"]
+    lines += _provenance(m, tj, runs)
+    lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
+    return "\n".join(lines)
+
+
+def _workload_section(m: Manifest, wname: str) -> list[str]:
+    r = m.results[wname]
+    t = m.trials[wname]
+    wl = m.workloads.get(wname, {})
+    lines = [
+        "",
+        f"## Workload `{wname}`: {', '.join(f'{k}={v}' for k, v in sorted(wl.items()))}",
+        "",
+        f"- best {_lat(r.best)} ({throughput(r.best, r.bytes_moved)}) vs the default configuration "
+        f"{_lat(r.baseline)} ({throughput(r.baseline, r.bytes_moved)}): {speedup_text(r)}"
+        + (f"; both from the same interleaved finals, the best from {r.best.n} samples"
+           if r.best.stage == "finals" else ""),
+        f"- trials: {t.requested} requested, {t.run} run, {t.valid} valid, {t.failed} failed; "
+        f"stopped because {t.stop_detail or _STOP.get(t.stop_reason, t.stop_reason)}",
+    ]
+    if t.failures:
+        lines.append("- failures: " + ", ".join(f"{k} × {v}" for k, v in sorted(t.failures.items())))
+    lines.append(f"- config space: {r.space_size:,} points in {r.design_spaces} design space(s)")
+    drift = _drift(r.noise_check, r.baseline)
+    if drift:
+        lines.append(f"- {drift}")
+    if r.previous_best is not None and r.history is None:
+        verdict = {"faster": "this run's best is faster beyond the noise",
+                   "slower": "the previous best is faster beyond the noise",
+                   "equal": "equal within noise"}.get(r.previous_verdict or "", "not compared")
+        lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
+    if r.history is not None:
+        from .history import ReplayReport
+
+        seeded = r.history.get("from_target")
+        head = (f"seeded from the {seeded} log `{r.history.get('source', '?')}` (seed-from)"
+                if seeded else f"the template was edited since `{r.history.get('source', '?')}`")
+        lines += ["", f"### History: {head}", ""]
+        lines += [f"- {x}" for x in ReplayReport.from_json(r.history).sentences()]
+    lines += ["", "Chosen splits and knobs:", "", "```"]
+    lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
+    lines += ["```"]
+    finals = [c for c in r.top if c.stage in ("finals", "")]
+    search = [c for c in r.top if c.stage not in ("finals", "")]
+    lines += _table(
+        "Finals: the best configurations re-measured in interleaved rounds with the default, "
+        "by latency (lower quartile of the samples ± half its 95% interval):", finals, 1)
+    lines += _table(
+        "The next configurations, measured by the search (`search`: sampled to the search's "
+        "precision; `probe`: raced out after its first samples) and shown on the finals' scale "
+        "as the log ranks them: the search's number x (the best's finals latency / the best "
+        "search latency among the finalists):", search, len(finals) + 1)
+    return lines
+
+
+def _provenance(m: Manifest, tj: str, runs: Sequence[Any]) -> list[str]:
+    from .runs import history_table
+
+    lines = [
+        "",
+        "<details><summary>Provenance: target, template version, measurement, run history</summary>",
+        "",
+        "### Target",
         "",
         "```json",
         tj,
@@ -108,13 +274,14 @@ def render_readme(m: Manifest) -> str:
         f"tvm.target.Target({tj})",
         "```",
         "",
-        "## Template version",
+        "### Template version",
         "",
         f"- template: `{m.template_file}` at commit `{m.template_commit or 'uncommitted'}`",
-        f"- fingerprint: `{m.fingerprint}`",
-        f"- dependencies hashed: {', '.join(f'`{d}`' for d in sorted(m.dependencies))}",
+        f"- fingerprint: `{m.fingerprint}`; log sha256 `{m.log_sha256[:16]}…`",
+        "- what the fingerprint covers (comments and formatting do not count):",
+        *[f"  - {x}" for x in dependencies_by_file(m.dependencies)],
         "",
-        "## Measurement",
+        "### Measurement",
         "",
         "| option | value |",
         "|---|---|",
@@ -122,61 +289,11 @@ def render_readme(m: Manifest) -> str:
     lines += [f"| {k} | {v} |" for k, v in sorted(m.measure.items())]
     if m.host:
         lines += [f"| host {k} | {v} |" for k, v in sorted(m.host.items())]
-    for wname in sorted(m.results):
-        r = m.results[wname]
-        t = m.trials[wname]
-        wl = m.workloads.get(wname, {})
-        lines += [
-            "",
-            f"## Workload `{wname}`: {', '.join(f'{k}={v}' for k, v in sorted(wl.items()))}",
-            "",
-            f"- trials: {t.requested} requested, {t.run} run, {t.valid} valid, {t.failed} failed; stopped because {_STOP.get(t.stop_reason, t.stop_reason)}",
-        ]
-        if t.failures:
-            lines.append("- failures: " + ", ".join(f"{k} × {v}" for k, v in sorted(t.failures.items())))
-        lines.append(f"- config space: {r.space_size:,} points in {r.design_spaces} design space(s)")
-        gf = f" ({r.best.gflops:.1f} GFLOPS)" if r.best.gflops else ""
-        gfb = f" ({r.baseline.gflops:.2f} GFLOPS)" if r.baseline.gflops else ""
-        src = {"default": " (the default configuration won: nothing tuned beats it)",
-               "previous": " (the previous log's best, kept)"}.get(r.best_source, "")
-        lines += [
-            f"- best: **{_lat(r.best)}**{gf}{src} vs default configuration {_lat(r.baseline)}{gfb}: **{r.speedup:.1f}x**",
-        ]
-        if r.best.stage == "finals":
-            lines.append(f"  (both measured in the same interleaved finals; the best from {r.best.n} samples)")
-        drift = _drift(r.noise_check, r.baseline)
-        if drift:
-            lines.append(f"- {drift}")
-        if r.previous_best is not None and r.history is None:
-            verdict = {"faster": "this run's best is faster beyond the noise",
-                       "slower": "the previous best is faster beyond the noise",
-                       "equal": "equal within noise"}.get(r.previous_verdict or "", "not compared")
-            lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
-        if r.history is not None:
-            from .history import ReplayReport
-
-            seeded = r.history.get("from_target")
-            head = (f"seeded from the {seeded} log `{r.history.get('source', '?')}` (seed-from)"
-                    if seeded else f"the template was edited since `{r.history.get('source', '?')}`")
-            lines += ["", f"### History: {head}", ""]
-            lines += [f"- {x}" for x in ReplayReport.from_json(r.history).sentences()]
-        lines += ["", "Chosen splits and knobs:", "", "```"]
-        lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
-        lines += ["```"]
-        finals = [c for c in r.top if c.stage in ("finals", "")]
-        search = [c for c in r.top if c.stage not in ("finals", "")]
-        lines += _table(
-            "Finals: the best configurations re-measured in interleaved rounds with the default, "
-            "by latency (lower quartile of the samples ± half its 95% interval):", finals, 1)
-        lines += _table(
-            "The next configurations, measured by the search (`search`: sampled to the search's "
-            "precision; `probe`: raced out after its first samples) and shown on the finals' scale "
-            "as the log ranks them: the search's number x (the best's finals latency / the best "
-            "search latency among the finalists):", search, len(finals) + 1)
-    if any(r.curve for r in m.results.values()):
-        lines += ["", "## Tuning curve", "", "![best-so-far GFLOPS per trial](curve.png)"]
-    lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
-    return "\n".join(lines)
+    table = history_table(runs, sorted(m.results))
+    if table:
+        lines += ["", "### Run history", ""] + table
+    lines += ["", "</details>"]
+    return lines
 
 
 def _table(title: str, rows: list[Measured], first: int) -> list[str]:

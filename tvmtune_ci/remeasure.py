@@ -1,128 +1,247 @@
-"""Re-measure each committed best on its target's runner and say what drifted.
+"""Measure log sets' bests on their target's runner (one run of their history), and
+judge each history for drift.
 
-Per (operator, target, workload): the manifest's best and the default configuration
-are measured in interleaved finals (`measure.finals`), on the target's own runner
-(this machine or its RPC devices), and compared with what the README states:
+One run: every best of the sets (of one target) and the two calibration kernels
+(`calibration.py`) in turns for `measure.history_s` seconds in all (`measure.interleave`),
+so each kernel's visits are spread over the whole run; each kernel summarised as the
+lower quartile of all its samples (with interval) and of its fastest and slowest 1-s
+stretch (`runs.KernelFigure`). A re-tune records the first run of a new set;
+`tvmtune-ci remeasure --record` appends one per call.
 
-- the best's latency now against the recorded one, beyond the noise or not (the two
-  95% intervals overlap: "equal"; a recorded latency without an interval, a format-1
-  log, counts as exact);
-- the speedup over the default now against the recorded speedup: a ratio measured
-  side by side, so it survives a machine that is uniformly faster or slower.
-
-Seconds per entry; no search, nothing written. Used by the yearly workflow before it
-re-tunes and as a cheap monthly job.
+The verdict is the history's (`runs.judge`), never one run's: the README's figure
+against how far it moved between runs on this runner.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
-from . import stats
-from .config import Config
-from .manifest import Measured
-from .staleness import Entry
+from . import runs, stats
+from .config import Config, TargetConfig
+from .errors import HostError, LockError
+from .manifest import Manifest
 
 Say = Callable[[str], None]
 
+BURST_S = 1.0  # the stretch whose lower quartile the fast figure takes
+
+
+def kernel_figure(visits: Sequence[Any]) -> runs.KernelFigure:
+    """One kernel's visits over a run, as the history records it."""
+    samples = [x for v in visits for x in v.samples]
+    est = stats.estimate(samples)
+    bursts: dict[int, list[float]] = {}
+    for v in visits:
+        bursts.setdefault(int(v.t_s // BURST_S), []).extend(v.samples)
+    quartiles = [stats.quantile(b) for b in bursts.values() if len(b) >= 3] or [est.value]
+    lo = est.lo if math.isfinite(est.lo) else est.value
+    hi = est.hi if math.isfinite(est.hi) else est.value
+    return runs.KernelFigure(est.value, lo, hi, est.n, min(quartiles), max(quartiles))
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
 
 @dataclass(frozen=True)
-class Drift:
+class RunItem:
+    """One log set of a run: its operator, imported template and each workload's best."""
+
+    operator: str
+    template: ModuleType
+    knobs: Mapping[str, Mapping[str, Any]]  # workload -> the best's knobs
+
+
+def measure_runs(
+    items: Sequence[RunItem],
+    target: TargetConfig,
+    config: Config,
+    *,
+    by: str,
+    runner: Any,
+    builder: Any,
+    say: Say = print,
+) -> dict[str, runs.Run]:
+    """One run of the history of each item (log sets of one target): every best and the
+    calibration kernels in turns for measure.history_s seconds in all, so each kernel's
+    visits are spread over the whole run; operator -> its Run."""
+    from . import calibration
+    from .builder import schedule_config
+    from .hostcheck import host_description
+    from .measure import interleave
+    from .staleness import installed_tvm_version
+
+    cal = calibration.kernels(target.target) or []
+    names: list[tuple[str, str]] = []
+    schs = []
+    for it in items:
+        for w in sorted(it.knobs):
+            names.append((it.operator, w))
+            schs.append(schedule_config(it.template, w, dict(it.knobs[w]), target.target))
+    schs += [c.sch for c in cal]
+    what = ", ".join(sorted({it.operator for it in items}))
+    say(f"{what} on {target.name}: a run of the history: {len(names)} best(s)"
+        f"{' and the calibration kernels' if cal else ''} in turns for {config.measure.history_s:g}s")
+    visits = interleave(schs, target.target, config.measure, seconds=config.measure.history_s,
+                        runner=runner, builder=builder, what=f"{what} on {target.name}: a history run")
+    figures = [kernel_figure(v) for v in visits]
+    calibs = {c.kind: f for c, f in zip(cal, figures[len(names):], strict=True)}
+    host = host_description()
+    host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "local"
+    at, tvm = now_utc(), installed_tvm_version() or "unknown"
+    out: dict[str, runs.Run] = {}
+    for it in items:
+        wl = {w: f for (op, w), f in zip(names, figures, strict=False) if op == it.operator}
+        out[it.operator] = runs.Run(at, by, dict(host), tvm, config.measure.history_s, wl, dict(calibs),
+                                    calibration.CALIBRATION_VERSION if cal else 0)
+    return out
+
+
+@dataclass(frozen=True)
+class Remeasured:
+    """One entry after `remeasure`: the new run, the history with it, and the verdicts."""
+
     operator: str
     target: str
-    workload: str
-    recorded: Measured
-    recorded_speedup: float
-    now: stats.Estimate | None = None
-    now_speedup: float | None = None
-    verdict: str = "error"  # "equal", "slower", "faster" (now vs recorded), "error"
-    error: str | None = None
-    readme: str = ""  # the README that states the recorded latency (repo-relative)
+    run: runs.Run
+    history: tuple[runs.Run, ...]
+    verdicts: tuple[runs.Verdict, ...]
+    readme: str  # repo-relative README that states the figures
 
     @property
     def drifted(self) -> bool:
-        return self.verdict in ("slower", "faster")
-
-    @property
-    def ratio(self) -> float | None:
-        return self.now.value / self.recorded.latency_s if self.now is not None else None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "operator": self.operator, "target": self.target, "workload": self.workload,
-            "recorded": {"latency_s": self.recorded.latency_s, "ci_lo_s": self.recorded.ci_lo_s,
-                         "ci_hi_s": self.recorded.ci_hi_s, "speedup": self.recorded_speedup},
-            "now": self.now.to_json() | {"speedup": self.now_speedup} if self.now else None,
-            "ratio": self.ratio, "verdict": self.verdict, "error": self.error,
-            "readme": self.readme,
-        }
+        return any(v.drifted for v in self.verdicts)
 
 
-def _recorded(m: Measured) -> stats.Estimate:
-    lo = m.ci_lo_s if m.ci_lo_s is not None else m.latency_s
-    hi = m.ci_hi_s if m.ci_hi_s is not None else m.latency_s
-    return stats.Estimate(m.latency_s, lo, hi, m.n)
+def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
+    """HostError when this machine is not the one the history was measured on: its
+    band says nothing of another CPU (a runner replaced under the same labels)."""
+    from .hostcheck import host_description
+
+    here = host_description()
+    mine = f"{here.get('cpu', '?')} x{here.get('cores', '?')}"
+    theirs = history[-1].machine if history else f"{manifest.host.get('cpu', '?')} x{manifest.host.get('cores', '?')}"
+    if mine != theirs:
+        raise HostError(
+            f"{manifest.operator}/{manifest.target_name} was measured on {theirs}, this machine is "
+            f"{mine}: its run history is a property of that runner. Remeasure it there (its "
+            "runs-on labels), or re-tune it here (tvmtune-ci retune --all) to start a history on this one"
+        )
 
 
-def remeasure_entry(config: Config, entry: Entry, say: Say = print) -> list[Drift]:
-    """Re-measure every workload's best of a log set (see the module docstring)."""
+def judge_all(manifest: Manifest, history: Sequence[runs.Run]) -> tuple[runs.Verdict, ...]:
+    return tuple(runs.judge(w, runs.series(history, w)) for w in sorted(manifest.results))
+
+
+def describe(r: Remeasured) -> list[str]:
+    """One line per workload: the figure now, the verdict and why; the runner's own
+    drift (the calibration kernels) when a verdict is drift."""
+    out = []
+    for v in r.verdicts:
+        f = r.run.workloads.get(v.workload)
+        now = "" if f is None else (f"best {stats.fmt_latency(f.fast_s)} in its fastest stretch "
+                                    f"({stats.fmt_latency(f.p25_s)} over the run); ")
+        word = {"drift": "DRIFT", "stable": "stable", "inconclusive": "inconclusive"}[v.state]
+        line = f"{r.operator}/{r.target}/{v.workload}: {now}{word}: {v.sentence}"
+        if v.drifted:
+            line += "; " + runner_sentence(r.history)
+        out.append(line)
+    return out
+
+
+def runner_sentence(history: Sequence[runs.Run]) -> str:
+    """Whether the runner itself moved: the compute calibration kernel's latest figure
+    against its median over the earlier runs."""
+    pts = [(h.at, h.calibration["compute"].fast_s) for h in history if "compute" in h.calibration]
+    if len(pts) < 2:
+        return "the runner's own speed is not known (no calibration kernel measured)"
+    before = statistics.median(v for _, v in pts[:-1])
+    ratio = pts[-1][1] / before
+    return (f"the compute calibration kernel measured {ratio:.3f}x its median of the runs before "
+            + ("(the runner itself changed speed)" if abs(ratio - 1) > 0.1 else "(the runner did not)"))
+
+
+def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
+                     say: Say = print) -> list[Remeasured]:
+    """Measure the bests of fresh entries of one target in one run, judge each entry's
+    history with it, and with `record` append the run to each set's runs.jsonl and
+    republish its manifest and README atomically (under the folder's lock). HostError
+    when this host cannot run the target or is not the machine a history was measured on."""
+    from . import lock
     from .builder import make_builder
     from .hostcheck import check_host
-    from .measure import Finalist, finals
     from .pipeline import measure_threads, tvm_threads
     from .runners import make_runner
     from .template import import_template
 
-    assert entry.manifest is not None
-    target = config.target(entry.target_name)
+    target = config.target(entries[0].target_name)
+    assert all(e.target_name == target.name for e in entries)
     check_host(target.target, remote=target.rpc is not None)
+    histories = {}
+    for e in entries:
+        histories[e.operator] = runs.read_runs(e.logset.folder, e.manifest.files)
+        if target.rpc is None:
+            check_same_machine(e.manifest, histories[e.operator])
     if target.rpc is not None:
         from .devices import preflight
 
         preflight(target.rpc, config.measure)
-    readme = f"{config.logs_dir}/{entry.operator}/{entry.logset.target_slug}/README.md"
-    out: list[Drift] = []
+    items = [RunItem(e.operator, import_template(config.root / e.template_file, config.root),
+                     {w: r.best.knobs for w, r in e.manifest.results.items()}) for e in entries]
     with tvm_threads(measure_threads(target)):
-        module = import_template(config.root / entry.template_file, config.root)
         runner = make_runner(config.measure, target.rpc)
         builder = make_builder()
         try:
-            for w, res in sorted(entry.manifest.results.items()):
-                base = Drift(entry.operator, entry.target_name, w, res.best, res.speedup, readme=readme)
-                say(f"{entry.operator}/{entry.target_name}/{w}: re-measuring the best and the default")
-                best, default = finals(
-                    module, w, target.target,
-                    [Finalist("best", dict(res.best.knobs), "best"), Finalist("default", None, "default")],
-                    config.measure, runner=runner, builder=builder,
-                )
-                if best.estimate is None or default.estimate is None:
-                    err = best.error or default.error or "not measured"
-                    out.append(Drift(**{**vars(base), "error": err}))
-                    continue
-                now = best.estimate
-                verdict = stats.compare(now, _recorded(res.best))
-                verdict = {"faster": "faster", "slower": "slower"}.get(verdict, "equal")
-                out.append(Drift(**{**vars(base), "now": now,
-                                    "now_speedup": default.estimate.value / now.value,
-                                    "verdict": verdict}))
+            measured = measure_runs(items, target, config, by="remeasure", runner=runner,
+                                    builder=builder, say=say)
         finally:
             builder.close()
             runner.close()
+    out = []
+    for e, it in zip(entries, items, strict=True):
+        run = measured[e.operator]
+        if record:
+            with lock.hold(e.logset.lock, f"{e.operator}/{e.target_name}"):
+                history = append_run(e.logset, run, it.knobs)
+        else:
+            history = [*histories[e.operator], run]
+        readme = f"{config.logs_dir}/{e.operator}/{e.logset.target_slug}/README.md"
+        out.append(Remeasured(e.operator, e.target_name, run, tuple(history),
+                              judge_all(e.manifest, history), readme))
     return out
 
 
-def describe(d: Drift) -> str:
-    """One line: what the README says, what was measured now, and the verdict."""
-    rec = stats.fmt_latency(
-        d.recorded.latency_s,
-        d.recorded.rel_halfwidth if d.recorded.rel_halfwidth is not None else math.inf,
-    )
-    head = f"{d.operator}/{d.target}/{d.workload}: recorded {rec}"
-    if d.now is None:
-        return f"{head}; could not be re-measured: {d.error}"
-    words = {"equal": "equal within noise", "slower": "SLOWER beyond the noise",
-             "faster": "faster beyond the noise"}[d.verdict]
-    return (f"{head}, now {stats.fmt_latency(d.now)} ({d.ratio:.3f}x): {words}; speedup vs "
-            f"default {d.recorded_speedup:.1f}x recorded, {d.now_speedup:.1f}x now (same run)")
+def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]]) -> list[runs.Run]:
+    """Append `run` to the set's runs.jsonl and republish it with its manifest (which
+    hashes it) and README (which states its band), in one atomic swap; the history.
+
+    Hold the folder's lock. The manifest is read again here: a re-tune that published
+    meanwhile has its own history, and the run is not appended to a set it did not
+    measure (CorruptFileError or a changed best say so)."""
+    from .fsutil import canonical_json
+    from .manifest import read_manifest, seal_files
+    from .publish import publish, recover
+    from .readme import render_readme
+
+    recover(logset.folder)
+    manifest = read_manifest(logset.manifest)
+    if {w: dict(r.best.knobs) for w, r in manifest.results.items()} != {w: dict(k) for w, k in knobs.items()}:
+        raise LockError(f"{logset.folder} was re-tuned while this run measured the bests it "
+                        "had before; the run is not recorded (remeasure again)")
+    before = runs.read_runs_bytes(logset.folder, manifest.files)
+    old = runs.parse_runs(before, logset.folder / runs.RUNS_NAME) if before else []
+    data = before + run.line()  # append-only: the recorded lines stay byte for byte
+    sealed = seal_files(manifest, {runs.RUNS_NAME: data})
+    history = [*old, run]
+    publish(logset.folder, {
+        runs.RUNS_NAME: data,
+        "manifest.json": canonical_json(sealed.to_json()).encode(),
+        "README.md": render_readme(sealed, history).encode(),
+    }, archive=False)
+    return history

@@ -36,7 +36,7 @@ from .runners.rpc import rpc_failure
 from .sampling import device_type, search_policy
 from .space import TemplateSpace, decode_knobs, knobs_key, make_mutators, plain, space_info
 from .targetinfo import scope
-from .template import Knob, space_size
+from .template import Knob, space_size, template_name
 
 if TYPE_CHECKING:
     from .tuner import TuneRequest
@@ -210,9 +210,15 @@ class Search:
         self.seen: set[str] = set()
         for entry in self.journal.trials:
             self.seen.add(knobs_key(entry["knobs"]))
-            self.progress.add(entry["trial"], _entry_estimate(entry), self.flop)
+            self.progress.add(entry["trial"], _entry_estimate(entry), self.flop, entry["knobs"])
         self.stats: dict[str, float] = {}
         self.batches = 0
+        # A re-tune with history: the old best on the new template, as the replay
+        # measured it (None: a cold search, which keeps the cold rule).
+        self.old_best: stats.Estimate | None = None
+        self.matched_at: int | None = None  # own trials when the search matched it
+        self.stop_detail = ""  # why the search stopped, in words
+        self._candidate_of: dict[str, Any] = {}
 
     @property
     def done(self) -> int:
@@ -340,10 +346,15 @@ class Search:
                 continue
             empty = 0
             prev_best = self.progress.best
+            gain = self._predicted_gain(picked) if self.old_best is not None else None
             self._measure(picked)
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
+            if self.old_best is not None:
+                if self._warm_stop(improved, gain):
+                    return "matched_history"
+                continue
             # Batches before the cost model has WARMUP_SAMPLES valid trials are a random
             # search; they do not count toward patience. Replayed trials (history) do
             # not count either: a search seeded near the old best cannot beat it
@@ -363,6 +374,69 @@ class Search:
             if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
                 return "early_stop"
         return "budget"
+
+    # ---- the stop rule of a re-tune with history
+
+    def _own_best(self) -> stats.Estimate | None:
+        ests = [_entry_estimate(e) for e in self.journal.trials
+                if e["error"] is None and e.get("source") != "replay"]
+        return min((e for e in ests if e is not None), key=lambda e: e.value, default=None)
+
+    def _band(self, a: stats.Estimate) -> float:
+        """The relative noise band around `a`: its interval, at least the search precision."""
+        rel = a.rel_halfwidth if math.isfinite(a.rel_halfwidth) else 0.0
+        return max(rel, self.req.measure.search_precision)
+
+    def _predicted_gain(self, picked: Sequence[tuple[Any, int, dict[str, Any]]]) -> float | None:
+        """The cost model's best predicted gain over the incumbent among the candidates it
+        is about to measure (relative: 0.05 is 5% faster); None while it is not trained
+        (before WARMUP_SAMPLES records, prior and replay included, it predicts at random)."""
+        from .builder import schedule_config
+
+        knobs = self.progress.best_knobs
+        if knobs is None or not picked or getattr(self.cost_model, "data_size", 0) < WARMUP_SAMPLES:
+            return None
+        key = knobs_key(knobs)
+        cand = self._candidate_of.get(key)
+        if cand is None:
+            sch = schedule_config(self.req.template, self.name, knobs, self.req.target)
+            info = self.ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            cand = self._candidate_of[key] = self.ms.MeasureCandidate(sch, info)
+        t0 = time.perf_counter()
+        preds = [float(x) for x in self.cost_model.predict(self.ctx, [cand, *(c for c, _, _ in picked)])]
+        self._time("search_predict_s", t0)
+        # Scores are throughput over the best seen (higher is faster); their ratio is the
+        # model's expected speedup of its best candidate over the incumbent.
+        if not preds[0] > 0:
+            return None
+        return max(preds[1:]) / preds[0] - 1
+
+    def _warm_stop(self, improved: bool, gain: float | None) -> bool:
+        """A re-tune with history stops once its own search has matched the old best
+        within the noise and, for `patience` batches, neither improved on the incumbent
+        nor has a candidate the cost model expects to beat it beyond the noise. Its
+        model learned from the old log's records and the replay, so it needs none of
+        the cold rule's warm-up of the search's own samples."""
+        assert self.old_best is not None
+        req = self.req
+        own = self._own_best()
+        if self.matched_at is None and own is not None and (
+                own.value <= self.old_best.value * (1 + self._band(self.old_best))):
+            self.matched_at = sum(e.get("source") != "replay" for e in self.journal.trials)
+        best = self.progress.best
+        band = self._band(best) if best is not None else req.measure.search_precision
+        flat = gain is not None and gain < band
+        if improved or self.matched_at is None or not flat:
+            self.progress.stale_batches = 0
+        else:
+            self.progress.stale_batches += 1
+        patience = req.early_stop.patience
+        if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+            self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own; "
+                                f"for {patience} batches the cost model expected no gain beyond "
+                                f"the noise (±{band:.1%}) and none was measured")
+            return True
+        return False
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
         """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
@@ -397,6 +471,7 @@ class Search:
         failures: list[str] = []
         picked: list[tuple[Any, int, dict[str, Any]]] = []
         old_best_correct = False
+        first_key: str | None = None
         for i, kv in enumerate(configs):
             try:
                 check_correct(req.template, self.name, req.target, kv, rpc=req.rpc)
@@ -412,6 +487,8 @@ class Search:
             args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             sidx, decoded = decode_knobs(plain(sch.trace.as_json()), self.spaces, self.knobs)
             key = knobs_key(decoded)
+            if i == 0:
+                first_key = key  # the old best: what the stop rule of a warm run must match
             if key not in self.seen:
                 self.seen.add(key)
                 picked.append((ms.MeasureCandidate(sch, args_info), sidx, decoded))
@@ -420,6 +497,9 @@ class Search:
         if picked:
             self._measure(picked, notify=False, source="replay")
         measured = sum(e["error"] is None for e in self.journal.trials[n0:])
+        if first_key is not None:
+            self.old_best = next((_entry_estimate(e) for e in self.journal.trials[n0:]
+                                  if e["error"] is None and knobs_key(e["knobs"]) == first_key), None)
         return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
                            old_best_correct)
 
@@ -449,7 +529,7 @@ class Search:
             raise rpc_failure(
                 req.rpc,
                 [str(r.error_msg) for r in ran],
-                f"{req.template.__name__}/{self.name}: all {len(ran)} measurements of a batch "
+                f"{template_name(req.template)}/{self.name}: all {len(ran)} measurements of a batch "
                 f"(after {self.done} trials)",
             )
         # One number per measurement, the estimate: what the strategy, the cost model
@@ -505,7 +585,7 @@ class Search:
                     **({"source": source} if source != "search" else {}),
                 }
             )
-            self.progress.add(trial, est if not raced else None, self.flop)
+            self.progress.add(trial, est if not raced else None, self.flop, kv)
         self.journal.append(entries)
         if req.on_batch is not None:
             best = self.progress.best_latency
@@ -529,6 +609,7 @@ class Search:
 @dataclass
 class _Progress:
     best: stats.Estimate | None = None  # the incumbent: the lowest contender estimate
+    best_knobs: dict[str, Any] | None = None
     curve: list[tuple[int, float]] = field(default_factory=list)
     stale_batches: int = 0
 
@@ -536,9 +617,10 @@ class _Progress:
     def best_latency(self) -> float | None:
         return self.best.value if self.best is not None else None
 
-    def add(self, trial: int, est: stats.Estimate | None, flop: float) -> None:
+    def add(self, trial: int, est: stats.Estimate | None, flop: float,
+            knobs: dict[str, Any] | None = None) -> None:
         if est is not None and (self.best is None or est.value < self.best.value):
-            self.best = est
+            self.best, self.best_knobs = est, knobs
         best = self.best_latency
         self.curve.append((trial, gflops(flop, best) if best else 0.0))
 

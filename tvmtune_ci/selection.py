@@ -8,6 +8,7 @@ warnings go to the report, so every output format shows them).
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 from pathlib import Path
 
@@ -16,7 +17,10 @@ from .staleness import FIX_HINT, TEMPLATE_INVALID, Report, find_stale, parse_dat
 
 
 def add_selection_options(parser: argparse.ArgumentParser) -> None:
-    """Options `check` and `status` share: which entries, as of which day."""
+    """What `check`, `status`, `remeasure` and `matrix` share: which entries (operators
+    as arguments, as `retune` takes them; `--target`), as of which day."""
+    parser.add_argument("operators", nargs="*", metavar="OPERATOR",
+                        help="only these operators (default: all)")
     parser.add_argument(
         "--changed-since",
         metavar="REF",
@@ -35,7 +39,7 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         action="append",
         default=None,
-        help="only this operator (repeatable)",
+        help="deprecated: name the operators as arguments (kept for one release)",
     )
     parser.add_argument(
         "--target",
@@ -59,6 +63,18 @@ def load_quietly(path: str | None) -> Config:
         return load_config(Path(path) if path else None)
 
 
+def selected_operators(args: argparse.Namespace) -> list[str] | None:
+    """The operators named as arguments, and by the deprecated `--operator` (with a line
+    that says so); None: all."""
+    names = list(getattr(args, "operators", None) or [])
+    old = getattr(args, "operator", None) or []
+    if old:
+        print(f"warning: --operator is deprecated and goes in the next release; name the "
+              f"operators as arguments: tvmtune-ci {args.command} {' '.join(old)}", file=sys.stderr)
+        names += [n for n in old if n not in names]
+    return names or None
+
+
 def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
     as_of = parse_date(args.as_of) if args.as_of else None
     config = load_quietly(args.config)
@@ -66,7 +82,7 @@ def report_from_args(args: argparse.Namespace) -> tuple[Config, Report]:
         config,
         as_of=as_of,
         changed_since=args.changed_since,
-        operators=args.operator,
+        operators=selected_operators(args),
         targets=args.target,
         rehash=args.rehash,
     )

@@ -39,9 +39,10 @@ from .git import read as git_read
 from .layout import LogSet
 from .manifest import MANIFEST_NAME, RESULTS_NAME, Manifest, parse_results
 from .records import LOG_FORMAT
-from .targetinfo import target_facts
+from .runs import RUNS_NAME, parse_runs
+from .targetinfo import scope, target_facts
 from .targets import canonical_target, slug, target_json
-from .template import TemplateDecl, discover_templates
+from .template import ADVISED_POINTS, TemplateDecl, discover_templates, space_advice
 
 # Reason codes, in the order they are reported.
 MISSING = "missing"
@@ -658,9 +659,9 @@ class _Checker:
                         )
                     )
                     continue
-            elif name == RESULTS_NAME:
+            elif name in (RESULTS_NAME, RUNS_NAME):
                 try:
-                    parse_results(data, path)
+                    (parse_results if name == RESULTS_NAME else parse_runs)(data, path)
                 except CorruptFileError as e:
                     out.append(Reason(LOG_MODIFIED, str(e).replace(str(path), rel) +
                                       " (although the manifest records its sha256)", rel))
@@ -742,6 +743,22 @@ def _orphans(
                         f"{rel}/{t.name}",
                     )
                 )
+    return out
+
+
+def _space_advice(entry: Entry, target: TargetConfig, decl: TemplateDecl) -> list[str]:
+    """A warning per workload whose design space is outside the advised size, naming the
+    knob to change. Only for a template this check parsed (new or edited: the pull
+    request that brings it); one whose recorded sources git vouches for is not parsed
+    again for it, which keeps `check` fast."""
+    low, high = ADVISED_POINTS
+    odd = [w for w, (points, _) in sorted(entry.space_sizes.items()) if not low <= points <= high]
+    out = []
+    for w in odd:
+        why = space_advice(decl.knobs, scope(decl.workloads[w], target.target))
+        if why is not None:
+            line = min(decl.knob_lines.values(), default=entry.template_line)
+            out.append(f"{entry.template_file}:{line}: workload {w!r} on {target.name}: {why}")
     return out
 
 
@@ -920,6 +937,7 @@ def find_stale(
         else None
     )
     entries = []
+    advice: list[str] = []
     with _gc_deferred():
         for op in sorted(templates):
             if want_ops is not None and op not in want_ops:
@@ -954,6 +972,9 @@ def find_stale(
                 )
                 if changed is None or config_changed or _touched(entry, tpl, changed, cache):
                     entries.append(entry)
+                    if parsed is not None and parsed.decl is not None:
+                        advice += _space_advice(entry, target, parsed.decl)
+    warnings += list(dict.fromkeys(advice))
     kept: list[str] = []
     orphans = _orphans(config, cache, templates, logs_path, kept)
     return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,

@@ -55,13 +55,16 @@ class Estimate:
         return {"latency_s": self.value, "ci_lo_s": self.lo, "ci_hi_s": self.hi, "n": self.n}
 
 
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    """P(B <= k) for B ~ Binomial(n, p)."""
-    if k < 0:
-        return 0.0
-    if k >= n:
-        return 1.0
-    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+def _binom_cdfs(n: int, p: float) -> list[float]:
+    """[P(B <= k) for k in 0..n], B ~ Binomial(n, p), in one pass in log space (the
+    terms' factors over- and underflow floats from a few hundred samples on)."""
+    lp, lq = math.log(p), math.log1p(-p)
+    out, total = [], 0.0
+    for i in range(n + 1):
+        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                          + i * lp + (n - i) * lq)
+        out.append(min(1.0, total))
+    return out
 
 
 def quantile_ci_ranks(
@@ -73,7 +76,7 @@ def quantile_ci_ranks(
     The number B of samples below the true quantile is Binomial(n, q); the interval
     [X_(l), X_(u)] holds the quantile when l <= B < u.
     """
-    cdf = [_binom_cdf(k, n, q) for k in range(n + 1)]
+    cdf = _binom_cdfs(n, q)
     best: tuple[int, int] | None = None
     for lo in range(1, n + 1):
         for hi in range(lo + 1, n + 1):

@@ -219,6 +219,40 @@ def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
     return [dict(zip([k.name for k in structural], combo, strict=True)) for combo in itertools.product(*(k.candidates for k in structural))]
 
 
+# Points per design space the README advises: fewer and the search exhausts the space
+# (and the cost model has little to learn); more and 200-300 trials see a sliver of it.
+ADVISED_POINTS = (100, 10_000)
+
+
+def knob_counts(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(knob, its number of choices) for the knobs that multiply a design space's size."""
+    out = []
+    for k in knobs:
+        if isinstance(k, Split):
+            out.append((k.name, count_perfect_tiles(eval_extent(k.extent, workload), k.parts,
+                                                    eval_extent(k.max_factor, workload))))
+        elif isinstance(k, Categorical):
+            out.append((k.name, len(k.candidates)))
+    return out
+
+
+def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> str | None:
+    """Why a design space is outside ADVISED_POINTS, naming the knob to change; None
+    when it is inside."""
+    counts = knob_counts(knobs, workload)
+    points = math.prod(c for _, c in counts)
+    low, high = ADVISED_POINTS
+    if low <= points <= high:
+        return None
+    product = " x ".join(f"{n} {c}" for n, c in counts) or "no knobs"
+    if points > high:
+        name, c = max(counts, key=lambda x: x[1])
+        return (f"{points:,} points per design space ({product}), above the advised {high:,}: "
+                f"{name} dominates with {c:,} choices; lower its max_factor or split it in fewer parts")
+    return (f"{points:,} points per design space ({product}), below the advised {low:,}: "
+            "the search will exhaust it; raise a split's max_factor or add candidates")
+
+
 def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> tuple[int, int]:
     """(points per design space, number of design spaces) for one workload; `workload`
     is the extent scope (`targetinfo.scope`: its keys and the target's facts)."""
@@ -472,6 +506,12 @@ def call_with_workload(fn: Callable[..., Any], workload: Mapping[str, Any], *arg
     return fn(*args, **{k: v for k, v in workload.items() if k in params})
 
 
+def template_name(module: Any) -> str:
+    """How messages name a template: its file as the user knows it (operators/x.py),
+    never the module name it is imported under (`_tvmtune_template_x`)."""
+    return str(getattr(module, "__tvmtune_file__", None) or module.__name__)
+
+
 def import_template(path: Path, root: Path, tree: ast.Module | None = None) -> Any:
     """Import an operator module from its file (this runs its code: retune only).
 
@@ -492,6 +532,10 @@ def import_template(path: Path, root: Path, tree: ast.Module | None = None) -> A
     if spec is None or spec.loader is None:
         raise TemplateError("cannot be imported as a Python module", file=path)
     module = importlib.util.module_from_spec(spec)
+    try:
+        module.__tvmtune_file__ = path.resolve().relative_to(root.resolve()).as_posix()  # type: ignore[attr-defined]
+    except ValueError:
+        module.__tvmtune_file__ = str(path)  # type: ignore[attr-defined]
     sys.modules[name] = module
     try:
         if tree is None:

@@ -38,6 +38,7 @@ from .numerics import check_correct
 from .runners import make_runner
 from .search import BatchEvent, ReplayStats, Search, failure_kinds
 from .space import knobs_key
+from .template import template_name
 
 __all__ = ["TuneRequest", "TuneOutcome", "tune_workload"]
 
@@ -176,7 +177,7 @@ def run_finals(
     the winner's numerics checked (a wrong one becomes a failed trial and the next
     is taken)."""
     template, name = req.template, req.workload_name
-    where = f"{template.__name__}/{name}"
+    where = f"{template_name(template)}/{name}"
     by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
     keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
     if not keys:
@@ -306,7 +307,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                            "error": r.error, "tied": i in fin.tied})
         if r.estimate is None:
             continue
-        m = measured(knobs, r.estimate, flop, "finals")
+        m = measured(knobs, r.estimate, flop, "finals", r.stopped)
         if f.role == "default":
             baseline = m
         elif f.role == "previous":
@@ -370,6 +371,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             valid=len(entries) - sum(e["error"] is not None for e in entries),
             failed=sum(e["error"] is not None for e in entries),
             stop_reason=stop_reason,
+            stop_detail=search.stop_detail,
             failures=failure_kinds(entries),
         ),
         curve=tuple(search.progress.curve),

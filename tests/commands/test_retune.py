@@ -30,6 +30,9 @@ from conftest import (
 from small_mm import SMALL_MM
 from test_log_invariants import INCONSISTENT, edit_set, problems
 
+from tvmtune_ci.fsutil import sha256_bytes
+from tvmtune_ci.git.read import blob_id
+
 tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.hostcheck import host_target  # noqa: E402
@@ -40,7 +43,7 @@ CONFIG = f"""\
 format: 1
 trials: 16
 batch_size: 8
-measure: {{time_cap_s: 1.0, usable_precision: 10}}  # a busy machine is no reason to fail here
+measure: {{time_cap_s: 1.0, usable_precision: 10, history_s: 1}}  # a busy machine is no reason to fail here
 targets:
   host:
     target: {json.dumps(TARGET)}
@@ -76,7 +79,7 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert r.stdout.index("trials per workload: 16") < r.stdout.index("best")
     files = _set(root)
     log_name = f"mm_host_{time.strftime('%Y-%m-%d')}.json"
-    assert set(files) == {"manifest.json", "results.json", "README.md", "curve.png", log_name}
+    assert set(files) == {"manifest.json", "results.json", "runs.jsonl", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
     m = manifest_of(files)
     assert m["format"] == 4 and m["log"] == log_name and m["target"] == TARGET
@@ -91,7 +94,7 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
 
     # results.json, named and hashed like the log; and what the template's fingerprint
     # was computed from, so that `check` need not parse it while git vouches for it.
-    assert m["files_git_blob"] == {"results.json": git_blob(root / FOLDER / "results.json")}
+    assert m["files_git_blob"] == {name: git_blob(root / FOLDER / name) for name in ("results.json", "runs.jsonl")}
     src = m["sources"]
     assert src["blobs"] == {"operators/mm.py": git_blob(root / "operators/mm.py")}
     assert src["fingerprint"] == m["fingerprint"] and src["template_line"] > 1
@@ -434,55 +437,114 @@ def test_retune_finishes_an_interrupted_publish_first_and_dry_run_only_reports_i
 # --------------------------------------------------------------------------- remeasure
 
 
-def _scale_recorded_best(root: Path, factor: float) -> None:
-    """Make the manifest claim a best `factor` x what it measured, interval included."""
-    def scale(results: dict) -> None:  # type: ignore[type-arg]
-        best = results["s64"]["best"]
-        for k in ("latency_s", "ci_lo_s", "ci_hi_s"):
-            best[k] *= factor
-
-    edit_results(root / FOLDER, scale)
+def _runs(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (root / FOLDER / "runs.jsonl").read_text().splitlines()]
 
 
-def test_remeasure_reports_the_committed_best_as_measured_now(
+def test_a_retune_starts_the_run_history(tuned: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """The first run of the history is measured by the re-tune itself, as every later
+    remeasure measures: the bests and the calibration kernels in turns; the manifest
+    hashes it and the README's headline is that run's figure, its band not known yet."""
+    root, _ = tuned
+    (first,) = _runs(root)
+    assert first["by"] == "retune" and first["calibration_version"] == 1 and first["window_s"] == 1.0
+    assert set(first["workloads"]) == {"s64"} and set(first["calibration"]) == {"compute", "memory"}
+    for k in [first["workloads"]["s64"], *first["calibration"].values()]:
+        assert k["n"] >= 3 and k["fast_s"] <= k["p25_s"] * 1.001 and k["fast_s"] <= k["slow_s"]
+    m = manifest_at(root / FOLDER)
+    assert m["files"]["runs.jsonl"] == sha256_bytes((root / FOLDER / "runs.jsonl").read_bytes())
+    readme = (root / FOLDER / "README.md").read_text()
+    assert "| `s64` | **" in readme and "| 1 run; the band is known after 7 more |" in readme
+
+
+def test_remeasure_with_a_short_history_is_inconclusive_and_writes_nothing(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
     root = _copy(tuned[0], tmp_path)
-    r = run_cli(root, "remeasure", "--format", "json")
-    assert r.returncode in (0, 1), r.stderr
-    out = json.loads(r.stdout)
-    (res,) = out["results"]
-    assert res["operator"] == "mm" and res["workload"] == "s64" and res["error"] is None
-    assert res["now"]["n"] >= 11 and res["now"]["ci_lo_s"] <= res["now"]["latency_s"]
-    assert res["verdict"] in ("equal", "slower", "faster")
-    assert (r.returncode == 1) == (res["verdict"] != "equal")
-    assert res["ratio"] > 0 and res["now"]["speedup"] > 0  # side by side with the default
+    before = _set(root)
+    r = run_cli(root, "remeasure", "mm")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mm/host/s64: best " in r.stdout and "inconclusive: 6 more runs needed" in r.stdout
+    assert "mm on host: a run of the history: 1 best(s) and the calibration kernels" in r.stdout
+    assert _set(root) == before  # without --record nothing is written
+    j = run_cli(root, "remeasure", "--format", "json")
+    assert j.returncode == 0, j.stderr
+    (res,) = json.loads(j.stdout)["results"]
+    assert res["recorded"] is False and res["verdicts"][0]["state"] == "inconclusive"
 
 
-# Far enough that other load on the machine (which only ever slows a kernel, by up
-# to a scheduler time slice per run for a 20 us kernel on 2 threads) cannot flip it.
-@pytest.mark.parametrize(("factor", "words"), [(0.2, "SLOWER beyond the noise"),
-                                               (1000.0, "faster beyond the noise")])
-@pytest.mark.slow
-def test_remeasure_flags_a_best_that_drifted(
-    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, factor: float, words: str
+def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
     root = _copy(tuned[0], tmp_path)
-    _scale_recorded_best(root, factor)  # as if the machine (or TVM) had changed since
-    r = run_cli(root, "remeasure")
+    old = (root / FOLDER / "runs.jsonl").read_bytes()
+    r = run_cli(root, "remeasure", "mm", "--record", "--commit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    new = (root / FOLDER / "runs.jsonl").read_bytes()
+    assert new.startswith(old) and [x["by"] for x in _runs(root)] == ["retune", "remeasure"]
+    assert "| 2 runs; the band is known after 6 more |" in (root / FOLDER / "README.md").read_text()
+    assert "record a remeasure run of 1 entry" in git(root, "log", "-1", "--format=%s")
+    assert git(root, "status", "--porcelain", "--", str(FOLDER)).strip() == ""  # all of it committed
+    for args in (("check",), ("check", "--rehash")):
+        c = run_cli(root, *args)
+        assert c.returncode == 0, c.stdout + c.stderr
+    # A run removed or edited by hand is caught like a hand-edited log.
+    (root / FOLDER / "runs.jsonl").write_bytes(old)
+    c = run_cli(root, "check")
+    assert c.returncode == 1 and "log_modified" in c.stdout and "runs.jsonl" in c.stdout
+    r = run_cli(root, "remeasure", "mm", "--record")  # nothing is appended to a doubtful set
+    assert r.returncode == 0 and "mm/host: stale, not re-measured" in r.stdout
+    assert (root / FOLDER / "runs.jsonl").read_bytes() == old
+
+
+@pytest.mark.slow
+def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """Real kernels, real runs: with nothing changed the history grows to a band and
+    stays stable; the committed best swapped for a slower configuration (hashes
+    re-recorded, so check still vouches for the set) is drift, annotated on GitHub."""
+    from tvmtune_ci.config import load_config
+    from tvmtune_ci.remeasure import remeasure_target
+    from tvmtune_ci.staleness import find_stale
+
+    root = _copy(tuned[0], tmp_path)
+    config = load_config(root / "tvmtune.yaml")
+    states = []
+    for _ in range(7):  # 8 runs with the re-tune's: a band of 5 and 3 recent runs
+        (r,) = remeasure_target(config, find_stale(config).entries, record=True, say=lambda s: None)
+        states.append(r.verdicts[0].state)
+    assert states == ["inconclusive"] * 6 + ["stable"], states
+    assert "(8 runs," in (root / FOLDER / "README.md").read_text()
+
+    default_knobs = manifest_at(root / FOLDER)["results"]["s64"]["baseline"]["knobs"]
+
+    def swap(results: dict[str, Any]) -> None:
+        results["s64"]["best"]["knobs"] = default_knobs  # the default: far slower
+
+    edit_results(root / FOLDER, swap)
+    assert run_cli(root, "check").returncode == 0
+    r = run_cli(root, "remeasure", "mm", "--format", "github")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert words in r.stdout and "1 of 1 bests drifted" in r.stdout
-    gh = run_cli(root, "remeasure", "--format", "github")
-    assert gh.returncode == 1
-    assert f"::warning file={FOLDER}/README.md,title=tuning log drifted::mm/host/s64" in gh.stdout
+    assert f"::warning file={FOLDER}/README.md,title=tuning log drifted::mm/host/s64" in r.stdout
+    assert "DRIFT" in r.stdout and "slower" in r.stdout and "1 of 1 bests drifted" in r.stdout
+    assert "the compute calibration kernel measured" in r.stdout  # the runner's own speed
 
 
-def test_remeasure_skips_a_stale_entry(
+def test_remeasure_refuses_another_machine_and_skips_a_stale_entry(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
     from conftest import change_function
 
     root = _copy(tuned[0], tmp_path)
+    path = root / FOLDER / "runs.jsonl"
+    data = path.read_bytes().replace(b'"cpu":"', b'"cpu":"Another CPU, not ', 1)
+    path.write_bytes(data)
+    m = json.loads((root / FOLDER / "manifest.json").read_text())
+    m["files"]["runs.jsonl"], m["files_git_blob"]["runs.jsonl"] = sha256_bytes(data), blob_id(data)
+    (root / FOLDER / "manifest.json").write_text(json.dumps(m))
+    r = run_cli(root, "remeasure", "mm")
+    assert r.returncode == 5 and "its run history is a property of that runner" in r.stderr
     change_function(root / "operators" / "mm.py")
     r = run_cli(root, "remeasure")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -654,3 +716,18 @@ def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
     assert f"### History: seeded from the host log `{h['source']}` (seed-from)" in readme
     assert "the best of the host log on this target" in readme
     assert run_cli(root, "check").returncode == 0
+
+
+def test_dry_run_exits_as_the_real_run_would(tmp_path: Path) -> None:
+    """A dry run that lists a run which would fail says so and exits as it would: 5 for
+    a target this host cannot run, 2 for a template that cannot be read; 0 otherwise."""
+    arm = '  arm:\n    target: {kind: llvm, mtriple: aarch64-linux-gnu, mcpu: cortex-a72}\n'
+    root = make_repo(tmp_path, config=CONFIG + arm, files={"operators/mm.py": SMALL_MM}, operators=False)
+    r = run_cli(root, "retune", "--dry-run", "--target", "arm")
+    assert r.returncode == 5 and "would stop before any trial" in r.stderr, r.stdout + r.stderr
+    r = run_cli(root, "retune", "--dry-run", "--target", "host")
+    assert r.returncode == 0 and "would be re-tuned" in r.stdout, r.stdout + r.stderr
+    (root / "operators/mm.py").write_text(SMALL_MM.replace('"tile_i", "M"', '"tile_i", "MM"'))
+    r = run_cli(root, "retune", "--dry-run", "--target", "host")
+    assert r.returncode == 2 and "would stop: the template cannot be read" in r.stderr, r.stdout + r.stderr
+    assert not (root / "tuning_logs").exists()

@@ -34,7 +34,7 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
     write_fresh(root, "matmul", "avx512", tuned_on=ten_days_ago)
     code, rows, _ = status(root)
     assert code == 0  # stale entries are not an error for status
-    assert rows[0] == ["ENTRY", "STATE", "AGE", "TRIALS", "BEST", "SPACE", "REASONS"]
+    assert rows[0] == ["ENTRY", "STATE", "AGE", "TRIALS", "BEST", "RUN TO RUN", "SPACE", "REASONS"]
     decl = read_template(root / "operators/matmul.py")
     targets = {t.name: t.target for t in load_config(root / "tvmtune.yaml").targets}
 
@@ -53,11 +53,12 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
         "10d",
         f"{60 * n}/{64 * n}",
         best,
+        "0 runs",  # a set with no run history yet
         space,
         "-",
     ]
     assert by_entry["matmul/avx2"] == [
-        "matmul/avx2", "STALE", "-", "-", "-", space_on("avx2"), "missing"
+        "matmul/avx2", "STALE", "-", "-", "-", "-", space_on("avx2"), "missing"
     ]
     assert space_on("avx2") != space
     assert rows[-1][0].endswith(
@@ -78,7 +79,7 @@ def test_markdown(repo: Path, status) -> None:  # noqa: ANN001
     code, _, out = status(repo, "--format", "markdown")
     lines = out.splitlines()
     assert code == 0
-    assert lines[0] == "| entry | state | age | trials | best | space | reasons |"
+    assert lines[0] == "| entry | state | age | trials | best | run to run | space | reasons |"
     row = next(x for x in lines if x.startswith("| matmul/avx512 |")).split(" | ")
     assert row[1:3] == ["fresh", "0d"] and row[4].endswith(" ms") and row[-1] == "- |"
 
@@ -103,3 +104,28 @@ def test_cli_status_config_error_exits_2(repo: Path) -> None:
 def test_cli_status_unknown_operator_exits_2(repo: Path) -> None:
     r = run_cli(repo, "status", "--operator", "matmal")
     assert r.returncode == 2 and "unknown operator 'matmal'; did you mean 'matmul'?" in r.stderr
+
+
+def test_an_unknown_space_says_why_and_an_odd_size_is_advised(tmp_path: Path, status) -> None:  # noqa: ANN001
+    """SPACE is '?' with the reason to read when KNOBS cannot be evaluated; a design
+    space outside the advised 100-10,000 points is a warning naming what to change."""
+    small = (
+        "from tvmtune_ci.template import define_knob, define_split\n"
+        "WORKLOADS = {'w': {'R': 64, 'C': 32, 'dtype': 'float32'}}\n"
+        "KNOBS = [\n"
+        "    define_split('tile_r', 'R', parts=2, max_factor=4),\n"
+        "    define_knob('unroll', [0, 16]),\n"
+        "]\n"
+        "def compute(R, C, dtype):\n    pass\n"
+        "def reference(x):\n    pass\n"
+        "def schedule(sch, cfg):\n    pass\n"
+    )
+    root = make_repo(tmp_path, files={"operators/tiny.py": small,
+                                      "operators/broken.py": small.replace("'R', parts", "'RR', parts")})
+    code, rows, out = status(root)
+    by_entry = {r[0]: r for r in rows[1:] if len(r) > 5}
+    assert by_entry["broken/avx512"][6] == "? (template_invalid)"
+    assert by_entry["tiny/avx512"][6] == "6"  # tile_r [64,1] [32,2] [16,4] x unroll 2 = 6 points
+    warnings = [line for line in out.splitlines() if line.startswith("warning: operators/tiny.py:4:")]
+    assert len(warnings) == 2, out  # one per target
+    assert "6 points per design space (tile_r 3 x unroll 2), below the advised 100" in warnings[0]

@@ -47,7 +47,8 @@ def group_reasons(reasons: tuple[Reason, ...]) -> list[tuple[str, list[str]]]:
 def entry_line(e: Entry) -> str:
     name = f"{e.operator}/{e.target_name}"
     if e.fresh:
-        age = f" (tuned {e.age_days} days ago)" if e.age_days is not None else ""
+        age = (f" (tuned {e.age_days} day{'' if e.age_days == 1 else 's'} ago)"
+               if e.age_days is not None else "")
         return f"fresh {name}{age}"
     reasons = "; ".join(
         f"{code} ({'; '.join(details)})" for code, details in group_reasons(e.reasons)

@@ -42,12 +42,13 @@ def register(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every configured (operator, target), fresh or not (the yearly full re-tune)",
     )
+    p.add_argument("operators", nargs="*", metavar="OPERATOR", help="only these operators (default: all)")
     p.add_argument(
         "--operator",
         action="append",
         default=[],
         metavar="OP",
-        help="only this operator (repeatable)",
+        help="deprecated: name the operators as arguments (kept for one release)",
     )
     p.add_argument(
         "--target",
@@ -135,14 +136,17 @@ def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_en
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..selection import load_quietly  # config warnings reach report.warnings below
+    from ..selection import (  # config warnings reach report.warnings below
+        load_quietly,
+        selected_operators,
+    )
 
     config = load_quietly(args.config)
     report, entries = select(
         config,
         all_entries=args.all,
         changed_since=args.changed_since,
-        operators=args.operator,
+        operators=selected_operators(args) or (),
         targets=args.target,
     )
     for w in getattr(report, "warnings", ()) or ():
@@ -160,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if n > MAX_JOBS:
         raise UsageError(
             f"{n} entries to re-tune, more than the {MAX_JOBS} jobs a GitHub Actions matrix "
-            "allows; split the run with --operator/--target"
+            "allows; split the run by operator (arguments) or --target"
         )
     text = json.dumps(matrix, separators=(",", ":"))
     print(text)

@@ -12,11 +12,13 @@ from ..layout import LogSet
 from ..manifest import read_manifest
 from ..publish import publish, recover
 from ..readme import render_curve, render_readme
+from ..runs import read_runs
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("operator", metavar="OPERATOR")
+    p.add_argument("operators", nargs="*", metavar="OPERATOR", help="operators whose READMEs to regenerate")
     p.add_argument("--target", action="append", default=[], metavar="NAME", help="target(s) to regenerate (default: every configured target of the operator)")
+    p.add_argument("--all", action="store_true", help="every operator's READMEs")
 
 
 def regenerate(logset: LogSet) -> list[Path]:
@@ -29,7 +31,8 @@ def regenerate(logset: LogSet) -> list[Path]:
     with lock.hold(logset.lock, f"{logset.operator}/{logset.target_slug}"):
         recover(logset.folder)  # a killed publish must not be mistaken for the set
         m = read_manifest(logset.manifest)
-        files = {logset.readme.name: render_readme(m).encode()}
+        history = read_runs(logset.folder, m.files)
+        files = {logset.readme.name: render_readme(m, history).encode()}
         curve = render_curve(m)
         if curve is not None:
             files[logset.curve.name] = curve
@@ -47,21 +50,35 @@ def _holds(path: Path, data: bytes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..template import discover_templates
+
     config = load_config(Path(args.config) if args.config else None)
-    targets = [config.target(t) for t in args.target] if args.target else list(config.targets_for(args.operator))
-    done = 0
-    for t in targets:
-        logset = LogSet.of(config.logs_path, args.operator, t.name)
-        if not logset.manifest.is_file():
-            if args.target:
-                raise UsageError(f"{logset.manifest} does not exist; run `tvmtune-ci retune {args.operator} --target {t.name}` first")
-            continue
-        written = regenerate(logset)
-        for p in written:
-            print(f"wrote {p}")
-        if not written:
-            print(f"up to date: {logset.readme}")
-        done += 1
-    if not done:
-        raise UsageError(f"no log of {args.operator!r} has a manifest under {config.logs_path}; run `tvmtune-ci retune {args.operator}` first")
+    if args.all:
+        operators = [p.stem for p in discover_templates(config.operators_path)]
+    elif args.operators:
+        operators = list(args.operators)
+    else:
+        raise UsageError("name the operators whose READMEs to regenerate, or pass --all")
+    for op in operators:
+        # A target named here may be one no longer configured whose folder is kept
+        # (`keep:`): its README is regenerated from its manifest like any other.
+        names = list(args.target) or [t.name for t in config.targets_for(op)]
+        if args.all and not args.target and (config.logs_path / op).is_dir():
+            names += sorted(d.name for d in (config.logs_path / op).iterdir()
+                            if d.is_dir() and config.kept(op, d.name) and d.name not in names)
+        done = 0
+        for name in names:
+            logset = LogSet.of(config.logs_path, op, name)
+            if not logset.manifest.is_file():
+                if args.target and not args.all:
+                    raise UsageError(f"{logset.manifest} does not exist; run `tvmtune-ci retune {op} --target {name}` first")
+                continue
+            written = regenerate(logset)
+            for p in written:
+                print(f"wrote {p}")
+            if not written:
+                print(f"up to date: {logset.readme}")
+            done += 1
+        if not done and not args.all:
+            raise UsageError(f"no log of {op!r} has a manifest under {config.logs_path}; run `tvmtune-ci retune {op}` first")
     return 0

@@ -1,8 +1,15 @@
-"""`tvmtune-ci remeasure`: re-measure each committed best on its runner; report drift.
+"""`tvmtune-ci remeasure`: measure each committed best on its runner, judge its history.
 
-Exit 0 when every best measures as its README says (within the noise), 1 when one
-drifted beyond it or could not be measured, 2 on a config or usage error, 5 when
-this host cannot run a target.
+One run per fresh entry (the best, the default and the calibration kernels in turns);
+the verdict comes from the entry's run history with that run (`runs.judge`), never from
+one run alone: "inconclusive" while the history is too short to have a band, "stable"
+inside it, "drift" for a persistent change beyond it (or one far beyond any band seen).
+`--record` appends the run to the set's `runs.jsonl` and republishes its manifest and
+README (the monthly workflow commits them with `--commit --push`).
+
+Exit 0 when nothing drifted (stable or inconclusive), 1 when a best drifted or could not
+be measured, 2 on a config or usage error, 5 when this host cannot run a target or is
+not the machine the history was measured on, 6 when the folder is locked, 8 on git.
 """
 
 from __future__ import annotations
@@ -12,46 +19,98 @@ import json
 import sys
 
 from .. import ci
+from ..errors import TvmtuneError
 from ..selection import add_selection_options, report_from_args
 
 
 def register(p: argparse.ArgumentParser) -> None:
     add_selection_options(p)
     p.add_argument("--format", choices=("text", "json", "github"), default="text")
+    p.add_argument("--record", action="store_true",
+                   help="append the run to each set's runs.jsonl (and its manifest and README)")
+    p.add_argument("--commit", action="store_true", help="commit the recorded runs (implies --record)")
+    p.add_argument("--push", action="store_true", help="push the commit (implies --commit)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..remeasure import describe, remeasure_entry
+    from ..remeasure import Remeasured, describe, remeasure_target
 
     config, report = report_from_args(args)
+    commit = args.commit or args.push
+    record = args.record or commit
     say = (lambda s: print(s, file=sys.stderr)) if args.format == "json" else print
-    drifts = []
-    skipped = []
+    done: list[Remeasured] = []
+    skipped, failures = [], []
+    by_target: dict[str, list] = {}
     for e in report.entries:
         if e.manifest is None or not e.fresh:
             # A stale set describes another template or target: re-tune it instead.
             skipped.append(f"{e.operator}/{e.target_name}")
             continue
-        drifts.extend(remeasure_entry(config, e, say=say))
-    bad = [d for d in drifts if d.drifted or d.error]
+        by_target.setdefault(e.target_name, []).append(e)
+    for name, entries in by_target.items():  # one run per target: its sets' bests in turns
+        try:
+            done += remeasure_target(config, entries, record=record, say=say)
+        except TvmtuneError as err:
+            failures.append(err)
+            print(f"error: {', '.join(e.operator for e in entries)} on {name}: {err}", file=sys.stderr)
+    if commit and record and done:
+        _commit(config, done, args.push, failures)
+    drifted = [r for r in done if r.drifted]
     if args.format == "json":
-        json.dump({"results": [d.to_json() for d in drifts], "skipped_stale": skipped,
-                   "drifted": len(bad)}, sys.stdout, indent=2, sort_keys=True)
+        json.dump({"results": [{"operator": r.operator, "target": r.target, "recorded": record,
+                                "run": r.run.to_json(), "verdicts": [v.to_json() for v in r.verdicts],
+                                "history": [h.to_json() for h in r.history]}
+                               for r in done],
+                   "skipped_stale": skipped, "drifted": len(drifted), "errors": len(failures)},
+                  sys.stdout, indent=2, sort_keys=True)
         print()
     else:
-        for d in drifts:
-            line = describe(d)
-            if args.format == "github" and (d.drifted or d.error):
-                print(ci.annotation("warning", line, file=d.readme, title="tuning log drifted"))
-            else:
-                print(line)
+        for r in done:
+            for line, v in zip(describe(r), r.verdicts, strict=True):
+                if args.format == "github" and v.drifted:
+                    print(ci.annotation("warning", line, file=r.readme, title="tuning log drifted"))
+                else:
+                    print(line)
         for s in skipped:
             print(f"{s}: stale, not re-measured (re-tune it: tvmtune-ci retune)")
-        print(f"{len(bad)} of {len(drifts)} bests drifted beyond the noise or could not be measured"
-              if bad else f"all {len(drifts)} bests measure as recorded, within the noise")
+        n = sum(len(r.verdicts) for r in done)
+        states = [v.state for r in done for v in r.verdicts]
+        print(f"{states.count('drift')} of {n} bests drifted" if drifted else
+              f"no drift in {n} bests: {states.count('stable')} stable, "
+              f"{states.count('inconclusive')} inconclusive (too few runs yet)")
         if args.format == "github":
-            rows = "\n".join(f"| {d.operator}/{d.target}/{d.workload} | {d.verdict} | "
-                             f"{'-' if d.ratio is None else f'{d.ratio:.3f}x'} |" for d in drifts)
-            ci.append_step_summary("### tvmtune-ci remeasure\n\n| entry | now vs README | ratio |\n"
-                                   f"|---|---|---|\n{rows}\n")
-    return 1 if bad else 0
+            rows = "\n".join(f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
+                             f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"
+                             for r in done for v in r.verdicts)
+            ci.append_step_summary("### tvmtune-ci remeasure\n\n| entry | verdict | runs | band | why |\n"
+                                   f"|---|---|---|---|---|\n{rows}\n")
+    if failures:
+        return max(1, *(f.exit_code for f in failures))
+    return 1 if drifted else 0
+
+
+def _commit(config, done, push: bool, failures: list) -> None:  # noqa: ANN001
+    from ..git.write import commit_paths, push_with_retry
+    from ..runs import RUNS_NAME
+
+    paths = []
+    for r in done:
+        folder = config.logs_path / r.operator / r.readme.split("/")[-2]
+        paths += [folder / RUNS_NAME, folder / "manifest.json", folder / "README.md"]
+    lines = [f"- {line}" for r in done for line in _short(r)]
+    message = (f"tvmtune: record a remeasure run of {len(done)} entr{'y' if len(done) == 1 else 'ies'}"
+               "\n\n" + "\n".join(lines) + "\n\nWritten by tvmtune-ci remeasure --record; "
+               "logs only, this commit does not trigger a re-tune.\n")
+    try:
+        sha = commit_paths(config.root, paths, message, config.git)
+        print(f"committed {sha[:12]}: {message.splitlines()[0]}")
+        if push:
+            print(f"pushed: {push_with_retry(config.root, identity=config.git)}")
+    except TvmtuneError as err:
+        print(f"error: the runs are recorded but not committed: {err}", file=sys.stderr)
+        failures.append(err)
+
+
+def _short(r) -> list[str]:  # noqa: ANN001
+    return [f"{r.operator}/{r.target}/{v.workload}: {v.state}: {v.sentence}" for v in r.verdicts]

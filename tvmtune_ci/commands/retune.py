@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import ci
 from ..config import Config, load_config
-from ..errors import LockError, TvmtuneError, UsageError
+from ..errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..staleness import Entry
@@ -100,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
 
             for line in replay_plan(config, e):
                 print(f"    {line}")
-    if args.dry_run or not entries:
-        if not entries:
-            print("nothing to re-tune: every log is fresh")
+    if args.dry_run:
+        return dry_run_verdict(config, entries)
+    if not entries:
+        print("nothing to re-tune: every log is fresh")
         return 0
 
     commit = args.commit or args.push
@@ -169,6 +170,38 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         print(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}; see the errors above", file=sys.stderr)
         return max(f.exit_code for f in failures)
+    return 0
+
+
+def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
+    """What a real run would stop at before tuning, with its exit code: a template that
+    cannot be read (2), a target this host cannot run (5). 0 when it would start."""
+    from ..staleness import TEMPLATE_INVALID
+
+    if not entries:
+        print("nothing to re-tune: every log is fresh")
+        return 0
+    codes = []
+    for e in entries:
+        invalid = [r for r in e.reasons if r.code == TEMPLATE_INVALID]
+        if invalid:
+            _report(e, f"would stop: the template cannot be read: {invalid[0].detail}")
+            codes.append(TemplateError.exit_code)
+            continue
+        target = config.target(e.target_name)
+        try:
+            from ..hostcheck import check_host
+
+            check_host(target.target, remote=target.rpc is not None)
+        except HostError as err:
+            _report(e, f"would stop before any trial: {err}")
+            codes.append(err.exit_code)
+        except ImportError:
+            print(f"  {e.operator}/{e.target_name}: host not checked (TVM is not installed)")
+    if codes:
+        print(f"dry run: {len(codes)} of {len(entries)} entries would fail; nothing was changed")
+        return max(codes)
+    print(f"dry run: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} would be re-tuned; nothing was changed")
     return 0
 
 

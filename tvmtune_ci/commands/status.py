@@ -14,10 +14,10 @@ from typing import TextIO
 from ..ci import md_escape
 from ..errors import CorruptFileError
 from ..selection import add_selection_options, orphan_lines, report_from_args, summary_line
-from ..staleness import Entry, Report
+from ..staleness import TEMPLATE_INVALID, Entry, Report
 from ..stats import fmt_latency
 
-COLUMNS = ("entry", "state", "age", "trials", "best", "space", "reasons")
+COLUMNS = ("entry", "state", "age", "trials", "best", "run to run", "space", "reasons")
 
 
 def human_count(n: int) -> str:
@@ -26,6 +26,25 @@ def human_count(n: int) -> str:
         if n >= size:
             return f"{n / size:.3g}{unit}"
     return str(n)
+
+
+def band_cell(e: Entry) -> str:
+    """The widest run-to-run band of the entry's workloads (runs.py), or how many runs
+    the history has while it is too short for one."""
+    from ..runs import MIN_REF, PERSIST, band_of, read_runs, series
+
+    if e.manifest is None:
+        return "-"
+    try:
+        history = read_runs(e.logset.folder, e.manifest.files)
+    except CorruptFileError:
+        return "? (runs.jsonl)"
+    bands = [band_of(series(history, w)) for w in e.manifest.workloads]
+    counts = [b.runs if b else 0 for b in bands]
+    if not counts or min(counts) < MIN_REF + PERSIST:
+        n = min(counts, default=0)
+        return f"{n} run{'s' if n != 1 else ''}"
+    return f"±{max(b.halfwidth for b in bands if b):.1%} ({min(counts)})"
 
 
 def row(e: Entry) -> dict[str, str]:
@@ -46,13 +65,16 @@ def row(e: Entry) -> dict[str, str]:
         except (AttributeError, TypeError, CorruptFileError):
             pass  # a hand-edited manifest or results.json; its reasons say so
     space = sum(points * spaces for points, spaces in e.space_sizes.values())
+    # Unknown only when the template's KNOBS cannot be read: say which reason to look at.
+    unknown = next((r.code for r in e.reasons if r.code in (TEMPLATE_INVALID,)), "see reasons")
     return {
         "entry": f"{e.operator}/{e.target_name}",
         "state": "fresh" if e.fresh else "STALE",
         "age": f"{e.age_days}d" if e.age_days is not None else "-",
         "trials": trials,
         "best": best,
-        "space": human_count(space) if e.space_sizes else "-",
+        "run to run": band_cell(e),
+        "space": human_count(space) if e.space_sizes else f"? ({unknown})",
         "reasons": ", ".join(dict.fromkeys(r.code for r in e.reasons)) or "-",
     }
 

@@ -1,0 +1,120 @@
+"""The run history (runs.py): its file, its band, and the drift verdict's rules.
+
+The rules on synthetic series here; on real kernels measured by `remeasure` in
+tests/commands/test_remeasure.py; on the study's measured values in
+benchmarks/study_drift.py (docs/measurement.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tvmtune_ci import runs
+from tvmtune_ci.errors import CorruptFileError
+
+
+def kf(p25: float) -> runs.KernelFigure:
+    return runs.KernelFigure(p25, p25 * 0.99, p25 * 1.01, 33, p25 * 0.98, p25 * 1.3)
+
+
+def run(i: int, best: float) -> runs.Run:
+    return runs.Run(f"2026-12-{1 + i // 24:02d}T{i % 24:02d}:00:00Z", "remeasure",
+                    {"cpu": "Test CPU", "cores": 2}, "0.27.0", 90.0, {"w": kf(best)},
+                    {"compute": kf(0.3), "memory": kf(3.0)}, 1)
+
+
+def pts(values: list[float]) -> list[tuple[str, float]]:
+    return [(f"2026-12-01T00:00:{i:02d}Z", v) for i, v in enumerate(values)]
+
+
+def test_a_history_round_trips_and_lines_are_appended_byte_for_byte() -> None:
+    history = [run(0, 1.0), run(1, 1.01)]
+    data = runs.encode_runs(history)
+    assert runs.parse_runs(data, "runs.jsonl") == history
+    more = data + run(2, 0.99).line()
+    assert more.startswith(data) and len(runs.parse_runs(more, "runs.jsonl")) == 3
+    assert runs.value(history[0], "w") == pytest.approx(0.98)  # the fastest stretch
+    assert runs.value(history[0], "w", "fast_vs_compute") == pytest.approx(0.98 / 0.294)
+    assert runs.value(history[0], "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: d.replace(b'"n":33', b'"n":0', 1), ":1: not a run record (line 1.calibration.compute.n is 0"),
+        (lambda d: d + b'{"format": 9}\n', ":3: not a run record (line 3.format is 9"),
+        (lambda d: d[:-1], "its last line is cut short"),
+        (lambda d: d.replace(b'"p25_s":1.0', b'"p25_s":-1', 1), "p25_s is -1, expected a positive number"),
+    ],
+)
+def test_a_hand_edited_history_names_the_line_and_the_fix(edit, words: str) -> None:  # noqa: ANN001
+    data = runs.encode_runs([run(0, 1.0), run(1, 1.0)])
+    with pytest.raises(CorruptFileError) as e:
+        runs.parse_runs(edit(data), "tuning_logs/x/y/runs.jsonl")
+    assert words in str(e.value) and "restore it from git" in str(e.value)
+
+
+def test_the_band_is_the_largest_distance_from_the_median() -> None:
+    band = runs.band_of(pts([1.0, 1.02, 0.97, 1.01]))
+    assert band is not None and band.median == pytest.approx(1.005)
+    assert band.halfwidth == pytest.approx(0.035 / 1.005)
+    assert band.runs == 4
+
+
+def test_too_short_a_history_is_inconclusive_and_says_how_many_more() -> None:
+    for n in range(1, runs.MIN_REF + runs.PERSIST):
+        v = runs.judge("w", pts([1.0] * n))
+        assert v.state == "inconclusive" and not v.drifted
+        need = runs.MIN_REF + runs.PERSIST - n
+        assert f"{need} more run" in v.sentence
+
+
+def test_a_change_far_beyond_any_band_is_reported_at_once() -> None:
+    v = runs.judge("w", pts([1.0, 1.4]))
+    assert v.drifted and v.direction == "slower" and "reported at once" in v.sentence
+    assert runs.judge("w", pts([1.0, 1.2])).state == "inconclusive"
+    assert runs.judge("w", pts([1.0, 0.6])).direction == "faster"
+
+
+def test_noise_inside_the_band_is_stable() -> None:
+    v = runs.judge("w", pts([1.0, 1.03, 0.98, 1.01, 1.0, 1.02, 0.99, 1.03]))
+    assert v.state == "stable" and "within the band" in v.sentence and v.band is not None
+
+
+def test_a_persistent_change_beyond_the_band_is_drift_and_one_odd_run_is_not() -> None:
+    ref = [1.0, 1.02, 0.98, 1.01, 1.0]
+    assert runs.judge("w", pts([*ref, 1.15, 1.16, 1.14])).drifted
+    v = runs.judge("w", pts([*ref, 1.15, 1.16, 1.14]))
+    assert v.direction == "slower" and "last 3 runs are all slower" in v.sentence
+    # One run of three back inside: not persistent.
+    assert not runs.judge("w", pts([*ref, 1.15, 1.0, 1.14])).drifted
+    # Beyond the ±2% band but not beyond MIN_CHANGE (5%): not a drift worth a failed job.
+    assert not runs.judge("w", pts([*ref, 1.04, 1.045, 1.04])).drifted
+    # A wide band: a change must pass MARGIN x the band.
+    wide = [1.0, 1.10, 0.92, 1.05, 1.0]
+    assert not runs.judge("w", pts([*wide, 1.09, 1.09, 1.09])).drifted
+    assert runs.judge("w", pts([*wide, 1.12, 1.13, 1.12])).drifted
+    assert runs.judge("w", pts([*ref, 0.85, 0.86, 0.84])).direction == "faster"
+
+
+def test_the_verdict_and_the_run_serialise() -> None:
+    v = runs.judge("w", pts([1.0, 1.02, 0.98, 1.01, 1.0, 1.15, 1.16, 1.14]))
+    d = json.loads(json.dumps(v.to_json()))
+    assert d["state"] == "drift" and d["band"]["runs"] == 5
+
+
+def test_the_headline_is_the_median_over_the_runs_with_their_spread() -> None:
+    history = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]
+    value, words = runs.headline(history[:2], "w")
+    assert value == pytest.approx(0.98 * 1.005) and words == "2 runs; the band is known after 6 more"
+    value, words = runs.headline(history, "w")
+    assert value == pytest.approx(0.98 * 1.01)
+    assert words.startswith("runs spread ±") and "(8 runs, 2026-12-01 to 2026-12-01)" in words
+    assert runs.headline([], "w") == (None, "no run yet")
+    table = runs.history_table(history, ["w"])
+    assert len(table) == 4 + 8 and "Test CPU x2" in table[-1] and "compute calibration" in table[2]
+    noise = runs.runner_band(history)
+    assert noise is not None and "compute-bound calibration kernel 294 ms (±0.0% over 8 runs" in noise
+    assert "up to 1.33x its fastest" in noise
