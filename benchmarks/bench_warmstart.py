@@ -62,6 +62,10 @@ class Edit:
 
 
 EDITS = [
+    Edit("matmul-noop", "a no-op statement (the fingerprint changes, the kernels do not)",
+         "matmul", "m1024",
+         (("matmul.py", "def schedule(sch, cfg) -> None:\n",
+           "def schedule(sch, cfg) -> None:\n    _unused = None  # a no-op edit\n"),)),
     Edit("softmax-unroll-candidate", "a new candidate for a knob", "softmax", "attn_512",
          (("softmax.py", 'define_knob("unroll", [0, 16, 64])',
            'define_knob("unroll", [0, 16, 64, 256])'),)),
@@ -114,7 +118,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--edits", help="1-based indices, comma-separated (default: all)")
     p.add_argument("--trials", type=int, default=96, help="budget of each run (96)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--arms", default="warm,prior",
+    p.add_argument("--seeds", type=int, default=3,
+                   help="seeds per arm (seed, seed+1, ...): the cold arm's own spread between "
+                   "seeds is the yardstick a difference must exceed (3)")
+    p.add_argument("--arms", default="prior",
                    help="variants to run against cold: warm, prior, cold2 (cold with the next "
                    "seed: how far apart two cold runs land)")
     p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
@@ -182,7 +189,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
     from tvmtune_ci.tuner import TuneRequest, tune_workload
 
     config = load_config(ROOT / "tvmtune.yaml")
-    arms = ["cold", *args.arms.split(",")]
+    arms = [f"{a}@{k}" for a in ["cold", *args.arms.split(",")] for k in range(args.seeds)]
     scratch = Path(tempfile.mkdtemp(prefix="bench-warmstart-"))
     try:
         tmpl = load_edited(edit, scratch)
@@ -194,7 +201,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
         diff = history.knob_diff(old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target,
                                  old_names=sorted({k for c in old for k in c}))
         prior: tuple[tuple[dict[str, Any], float], ...] = ()
-        if "prior" in arms:  # the unedited template is this checkout's
+        if any(a.startswith("prior") for a in arms):  # the unedited template is this checkout's
             recs = priors.decode_records(ROOT, manifest.template_file, folder / manifest.log,
                                          manifest.target, [edit.workload])  # as it was tuned
             prior = priors.prior_for(recs.get(edit.workload, []), tmpl.KNOBS,
@@ -206,22 +213,25 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
               "old record(s) mapped", flush=True)
         outs: dict[str, Any] = {}
         secs: dict[str, float] = {}
-        for mode in arms:
+        for arm in arms:
+            mode, k = arm.split("@")
             req = TuneRequest(
                 template=tmpl, workload_name=edit.workload, target=target, trials=args.trials,
-                work_dir=scratch / mode, batch_size=config.batch_size,
-                seed=args.seed + (mode == "cold2"),
+                work_dir=scratch / arm, batch_size=config.batch_size,
+                seed=args.seed + int(k) + (mode == "cold2"),
                 early_stop=config.early_stop, measure=config.measure,
                 replay=tuple(m.knobs for m in mapped) if mode in ("warm", "prior") else (),
                 prior=prior if mode == "prior" else (),
             )
+            mode = arm
             t0 = time.perf_counter()
             outs[mode] = tune_workload(req)
             secs[mode] = time.perf_counter() - t0
             o = outs[mode]
-            print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_reason}) in {secs[mode]:.0f} s; "
-                  f"best {stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
-        cold = outs["cold"]
+            print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_detail or o.trials.stop_reason}) "
+                  f"in {secs[mode]:.0f} s; best {stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}",
+                  flush=True)
+        cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
         # Every arm's best side by side, interleaved (drift hits all alike).
         runner, builder = make_runner(config.measure), make_builder()
@@ -242,8 +252,8 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             o = outs[a]
             ratio = lo = hi = math.nan
             verdict = "not measured"
-            if a != "cold" and est.get("cold") is not None and est.get(a) is not None:
-                c, w = est["cold"], est[a]
+            if a != "cold@0" and est.get("cold@0") is not None and est.get(a) is not None:
+                c, w = est["cold@0"], est[a]
                 ratio, lo, hi = w.value / c.value, w.lo / c.hi, w.hi / c.lo
                 verdict = {"equal": "equal within noise", "faster": "faster",
                            "slower": "slower"}[stats.compare(w, c)]
@@ -251,6 +261,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
                 "t": trials_to(list(o.curve), goal), "run": o.trials.run,
                 "stop": o.trials.stop_reason, "s": secs[a], "ratio": ratio, "lo": lo, "hi": hi,
                 "verdict": verdict, "correct": o.replay.correct if o.replay else 0,
+                "best": est[a].value if est.get(a) is not None else math.nan,
             }
         return row
     finally:
@@ -283,39 +294,48 @@ def main(argv: list[str] | None = None) -> int:
           f"old logs tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
           f"(waited {waited:.0f} s)")
     rows = [run_edit(edits.index(e) + 1, e, args, target_name, target) for e in picked]
-    print("\n| # | edit | entry | old configs: mapped / whole / correct (+ prior records) | "
-          "trials to 2% of cold's final: cold / " + " / ".join(arms) + " | trials run (stop) | "
-          "seconds | final best vs cold (95% interval) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for i, r in enumerate(rows, 1):
-        a = r["arms"]
-        names = ["cold", *arms]
-        ts = " / ".join(str(a[n]["t"]) if a[n]["t"] is not None else "never" for n in names)
-        runs = " / ".join(f"{a[n]['run']} ({a[n]['stop']})" for n in names)
-        secs = " / ".join(f"{a[n]['s']:.0f}" for n in names)
-        vs = "; ".join(f"{n} {a[n]['ratio']:.3f} [{a[n]['lo']:.3f}, {a[n]['hi']:.3f}] "
-                       f"{a[n]['verdict']}" for n in arms)
-        correct = a[arms[0]]["correct"]
-        print(f"| {i} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
-              f"{correct} (+{r['prior']}) | {ts} | {runs} | {secs} | {vs} |")
-    print()
-    for n in arms:
-        # An arm that never came within 2% of cold's final counts as infinitely slow.
-        fractions = [r["arms"][n]["t"] / r["arms"]["cold"]["t"] if r["arms"][n]["t"] else math.inf
-                     for r in rows if r["arms"]["cold"]["t"]]
-        never = sum(math.isinf(f) for f in fractions)
-        if fractions:
-            print(f"{n}: trials to reach the cold run's final quality, as a fraction of cold's: "
-                  f"median {statistics.median(fractions):.2f} over {len(fractions)} edits, "
-                  f"'never' counted as infinite ({never} never; goal <= 0.33)")
-        worse = [r["edit"] for r in rows if r["arms"][n]["verdict"] == "slower"]
-        print(f"{n}: edits whose final best is slower than cold's beyond the noise: "
-              + (", ".join(worse) or "none"))
-        s_c, s_n = (sum(r["arms"][k]["s"] for r in rows) for k in ("cold", n))
-        t_c, t_n = (sum(r["arms"][k]["run"] for r in rows) for k in ("cold", n))
-        print(f"{n}: total cold {s_c:.0f} s / {t_c} trials, {n} {s_n:.0f} s / {t_n} trials: "
-              f"seconds {n}/cold {s_n / s_c:.2f}")
+    report(rows, ["cold", *arms], args.seeds)
     return 0
+
+
+def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
+    """Per edit and arm: seconds, trials and the final best (re-measured in one
+    interleaved run), the median over seeds; each arm against cold's own spread."""
+    def med(r: dict[str, Any], arm: str, key: str) -> float:
+        return statistics.median(r["arms"][f"{arm}@{k}"][key] for k in range(seeds))
+
+    print("\n| # | edit | entry | old configs: mapped / whole / correct (+ prior records) | "
+          + " | ".join(f"{a}: s, trials (median of {seeds} seeds)" for a in arms)
+          + " | cold's own spread (slowest / fastest best of its seeds) | "
+          + " | ".join(f"{a} / cold, median bests" for a in arms[1:]) + " |")
+    print("|---|---|---|---|" + "---|" * (len(arms) * 2))
+    for i, r in enumerate(rows, 1):
+        cold_bests = [r["arms"][f"cold@{k}"]["best"] for k in range(seeds)]
+        spread = max(cold_bests) / min(cold_bests)
+        cells = [f"{med(r, a, 's'):.0f} s, {med(r, a, 'run'):.0f}" for a in arms]
+        vs = []
+        for a in arms[1:]:
+            ratio = med(r, a, "best") / statistics.median(cold_bests)
+            beyond = "beyond" if abs(ratio - 1) > spread - 1 else "within"
+            vs.append(f"{ratio:.3f} ({beyond} cold's spread)")
+        correct = r["arms"][f"{arms[1]}@0"]["correct"] if len(arms) > 1 else 0
+        print(f"| {i} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
+              f"{correct} (+{r['prior']}) | " + " | ".join(cells) + f" | {spread:.3f} | " + " | ".join(vs) + " |")
+    print()
+    for a in arms[1:]:
+        s_ratio = [r["arms"][f"{a}@{k}"]["s"] / r["arms"][f"cold@{k}"]["s"] for r in rows for k in range(seeds)]
+        t_ratio = [r["arms"][f"{a}@{k}"]["run"] / r["arms"][f"cold@{k}"]["run"] for r in rows for k in range(seeds)]
+        slower = []
+        for r in rows:
+            cold_bests = [r["arms"][f"cold@{k}"]["best"] for k in range(seeds)]
+            ratio = med(r, a, "best") / statistics.median(cold_bests)
+            if ratio > max(cold_bests) / min(cold_bests):
+                slower.append(f"{r['edit']} ({ratio:.3f})")
+        print(f"{a}: seconds {a}/cold median {statistics.median(s_ratio):.2f} (range "
+              f"{min(s_ratio):.2f}-{max(s_ratio):.2f}) over {len(s_ratio)} edit x seed pairs; trials "
+              f"median {statistics.median(t_ratio):.2f}; goal <= 0.35")
+        print(f"{a}: edits whose median best is slower than cold's beyond cold's own spread: "
+              + (", ".join(slower) or "none"))
 
 
 if __name__ == "__main__":
