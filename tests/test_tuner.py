@@ -504,3 +504,58 @@ def test_a_measuring_worker_that_dies_or_hangs_mid_search_costs_trials_not_the_r
     assert all(r["batch"] >= 2 for r in failed)
     assert out.trials.valid > len(failed)  # the search went on after the new worker
     assert out.best.knobs not in [r["knobs"] for r in failed]
+
+
+# --------------------------------------------------------------------------- re-tunes with history
+
+
+def _old_log(out) -> tuple[tuple[dict, ...], tuple[tuple[dict, float], ...]]:  # noqa: ANN001
+    """An old log's offer to a re-tune: its best and next configurations to replay (best
+    first), its other records as the cost model's prior."""
+    ranked = sorted((r for r in out.records if r["latency_s"] is not None), key=lambda r: r["latency_s"])
+    replay = (dict(out.best.knobs), *(dict(r["knobs"]) for r in ranked[:7] if r["knobs"] != out.best.knobs))
+    prior = tuple((dict(r["knobs"]), float(r["latency_s"])) for r in ranked[7:])
+    return replay, prior
+
+
+@pytest.mark.slow
+def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(tmp_path: Path) -> None:
+    """Same kernels, a changed fingerprint: the re-tune replays the old log, its search
+    matches the old best and, with nothing left the model expects to gain, stops long
+    before the cold rule could (32 own samples, then `patience` stale batches)."""
+    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
+                                early_stop=EarlyStop(patience=2)))
+    replay, prior = _old_log(old)
+    edited = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
+    warm = tune_workload(request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior,
+                                 early_stop=EarlyStop(patience=2)))
+    assert warm.trials.stop_reason == "matched_history", warm.trials
+    assert warm.trials.stop_detail.startswith("matched the old best after ")
+    own = sum(r.get("source") != "replay" for r in warm.records)
+    assert own < 32 + 2 * 8, own  # the cold rule's least: its warm-up, then 2 stale batches
+
+
+@pytest.mark.slow
+def test_a_warm_retune_after_an_edit_that_opens_a_better_region_searches_on(tmp_path: Path) -> None:
+    """The old template could not vectorise (tile_j's inner factor at most 1); the edit
+    allows it. The old best still computes right and is replayed, but the search must
+    not stop at matching it: it finds the far faster vectorised region."""
+    path = write_template(tmp_path, "mm_narrow")
+    path.write_text(path.read_text().replace(
+        'define_split("tile_j", "N", parts=2, max_factor=64)', 'define_split("tile_j", "N", parts=2, max_factor=1)'))
+    narrow = load_template(path)
+    old = tune_workload(request(narrow, tmp_path / "old", trials=32, early_stop=EarlyStop(patience=2)))
+    replay, prior = _old_log(old)
+    wide = make_template(tmp_path, "mm_wide")
+    warm = tune_workload(request(wide, tmp_path / "warm", trials=96, replay=replay, prior=prior,
+                                 early_stop=EarlyStop(patience=2)))
+    old_on_new = next(r["latency_s"] for r in warm.records if r.get("source") == "replay" and r["latency_s"])
+    assert warm.best.latency_s < old_on_new / 1.5, (warm.best.latency_s, old_on_new, warm.trials)
+
+
+def test_a_share_of_a_time_budget_stops_the_search_after_one_batch_at_least(tmp_path: Path) -> None:
+    out = tune_workload(request(make_template(tmp_path, "mm_budget"), tmp_path / "work", trials=400,
+                                time_budget_s=0.1, budget_note="1 s of the test's budget"))
+    assert out.trials.stop_reason == "time_budget" and out.trials.run == 8  # one batch
+    assert out.trials.budget_note == "1 s of the test's budget"
+    assert "its share of the time budget was spent (1 s of the test's budget)" == out.trials.stop_detail

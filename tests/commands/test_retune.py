@@ -731,3 +731,27 @@ def test_dry_run_exits_as_the_real_run_would(tmp_path: Path) -> None:
     r = run_cli(root, "retune", "--dry-run", "--target", "host")
     assert r.returncode == 2 and "would stop: the template cannot be read" in r.stderr, r.stdout + r.stderr
     assert not (root / "tuning_logs").exists()
+
+
+@pytest.mark.slow
+def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
+    """retune --budget: the heavier workload gets the larger share (and goes first), the
+    lighter what is left; each README says what share it got and why."""
+    two = SMALL_MM.replace(
+        'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"}}',
+        'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"},\n'
+        '             "s32": {"M": 32, "N": 64, "K": 32, "dtype": "float32"}}')
+    assert two != SMALL_MM
+    config = CONFIG.replace("trials: 16", "trials: 2000") + "operators:\n  mm: {workloads: {s64: 3, s32: 1}}\n"
+    root = make_repo(tmp_path, config=config, files={"operators/mm.py": two}, operators=False)
+    r = run_cli(root, "retune", "--budget", "70s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "budget: 70 s across 2 workloads, heaviest first: mm/host/s64 0.75, mm/host/s32 0.25" in r.stdout
+    assert r.stdout.index("s64: budget: ") < r.stdout.index("s32: budget: ")
+    m = manifest_at(root / FOLDER)
+    heavy, light = m["trials"]["s64"], m["trials"]["s32"]
+    assert heavy["stop_reason"] == "time_budget" and "weight 0.75 of the 1.00" in heavy["budget_note"]
+    assert "weight 0.25 of the 0.25" in light["budget_note"]
+    assert heavy["run"] > light["run"], (heavy, light)
+    readme = (root / FOLDER / "README.md").read_text()
+    assert "- budget: " in readme and "weight 0.75 of the 1.00 still to tune" in readme
