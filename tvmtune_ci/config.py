@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
+from .cudatags import close_tags, expand_tag
 from .errors import ConfigError
+from .targetinfo import missing_cuda_keys
 from .targets import canonical_target, parse_legacy_string, slug
 
 CONFIG_NAME = "tvmtune.yaml"
@@ -343,7 +345,15 @@ def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
 
 def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]:
     value = _construct(node)
-    if isinstance(value, str):
+    if isinstance(value, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", value.strip()):
+        # A TVM tag (`nvidia/nvidia-h100`): its dict, from TVM's registry (cudatags.py).
+        tag = expand_tag(value.strip())
+        if tag is None:
+            close = close_tags(value.strip())
+            raise ctx.error(node, f"target {name!r}: {value!r} is not a TVM CUDA tag tvmtune-ci knows",
+                            f"did you mean {close[0]!r}?" if close else "write the target dict, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`")
+        value = tag
+    elif isinstance(value, str):
         try:
             converted = parse_legacy_string(value)
         except ValueError as e:
@@ -360,6 +370,11 @@ def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]
     problem = target_value_problem(value)
     if problem is not None:
         raise ctx.error(node, f"target {name!r}: {problem[0]}", problem[1])
+    if value.get("kind") == "cuda":
+        missing = missing_cuda_keys(value)
+        if missing:
+            raise ctx.error(node, f"target {name!r} (kind cuda) lacks {', '.join(missing)}: the GPU's limits per thread block, which MetaSchedule's VerifyGPUCode and the template's constraints need (never read from a GPU)",
+                            "name a TVM tag instead (`target: nvidia/nvidia-h100`), or write every one, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`")
     return canonical_target(value)
 
 
