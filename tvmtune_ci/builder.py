@@ -34,6 +34,7 @@ from .template import (
     Split,
     Structural,
     call_with_workload,
+    check_configuration,
     eval_extent,
     template_name,
 )
@@ -131,25 +132,34 @@ def split_knobs(
                     f"knob {name!r} = {knobs[name]!r} is not one of {list(decl.candidates)}"
                 )
             values[name] = knobs[name]
+    # A point that breaks the template's CONSTRAINTS (shared memory, threads...) is
+    # never built: not in the search, not replayed, not as a finalist.
+    check_configuration(list(decls.values()), getattr(template, "CONSTRAINTS", ()), workload,
+                        structure, values)
     return structure, values
 
 
-def make_postprocs() -> list[Any]:
-    """The postprocessors every tuned (and every fixed) schedule goes through on llvm.
+def make_postprocs(target: Mapping[str, Any] | None = None) -> list[Any]:
+    """The postprocessors every tuned (and every fixed) schedule goes through.
 
     Templates schedule explicitly, so these only finish what MetaSchedule idioms
     leave open: `meta_schedule.parallel/vectorize/unroll_*` annotations become real
     loops/pragmas, a reduction block not yet decomposed is decomposed, and a schedule
-    with a dynamic loop extent is rejected.
+    with a dynamic loop extent is rejected. On a CUDA target, `VerifyGPUCode` also
+    rejects a schedule over the target's shared memory or threads per block, or with
+    more than 8 virtual threads or 16-byte vectors, before it is built.
     """
     from . import tvmsetup
 
     ms = tvmsetup.ms()
-    return [
+    out = [
         ms.postproc.DisallowDynamicLoop(),
         ms.postproc.RewriteParallelVectorizeUnroll(),
         ms.postproc.RewriteReductionBlock(),
     ]
+    if target is not None and target.get("kind") == "cuda":
+        out.append(ms.postproc.VerifyGPUCode())
+    return out
 
 
 def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
@@ -161,7 +171,7 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
         mod=sch.mod,
         target=tvmsetup.make_target(dict(target)),
         space_generator=ms.space_generator.ScheduleFn(
-            lambda s: None, sch_rules=[], postprocs=make_postprocs(), mutator_probs={}
+            lambda s: None, sch_rules=[], postprocs=make_postprocs(target), mutator_probs={}
         ),
         task_name="postproc",
         num_threads=1,
