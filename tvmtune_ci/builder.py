@@ -242,6 +242,41 @@ def build_config(
     return tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
 
 
+# Words of ptxas/NVRTC errors that mean a limit of the GPU, not a wrong program.
+_RESOURCE_ERRORS = ("too much shared data", "uses too much", "too many resources")
+
+
+def cuda_cubin(module: Any, target: Mapping[str, Any]) -> Any:
+    """The cubin (`nvrtc.Cubin`) of a module TVM built for a CUDA `target`, compiled
+    for its arch on this machine (no GPU needed). ResourceError when a kernel exceeds
+    a limit the compiler reports (shared memory, registers per block, spills)."""
+    from . import nvrtc
+
+    try:
+        cubin = nvrtc.compile_cached(nvrtc.cuda_source(module), str(target["arch"]))
+    except nvrtc.CudaCompileError as e:
+        if any(w in e.log for w in _RESOURCE_ERRORS):
+            raise ResourceError(str(e)) from None
+        raise
+    over = cubin.over(target)
+    if over:
+        raise ResourceError("; ".join(over))
+    return cubin
+
+
+class ResourceError(TvmtuneError):
+    """A kernel that compiles but exceeds what its GPU allows, as the compiler reports."""
+
+
+def compile_cuda_config(
+    template: ModuleType, workload_name: str, target: Mapping[str, Any],
+    knobs: Mapping[str, Any] | None = None,
+) -> Any:
+    """Build the template at `knobs` for a CUDA `target` and compile it to a cubin for
+    the target's arch on this machine: what a CPU-only runner can check."""
+    return cuda_cubin(build_config(template, workload_name, target, knobs).mod, target)
+
+
 # --------------------------------------------------------------------------- MetaSchedule builder
 
 class _TimedLink:
@@ -293,8 +328,10 @@ def _builder_class() -> Any:
     class InProcessBuilder(PyBuilder):
         """Builds each input in this process: `default_build`, then a `.so` in `artifact_dir`.
 
-        `compile_s` keeps each build's compile time (lowering + LLVM emitting the object),
-        `export_s` its link time (the benchmark's floor counts only the first).
+        `compile_s` keeps each build's compile time (lowering + LLVM emitting the object,
+        or NVRTC the cubin on a CUDA target), `export_s` its link time (the benchmark's
+        floor counts only the first). A CUDA kernel over its GPU's limits (ptxas's
+        report) fails as `resources` and is never measured.
         """
 
         def __init__(self, artifact_dir: str | None = None) -> None:
@@ -306,6 +343,8 @@ def _builder_class() -> Any:
             self.compile_s: list[float] = []
             self.export_s: list[float] = []
             self._targets: dict[str, dict[str, Any]] = {}
+            # CUDA: artifact -> what ptxas reported (shared memory, registers per block).
+            self.resources: dict[str, dict[str, int]] = {}
 
         def build(self, build_inputs: list[Any]) -> list[Any]:
             results = []
@@ -315,15 +354,23 @@ def _builder_class() -> Any:
                     with warnings.catch_warnings():  # default_build calls the deprecated tvm.build
                         warnings.simplefilter("ignore", DeprecationWarning)
                         rt_mod = default_build(inp.mod, inp.target, inp.params)
+                    target = self._target_dict(inp.target)
+                    cubin = None
+                    if target.get("kind") == "cuda":  # NVRTC here, so limits fail the build
+                        cubin = cuda_cubin(rt_mod, target)
                     t1 = time.perf_counter()
                     self._count += 1
                     path = os.path.join(self.artifact_dir, f"k{os.getpid()}_{self._count}.so")
+                    if cubin is not None:
+                        self.resources[path] = cubin.summary()
                     # LLVM emits the object, then the host's (or the cross) compiler links.
-                    link_s = export_kernel(rt_mod, path, self._target_dict(inp.target))
+                    link_s = export_kernel(rt_mod, path, target)
                     t2 = time.perf_counter()
                     self.compile_s.append(t1 - t0 + (t2 - t1 - link_s))
                     self.export_s.append(link_s)
                     results.append(BuilderResult(path, None))
+                except ResourceError as e:  # built, but over a limit: never measured
+                    results.append(BuilderResult(None, f"InProcessBuilder: resources: {e}"))
                 except Exception as e:  # noqa: BLE001 - any build error is a failed trial
                     results.append(
                         BuilderResult(None, f"InProcessBuilder: {type(e).__name__}: {e}")

@@ -96,9 +96,12 @@ def _short(error: str, limit: int = 160) -> str:
 
 
 def failure_kind(error: str) -> str:
-    """ "build", "run", "timeout" or "wrong_result" for a trial's error message."""
+    """ "build", "resources" (a GPU kernel over its limits, as the compiler reports),
+    "run", "timeout" or "wrong_result" for a trial's error message."""
     if error.startswith("wrong result"):
         return "wrong_result"
+    if error.startswith("InProcessBuilder: resources"):
+        return "resources"
     if "timeout" in error.lower():
         return "timeout"
     if error.startswith("InProcessBuilder"):

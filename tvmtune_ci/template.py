@@ -587,6 +587,7 @@ class Knobs:
         self._mode = mode
         self._values = dict(values or {})
         self.order: list[str] = []
+        self._factors: dict[str, list[Any]] = {}
 
     @property
     def target(self) -> dict[str, Any]:
@@ -649,7 +650,16 @@ class Knobs:
             decision = [int(x) for x in decision]
         max_factor = eval_extent(knob.max_factor, self._workload)
         factors = sch.sample_perfect_tile(loop, n=knob.parts, max_innermost_factor=max_factor, decision=decision)
+        self._factors[name] = list(factors)
         return list(sch.split(loop, factors=factors, preserve_unit_iters=True))
+
+    def factors(self, name: str) -> list[Any]:
+        """The sampled factors of split `name` (ExprRVs, after `cfg.split`): to split
+        another loop the same way, e.g. a shared-memory copy over the block's threads
+        (`sch.split(copy, [None, *cfg.factors("tile_i")[1:2], vec])`)."""
+        if name not in self._factors:
+            raise TemplateError(f"cfg.factors({name!r}): call cfg.split(sch, loop, {name!r}) first")
+        return list(self._factors[name])
 
     def knob(self, sch: Any, name: str) -> Any:
         knob: Categorical = self._get(name, Categorical)
