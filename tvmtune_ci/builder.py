@@ -179,10 +179,11 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
     sch.enter_postproc()
     for p in ctx.space_generator.postprocs:
         if not p.apply(sch):
-            raise TemplateError(
-                f"postprocessor {type(p).__name__} rejected the schedule (e.g. a dynamic loop "
-                "extent)"
-            )
+            why = ("the GPU code breaks a limit of the target or a rule of CUDA: shared memory "
+                   "or threads per block, more than 8 virtual threads, vectors over 16 bytes, "
+                   "or thread extents that differ between a block's loops"
+                   if type(p).__name__ == "VerifyGPUCode" else "e.g. a dynamic loop extent")
+            raise TemplateError(f"postprocessor {type(p).__name__} rejected the schedule ({why})")
 
 
 def schedule_config(

@@ -321,9 +321,21 @@ def knob_counts(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> list[tupl
     return out
 
 
-def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> str | None:
+def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any],
+                 constraints: Sequence[Constraint] = ()) -> str | None:
     """Why a design space is outside ADVISED_POINTS, naming the knob to change; None
-    when it is inside."""
+    when it is inside. With `constraints`, on the legal points per design space."""
+    if constraints:
+        total, _ = space_size(knobs, workload, constraints)
+        n = len(design_spaces(knobs))
+        low, high = ADVISED_POINTS
+        if low <= total / n <= high:
+            return None
+        side = (f"above the advised {high:,}: lower a split's max_factor or tighten a "
+                "constraint" if total / n > high else
+                f"below the advised {low:,}: the search will exhaust it; raise a split's "
+                "max_factor or add candidates")
+        return f"{total:,} legal points in {n} design space(s), {total // n:,} per space, {side}"
     counts = knob_counts(knobs, workload)
     points = math.prod(c for _, c in counts)
     low, high = ADVISED_POINTS
