@@ -309,3 +309,11 @@ def test_a_cuda_target_without_its_limits_is_an_error_with_the_line(target: str)
         warnings.simplefilter("ignore")
         msg = error_of(f"targets:\n  gpu:\n    target: {target}\n")
     assert "tvmtune.yaml:3" in msg and "registers_per_block" in msg and "nvidia/nvidia-h100" in msg
+
+
+def test_a_gpu_target_measured_on_its_runner_names_the_gpu_label() -> None:
+    msg = error_of("targets:\n  h100:\n    target: nvidia/nvidia-h100\n    runs-on: [linux, x64]\n")
+    assert "tvmtune.yaml:4" in msg and "'gpu' label" in msg
+    ok = parse("targets:\n  h100:\n    target: nvidia/nvidia-h100\n"
+               "    runner: {rpc: {tracker: '127.0.0.1:9190', key: h100}}\n")
+    assert ok.target("h100").rpc is not None  # measured through RPC: any runner builds

@@ -24,6 +24,8 @@ from .targetinfo import missing_cuda_keys
 from .targets import canonical_target, parse_legacy_string, slug
 
 CONFIG_NAME = "tvmtune.yaml"
+# The runner label a GPU target's runs-on must name (its re-tune measures on that GPU).
+GPU_LABEL = "gpu"
 
 
 class ConfigWarning(UserWarning):
@@ -465,11 +467,18 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
                 raise ctx.error(t["runs-on"][1], f"runs-on of target {name!r} must be a list of runner labels", "write `runs-on: [self-hosted, linux, x64, avx512]`")
             runs_on = tuple(labels)
+        target = _parse_target_value(ctx, name, t["target"][1])
+        rpc = _parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None
+        if target.get("kind") == "cuda" and rpc is None and GPU_LABEL not in runs_on:
+            # Measured where it is re-tuned: the fan-out must reach a runner with a GPU.
+            where = t["runs-on"][1] if "runs-on" in t else vnode
+            raise ctx.error(where, f"target {name!r} is a GPU ({target.get('arch')}) measured on its runner, and its runs-on does not name the {GPU_LABEL!r} label of GPU runners",
+                            f"write e.g. `runs-on: [linux, x64, {GPU_LABEL}, h100]` and register the GPU runner with those labels (docs/adopting.md), or measure through RPC (`runner: {{rpc: ...}}`)")
         out.append(TargetConfig(
             name=name,
-            target=_parse_target_value(ctx, name, t["target"][1]),
+            target=target,
             runs_on=runs_on,
-            rpc=_parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None,
+            rpc=rpc,
             line=knode.start_mark.line + 1,
             seed_from=seed_from,
         ))
