@@ -109,3 +109,54 @@ def test_the_runner_takes_a_real_cuda_library_and_says_why_it_cannot_run_it(
         builder.close()
     assert res.run_secs is None and res.error_msg, res
     assert "cuda" in res.error_msg.lower() or "CUDA" in res.error_msg
+
+
+def test_the_readme_of_a_gpu_log_shows_the_arch_and_the_bests_resources(tmp_path: Path) -> None:
+    """What a GPU re-tune records (its builds' report, its `resources` failures) reaches
+    results.json and the generated README; a CPU set's results keep their keys."""
+    import json
+
+    from conftest import commit_all, edit_results, write_fresh
+
+    root = make_repo(tmp_path, config=GPU_CONFIG, operators=["matmul_cuda"])
+    write_fresh(root, "matmul_cuda", "h100")
+    folder = root / "tuning_logs" / "matmul_cuda" / "h100"
+    gpu = {"arch": "sm_90a", "smem_bytes": 6144, "registers_per_block": 8192, "registers": 32,
+           "threads": 256, "spill_bytes": 0, "cubin_bytes": 44920}
+
+    def add(results: dict) -> None:
+        results["m1024"]["gpu"] = gpu
+
+    edit_results(folder, add)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["trials"]["m1024"]["failures"] = {"resources": 3}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    commit_all(root, "tuned")
+    r = run_cli(root, "readme", "matmul_cuda", "--target", "h100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (folder / "README.md").read_text()
+    assert "# Tuning log: `matmul_cuda` on `h100` (sm_90a)" in text
+    assert ("GPU build of the best (sm_90a), as ptxas reported it: 6,144 bytes of shared memory "
+            "and 8,192 registers per block (32 per thread x 256 threads)") in text
+    assert "resources × 3; resources: built, but over the GPU's limits" in text
+    assert "sm_90a (CUDA): 49,152 bytes of shared memory" in text
+
+    from tvmtune_ci.manifest import read_manifest
+
+    m = read_manifest(folder / "manifest.json")
+    assert m.results["m1024"].gpu == gpu and m.results["m4096"].gpu is None
+    assert "gpu" not in m.results_json()["results"]["m4096"]
+
+
+@pytest.mark.extra("cuda")
+def test_the_bests_resources_are_what_its_build_reports() -> None:
+    from tvmtune_ci.builder import gpu_resources
+    from tvmtune_ci.template import import_template
+
+    root = Path(__file__).resolve().parents[1]
+    module = import_template(root / "operators" / "matmul_cuda.py", root)
+    got = gpu_resources(module, "m1024", H100, None)
+    assert got is not None and got["arch"] == "sm_90a" and got["threads"] == 256
+    assert got["smem_bytes"] == (64 + 64) * 16 * 4 * 2  # both 64 x 16 tiles, double-buffered
+    assert 0 < got["registers_per_block"] <= 65536 and got["cubin_bytes"] > 10_000
+    assert gpu_resources(module, "m1024", {"kind": "llvm"}, None) is None

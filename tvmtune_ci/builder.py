@@ -278,6 +278,17 @@ def compile_cuda_config(
     return cuda_cubin(build_config(template, workload_name, target, knobs).mod, target)
 
 
+def gpu_resources(template: ModuleType, workload_name: str, target: Mapping[str, Any],
+                  knobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a CUDA `target`'s build of this configuration reports (its arch, shared
+    memory and registers per block, registers per thread, threads, spilled bytes), for
+    the README of a best; None on a CPU target."""
+    if target.get("kind") != "cuda":
+        return None
+    cubin = compile_cuda_config(template, workload_name, target, knobs)
+    return {"arch": str(target["arch"]), **cubin.summary(), "cubin_bytes": len(cubin.data)}
+
+
 # --------------------------------------------------------------------------- MetaSchedule builder
 
 class _TimedLink:
