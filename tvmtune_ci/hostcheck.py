@@ -102,10 +102,11 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
     matters and the tracker's pre-flight checks the devices. `advice` replaces
     the re-tune advice (runs-on labels, RPC) for callers that are not re-tuning.
     """
-    check_toolchain(target)  # builds happen here, remote or not
+    kind = target.get("kind")
+    if remote or kind in ("llvm", "c"):
+        check_toolchain(target)  # builds happen here, remote or not
     if remote:
         return
-    kind = target.get("kind")
     name = json_target(target)
     host_arch = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
     if kind in ("llvm", "c"):
@@ -137,6 +138,8 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
         problem = gpu_arch_problem(target, str(dev.compute_version))
         if problem:
             raise HostError(f"target {name}: {problem}; no trial was spent. " + (advice or "run this entry on a runner with that GPU (runs-on labels) or fix the target's arch"))
+    # The device first: on a machine without it, that is what to fix.
+    check_toolchain(target)
 
 
 def arch_version(arch: str) -> str | None:
