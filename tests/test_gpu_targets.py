@@ -150,7 +150,7 @@ def test_the_readme_of_a_gpu_log_shows_the_arch_and_the_bests_resources(tmp_path
 
 @pytest.mark.extra("cuda")
 def test_the_bests_resources_are_what_its_build_reports() -> None:
-    from tvmtune_ci.builder import gpu_resources
+    from tvmtune_ci.gpubuild import gpu_resources
     from tvmtune_ci.template import import_template
 
     root = Path(__file__).resolve().parents[1]

@@ -165,7 +165,7 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_every_design_space_compiles_to_a_cubin(case: tuple[str, dict[str, Any]],
                                                 arch: str) -> None:
-    from tvmtune_ci.builder import compile_cuda_config
+    from tvmtune_ci.gpubuild import compile_cuda_config
 
     name, structure = case
     module = load(name)

@@ -123,7 +123,8 @@ def build_entries(config: Config, entries: Sequence[Entry],
 
 def _build_one(module: Any, path: Path, rel: str, e: Entry, wl: str, label: str,
                knobs: dict[str, Any] | None, target: dict[str, Any]) -> Build:
-    from .builder import ResourceError, compile_cuda_config, split_knobs
+    from .builder import split_knobs
+    from .gpubuild import ResourceError, compile_cuda_config
 
     def fail(message: str, line: int | None) -> Build:
         return Build(e.operator, e.target_name, wl, label, False, message, rel,

@@ -358,7 +358,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     if pr is not None and news:
         nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
         verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
-    from .builder import gpu_resources
+    from .gpubuild import gpu_resources
 
     gpu = gpu_resources(template, name, req.target, best.knobs)
     devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
