@@ -12,6 +12,7 @@ points per workload (milliseconds). Latencies on a GPU are not measured here.
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ def main() -> None:
     from tvmtune_ci.builder import schedule_config
     from tvmtune_ci.cudatags import expand_tag
     from tvmtune_ci.gpubuild import cuda_cubin
+    from tvmtune_ci.hostcheck import host_description
     from tvmtune_ci.template import (
         design_spaces,
         discover_templates,
@@ -33,8 +35,10 @@ def main() -> None:
     )
 
     archs = {"sm_80": expand_tag("nvidia/nvidia-a100"), "sm_90a": expand_tag("nvidia/nvidia-h100")}
-    print(f"# bench_gpu_build on {platform.processor() or platform.machine()}, "
-          f"{time.strftime('%Y-%m-%d')}; TVM {tvm.__version__}")
+    host = host_description()
+    print(f"# bench_gpu_build on {host['cpu'] or platform.machine()}, {host['cores']} cores, "
+          f"no GPU, {time.strftime('%Y-%m-%d')}; TVM {tvm.__version__}; load average "
+          f"{os.getloadavg()[0]:.1f} (other jobs ran beside it; seconds are upper bounds)")
     print("template | design space | arch | TVM lower s | NVRTC s | cubin bytes | regs x threads "
           "= regs/block | smem B | spill B")
     for path in discover_templates(ROOT / "operators"):
