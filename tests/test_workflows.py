@@ -311,7 +311,17 @@ def test_yearly_runs_once_a_year() -> None:
     (cron,) = [c["cron"] for c in wf["on"]["schedule"]]
     minute, hour, day, month, dow = cron.split()
     assert all(f.isdigit() for f in (minute, hour, day, month)) and dow == "*", cron
-    assert step(wf, "plan", "matrix")["run"] == "tvmtune-ci matrix --all"
+
+
+@pytest.mark.parametrize(("budget", "argv"), [("", ["matrix", "--all"]),
+                                               ("12h", ["matrix", "--all", "--budget", "12h"])])
+def test_yearly_plan_splits_a_dispatched_budget(tmp_path: Path, budget: str, argv: list[str]) -> None:
+    wf = load(WORKFLOWS / "tvmtune-yearly.yml")
+    assert wf["on"]["workflow_dispatch"]["inputs"]["budget"]["default"] == ""
+    script = step(wf, "plan", "matrix")["run"]
+    fake_cli(tmp_path / "bin" / "tvmtune-ci")
+    (call,) = run_script(script, tmp_path, {"BUDGET": budget}, tmp_path / "bin")
+    assert call["argv"] == argv
 
 
 def test_yearly_says_what_drifted_before_it_retunes() -> None:
@@ -373,10 +383,12 @@ def test_fan_out_one_self_hosted_job_per_entry(name: str) -> None:
     install = step(wf, "retune", "Install")
     assert '".[${EXTRAS:-tune}]"' in install["run"]  # tune, or tune,cuda on a GPU target
     assert install["env"] == {"EXTRAS": "${{ matrix.extras }}"}
+    budget = {"BUDGET": "${{ matrix.budget }}"} if name == "tvmtune-yearly.yml" else {}
     assert step(wf, "retune", "retune")["env"] == {
         "OPERATOR": "${{ matrix.operator }}",
         "TARGET": "${{ matrix.target }}",
         "PUSH_TOKEN": "${{ github.token }}",
+        **budget,
     }
 
 
@@ -499,6 +511,11 @@ def test_retune_step_pushes_with_the_token_only_in_git_env(
         script, tmp_path, {"OPERATOR": "matmul", "TARGET": "zen5 2c", "PUSH_TOKEN": "ghs_secret"}
     )
     assert call["argv"] == ["retune", "matmul", "--target", "zen5 2c", *extra, "--commit", "--push"]
+    if name == "tvmtune-yearly.yml":  # with its share of a dispatched budget
+        (with_budget,) = run_script(script, tmp_path, {"OPERATOR": "matmul", "TARGET": "t",
+                                                       "PUSH_TOKEN": "x", "BUDGET": "1800s"})
+        assert with_budget["argv"] == ["retune", "matmul", "--target", "t", "--all", "--budget",
+                                       "1800s", "--commit", "--push"]
     assert call["env"] == {
         "GIT_CONFIG_COUNT": "1",
         "GIT_CONFIG_KEY_0": "http.https://github.com/.extraheader",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,13 +133,17 @@ class TargetConfig:
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    """Per-operator overrides: a trial budget, and the targets it is tuned for
-    (empty: all)."""
+    """Per-operator overrides: a trial budget, the targets it is tuned for (empty: all),
+    and its weight in a time budget (`retune --budget`): its share of the end-to-end
+    time a profile gives, split among its workloads by `workload_weights` (equally by
+    default)."""
 
     name: str
     trials: int | None = None
     targets: tuple[str, ...] | None = None  # None: every configured target
     line: int = 0
+    weight: float = 1.0
+    workload_weights: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,16 @@ class Config:
         if operator in self.keep:
             return True
         return target is not None and (target in self.keep or f"{operator}/{target}" in self.keep)
+
+    def weight_of(self, operator: str, workload: str, workloads: Sequence[str]) -> float:
+        """An (operator, workload)'s weight in a time budget: the operator's weight times
+        the workload's share of it (`workloads:` weights, else equal shares)."""
+        o = self.operator(operator)
+        ws = o.workload_weights
+        if ws:
+            total = sum(ws.get(w, 0.0) for w in workloads) or 1.0
+            return o.weight * ws.get(workload, 0.0) / total
+        return o.weight / max(1, len(workloads))
 
     def trials_for(self, operator: str) -> int:
         o = self.operator(operator)
@@ -490,8 +504,16 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
     out = []
     for name, (knode, vnode) in items.items():
         o = _mapping(ctx, vnode, f"operators.{name}") if not (isinstance(vnode, yaml.ScalarNode) and _construct(vnode) is None) else {}
-        _check_keys(ctx, o, ["trials", "targets"], f"operators.{name}")
+        _check_keys(ctx, o, ["trials", "targets", "weight", "workloads"], f"operators.{name}")
         kw: dict[str, Any] = {"name": name, "line": knode.start_mark.line + 1}
+        if "weight" in o:
+            kw["weight"] = _typed(ctx, o["weight"][1], f"operators.{name}.weight", float, "weight: 0.6", *_POS)
+        if "workloads" in o:
+            ws = _mapping(ctx, o["workloads"][1], f"operators.{name}.workloads")
+            kw["workload_weights"] = {
+                w: _typed(ctx, ws[w][1], f"operators.{name}.workloads.{w}", float, f"{w}: 0.5", *_POS)
+                for w in ws
+            }
         if "trials" in o:
             kw["trials"] = _typed(ctx, o["trials"][1], f"operators.{name}.trials", int, "trials: 200", *_POS)
         if "targets" in o:

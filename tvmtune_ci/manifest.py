@@ -134,6 +134,7 @@ class Trials:
     stop_reason: str  # "budget", "early_stop", "matched_history", "space_exhausted"
     failures: dict[str, int] = field(default_factory=dict)  # error kind -> count
     stop_detail: str = ""  # why, in words, when the rule has more to say than its name
+    budget_note: str = ""  # its share of a time budget, in words (`retune --budget`)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import contextlib
 import datetime as _dt
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -342,6 +343,7 @@ class Job:
     manifest: Manifest | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # the set's log, results, manifest
     history_runs: tuple[Any, ...] = ()  # the new set's run history (runs.Run)
+    budget: Any = None  # budget.Budget shared by the entries of one `retune --budget`
     published: Published | None = None
 
 
@@ -423,8 +425,13 @@ def tune_step(job: Job) -> Job:
     history replay, finals), with the target's thread count."""
     outcomes, results = {}, {}
     assert job.template is not None
+    names = list(job.template.decl.workloads)
+    if job.budget is not None:  # the heaviest first, as the budget orders every item
+        order = job.budget.order()
+        names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))
+                   if (job.entry.operator, job.target.name, w) in order else len(order))
     with tvm_threads(job.threads):
-        for wname in job.template.decl.workloads:
+        for wname in names:
             outcomes[wname], results[wname] = tune_one(job, wname)
     return replace(job, outcomes=outcomes, results=results)
 
@@ -454,6 +461,12 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         why = f"seeded from {hist.from_target}" if hist.from_target else "template edited"
         say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
             f"configuration(s) of {hist.manifest.log} first")
+    budget_s, note, t0 = None, "", time.monotonic()
+    if job.budget is not None:
+        budget_s, note = job.budget.share((entry.operator, target.name, wname))
+        # The entry's run history is measured after its workloads: each leaves its part.
+        budget_s -= job.config.measure.history_s / max(1, len(decl.workloads))
+        say(f"{wname}: budget: {note}")
     outcome = tune_workload(TuneRequest(
         template=tpl.module,
         workload_name=wname,
@@ -472,7 +485,11 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         replay=tuple(m.knobs for m in mapped),
         prior=priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
                                [m.knobs for m in mapped]) if hist is not None else (),
+        time_budget_s=budget_s,
+        budget_note=note,
     ))
+    if job.budget is not None:
+        job.budget.finish((entry.operator, target.name, wname), time.monotonic() - t0)
     report = None
     if diff is not None and hist is not None:
         report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target)
@@ -566,14 +583,15 @@ UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, tune_step
 
 
 def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
-                 say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None) -> RetuneResult:
+                 say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None,
+                 budget: Any = None) -> RetuneResult:
     """Re-tune one stale entry end to end: `BEFORE_LOCK`, then `UNDER_LOCK` while
     holding the folder's lock. Returns what was published."""
     target = config.target(entry.target_name)
     job = Job(config, entry, target,
               trials=trials if trials is not None else config.trials_for(entry.operator),
               seed=seed if seed is not None else config.seed, say=say, progress=progress,
-              threads=measure_threads(target))
+              threads=measure_threads(target), budget=budget)
     for step in BEFORE_LOCK:
         job = step(job)
     with _lock.hold(entry.logset.lock, f"{entry.operator}/{entry.target_name}"):
@@ -604,7 +622,8 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
                 prev = f"; previous best {fmt_latency(res.previous_best.latency_s, res.previous_best.rel_halfwidth)}: " \
                        + previous_sentence(res.best_source, res.previous_verdict)
             t = m.trials[w]
-            body.append(f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}), "
+            budget = f"; budget: {t.budget_note}" if t.budget_note else ""
+            body.append(f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}{budget}), "
                         f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
                         f"{res.speedup:.1f}x vs default{prev}")
     total = sum(sum(t.run for t in r.manifest.trials.values()) for r in results)

@@ -59,6 +59,7 @@ _STOP = {
     "early_stop": "early stop: the best did not improve beyond the measured noise (and the threshold) for the configured number of batches",
     "space_exhausted": "the search space was exhausted",
     "matched_history": "the re-tune matched the old best and had nothing left to gain",
+    "time_budget": "its share of the time budget was spent",
 }
 
 
@@ -223,6 +224,8 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
         f"- trials: {t.requested} requested, {t.run} run, {t.valid} valid, {t.failed} failed; "
         f"stopped because {t.stop_detail or _STOP.get(t.stop_reason, t.stop_reason)}",
     ]
+    if t.budget_note:
+        lines.append(f"- budget: {t.budget_note}")
     if t.failures:
         lines.append("- failures: " + ", ".join(f"{k} × {v}" for k, v in sorted(t.failures.items()))
                      + ("; resources: built, but over the GPU's limits as the compiler reported "

@@ -347,9 +347,23 @@ class Search:
             )
         return reason
 
+    def _out_of_time(self) -> bool:
+        """The item's share of a time budget is spent, less what its finals need (one
+        time cap per finalist, the default and the previous best); never before its
+        first batch of its own."""
+        req = self.req
+        if req.time_budget_s is None or not any(
+                e.get("source") != "replay" for e in self.journal.trials):
+            return False
+        finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
+        return time.perf_counter() - self.t_start + finals_s >= req.time_budget_s
+
     def _loop(self) -> str:
         req, empty = self.req, 0
         while self.done < req.trials:
+            if self._out_of_time():
+                self.stop_detail = f"its share of the time budget was spent ({req.budget_note})"
+                return "time_budget"
             if self.done >= self.space_size:
                 return "space_exhausted"
             picked = self._candidates()

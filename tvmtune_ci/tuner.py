@@ -86,6 +86,10 @@ class TuneRequest:
     # their old latencies (`priors.prior_for`): the cost model is trained on them
     # before the first batch. Not measured, not in the log.
     prior: tuple[tuple[dict[str, Any], float], ...] = ()
+    # A share of a time budget (`retune --budget`, budget.py): the search stops when
+    # tune_workload has run this long less what the finals need; at least one batch.
+    time_budget_s: float | None = None
+    budget_note: str = ""  # the share, in words (README, commit)
 
 
 @dataclass(frozen=True)
@@ -378,6 +382,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             failed=sum(e["error"] is not None for e in entries),
             stop_reason=stop_reason,
             stop_detail=search.stop_detail,
+            budget_note=req.budget_note,
             failures=failure_kinds(entries),
         ),
         curve=tuple(search.progress.curve),

@@ -268,3 +268,19 @@ def test_a_gpu_entry_installs_the_cuda_extra_and_goes_to_a_gpu_runner(tmp_path: 
          "runs-on": ["self-hosted", "linux", "x64", "gpu", "h100"], "extras": "tune,cuda"}]}
     both = json.loads(run_cli(root, "matrix", "--all").stdout)["include"]
     assert [j["extras"] for j in both] == ["tune", "tune,cuda"]
+
+
+def test_a_budget_is_split_between_the_jobs_by_their_weights(
+    tuned: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`matrix --all --budget 6h`: each job carries its share for `retune --budget`,
+    in proportion to its workloads' weights (operators.NAME.weight)."""
+    (tuned / "tvmtune.yaml").write_text(CONFIG_ADD.replace(
+        "  add:\n    targets: [avx2]\n", "  add:\n    targets: [avx2]\n    weight: 2\n"))
+    code, m, _ = run_matrix(capsys, "--all", "--budget", "6h")
+    assert code == 0
+    shares = {(j["operator"], j["target"]): int(j["budget"].removesuffix("s")) for j in m["include"]}
+    # matmul weighs 1 on each of two targets, add 2 on its one: 1 : 1 : 2 of 21,600 s.
+    assert shares == {("add", "avx2"): 10800, ("matmul", "avx2"): 5400, ("matmul", "avx512"): 5400}
+    code, m, _ = run_matrix(capsys, "--all")
+    assert code == 0 and all("budget" not in j for j in m["include"])

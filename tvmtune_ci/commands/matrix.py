@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import ci
+from ..budget import parse_duration
 from ..config import Config
 from ..errors import UsageError
 
@@ -45,6 +46,13 @@ def register(p: argparse.ArgumentParser) -> None:
         help="every configured (operator, target), fresh or not (the yearly full re-tune)",
     )
     p.add_argument("operators", nargs="*", metavar="OPERATOR", help="only these operators (default: all)")
+    p.add_argument(
+        "--budget",
+        default=None,
+        metavar="DURATION",
+        help="a time budget (runner time, e.g. 8h) split between the jobs by the weights of "
+        "their workloads (operators.NAME.weight); each job gets `budget` for retune --budget",
+    )
     p.add_argument(
         "--gpu-only",
         action="store_true",
@@ -90,6 +98,22 @@ def build_matrix(config: Config, entries: Iterable[Any]) -> dict[str, list[dict[
         for e in sorted(entries, key=lambda e: (e.operator, e.target_name))
     ]
     return {"include": include}
+
+
+def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries: Sequence[Any],
+                total_s: float) -> None:
+    """Each job's share of `total_s` (its workloads' weights over all), as `budget`."""
+    from ..budget import split
+    from ..template import read_template
+
+    groups = {}
+    for e in entries:
+        workloads = list(read_template(config.root / e.template_file).workloads)
+        groups[f"{e.operator}/{e.target_name}"] = [
+            config.weight_of(e.operator, w, workloads) for w in workloads]
+    shares = split(total_s, groups)
+    for job in matrix["include"]:
+        job["budget"] = f"{max(1, int(shares[job['operator'] + '/' + job['target']]))}s"
 
 
 def select(
@@ -177,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
     if args.gpu_only:
         entries = [e for e in entries if config.target(e.target_name).target.get("kind") == "cuda"]
     matrix = build_matrix(config, entries)
+    if args.budget is not None:
+        add_budgets(config, matrix, entries, parse_duration(args.budget))
     n = len(matrix["include"])
     if n > MAX_JOBS:
         raise UsageError(

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import ci
+from ..budget import fmt_duration, parse_duration
 from ..config import Config, load_config
 from ..errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..budget import Budget
     from ..staleness import Entry
 
 
@@ -21,6 +23,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", action="append", default=[], metavar="NAME", help="targets to consider (repeatable; default: all configured)")
     p.add_argument("--all", action="store_true", help="re-tune fresh entries too (the yearly full re-tune)")
     p.add_argument("--trials", type=int, default=None, metavar="N", help="trial budget per workload (default: from tvmtune.yaml)")
+    p.add_argument("--budget", default=None, metavar="DURATION", help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), heaviest first")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="search seed (default: from tvmtune.yaml)")
     p.add_argument("--as-of", default=None, metavar="YYYY-MM-DD", help="date that decides expiry (default: today)")
     p.add_argument("--dry-run", action="store_true", help="print what would be re-tuned and stop")
@@ -100,6 +103,14 @@ def run(args: argparse.Namespace) -> int:
 
             for line in replay_plan(config, e):
                 print(f"    {line}")
+    budget = None
+    if args.budget is not None:
+        budget = make_budget(config, entries, parse_duration(args.budget))
+        order = budget.order()
+        entries = sorted(entries, key=lambda e: min(
+            (order.index(i) for i in order if i[:2] == (e.operator, e.target_name)), default=len(order)))
+        print(f"  budget: {fmt_duration(budget.total_s)} across {len(order)} workloads, heaviest first: "
+              + ", ".join(f"{o}/{t}/{w} {budget.weights[(o, t, w)]:.2f}" for o, t, w in order))
     if args.dry_run:
         return dry_run_verdict(config, entries)
     if not entries:
@@ -119,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
                 return bars[-1]
 
             try:
-                r = retune_entry(config, e, trials=args.trials, seed=args.seed, say=print, progress=progress)
+                r = retune_entry(config, e, trials=args.trials, seed=args.seed, say=print,
+                                 progress=progress, budget=budget)
             except TvmtuneError as err:
                 for b in bars:
                     b.close()
@@ -171,6 +183,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}; see the errors above", file=sys.stderr)
         return max(f.exit_code for f in failures)
     return 0
+
+
+def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
+    """The budget over every workload of `entries`, weighted as tvmtune.yaml says."""
+    from ..budget import Budget
+    from ..template import read_template
+
+    weights = {}
+    for e in entries:
+        workloads = list(read_template(config.root / e.template_file).workloads)
+        for w in workloads:
+            weights[(e.operator, e.target_name, w)] = config.weight_of(e.operator, w, workloads)
+    return Budget(total_s, weights)
 
 
 def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
