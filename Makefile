@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test tune demo check bench cross-toolchain
+.PHONY: test tune demo check bench cross-toolchain cuda
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,6 +20,13 @@ cross-toolchain:
 	@command -v aarch64-linux-gnu-gcc >/dev/null || \
 	  { command -v apt-get >/dev/null && apt-get install -y -q gcc-aarch64-linux-gnu; } || \
 	  { echo "install an aarch64 cross gcc (Debian/Ubuntu: apt-get install gcc-aarch64-linux-gnu)"; exit 1; }
+
+# The [cuda] extra: NVRTC from PyPI, so the GPU templates compile to cubins here (no GPU
+# needed). The tests that need it are marked `extra` and skip, saying so, without it;
+# .ci/run installs it after `make test` and runs them (`pytest -m extra`).
+cuda: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,cuda]'
+	$(PY) -m pytest -m extra
 
 test: $(VENV)/.installed
 	$(PY) -m pytest

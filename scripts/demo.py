@@ -36,6 +36,14 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / "operators", work / "operators", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    # This machine's CPU is the only target: the GPU templates (TARGET_KINDS cuda) stay out.
+    from tvmtune_ci.template import discover_templates, read_template
+
+    gpu = [p for p in discover_templates(work / "operators") if "llvm" not in read_template(p).kinds]
+    for path in gpu:
+        path.unlink()
+    if gpu:
+        print(f"left out the GPU templates (a CPU target only): {', '.join(p.stem for p in gpu)}")
     (work / "tvmtune.yaml").write_text(
         "# written by scripts/demo.py: this machine's CPU as the only target\n"
         f"format: 1\ntrials: {args.trials}\ntargets:\n  this-cpu:\n    target: {json.dumps(target)}\n",

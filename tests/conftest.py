@@ -34,7 +34,7 @@ from tvmtune_ci.git.read import blob_id
 from tvmtune_ci.layout import LogSet
 from tvmtune_ci.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
 from tvmtune_ci.targetinfo import target_facts
-from tvmtune_ci.template import discover_templates
+from tvmtune_ci.template import discover_templates, read_template
 
 PROJECT = Path(__file__).resolve().parents[1]
 OPERATORS = PROJECT / "operators"  # the real templates, copied into each repo
@@ -176,8 +176,8 @@ def make_repo(
     """A git repo at tmp_path/name: tvmtune.yaml, templates from this project, `files`.
 
     `operators` names the real templates of operators/ to copy (default: matmul,
-    so that tests do not change as operators/ grows); True copies them all, False
-    none. The private helper modules (`operators/_*.py`) come with any copied
+    so that tests do not change as operators/ grows); True copies every CPU template
+    (those of TARGET_KINDS cuda need a GPU target in the config), False none. The private helper modules (`operators/_*.py`) come with any copied
     template. `files` maps repo-relative paths to (dedented) text and may
     override copied files. Committed on branch main unless commit=False.
     """
@@ -186,7 +186,8 @@ def make_repo(
     git(root, "init", "-q", "-b", "main")
     (root / CONFIG_NAME).write_text(config, encoding="utf-8")
     if operators:
-        names = None if operators is True else {f"{op}.py" for op in operators}  # type: ignore[union-attr]
+        names = ({p.name for p in discover_templates(OPERATORS) if "llvm" in read_template(p).kinds}
+                 if operators is True else {f"{op}.py" for op in operators})  # type: ignore[union-attr]
         (root / "operators").mkdir()
         for src in sorted(OPERATORS.glob("*.py")):
             if names is None or src.name in names or src.name.startswith("_"):
@@ -358,14 +359,41 @@ OPTIONAL_TOOLS = {
     "gcc-aarch64-linux-gnu); .ci/run installs it",
 }
 
+# Optional extras of tvmtune-ci (Python packages), the same way: a test that needs one
+# says `@pytest.mark.extra(NAME)` and is skipped, with the reason, where it is not
+# installed; `make test` runs without them on a fresh machine, and .ci/run installs
+# them afterwards and runs `pytest -m extra`.
+OPTIONAL_EXTRAS = {
+    "cuda": "pip install 'tvmtune-ci[cuda]' (NVRTC and the CUDA headers from PyPI: compiles "
+    "GPU kernels to cubins); .ci/run installs it",
+}
+
+
+def _extra_missing(name: str) -> str | None:
+    if name == "cuda":
+        from tvmtune_ci.nvrtc import missing
+
+        return missing()
+    raise AssertionError(name)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "tool(name): needs this optional tool on PATH; skipped, saying so, without it"
     )
+    config.addinivalue_line(
+        "markers", "extra(name): needs this optional extra of tvmtune-ci; skipped, saying so, "
+        "without it"
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("extra"):
+        (name,) = mark.args
+        assert name in OPTIONAL_EXTRAS, f"extra {name!r}: add it to conftest.OPTIONAL_EXTRAS"
+        why = _extra_missing(name)
+        if why is not None:
+            pytest.skip(f"needs the [{name}] extra ({why}): {OPTIONAL_EXTRAS[name]}")
     for mark in item.iter_markers("tool"):
         (name,) = mark.args
         assert name in OPTIONAL_TOOLS, f"tool {name!r}: add it to conftest.OPTIONAL_TOOLS with how to install it"

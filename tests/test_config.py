@@ -282,3 +282,38 @@ def test_a_seed_from_that_cannot_work_is_an_error_with_the_line(value: str, word
     msg = error_of(MINIMAL + f"    seed-from: {value}\n")
     assert msg.startswith(f"tvmtune.yaml:4: {words}"), msg
     assert "seed-from: zen4-2c" in msg
+
+
+def test_a_tvm_cuda_tag_is_expanded_to_its_dict() -> None:
+    c = parse("targets:\n  h100:\n    target: nvidia/nvidia-h100\n    runs-on: [self-hosted, gpu, h100]\n")
+    assert c.target("h100").target == {
+        "arch": "sm_90a", "kind": "cuda", "l2_cache_size_bytes": 52428800,
+        "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
+        "registers_per_block": 65536, "thread_warp_size": 32}
+    assert not c.warnings
+
+
+def test_an_unknown_tag_suggests_one() -> None:
+    msg = error_of("targets:\n  h100:\n    target: nvidia/nvidia-h10\n")
+    assert "tvmtune.yaml:3" in msg and "'nvidia/nvidia-h100'" in msg
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["{kind: cuda, arch: sm_90}", "'cuda -arch=sm_90'",
+     "{kind: cuda, arch: sm_90, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, "
+     "thread_warp_size: 32}"],
+)
+def test_a_cuda_target_without_its_limits_is_an_error_with_the_line(target: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        msg = error_of(f"targets:\n  gpu:\n    target: {target}\n")
+    assert "tvmtune.yaml:3" in msg and "registers_per_block" in msg and "nvidia/nvidia-h100" in msg
+
+
+def test_a_gpu_target_measured_on_its_runner_names_the_gpu_label() -> None:
+    msg = error_of("targets:\n  h100:\n    target: nvidia/nvidia-h100\n    runs-on: [linux, x64]\n")
+    assert "tvmtune.yaml:4" in msg and "'gpu' label" in msg
+    ok = parse("targets:\n  h100:\n    target: nvidia/nvidia-h100\n"
+               "    runner: {rpc: {tracker: '127.0.0.1:9190', key: h100}}\n")
+    assert ok.target("h100").rpc is not None  # measured through RPC: any runner builds

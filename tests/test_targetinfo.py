@@ -55,7 +55,7 @@ def test_lanes_and_registers_per_isa() -> None:
     assert (avx2.lanes(), avx2.lanes("float64"), avx2.vector_registers) == (8, 4, 16)
     assert (neon.arch, neon.lanes(), neon.vector_registers) == ("aarch64", 4, 32)
     assert target_facts({"kind": "llvm", "mcpu": "cortex-a72"}).arch == "aarch64"
-    assert target_facts({"kind": "cuda"}).lanes() == 1
+    assert target_facts({"kind": "vulkan"}).lanes() == 1
     assert avx2.describe() == "avx2: 256-bit vectors (8 fp32 lanes), 16 registers"
 
 
@@ -71,3 +71,68 @@ def test_the_extent_scope_has_the_facts_in_the_workloads_dtype() -> None:
     assert scope(wl, None) == wl
     with pytest.raises(TemplateError, match="shadow"):
         scope({"LANES": 3}, {"kind": "llvm", "mcpu": "znver3"})
+
+
+# --------------------------------------------------------------------------- GPU targets
+
+H100 = {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
+        "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536}
+
+
+def _cuda_tags() -> list[str]:
+    from tvmtune_ci.cudatags import tag_names
+
+    return tag_names()
+
+
+def test_every_cuda_tag_of_tvm_is_in_the_table() -> None:
+    import tvm
+    from tvm.target import list_tags
+
+    theirs = sorted(str(k) for k in list_tags().keys()
+                    if tvm.target.Target(str(k)).kind.name == "cuda")
+    assert theirs == _cuda_tags(), "regenerate: .venv/bin/python scripts/gen_cuda_tags.py"
+
+
+@pytest.mark.parametrize("tag", _cuda_tags())
+def test_gpu_facts_of_each_tag_agree_with_tvms_target(tag: str) -> None:
+    """The expanded dict is the tag's target, and its facts are that target's
+    attributes: derived from the target alone, as TVM's own tag says."""
+    import tvm
+
+    from tvmtune_ci.cudatags import expand_tag
+
+    expanded = expand_tag(tag)
+    assert expanded is not None
+    theirs = tvm.target.Target(tag)
+    ours = tvm.target.Target(expanded)
+    assert {k: v for k, v in ours.export().items() if k != "tag"} == \
+        {k: v for k, v in theirs.export().items() if k != "tag"}
+    facts = target_facts(expanded)
+    attrs = theirs.attrs
+    assert facts.isa == "cuda" and facts.arch == str(attrs["arch"])
+    names = facts.names()
+    assert names["SMEM"] == int(attrs["max_shared_memory_per_block"])
+    assert names["THREADS"] == int(attrs["max_threads_per_block"])
+    assert names["WARP"] == int(attrs["thread_warp_size"])
+    assert names["REGS"] == int(attrs["registers_per_block"])
+
+
+def test_gpu_facts_in_the_extent_scope_and_lanes_of_a_16_byte_load() -> None:
+    names = scope({"M": 64, "dtype": "float32"}, H100)
+    assert (names["SMEM"], names["THREADS"], names["WARP"], names["REGS"]) == (49152, 1024, 32, 65536)
+    assert names["LANES"] == 4
+    assert scope({"M": 64, "dtype": "float16"}, H100)["LANES"] == 8
+    assert "SMEM" not in scope({"M": 64}, {"kind": "llvm", "mcpu": "znver3"})
+    facts = target_facts(H100)
+    assert facts.describe().startswith("cuda sm_90a: 49,152 bytes of shared memory")
+    # A CPU target's recorded facts keep their form (committed manifests compare them).
+    assert set(target_facts({"kind": "llvm", "mcpu": "znver4"}).to_json()) == {
+        "arch", "isa", "vector_bits", "vector_registers"}
+    assert target_facts(H100).to_json()["SMEM"] == 49152
+
+
+def test_a_cuda_target_without_its_limits_names_them() -> None:
+    with pytest.raises(TemplateError, match="lacks max_shared_memory_per_block.*nvidia/nvidia-h100"):
+        target_facts({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+                      "thread_warp_size": 32, "registers_per_block": 65536})

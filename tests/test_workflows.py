@@ -265,6 +265,22 @@ def test_self_hosted_jobs_never_run_for_pull_requests() -> None:
         assert "pull_request_target" not in triggers(wf), name
 
 
+def test_the_pr_checks_gpu_builds_only_where_there_are_gpu_targets() -> None:
+    """The build check installs TVM and NVRTC only when `matrix --gpu-only` finds a GPU
+    entry; it fails on a template that does not build, not on a stale log."""
+    wf = load(WORKFLOWS / "tvmtune-pr-check.yml")
+    job = wf["jobs"]["gpu-build"]
+    assert job["runs-on"] == "ubuntu-latest" and job["permissions"] == {"contents": "read"}
+    assert step(wf, "gpu-build", "Any GPU")["run"].startswith("tvmtune-ci matrix --all --gpu-only")
+    install = step(wf, "gpu-build", "Install TVM")
+    assert install["if"] == "steps.gpu.outputs.has-work == 'true'"
+    assert install["run"].endswith("'.[tune,cuda]'")
+    build = step(wf, "gpu-build", "check --build")
+    assert build["if"] == "steps.gpu.outputs.has-work == 'true'"
+    assert build["run"] == ('tvmtune-ci check --build --warn-only --format github '
+                            '--changed-since "$BASE_SHA"')
+
+
 def test_the_pr_check_is_github_hosted_light_and_reads_full_history() -> None:
     wf = load(WORKFLOWS / "tvmtune-pr-check.yml")
     assert triggers(wf) == {"pull_request"}
@@ -329,7 +345,7 @@ def test_monthly_remeasure_records_its_run_and_is_self_hosted(tmp_path: Path) ->
     assert job["permissions"] == {"contents": "write"} and job["needs"] == "plan"
     assert job["runs-on"] == "${{ matrix.runs-on }}"
     assert job["concurrency"]["group"] == "tvmtune-retune-${{ matrix.operator }}-${{ matrix.target }}"
-    assert "'.[tune]'" in step(wf, "remeasure", "Install")["run"]
+    assert "\".[${EXTRAS:-tune}]\"" in step(wf, "remeasure", "Install")["run"]
     script = step(wf, "remeasure", "tvmtune-ci remeasure")["run"]
     assert "|| true" not in script  # a drift fails the job (after the run is committed)
     fake_cli(tmp_path / "runner_temp" / "tvmtune-venv" / "bin" / "tvmtune-ci")
@@ -364,7 +380,9 @@ def test_fan_out_one_self_hosted_job_per_entry(name: str) -> None:
         "fetch-depth": 0,
         "persist-credentials": False,
     }
-    assert "'.[tune]'" in step(wf, "retune", "Install")["run"]
+    install = step(wf, "retune", "Install")
+    assert '".[${EXTRAS:-tune}]"' in install["run"]  # tune, or tune,cuda on a GPU target
+    assert install["env"] == {"EXTRAS": "${{ matrix.extras }}"}
     budget = {"BUDGET": "${{ matrix.budget }}"} if name == "tvmtune-yearly.yml" else {}
     assert step(wf, "retune", "retune")["env"] == {
         "OPERATOR": "${{ matrix.operator }}",
@@ -377,6 +395,7 @@ def test_fan_out_one_self_hosted_job_per_entry(name: str) -> None:
 def test_matrix_keys_are_the_ones_the_workflows_read(tmp_path: Path) -> None:
     class T:
         runs_on = ("linux", "avx512")
+        target = {"kind": "llvm"}
 
     class C:
         def target(self, name: str) -> T:
@@ -388,7 +407,8 @@ def test_matrix_keys_are_the_ones_the_workflows_read(tmp_path: Path) -> None:
     m = build_matrix(C(), [E()])  # type: ignore[arg-type]
     assert m == {
         "include": [
-            {"operator": "matmul", "target": "cpu", "runs-on": ["self-hosted", "linux", "avx512"]}
+            {"operator": "matmul", "target": "cpu", "runs-on": ["self-hosted", "linux", "avx512"],
+             "extras": "tune"}
         ]
     }
     used = set(

@@ -34,6 +34,7 @@ from .template import (
     Split,
     Structural,
     call_with_workload,
+    check_configuration,
     eval_extent,
     template_name,
 )
@@ -131,25 +132,34 @@ def split_knobs(
                     f"knob {name!r} = {knobs[name]!r} is not one of {list(decl.candidates)}"
                 )
             values[name] = knobs[name]
+    # A point that breaks the template's CONSTRAINTS (shared memory, threads...) is
+    # never built: not in the search, not replayed, not as a finalist.
+    check_configuration(list(decls.values()), getattr(template, "CONSTRAINTS", ()), workload,
+                        structure, values)
     return structure, values
 
 
-def make_postprocs() -> list[Any]:
-    """The postprocessors every tuned (and every fixed) schedule goes through on llvm.
+def make_postprocs(target: Mapping[str, Any] | None = None) -> list[Any]:
+    """The postprocessors every tuned (and every fixed) schedule goes through.
 
     Templates schedule explicitly, so these only finish what MetaSchedule idioms
     leave open: `meta_schedule.parallel/vectorize/unroll_*` annotations become real
     loops/pragmas, a reduction block not yet decomposed is decomposed, and a schedule
-    with a dynamic loop extent is rejected.
+    with a dynamic loop extent is rejected. On a CUDA target, `VerifyGPUCode` also
+    rejects a schedule over the target's shared memory or threads per block, or with
+    more than 8 virtual threads or 16-byte vectors, before it is built.
     """
     from . import tvmsetup
 
     ms = tvmsetup.ms()
-    return [
+    out = [
         ms.postproc.DisallowDynamicLoop(),
         ms.postproc.RewriteParallelVectorizeUnroll(),
         ms.postproc.RewriteReductionBlock(),
     ]
+    if target is not None and target.get("kind") == "cuda":
+        out.append(ms.postproc.VerifyGPUCode())
+    return out
 
 
 def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
@@ -161,7 +171,7 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
         mod=sch.mod,
         target=tvmsetup.make_target(dict(target)),
         space_generator=ms.space_generator.ScheduleFn(
-            lambda s: None, sch_rules=[], postprocs=make_postprocs(), mutator_probs={}
+            lambda s: None, sch_rules=[], postprocs=make_postprocs(target), mutator_probs={}
         ),
         task_name="postproc",
         num_threads=1,
@@ -169,10 +179,11 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
     sch.enter_postproc()
     for p in ctx.space_generator.postprocs:
         if not p.apply(sch):
-            raise TemplateError(
-                f"postprocessor {type(p).__name__} rejected the schedule (e.g. a dynamic loop "
-                "extent)"
-            )
+            why = ("the GPU code breaks a limit of the target or a rule of CUDA: shared memory "
+                   "or threads per block, more than 8 virtual threads, vectors over 16 bytes, "
+                   "or thread extents that differ between a block's loops"
+                   if type(p).__name__ == "VerifyGPUCode" else "e.g. a dynamic loop extent")
+            raise TemplateError(f"postprocessor {type(p).__name__} rejected the schedule ({why})")
 
 
 def schedule_config(
@@ -279,12 +290,16 @@ def _builder_class() -> Any:
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build
 
+    from .gpubuild import ResourceError, cuda_cubin  # imports this module: not at its top
+
     @derived_object
     class InProcessBuilder(PyBuilder):
         """Builds each input in this process: `default_build`, then a `.so` in `artifact_dir`.
 
-        `compile_s` keeps each build's compile time (lowering + LLVM emitting the object),
-        `export_s` its link time (the benchmark's floor counts only the first).
+        `compile_s` keeps each build's compile time (lowering + LLVM emitting the object,
+        or NVRTC the cubin on a CUDA target), `export_s` its link time (the benchmark's
+        floor counts only the first). A CUDA kernel over its GPU's limits (ptxas's
+        report) fails as `resources` and is never measured.
         """
 
         def __init__(self, artifact_dir: str | None = None) -> None:
@@ -296,6 +311,8 @@ def _builder_class() -> Any:
             self.compile_s: list[float] = []
             self.export_s: list[float] = []
             self._targets: dict[str, dict[str, Any]] = {}
+            # CUDA: artifact -> what ptxas reported (shared memory, registers per block).
+            self.resources: dict[str, dict[str, int]] = {}
 
         def build(self, build_inputs: list[Any]) -> list[Any]:
             results = []
@@ -305,15 +322,23 @@ def _builder_class() -> Any:
                     with warnings.catch_warnings():  # default_build calls the deprecated tvm.build
                         warnings.simplefilter("ignore", DeprecationWarning)
                         rt_mod = default_build(inp.mod, inp.target, inp.params)
+                    target = self._target_dict(inp.target)
+                    cubin = None
+                    if target.get("kind") == "cuda":  # NVRTC here, so limits fail the build
+                        cubin = cuda_cubin(rt_mod, target)
                     t1 = time.perf_counter()
                     self._count += 1
                     path = os.path.join(self.artifact_dir, f"k{os.getpid()}_{self._count}.so")
+                    if cubin is not None:
+                        self.resources[path] = cubin.summary()
                     # LLVM emits the object, then the host's (or the cross) compiler links.
-                    link_s = export_kernel(rt_mod, path, self._target_dict(inp.target))
+                    link_s = export_kernel(rt_mod, path, target)
                     t2 = time.perf_counter()
                     self.compile_s.append(t1 - t0 + (t2 - t1 - link_s))
                     self.export_s.append(link_s)
                     results.append(BuilderResult(path, None))
+                except ResourceError as e:  # built, but over a limit: never measured
+                    results.append(BuilderResult(None, f"InProcessBuilder: resources: {e}"))
                 except Exception as e:  # noqa: BLE001 - any build error is a failed trial
                     results.append(
                         BuilderResult(None, f"InProcessBuilder: {type(e).__name__}: {e}")

@@ -18,10 +18,14 @@ from typing import Any
 
 import yaml
 
+from .cudatags import close_tags, expand_tag
 from .errors import ConfigError
+from .targetinfo import missing_cuda_keys
 from .targets import canonical_target, parse_legacy_string, slug
 
 CONFIG_NAME = "tvmtune.yaml"
+# The runner label a GPU target's runs-on must name (its re-tune measures on that GPU).
+GPU_LABEL = "gpu"
 
 
 class ConfigWarning(UserWarning):
@@ -357,7 +361,15 @@ def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
 
 def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]:
     value = _construct(node)
-    if isinstance(value, str):
+    if isinstance(value, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", value.strip()):
+        # A TVM tag (`nvidia/nvidia-h100`): its dict, from TVM's registry (cudatags.py).
+        tag = expand_tag(value.strip())
+        if tag is None:
+            close = close_tags(value.strip())
+            raise ctx.error(node, f"target {name!r}: {value!r} is not a TVM CUDA tag tvmtune-ci knows",
+                            f"did you mean {close[0]!r}?" if close else "write the target dict, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`")
+        value = tag
+    elif isinstance(value, str):
         try:
             converted = parse_legacy_string(value)
         except ValueError as e:
@@ -374,6 +386,11 @@ def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]
     problem = target_value_problem(value)
     if problem is not None:
         raise ctx.error(node, f"target {name!r}: {problem[0]}", problem[1])
+    if value.get("kind") == "cuda":
+        missing = missing_cuda_keys(value)
+        if missing:
+            raise ctx.error(node, f"target {name!r} (kind cuda) lacks {', '.join(missing)}: the GPU's limits per thread block, which MetaSchedule's VerifyGPUCode and the template's constraints need (never read from a GPU)",
+                            "name a TVM tag instead (`target: nvidia/nvidia-h100`), or write every one, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`")
     return canonical_target(value)
 
 
@@ -464,11 +481,18 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
                 raise ctx.error(t["runs-on"][1], f"runs-on of target {name!r} must be a list of runner labels", "write `runs-on: [self-hosted, linux, x64, avx512]`")
             runs_on = tuple(labels)
+        target = _parse_target_value(ctx, name, t["target"][1])
+        rpc = _parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None
+        if target.get("kind") == "cuda" and rpc is None and GPU_LABEL not in runs_on:
+            # Measured where it is re-tuned: the fan-out must reach a runner with a GPU.
+            where = t["runs-on"][1] if "runs-on" in t else vnode
+            raise ctx.error(where, f"target {name!r} is a GPU ({target.get('arch')}) measured on its runner, and its runs-on does not name the {GPU_LABEL!r} label of GPU runners",
+                            f"write e.g. `runs-on: [linux, x64, {GPU_LABEL}, h100]` and register the GPU runner with those labels (docs/adopting.md), or measure through RPC (`runner: {{rpc: ...}}`)")
         out.append(TargetConfig(
             name=name,
-            target=_parse_target_value(ctx, name, t["target"][1]),
+            target=target,
             runs_on=runs_on,
-            rpc=_parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None,
+            rpc=rpc,
             line=knode.start_mark.line + 1,
             seed_from=seed_from,
         ))

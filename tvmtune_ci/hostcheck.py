@@ -102,10 +102,11 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
     matters and the tracker's pre-flight checks the devices. `advice` replaces
     the re-tune advice (runs-on labels, RPC) for callers that are not re-tuning.
     """
-    check_toolchain(target)  # builds happen here, remote or not
+    kind = target.get("kind")
+    if remote or kind in ("llvm", "c"):
+        check_toolchain(target)  # builds happen here, remote or not
     if remote:
         return
-    kind = target.get("kind")
     name = json_target(target)
     host_arch = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
     if kind in ("llvm", "c"):
@@ -126,11 +127,47 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
     import tvm
 
     try:
-        exists = bool(tvm.device(str(kind), 0).exist)
+        dev = tvm.device(str(kind), 0)
+        exists = bool(dev.exist)
     except Exception:  # an unknown device kind is as good as absent
         exists = False
+    what = f"a {kind} device" + (f" ({target['arch']})" if kind == "cuda" and target.get("arch") else "")
     if not exists:
-        raise HostError(f"target {name} needs a {kind} device and this machine has none; " + (advice or "run this entry on a runner that has one (runs-on labels) or through an RPC tracker"))
+        raise HostError(f"target {name} needs {what} and this machine has none; no trial was spent. " + (advice or "run this entry on a runner that has one (runs-on labels, e.g. [self-hosted, gpu, h100]) or through an RPC tracker whose servers have it"))
+    if kind == "cuda":
+        problem = gpu_arch_problem(target, str(dev.compute_version))
+        if problem:
+            raise HostError(f"target {name}: {problem}; no trial was spent. " + (advice or "run this entry on a runner with that GPU (runs-on labels) or fix the target's arch"))
+    # The device first: on a machine without it, that is what to fix.
+    check_toolchain(target)
+
+
+def arch_version(arch: str) -> str | None:
+    """`sm_90a` -> "9.0", `sm_80` -> "8.0" (a GPU's compute capability); None if not sm_."""
+    if not arch.startswith("sm_"):
+        return None
+    digits = arch[3:].rstrip("abcdefghijklmnopqrstuvwxyz")
+    if len(digits) < 2 or not digits.isdigit():
+        return None
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def gpu_arch_problem(target: Mapping[str, Any], compute_version: str) -> str | None:
+    """Why this GPU (compute capability `compute_version`, "9.0") cannot run `target`'s
+    cubins (None: it can). A cubin runs only on its own major version, and on a minor
+    one at least its own; an `a` arch (sm_90a) only on exactly that one."""
+    want = arch_version(str(target.get("arch", "")))
+    if want is None:
+        return f"arch {target.get('arch')!r} is not an sm_XY architecture"
+    have_major, _, have_minor = compute_version.partition(".")
+    want_major, _, want_minor = want.partition(".")
+    exact = str(target.get("arch", "")).endswith("a")
+    ok = have_major == want_major and (have_minor == want_minor if exact
+                                       else int(have_minor or 0) >= int(want_minor or 0))
+    if ok:
+        return None
+    return (f"its kernels are for {target.get('arch')} (compute capability {want}) and this "
+            f"machine's GPU is {compute_version}")
 
 
 def json_target(target: dict[str, Any]) -> str:
@@ -165,10 +202,19 @@ HOST_CC = ("g++", "gcc", "clang++", "clang", "c++", "cc")
 
 
 def check_toolchain(target: Mapping[str, Any]) -> None:
-    """HostError unless the compiler that links `target`'s kernels is on PATH."""
+    """HostError unless the compiler that links `target`'s kernels is on PATH (and, for
+    a CUDA target, NVRTC, which compiles its kernels here: the [cuda] extra)."""
     cc = cross_cc(target)
+    gpu = target.get("kind") == "cuda"
+    if gpu:
+        from .nvrtc import missing
+
+        why = missing()
+        if why is not None:
+            raise HostError(f"target {json_target(dict(target))}: its CUDA kernels are compiled "
+                            f"on this machine, and {why}")
     if cc is None:
-        if target.get("kind") not in ("llvm", "c") or os.environ.get("CXX") or os.environ.get("CC"):
+        if (target.get("kind") not in ("llvm", "c") and not gpu) or os.environ.get("CXX") or os.environ.get("CC"):
             return
         if not any(shutil.which(name) for name in HOST_CC):
             raise HostError(

@@ -104,6 +104,9 @@ class WorkloadResult:
     # Bytes one run moves at the least (its buffers: measure.workload_bytes); 0 when not
     # recorded. GB/s = bytes_moved / latency.
     bytes_moved: int = 0
+    # A GPU target's best as its build reported it (builder.gpu_resources: arch, shared
+    # memory and registers per block, ...); None on a CPU, and then not written.
+    gpu: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float:
@@ -186,7 +189,7 @@ class Manifest:
             "format": RESULTS_FORMAT,
             "operator": self.operator,
             "target_name": self.target_name,
-            "results": {w: asdict(r) for w, r in self.results.items()},
+            "results": {w: _result_json(r) for w, r in self.results.items()},
         }
 
     @classmethod
@@ -219,6 +222,13 @@ class Manifest:
 _MEASURED_FIELDS = frozenset(Measured.__dataclass_fields__)
 
 
+def _result_json(r: WorkloadResult) -> dict[str, Any]:
+    d = asdict(r)
+    if d.get("gpu") is None:  # a CPU's results keep the keys they always had
+        d.pop("gpu", None)
+    return d
+
+
 def _m(data: dict[str, Any]) -> Measured:
     # Optional extras a later version writes (ci_rel, samples, ...) are not ours to keep.
     return Measured(**{k: v for k, v in data.items() if k in _MEASURED_FIELDS})
@@ -239,6 +249,7 @@ def _workload_results(data: dict[str, Any]) -> dict[str, WorkloadResult]:
             history=r.get("history"),
             noise_check=_m(r["noise_check"]) if r.get("noise_check") else None,
             bytes_moved=int(r.get("bytes_moved", 0)),
+            gpu=r.get("gpu") if isinstance(r.get("gpu"), dict) else None,
         )
         for w, r in data.items()
     }

@@ -203,9 +203,17 @@ def check_correct(
             np.full(shape, np.nan, dtype) if dtype.startswith("float") else np.zeros(shape, dtype)
         )
     if rpc is None:
-        dev = tvm.cpu()
+        # This machine's device of the target: its CPU, or its GPU (check_host made sure
+        # it has the target's); a CUDA kernel's cubin comes through nvrtc's load hook.
+        kind = device_type(tvmsetup.make_target(dict(target)))
+        if kind == "cuda":
+            from .nvrtc import install_hook
+
+            install_hook()
+        dev = tvm.device(kind, 0)
         outs_t = [tvm.runtime.tensor(f, dev) for f in fills]
         ex["main"](*[tvm.runtime.tensor(x, dev) for x in arrays], *outs_t)
+        dev.sync()
         got_all = [t.numpy() for t in outs_t]
         on = ""
     else:

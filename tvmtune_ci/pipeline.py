@@ -507,6 +507,7 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         history=report.to_json() if report is not None else None,
         noise_check=outcome.noise_check,
         bytes_moved=workload_bytes(tpl.module, wname),
+        gpu=outcome.gpu,
     )
 
 

@@ -64,6 +64,10 @@ _STOP = {
 
 
 def _facts_sentence(facts: dict[str, Any]) -> str:
+    if facts.get("isa") == "cuda":
+        return (f"{facts.get('arch')} (CUDA): {facts.get('SMEM', 0):,} bytes of shared memory, "
+                f"{facts.get('THREADS')} threads and {facts.get('REGS', 0):,} registers per block, "
+                f"{facts.get('WARP')}-thread warps")
     bits, regs = facts.get("vector_bits", 0), facts.get("vector_registers", 0)
     if not bits:
         return f"{facts.get('isa')}, no CPU vectors"
@@ -158,10 +162,11 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
 
     tj = target_json(m.target)
     precision = m.measure.get("precision")
+    arch = f" ({m.target.get('arch')})" if m.target.get("kind") == "cuda" else ""
     lines = [
         HEADER.format(op=m.operator, target=m.target_name),
         "",
-        f"# Tuning log: `{m.operator}` on `{m.target_name}`",
+        f"# Tuning log: `{m.operator}` on `{m.target_name}`{arch}",
         "",
         f"Tuned on {m.tuned_on} with TVM {m.tvm_version}, seed {m.seed}: log [`{m.log}`]({m.log}), "
         f"provenance in [`manifest.json`](manifest.json) (details at the end).",
@@ -222,8 +227,18 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
     if t.budget_note:
         lines.append(f"- budget: {t.budget_note}")
     if t.failures:
-        lines.append("- failures: " + ", ".join(f"{k} × {v}" for k, v in sorted(t.failures.items())))
+        lines.append("- failures: " + ", ".join(f"{k} × {v}" for k, v in sorted(t.failures.items()))
+                     + ("; resources: built, but over the GPU's limits as the compiler reported "
+                        "them (registers, shared memory, spills), never measured"
+                        if "resources" in t.failures else ""))
     lines.append(f"- config space: {r.space_size:,} points in {r.design_spaces} design space(s)")
+    if r.gpu:
+        g = r.gpu
+        lines.append(f"- GPU build of the best ({g.get('arch')}), as ptxas reported it: "
+                     f"{g.get('smem_bytes', 0):,} bytes of shared memory and "
+                     f"{g.get('registers_per_block', 0):,} registers per block ({g.get('registers')} "
+                     f"per thread x {g.get('threads')} threads), {g.get('spill_bytes', 0)} bytes "
+                     "spilled")
     drift = _drift(r.noise_check, r.baseline)
     if drift:
         lines.append(f"- {drift}")

@@ -34,9 +34,17 @@ from .measure import flop_count, gflops
 from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
 from .runners.rpc import rpc_failure
 from .sampling import device_type, search_policy
-from .space import TemplateSpace, decode_knobs, knobs_key, make_mutators, plain, space_info
+from .space import (
+    TemplateSpace,
+    constraint_postprocs,
+    decode_knobs,
+    knobs_key,
+    make_mutators,
+    plain,
+    space_info,
+)
 from .targetinfo import scope
-from .template import Knob, space_size, template_name
+from .template import Knob, design_spaces, space_size, template_name
 
 if TYPE_CHECKING:
     from .tuner import TuneRequest
@@ -88,9 +96,12 @@ def _short(error: str, limit: int = 160) -> str:
 
 
 def failure_kind(error: str) -> str:
-    """ "build", "run", "timeout" or "wrong_result" for a trial's error message."""
+    """ "build", "resources" (a GPU kernel over its limits, as the compiler reports),
+    "run", "timeout" or "wrong_result" for a trial's error message."""
     if error.startswith("wrong result"):
         return "wrong_result"
+    if error.startswith("InProcessBuilder: resources"):
+        return "resources"
     if "timeout" in error.lower():
         return "timeout"
     if error.startswith("InProcessBuilder"):
@@ -163,8 +174,11 @@ class Search:
         self.name = req.workload_name
         workload = workload_params(req.template, self.name)
         self.knobs: list[Knob] = list(getattr(req.template, "KNOBS", []))
-        per_space, n_spaces = space_size(self.knobs, scope(workload, req.target))
-        self.space_size, self.n_spaces = per_space * n_spaces, n_spaces
+        names = scope(workload, req.target)
+        constraints = tuple(getattr(req.template, "CONSTRAINTS", ()))
+        per_space, n_spaces = space_size(self.knobs, names, constraints)
+        # With CONSTRAINTS space_size counts the legal points of all design spaces as one.
+        self.space_size, self.n_spaces = per_space * n_spaces, len(design_spaces(self.knobs))
         self.target = tvmsetup.make_target(dict(req.target))
         self.work_dir = Path(req.work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -172,13 +186,15 @@ class Search:
         resumed = self.journal.load()
         self.resumed = len(self.journal.trials)
         space = TemplateSpace(req.template, workload, req.target)
+        self.spaces: list[Any] = []  # filled below; the constraint check reads it
         self.ctx = ms.TuneContext(
             mod=workload_module(req.template, self.name),
             target=self.target,
             space_generator=ms.space_generator.ScheduleFn(
                 space,
                 sch_rules=[],
-                postprocs=make_postprocs(),
+                postprocs=make_postprocs(req.target)
+                + constraint_postprocs(req.template, names, self.spaces),
                 mutator_probs=make_mutators(self.knobs, req.seed),
             ),
             search_strategy=ms.search_strategy.EvolutionarySearch(
@@ -191,10 +207,10 @@ class Search:
         )
         self.flop = flop_count(self.ctx.mod)
         self.schedules = self.ctx.generate_design_space()
-        self.spaces = [
+        self.spaces.extend(
             space_info(i, space.structures[i], sch, space.orders[i])
             for i, sch in enumerate(self.schedules)
-        ]
+        )
         self.db, self.workload_json = self._open_database(resumed)
         if not resumed:
             self.journal.start(

@@ -24,8 +24,9 @@ from types import ModuleType
 from typing import Any
 
 from .builder import workload_module, workload_params
+from .constraints import violated
 from .errors import TemplateError, TuningError
-from .template import Categorical, Knob, Knobs, Split, design_spaces
+from .template import Categorical, Knob, Knobs, Split, default_values, design_spaces
 
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
 
@@ -219,6 +220,54 @@ def _mutate_categorical_class() -> Any:
             return MutateCategorical(self._seed + 1)
 
     return MutateCategorical
+
+
+@functools.cache  # one class per process: TVM registers it by name
+def _constraint_check_class() -> Any:
+    from . import tvmsetup
+
+    tvmsetup.load()
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.postproc import PyPostproc
+
+    @derived_object
+    class ConstraintCheck(PyPostproc):
+        """Rejects a candidate whose knobs break the template's CONSTRAINTS, so the
+        evolutionary search draws another instead: such a point is never built."""
+
+        def __init__(self, knobs: Sequence[Knob], constraints: Sequence[Any],
+                     names: Mapping[str, Any], spaces: list[SpaceInfo]) -> None:
+            self._knobs, self._constraints = list(knobs), list(constraints)
+            self._names, self._spaces = dict(names), spaces  # filled once the spaces exist
+            self.rejected = 0
+
+        def _initialize_with_tune_context(self, context: Any) -> None:
+            pass
+
+        def apply(self, sch: Any) -> bool:
+            if not self._spaces:
+                return True  # the design spaces themselves, before they are known
+            _, kv = decode_knobs(plain(sch.trace.as_json()), self._spaces, self._knobs)
+            if violated(self._constraints, default_values(self._knobs, self._names, None, kv)):
+                self.rejected += 1
+                return False
+            return True
+
+        def clone(self) -> Any:
+            return ConstraintCheck(self._knobs, self._constraints, self._names, self._spaces)
+
+    return ConstraintCheck
+
+
+def constraint_postprocs(template: ModuleType, names: Mapping[str, Any],
+                         spaces: list[SpaceInfo]) -> list[Any]:
+    """The postprocessor that keeps the search inside the template's CONSTRAINTS (none
+    without them); `names` is the extent scope, `spaces` the list `space_info`s go in."""
+    constraints = list(getattr(template, "CONSTRAINTS", ()))
+    if not constraints:
+        return []
+    return [_constraint_check_class()(list(getattr(template, "KNOBS", [])), constraints, names,
+                                      spaces)]
 
 
 def make_mutators(knobs: Sequence[Knob], seed: int) -> dict[Any, float]:

@@ -755,7 +755,7 @@ def _space_advice(entry: Entry, target: TargetConfig, decl: TemplateDecl) -> lis
     odd = [w for w, (points, _) in sorted(entry.space_sizes.items()) if not low <= points <= high]
     out = []
     for w in odd:
-        why = space_advice(decl.knobs, scope(decl.workloads[w], target.target))
+        why = space_advice(decl.knobs, scope(decl.workloads[w], target.target), decl.constraints)
         if why is not None:
             line = min(decl.knob_lines.values(), default=entry.template_line)
             out.append(f"{entry.template_file}:{line}: workload {w!r} on {target.name}: {why}")

@@ -6,6 +6,12 @@ The facts come from the canonical target dict (`mtriple`, `mcpu`, `mattr`), neve
 from the machine that builds or checks: a log for an AVX2 runner is scheduled for
 AVX2 wherever it is re-tuned, and `check` (no TVM) computes the same space size
 everywhere. `tests/test_targetinfo.py` compares this table with TVM's own LLVM.
+
+A CUDA target's facts are its own attributes (`arch`, `max_shared_memory_per_block`,
+`max_threads_per_block`, `thread_warp_size`, `registers_per_block`: what TVM's
+`nvidia/...` tags carry, `cudatags.py`), named `SMEM`, `THREADS`, `WARP` and `REGS`
+in KNOBS and CONSTRAINTS; its `LANES` are those of a 16-byte load (`max_vector_bytes`,
+which MetaSchedule's `VerifyGPUCode` allows), 4 fp32.
 """
 
 from __future__ import annotations
@@ -54,19 +60,50 @@ _DTYPE_BITS = {
     "int64": 64, "int32": 32, "int16": 16, "int8": 8, "uint8": 8, "uint16": 16, "uint32": 32,
 }
 
-# The names a KNOBS extent / max_factor may use besides the workload's keys.
-FACT_NAMES = ("LANES", "VREGS", "VBITS")
+# The names a KNOBS extent / max_factor may use besides the workload's keys: every
+# target's, and a GPU target's (its limits per thread block).
+CPU_FACT_NAMES = ("LANES", "VREGS", "VBITS")
+GPU_FACT_NAMES = ("SMEM", "THREADS", "WARP", "REGS")
+FACT_NAMES = CPU_FACT_NAMES + GPU_FACT_NAMES
+
+# A CUDA target's attribute -> the fact it gives. TVM's VerifyGPUCode needs the first
+# two; the rest are what a template bounds its thread blocks with.
+CUDA_FACT_KEYS = {
+    "max_shared_memory_per_block": "SMEM",
+    "max_threads_per_block": "THREADS",
+    "thread_warp_size": "WARP",
+    "registers_per_block": "REGS",
+}
+# The widest load a CUDA thread issues (VerifyGPUCode's max_vector_bytes: 16).
+CUDA_VECTOR_BITS = 128
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """What one CUDA thread block may use: shared memory (bytes), threads, the warp
+    size and registers (32-bit, for the whole block)."""
+
+    smem: int
+    threads: int
+    warp: int
+    regs: int
+
+    def names(self) -> dict[str, int]:
+        return {"SMEM": self.smem, "THREADS": self.threads, "WARP": self.warp, "REGS": self.regs}
 
 
 @dataclass(frozen=True)
 class TargetFacts:
     """The vector facts of one target: `isa` "avx512", "avx2", "avx", "sse", "neon",
-    "neon32", or the kind of a non-CPU target ("cuda", ...), which has no vectors."""
+    "neon32", "cuda" (with `gpu`: its limits per thread block), or the kind of another
+    non-CPU target, which has no vectors. `arch` is the CPU architecture ("x86_64") or
+    the GPU's (`sm_90a`)."""
 
     arch: str
     isa: str
     vector_bits: int
     vector_registers: int
+    gpu: GpuLimits | None = None
 
     def lanes(self, dtype: str = "float32") -> int:
         """Elements of `dtype` in one vector register (1 on a target without vectors)."""
@@ -78,20 +115,32 @@ class TargetFacts:
         return max(1, self.vector_bits // bits)
 
     def names(self, dtype: str = "float32") -> dict[str, int]:
-        """LANES (of `dtype`), VREGS, VBITS: what KNOBS expressions may name."""
-        return {"LANES": self.lanes(dtype), "VREGS": self.vector_registers,
-                "VBITS": self.vector_bits}
+        """LANES (of `dtype`), VREGS, VBITS, and on a GPU SMEM, THREADS, WARP, REGS:
+        what KNOBS and CONSTRAINTS expressions may name."""
+        out = {"LANES": self.lanes(dtype), "VREGS": self.vector_registers,
+               "VBITS": self.vector_bits}
+        if self.gpu is not None:
+            out.update(self.gpu.names())
+        return out
 
     def describe(self) -> str:
         """`avx512: 512-bit vectors (16 fp32 lanes), 32 registers`."""
+        if self.gpu is not None:
+            g = self.gpu
+            return (f"cuda {self.arch}: {g.smem:,} bytes of shared memory, {g.threads} threads, "
+                    f"{g.regs:,} registers per block, {g.warp}-thread warps")
         if not self.vector_bits:
             return f"{self.isa}: no CPU vector registers"
         return (f"{self.isa}: {self.vector_bits}-bit vectors ({self.lanes()} fp32 lanes), "
                 f"{self.vector_registers} registers")
 
     def to_json(self) -> dict[str, Any]:
-        return {"arch": self.arch, "isa": self.isa, "vector_bits": self.vector_bits,
-                "vector_registers": self.vector_registers}
+        out: dict[str, Any] = {"arch": self.arch, "isa": self.isa,
+                               "vector_bits": self.vector_bits,
+                               "vector_registers": self.vector_registers}
+        if self.gpu is not None:  # CPU facts keep the form their manifests recorded
+            out.update(self.gpu.names())
+        return out
 
 
 def _arch(target: Mapping[str, Any], mcpu: str) -> str:
@@ -155,6 +204,8 @@ def target_facts(target: Mapping[str, Any], where: str = "target") -> TargetFact
     """The facts of a canonical target dict (TemplateError for an x86 mcpu the table
     does not know and no mattr names the ISA)."""
     kind = str(target.get("kind", "llvm"))
+    if kind == "cuda":
+        return _cuda_facts(target, where)
     if kind not in ("llvm", "c"):
         return TargetFacts(kind, kind, 0, 0)
     mcpu = str(target.get("mcpu") or "")
@@ -174,9 +225,37 @@ def target_facts(target: Mapping[str, Any], where: str = "target") -> TargetFact
     return TargetFacts(arch, isa, bits, regs)
 
 
+def missing_cuda_keys(target: Mapping[str, Any]) -> list[str]:
+    """The attributes a CUDA target dict lacks for its facts (`arch` and the limits)."""
+    def ok(key: str, value: Any) -> bool:
+        if key == "arch":
+            return isinstance(value, str) and value.startswith("sm_")
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    return [k for k in ("arch", *CUDA_FACT_KEYS) if not ok(k, target.get(k))]
+
+
+def _cuda_facts(target: Mapping[str, Any], where: str) -> TargetFacts:
+    missing = missing_cuda_keys(target)
+    if missing:
+        raise TemplateError(
+            f"{where}: the cuda target lacks {', '.join(missing)}; a template's GPU facts "
+            "(SMEM, THREADS, WARP, REGS) come from the target alone. Write them, or name a "
+            "TVM tag such as `target: nvidia/nvidia-h100` (tvmtune_ci/cudatags_table.py)"
+        )
+    limits = GpuLimits(**{CUDA_FACT_KEYS[k].lower(): int(target[k]) for k in CUDA_FACT_KEYS})
+    return TargetFacts(str(target["arch"]), "cuda", CUDA_VECTOR_BITS, 0, limits)
+
+
+def is_gpu(target: Mapping[str, Any]) -> bool:
+    """Whether `target` is a CUDA target (its kernels run on a GPU)."""
+    return str(target.get("kind", "")) == "cuda"
+
+
 def scope(workload: Mapping[str, Any], target: Mapping[str, Any] | None) -> dict[str, Any]:
     """The names a KNOBS extent may use: the workload's keys, and with a target its
-    facts (LANES counted in the workload's `dtype`, float32 when it has none)."""
+    facts (LANES counted in the workload's `dtype`, float32 when it has none; SMEM,
+    THREADS, WARP, REGS on a GPU)."""
     out = dict(workload)
     if target is not None:
         facts = target_facts(target)

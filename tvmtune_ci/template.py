@@ -40,13 +40,33 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .constraints import (
+    Constraint,
+    ConstraintError,
+    check_names,
+    count_legal,
+    define_constraint,
+    describe_violation,
+    violated,
+)
 from .errors import TemplateError
 from .targetinfo import FACT_NAMES, TargetFacts, scope, target_facts
 
+__all__ = ["Constraint", "define_constraint", "define_knob", "define_split", "define_structure"]
+
 # The target `read_template` checks KNOBS with when no target is at hand: every
 # extent and max_factor must evaluate for it (each entry's own target is checked
-# per entry by `check`).
+# per entry by `check`). A GPU template (TARGET_KINDS = ["cuda"]) is checked with an
+# H100's limits (TVM's nvidia/nvidia-h100 tag).
 VALIDATION_TARGET: dict[str, Any] = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
+VALIDATION_TARGETS: dict[str, dict[str, Any]] = {
+    "llvm": VALIDATION_TARGET,
+    "cuda": {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
+             "max_threads_per_block": 1024, "thread_warp_size": 32,
+             "registers_per_block": 65536},
+}
+# The target kinds a template schedules for when it declares no TARGET_KINDS.
+CPU_KINDS = ("llvm", "c")
 
 # --------------------------------------------------------------------------- knobs
 
@@ -59,6 +79,9 @@ class Split:
     extent: int | str  # workload key, expression over workload keys / target facts, or int
     parts: int = 2
     max_factor: int | str = 64  # bound on the innermost factor; int or expression like extent
+    # The default configuration's factors: None is [extent, 1, ..., 1]; one None entry
+    # takes what the others leave (`[None, 2, 16, 4]`).
+    default: tuple[int | None, ...] | None = None
 
     kind = "split"
 
@@ -86,18 +109,31 @@ class Structural:
 Knob = Split | Categorical | Structural
 
 
-def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int | str = 64) -> Split:
+def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int | str = 64,
+                 default: Sequence[int | None] | None = None) -> Split:
     """AutoTVM's `cfg.define_split`: tile a loop of `extent` into `parts` factors whose
     innermost is at most `max_factor`. Both may be expressions over the workload's
     keys and the target facts LANES, VREGS, VBITS (`tvmtune_ci.targetinfo`), e.g.
-    `define_split("tile_j", "(N + LANES - 1)//LANES", parts=3, max_factor="VREGS//8")`."""
+    `define_split("tile_j", "(N + LANES - 1)//LANES", parts=3, max_factor="VREGS//8")`.
+    `default`: the default configuration's factors, one of them None (what the others
+    leave of the extent), e.g. `[None, 1, 16, 4]`; without it the default is
+    [extent, 1, ..., 1] (a GPU template's default must fit its thread blocks)."""
+    if default is not None:
+        if (not isinstance(default, (list, tuple)) or len(default) != parts
+                or sum(d is None for d in default) != 1
+                or any(d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1)
+                       for d in default)):
+            raise TemplateError(f"define_split({name!r}): default must list {parts} factors, one of "
+                                f"them None (what the others leave), e.g. [None{', 1' * (parts - 1)}]; "
+                                f"got {default!r}")
+        default = tuple(default)
     if parts < 2:
         raise TemplateError(f"define_split({name!r}): parts must be >= 2, got {parts}")
     if isinstance(max_factor, bool) or not isinstance(max_factor, (int, str)):
         raise TemplateError(f"define_split({name!r}): max_factor must be an integer or an expression, got {max_factor!r}")
     if isinstance(max_factor, int) and max_factor < 1:
         raise TemplateError(f"define_split({name!r}): max_factor must be >= 1, got {max_factor}")
-    return Split(name, extent, parts, max_factor)
+    return Split(name, extent, parts, max_factor, default)
 
 
 def define_knob(name: str, candidates: Sequence[Any]) -> Categorical:
@@ -117,7 +153,7 @@ def define_structure(name: str, candidates: Sequence[Any]) -> Structural:
     return Structural(name, tuple(candidates))
 
 
-_DEFINERS: dict[str, Callable[..., Knob]] = {
+_DEFINERS: dict[str, Callable[..., Any]] = {
     "define_split": define_split,
     "define_knob": define_knob,
     "define_structure": define_structure,
@@ -194,6 +230,19 @@ def _ordered_factorizations(n: int, k: int) -> int:
     return math.prod(math.comb(e + k - 1, k - 1) for e in _factorize(n).values())
 
 
+@lru_cache(maxsize=1024)
+def perfect_tilings(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Every decision `sample_perfect_tile(n=parts, max_innermost_factor=...)` can make
+    (what `count_perfect_tiles` counts), in a fixed order."""
+    def rest(n: int, k: int) -> list[tuple[int, ...]]:
+        if k == 1:
+            return [(n,)]
+        return [(d, *r) for d in range(1, n + 1) if n % d == 0 for r in rest(n // d, k - 1)]
+
+    return tuple((*r, d) for d in range(1, min(extent, max_innermost) + 1) if extent % d == 0
+                 for r in rest(extent // d, parts - 1))
+
+
 @lru_cache(maxsize=4096)
 def count_perfect_tiles(extent: int, parts: int, max_innermost: int) -> int:
     """What `sample_perfect_tile(n=parts, max_innermost_factor=...)` can choose from."""
@@ -209,8 +258,44 @@ def default_value(knob: Knob, workload: Mapping[str, Any]) -> Any:
     [extent, 1, ..., 1], no tiling), a categorical or structural knob takes its first
     candidate. The default configuration is every knob at its default."""
     if isinstance(knob, Split):
-        return [eval_extent(knob.extent, workload)] + [1] * (knob.parts - 1)
+        extent = eval_extent(knob.extent, workload)
+        if knob.default is None:
+            return [extent] + [1] * (knob.parts - 1)
+        given = math.prod(d for d in knob.default if d is not None)
+        if extent % given:
+            raise TemplateError(f"split {knob.name!r}: default {list(knob.default)} needs the "
+                                f"extent {knob.extent!r} = {extent} to be a multiple of {given}")
+        out = [extent // given if d is None else d for d in knob.default]
+        if out[-1] > eval_extent(knob.max_factor, workload):
+            raise TemplateError(f"split {knob.name!r}: default {out} has an innermost factor "
+                                f"above max_factor {knob.max_factor!r}")
+        return out
     return knob.candidates[0]
+
+
+def default_values(knobs: Sequence[Knob], workload: Mapping[str, Any],
+                   structure: Mapping[str, Any] | None = None,
+                   values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every knob's value for a configuration: `values`, the design space's
+    `structure`, defaults for the rest; with `workload`'s names (what a constraint reads)."""
+    out: dict[str, Any] = dict(workload)
+    for k in knobs:
+        out[k.name] = default_value(k, workload)
+    out.update(structure or {})
+    out.update(values or {})
+    return out
+
+
+def check_configuration(knobs: Sequence[Knob], constraints: Sequence[Constraint],
+                        workload: Mapping[str, Any], structure: Mapping[str, Any],
+                        values: Mapping[str, Any]) -> None:
+    """TemplateError when the configuration breaks a constraint (it is never built)."""
+    if not constraints:
+        return
+    broken = violated(constraints, default_values(knobs, workload, structure, values))
+    if broken:
+        raise TemplateError(f"configuration {dict(structure, **values)} breaks constraint(s) "
+                            f"{describe_violation(broken)}; it is not built")
 
 
 def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
@@ -236,9 +321,21 @@ def knob_counts(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> list[tupl
     return out
 
 
-def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> str | None:
+def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any],
+                 constraints: Sequence[Constraint] = ()) -> str | None:
     """Why a design space is outside ADVISED_POINTS, naming the knob to change; None
-    when it is inside."""
+    when it is inside. With `constraints`, on the legal points per design space."""
+    if constraints:
+        total, _ = space_size(knobs, workload, constraints)
+        n = len(design_spaces(knobs))
+        low, high = ADVISED_POINTS
+        if low <= total / n <= high:
+            return None
+        side = (f"above the advised {high:,}: lower a split's max_factor or tighten a "
+                "constraint" if total / n > high else
+                f"below the advised {low:,}: the search will exhaust it; raise a split's "
+                "max_factor or add candidates")
+        return f"{total:,} legal points in {n} design space(s), {total // n:,} per space, {side}"
     counts = knob_counts(knobs, workload)
     points = math.prod(c for _, c in counts)
     low, high = ADVISED_POINTS
@@ -253,11 +350,30 @@ def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> str | No
             "the search will exhaust it; raise a split's max_factor or add candidates")
 
 
-def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> tuple[int, int]:
+def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any],
+               constraints: Sequence[Constraint] = ()) -> tuple[int, int]:
     """(points per design space, number of design spaces) for one workload; `workload`
-    is the extent scope (`targetinfo.scope`: its keys and the target's facts)."""
+    is the extent scope (`targetinfo.scope`: its keys and the target's facts).
+
+    With `constraints`, which cut each design space differently: (the legal points of
+    all design spaces together, 1), so that the product is still the space's size; the
+    default configuration of every design space must be legal (ConstraintError)."""
+    if constraints:
+        check_names(constraints, knobs, workload)
+        total = 0
+        for structure in design_spaces(knobs):
+            broken = violated(constraints, default_values(knobs, workload, structure))
+            if broken:
+                raise ConstraintError(
+                    f"the default configuration of design space {structure} breaks "
+                    f"{describe_violation(broken)}; give the splits a default= that meets it",
+                    broken[0].name)
+            total += count_legal(knobs, constraints, workload, structure)
+        return total, 1
     per_space = 1
     for k in knobs:
+        if isinstance(k, Split) and k.default is not None:
+            default_value(k, workload)  # a default that does not fit: TemplateError
         if isinstance(k, Split):
             per_space *= count_perfect_tiles(eval_extent(k.extent, workload), k.parts, eval_extent(k.max_factor, workload))
         elif isinstance(k, Categorical):
@@ -279,14 +395,26 @@ class TemplateDecl:
     line: int  # of `def schedule`
     functions: dict[str, int]  # compute/reference/schedule -> line
     knob_lines: dict[str, int] = field(default_factory=dict, compare=False)  # knob -> its line
+    constraints: tuple[Constraint, ...] = ()
+    constraint_lines: dict[str, int] = field(default_factory=dict, compare=False)
+    kinds: tuple[str, ...] = CPU_KINDS  # TARGET_KINDS: the target kinds it schedules for
 
     def space_sizes(self, target: Mapping[str, Any] | None = None) -> dict[str, tuple[int, int]]:
         """workload -> (points per design space, design spaces) for `target` (the
-        default: VALIDATION_TARGET, for knobs that name target facts)."""
+        default: VALIDATION_TARGET, or VALIDATION_TARGETS of the template's kind, for
+        knobs that name target facts); with CONSTRAINTS, only the legal points
+        (`space_size`)."""
         # Computed once per declaration and target (read_template validates with it,
         # check and status report it); kept outside the dataclass fields, so equality
         # ignores it.
-        target = VALIDATION_TARGET if target is None else target
+        if target is None:
+            target = VALIDATION_TARGETS.get(self.kinds[0], VALIDATION_TARGET)
+        kind = str(target.get("kind", "llvm"))
+        if kind not in self.kinds:
+            raise TemplateError(
+                f"this template schedules for {' or '.join(self.kinds)} targets (TARGET_KINDS), "
+                f"not {kind}: name only such targets in tvmtune.yaml's operators.{self.name}.targets",
+                file=self.path, line=self.line)
         cache = self.__dict__.setdefault("_space_sizes", {})
         key = repr(sorted(target.items()))
         sizes = cache.get(key)
@@ -295,7 +423,11 @@ class TemplateDecl:
             for w, wl in self.workloads.items():
                 names = scope(wl, target)
                 try:
-                    sizes[w] = space_size(self.knobs, names)
+                    sizes[w] = space_size(self.knobs, names, self.constraints)
+                except ConstraintError as e:
+                    raise TemplateError(f"constraint {e.constraint!r}, workload {w!r}: {e.message}",
+                                        file=self.path,
+                                        line=self.constraint_lines.get(e.constraint)) from None
                 except TemplateError:
                     self._raise_at_knob(w, names)
                     raise
@@ -327,12 +459,22 @@ def _literal(node: ast.AST, path: Path, what: str) -> Any:
         raise TemplateError(f"{what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module", file=path, line=node.lineno) from None
 
 
-def knob_from_ast(node: ast.AST, path: Path) -> Knob:
+def knob_from_ast(node: ast.AST, path: Path) -> Any:
     """A KNOBS entry read from the source (no import): a define_* call with literal
     arguments; TemplateError naming the line otherwise."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
         raise TemplateError("each KNOBS entry must be a define_split/define_knob/define_structure call", file=path, line=getattr(node, 'lineno', 0))
     fname = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+    if fname == "define_constraint":
+        args = [_literal(a, path, "argument of define_constraint()") for a in node.args]
+        kwargs = {kw.arg: _literal(kw.value, path, f"argument {kw.arg} of define_constraint()")
+                  for kw in node.keywords if kw.arg}
+        try:
+            return define_constraint(*args, **kwargs)
+        except TypeError as e:
+            raise TemplateError(f"define_constraint(): {e}", file=path, line=node.lineno) from None
+        except TemplateError as e:
+            raise TemplateError(f"{e.message}", file=path, line=node.lineno) from None
     if fname not in _DEFINERS:
         raise TemplateError(f"{fname}() is not a knob; use define_split, define_knob or define_structure", file=path, line=node.lineno)
     args = [_literal(a, path, f"argument of {fname}()") for a in node.args]
@@ -356,6 +498,9 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     knobs: list[Knob] | None = None
     knobs_line = 1
     knob_lines: dict[str, int] = {}
+    constraints: list[Constraint] = []
+    constraint_lines: dict[str, int] = {}
+    kinds: tuple[str, ...] = CPU_KINDS
     functions: dict[str, int] = {}
     for stmt in tree.body:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -369,6 +514,27 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                 knobs = [knob_from_ast(e, path) for e in stmt.value.elts]
                 knob_lines = {k.name: e.lineno for k, e in zip(knobs, stmt.value.elts, strict=True)}
                 knobs_line = stmt.lineno
+                if any(isinstance(k, Constraint) for k in knobs):
+                    raise TemplateError("define_constraint() belongs in CONSTRAINTS, not KNOBS",
+                                        file=path, line=stmt.lineno)
+            if "CONSTRAINTS" in names and stmt.value is not None:
+                if not isinstance(stmt.value, (ast.List, ast.Tuple)):
+                    raise TemplateError("CONSTRAINTS must be a list of define_constraint() calls",
+                                        file=path, line=stmt.lineno)
+                for e in stmt.value.elts:
+                    c = knob_from_ast(e, path)
+                    if not isinstance(c, Constraint):
+                        raise TemplateError("CONSTRAINTS holds define_constraint() calls only",
+                                            file=path, line=e.lineno)
+                    constraints.append(c)
+                    constraint_lines[c.name] = e.lineno
+            if "TARGET_KINDS" in names and stmt.value is not None:
+                value = _literal(stmt.value, path, "TARGET_KINDS")
+                if (not isinstance(value, (list, tuple)) or not value
+                        or not all(isinstance(x, str) for x in value)):
+                    raise TemplateError("TARGET_KINDS must list target kinds, e.g. [\"cuda\"]",
+                                        file=path, line=stmt.lineno)
+                kinds = tuple(value)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
             functions[stmt.name] = stmt.lineno
     missing = [f for f in REQUIRED_FUNCTIONS if f not in functions]
@@ -384,8 +550,12 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TemplateError(f"knob names must be unique; repeated: {', '.join(dup)}", file=path)
+    cnames = [c.name for c in constraints]
+    cdup = sorted({n for n in cnames if cnames.count(n) > 1})
+    if cdup:
+        raise TemplateError(f"constraint names must be unique; repeated: {', '.join(cdup)}", file=path)
     decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions,
-                        knob_lines)
+                        knob_lines, tuple(constraints), constraint_lines, kinds)
     try:
         decl.space_sizes()  # validates every extent against every workload (one target)
     except TemplateError as e:
@@ -429,6 +599,7 @@ class Knobs:
         self._mode = mode
         self._values = dict(values or {})
         self.order: list[str] = []
+        self._factors: dict[str, list[Any]] = {}
 
     @property
     def target(self) -> dict[str, Any]:
@@ -446,6 +617,11 @@ class Knobs:
     def isa(self) -> str:
         """"avx512", "avx2", "avx", "sse", "neon", "neon32", or the non-CPU kind."""
         return self.facts.isa
+
+    @property
+    def arch(self) -> str:
+        """The CPU architecture ("x86_64", "aarch64") or the GPU's ("sm_90a")."""
+        return self.facts.arch
 
     @property
     def vector_registers(self) -> int:
@@ -486,7 +662,16 @@ class Knobs:
             decision = [int(x) for x in decision]
         max_factor = eval_extent(knob.max_factor, self._workload)
         factors = sch.sample_perfect_tile(loop, n=knob.parts, max_innermost_factor=max_factor, decision=decision)
+        self._factors[name] = list(factors)
         return list(sch.split(loop, factors=factors, preserve_unit_iters=True))
+
+    def factors(self, name: str) -> list[Any]:
+        """The sampled factors of split `name` (ExprRVs, after `cfg.split`): to split
+        another loop the same way, e.g. a shared-memory copy over the block's threads
+        (`sch.split(copy, [None, *cfg.factors("tile_i")[1:2], vec])`)."""
+        if name not in self._factors:
+            raise TemplateError(f"cfg.factors({name!r}): call cfg.split(sch, loop, {name!r}) first")
+        return list(self._factors[name])
 
     def knob(self, sch: Any, name: str) -> Any:
         knob: Categorical = self._get(name, Categorical)

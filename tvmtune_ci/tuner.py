@@ -127,6 +127,9 @@ class TuneOutcome:
     # The finals' results, for the log: {"role", "knobs", "estimate"} in finals order.
     final_results: tuple[dict[str, Any], ...] = ()
     replay: ReplayStats | None = None  # with TuneRequest.replay
+    # A GPU target: the best's arch, shared memory and registers per block as its build
+    # reported them (builder.gpu_resources); None on a CPU.
+    gpu: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- the steps
@@ -359,6 +362,9 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     if pr is not None and news:
         nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
         verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
+    from .gpubuild import gpu_resources
+
+    gpu = gpu_resources(template, name, req.target, best.knobs)
     devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
     stats_["devices_used"] = float(len(devices))
     stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()))
@@ -392,4 +398,5 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         best_source=fin.winner.finalist.role,
         final_results=tuple(final_json),
         replay=replay,
+        gpu=gpu,
     )

@@ -115,7 +115,7 @@ def test_template_commit_lists_exactly_that_entry(
 
     code, m, err = run_matrix(capsys, "--changed-since", before)
 
-    expected = {"include": [{"operator": "add", "target": "avx2", "runs-on": AVX2}]}
+    expected = {"include": [{"operator": "add", "target": "avx2", "runs-on": AVX2, "extras": "tune"}]}
     assert (code, m) == (0, expected)
     written = read_outputs(outputs[0])
     assert set(written) == {"matrix", "has-work"}
@@ -134,7 +134,7 @@ def test_changed_since_leaves_out_entries_stale_for_other_reasons(
     _, m, _ = run_matrix(capsys, "--changed-since", "HEAD")
     assert m == {"include": []}
     _, m, _ = run_matrix(capsys)
-    assert m == {"include": [{"operator": "matmul", "target": "avx2", "runs-on": AVX2}]}
+    assert m == {"include": [{"operator": "matmul", "target": "avx2", "runs-on": AVX2, "extras": "tune"}]}
 
 
 def test_config_change_concerns_every_entry_it_makes_stale(
@@ -145,8 +145,8 @@ def test_config_change_concerns_every_entry_it_makes_stale(
     commit_all(tuned, "avx2 runner is a broadwell now")
     _, m, _ = run_matrix(capsys, "--changed-since", before)
     assert m["include"] == [
-        {"operator": "add", "target": "avx2", "runs-on": AVX2},
-        {"operator": "matmul", "target": "avx2", "runs-on": AVX2},
+        {"operator": "add", "target": "avx2", "runs-on": AVX2, "extras": "tune"},
+        {"operator": "matmul", "target": "avx2", "runs-on": AVX2, "extras": "tune"},
     ]
 
 
@@ -155,9 +155,9 @@ def test_all_lists_every_configured_entry_fresh_or_not(
 ) -> None:
     _, m, _ = run_matrix(capsys, "--all")
     assert m["include"] == [
-        {"operator": "add", "target": "avx2", "runs-on": AVX2},
-        {"operator": "matmul", "target": "avx2", "runs-on": AVX2},
-        {"operator": "matmul", "target": "avx512", "runs-on": AVX512},
+        {"operator": "add", "target": "avx2", "runs-on": AVX2, "extras": "tune"},
+        {"operator": "matmul", "target": "avx2", "runs-on": AVX2, "extras": "tune"},
+        {"operator": "matmul", "target": "avx512", "runs-on": AVX512, "extras": "tune"},
     ]
     assert read_outputs(outputs[0])["has-work"] == "true"
     assert "fresh (--all)" in outputs[1].read_text()
@@ -249,6 +249,25 @@ def test_template_invalid_entries_are_not_runner_work(
         assert "skipped add on avx2: its template does not read" in err and "fix the template" in err
     code, m, _ = run_matrix(capsys)
     assert pairs(m) == [("matmul", "avx2"), ("matmul", "avx512")]
+
+
+def test_a_gpu_entry_installs_the_cuda_extra_and_goes_to_a_gpu_runner(tmp_path: Path) -> None:
+    """`--gpu-only` lists the GPU entries (the PR check's question), each for a runner
+    labelled gpu, with the [cuda] extra its build needs."""
+    from conftest import make_repo, run_cli
+
+    config = CONFIG + ("  h100:\n    target: nvidia/nvidia-h100\n"
+                       "    runs-on: [linux, x64, gpu, h100]\n"
+                       "operators:\n  matmul: {targets: [avx2]}\n"
+                       "  matmul_cuda: {targets: [h100]}\n")
+    root = make_repo(tmp_path, config=config, operators=["matmul", "matmul_cuda"])
+    r = run_cli(root, "matrix", "--all", "--gpu-only")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"include": [
+        {"operator": "matmul_cuda", "target": "h100",
+         "runs-on": ["self-hosted", "linux", "x64", "gpu", "h100"], "extras": "tune,cuda"}]}
+    both = json.loads(run_cli(root, "matrix", "--all").stdout)["include"]
+    assert [j["extras"] for j in both] == ["tune", "tune,cuda"]
 
 
 def test_a_budget_is_split_between_the_jobs_by_their_weights(

@@ -320,7 +320,7 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     out = tmp_path / "gh_output"
     r = run_cli(work, "matrix", "--changed-since", "HEAD~1", env={"GITHUB_OUTPUT": str(out)})
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["include"] == [{"operator": "mm", "target": "host", "runs-on": ["self-hosted", "linux", "x64"]}]
+    assert json.loads(r.stdout)["include"] == [{"operator": "mm", "target": "host", "runs-on": ["self-hosted", "linux", "x64"], "extras": "tune"}]
     assert "has-work=true" in out.read_text()
     # Dirt in the work tree must not be committed.
     (work / "scratch.txt").write_text("not mine\n")

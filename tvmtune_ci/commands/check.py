@@ -3,6 +3,10 @@
 Exit codes: 0 all fresh (or stale under --warn-only / --pr with `pr_check: warn`),
 1 stale, 2 config or usage error. The work is `staleness.find_stale`; this module
 only prints (text, JSON or GitHub annotations + step summary) and picks the code.
+
+`--build` (TVM and the [cuda] extra) also compiles every GPU entry's default and
+committed best for its arch (`buildcheck.py`): 1 when one does not build, 5 when
+NVRTC is not installed. Without GPU entries it imports nothing more.
 """
 
 from __future__ import annotations
@@ -202,6 +206,31 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="this is a pull-request check: exit as tvmtune.yaml's pr_check says "
         "(fail: 1 when stale, warn: 0)",
     )
+    parser.add_argument(
+        "--build",
+        action="store_true",
+        help="also compile each GPU entry's default and committed best to a cubin for its "
+        "arch (needs TVM and the [cuda] extra, no GPU; runs the templates' code); "
+        "exit 1 when one does not build",
+    )
+
+
+def run_builds(config: Config, report: Report, fmt: str) -> tuple[list[Any], list[str]]:
+    """The GPU entries' builds (none without --build or GPU entries) and their lines."""
+    from ..buildcheck import build_entries, gpu_entries
+
+    if not gpu_entries(config, report.entries):
+        return [], ["build check: no GPU entry (no target of kind cuda) to build"]
+    builds = build_entries(config, report.entries)
+    lines = [b.describe() for b in builds]
+    failed = [b for b in builds if not b.ok and not b.skipped]
+    if fmt == "github":
+        lines = [ci.annotation("error", b.message, file=b.file, line=b.line,
+                               title=f"GPU build failed: {b.operator}/{b.target} {b.workload} "
+                               f"({b.config})") for b in failed] + lines
+    lines.append(f"build check: {len(builds) - len(failed)} of {len(builds)} GPU "
+                 f"configuration(s) built" + (f", {len(failed)} failed" if failed else ""))
+    return builds, lines
 
 
 def exit_code(report: Report, config: Config, args: argparse.Namespace) -> int:
@@ -216,14 +245,25 @@ def run(args: argparse.Namespace) -> int:
     config, report = report_from_args(args)
     code = exit_code(report, config, args)
     fmt = args.format or ("github" if ci.on_github() else "text")
+    builds: list[Any] = []
+    build_lines: list[str] = []
+    if getattr(args, "build", False):
+        builds, build_lines = run_builds(config, report, fmt)
+        if any(not b.ok and not b.skipped for b in builds):
+            code = 1
     if fmt == "json":
-        print(render_json(report))
+        data = json.loads(render_json(report))
+        if getattr(args, "build", False):
+            data["builds"] = [b.to_json() for b in builds]
+        print(json.dumps(data, indent=2))
         return code
     if fmt == "github":
         for line in render_github(report, "error" if code else "warning"):
             print(line)
         ci.append_step_summary(step_summary(report))
     render_text(report, sys.stdout)
+    for line in build_lines:
+        print(line)
     if report.stale and code == 0:
         why = "--warn-only" if args.warn_only else "pr_check: warn in tvmtune.yaml"
         print(f"exiting 0 despite stale entries ({why})")

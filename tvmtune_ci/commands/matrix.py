@@ -1,7 +1,9 @@
 """`tvmtune-ci matrix`: the stale (operator, target) pairs as a GitHub Actions matrix.
 
-Prints one line of JSON, `{"include": [{"operator", "target", "runs-on"}, ...]}`,
-where `runs-on` is `["self-hosted", *target.runs_on]`, so a workflow can fan out
+Prints one line of JSON, `{"include": [{"operator", "target", "runs-on", "extras"}, ...]}`,
+where `runs-on` is `["self-hosted", *target.runs_on]` (a GPU target's name the `gpu`
+label: tvmtune.yaml requires it) and `extras` what to install (`tune`, or `tune,cuda`
+for a GPU target), so a workflow can fan out
 one job per entry onto a runner that has the target's hardware:
 
     strategy:
@@ -52,6 +54,12 @@ def register(p: argparse.ArgumentParser) -> None:
         "their workloads (operators.NAME.weight); each job gets `budget` for retune --budget",
     )
     p.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="only entries of GPU (cuda) targets; no step summary (the PR check asks "
+        "whether there is any to build)",
+    )
+    p.add_argument(
         "--operator",
         action="append",
         default=[],
@@ -76,10 +84,17 @@ def runs_on(config: Config, target: str) -> list[str]:
     return labels
 
 
+def extras(config: Config, target: str) -> str:
+    """The extras of tvmtune-ci a re-tune of `target` installs: `tune`, and `cuda` (NVRTC
+    from PyPI) for a GPU target, whose kernels its runner compiles."""
+    return "tune,cuda" if config.target(target).target.get("kind") == "cuda" else "tune"
+
+
 def build_matrix(config: Config, entries: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     """The matrix for `entries` (staleness Entries), sorted by (operator, target)."""
     include = [
-        {"operator": e.operator, "target": e.target_name, "runs-on": runs_on(config, e.target_name)}
+        {"operator": e.operator, "target": e.target_name, "runs-on": runs_on(config, e.target_name),
+         "extras": extras(config, e.target_name)}
         for e in sorted(entries, key=lambda e: (e.operator, e.target_name))
     ]
     return {"include": include}
@@ -183,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
                 f"({where.detail}); fix the template, a runner cannot tune it",
                 file=sys.stderr,
             )
+    if args.gpu_only:
+        entries = [e for e in entries if config.target(e.target_name).target.get("kind") == "cuda"]
     matrix = build_matrix(config, entries)
     if args.budget is not None:
         add_budgets(config, matrix, entries, parse_duration(args.budget))
@@ -201,5 +218,6 @@ def run(args: argparse.Namespace) -> int:
     if not n:
         print("nothing to re-tune", file=sys.stderr)
     ci.set_outputs(matrix=text, **{"has-work": "true" if n else "false"})
-    ci.append_step_summary(_summary(matrix, entries, args.all))
+    if not args.gpu_only:
+        ci.append_step_summary(_summary(matrix, entries, args.all))
     return 0

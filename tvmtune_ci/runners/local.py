@@ -85,6 +85,10 @@ def _worker_measure(
     from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
 
     t0 = _time.perf_counter()
+    if device == "cuda":  # the library holds CUDA source: the builder's cubin, by the hook
+        from tvmtune_ci.nvrtc import install_hook
+
+        install_hook()
     rt_mod = tvm.runtime.load_module(artifact_path)
     t1 = _time.perf_counter()
     # A target kind is not a device name: tvm.runtime.device("llvm") raises.
