@@ -78,6 +78,22 @@ def test_a_change_far_beyond_any_band_is_reported_at_once() -> None:
     assert runs.judge("w", pts([1.0, 0.6])).direction == "faster"
 
 
+def test_a_far_run_on_a_runner_that_was_as_far_off_is_not_reported_at_once() -> None:
+    """One run 40% slower, and the compute-bound calibration kernel 35% slower in the same
+    run: the runner was slow, not the kernel; the persistence rule decides instead."""
+    kernel = pts([1.0, 1.01, 0.99, 1.0, 1.02, 1.0, 1.4])
+    cal = {"compute": pts([2.0, 2.0, 2.02, 1.98, 2.0, 2.0, 2.7]), "memory": pts([3.0] * 7)}
+    v = runs.judge("w", kernel, runner=cal)
+    assert v.state == "inconclusive" and "compute-bound calibration kernel" in v.sentence
+    assert "the runner, not the kernel" in v.sentence
+    # The calibration kernels steady (or off the other way): the kernel changed.
+    assert runs.judge("w", kernel, runner={"compute": pts([2.0] * 7)}).drifted
+    assert runs.judge("w", kernel, runner={"compute": pts([2.0] * 6 + [1.5])}).drifted
+    # Off as far as the kernel, and three runs in a row beyond a band: still drift.
+    long = pts([1.0, 1.01, 0.99, 1.0, 1.02, 1.3, 1.31, 1.4])
+    assert runs.judge("w", long, runner={"compute": pts([2.0] * 7 + [2.7])}).drifted
+
+
 def test_noise_inside_the_band_is_stable() -> None:
     v = runs.judge("w", pts([1.0, 1.03, 0.98, 1.01, 1.0, 1.02, 0.99, 1.03]))
     assert v.state == "stable" and "within the band" in v.sentence and v.band is not None

@@ -136,7 +136,9 @@ def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
 
 
 def judge_all(manifest: Manifest, history: Sequence[runs.Run]) -> tuple[runs.Verdict, ...]:
-    return tuple(runs.judge(w, runs.series(history, w)) for w in sorted(manifest.results))
+    runner = {k: [(r.at, r.calibration[k].fast_s) for r in history if k in r.calibration]
+              for k in ("compute", "memory")}
+    return tuple(runs.judge(w, runs.series(history, w), runner=runner) for w in sorted(manifest.results))
 
 
 def describe(r: Remeasured) -> list[str]:

@@ -304,11 +304,28 @@ def _words(ratio: float) -> str:
     return f"{ratio:.3f}x" + (" (slower)" if ratio > 1 else " (faster)" if ratio < 1 else "")
 
 
-def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR) -> Verdict:
+def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> dict[str, float]:
+    """Per calibration kernel: its figure in the run at `at` over the median of its runs
+    before; how much faster or slower the runner itself was in that run."""
+    out = {}
+    for kind, pts in runner.items():
+        now = [v for d, v in pts if d == at]
+        before = [v for d, v in pts if d < at]
+        if now and before:
+            out[kind] = now[-1] / statistics.median(before)
+    return out
+
+
+def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
+          runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict:
     """Decide on one workload's series of (date, figure), oldest first (lower: faster).
 
     - A run more than `far` from the median of the runs before it is a drift at once:
-      a change far beyond any band seen.
+      a change far beyond any band seen. Unless the runner moved as much: `runner` has
+      the calibration kernels' series (fixed code, measured in the same runs), and when
+      one of them was off in the same direction by as much (the kernel's jump over
+      theirs within `far`), the run was a slow or fast runner, not a changed kernel,
+      and the persistence rule below decides.
     - Otherwise the runs before the last PERSIST form the reference: their median and
       their band (the largest distance of any of them from it). With fewer than
       MIN_REF of them the verdict is "inconclusive" and says how many more runs are
@@ -323,6 +340,16 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
     if n >= 2:
         before = statistics.median(v for _, v in points[:-1])
         jump = latest / before
+        cal = runner_jump(runner or {}, points[-1][0])
+        explained = [k for k, j in sorted(cal.items())
+                     if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far]
+        if abs(jump - 1) > far and explained:
+            note = (f" The latest run was {_words(jump)} the median before it, and the "
+                    f"{explained[0]}-bound calibration kernel {_words(cal[explained[0]])} its own: "
+                    "the runner, not the kernel.")
+            v = judge(workload, points, far=math.inf)
+            return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio,
+                           v.runs, v.direction)
         if abs(jump - 1) > far:
             d = "slower" if jump > 1 else "faster"
             return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
