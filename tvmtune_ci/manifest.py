@@ -467,6 +467,17 @@ def _sources(data: Any) -> None:
     _need(_is_int(line) and line >= 1, "sources.template_line", line, "a line number")
     _str_map(src.get("blobs"), "sources.blobs")
     _str_map(src.get("probes"), "sources.probes")
+    version = src.get("version", 1)
+    _need(_is_int(version) and version >= 1, "sources.version", version, "an integer >= 1")
+    for g, files in _obj(src.get("globs", {}), "sources.globs").items():
+        ok = isinstance(files, list) and all(isinstance(f, str) for f in files)
+        _need(ok, f"sources.globs.{g}", files, "a list of files")
+    notes = src.get("notes", [])
+    _need(isinstance(notes, list), "sources.notes", notes, "a list")
+    for i, n in enumerate(notes):
+        ok = (isinstance(n, dict) and all(isinstance(n.get(k), str) for k in ("file", "kind", "what"))
+              and _is_int(n.get("line")))
+        _need(ok, f"sources.notes[{i}]", n, "{file, line, kind, what}")
     for w, s in _obj(src.get("space_sizes"), "sources.space_sizes").items():
         ok = isinstance(s, list) and len(s) == 2 and all(_is_int(v) and v >= 0 for v in s)
         _need(ok, f"sources.space_sizes.{w}", s, "[points, design spaces]")

@@ -399,7 +399,7 @@ def load_step(job: Job) -> Job:
 
     root = job.config.root
     path = root / job.entry.template_file
-    cache = SourceCache(root)
+    cache = SourceCache(root, inputs=job.config.declared_inputs(), config_file=job.config.path)
     decl, fp = cache.template(path), cache.fingerprint(path)
     module = import_template(path, root, cache.tree(path))
     return replace(job, template=Template(path, decl, fp, module,
