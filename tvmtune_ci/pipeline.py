@@ -44,6 +44,7 @@ from .staleness import (
     LOG_MODIFIED,
     MISSING,
     TARGET_CHANGED,
+    TEMPLATE_API_CHANGED,
     TEMPLATE_CHANGED,
     TEMPLATE_INVALID,
     TVM_CHANGED,
@@ -61,11 +62,13 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 
 # Reasons under which the previous log still describes the same template,
-# workload and target: its best is a fair candidate to re-measure and keep.
-_SAME_TEMPLATE_BLOCKERS = {MISSING, TEMPLATE_CHANGED, WORKLOAD_CHANGED, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID}
+# workload and target: its best is a fair candidate to re-measure and keep. (Its knobs
+# meant other traces under another template API.)
+_SAME_TEMPLATE_BLOCKERS = {MISSING, TEMPLATE_CHANGED, WORKLOAD_CHANGED, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID,
+                           TEMPLATE_API_CHANGED}
 # Under which the previous log is replayed on the edited template (history.py): same
-# operator and target, a log nobody edited, tuned with this TVM.
-_REPLAY_BLOCKERS = {MISSING, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID, TVM_CHANGED}
+# operator and target, a log nobody edited, tuned with this TVM and template API.
+_REPLAY_BLOCKERS = {MISSING, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID, TVM_CHANGED, TEMPLATE_API_CHANGED}
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ def replay_skipped(entry: Entry) -> str | None:
         return f"the previous log was tuned with TVM {entry.manifest.tvm_version}"
     if LOG_MODIFIED in codes:
         return "the previous log was edited by hand"
+    if TEMPLATE_API_CHANGED in codes:
+        return (f"the previous log was decoded with template API {entry.manifest.template_api}, "
+                "not this tvmtune-ci's")
     if TARGET_CHANGED in codes:
         return "the previous log was tuned for another target"
     return None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import sources
+from . import sources, templateapi
 from .config import Config, TargetConfig
 from .datafiles import ENV, Note
 from .errors import ConfigError, CorruptFileError, TemplateError, UsageError
@@ -62,6 +62,7 @@ TEMPLATE_CHANGED = "template_changed"
 WORKLOAD_CHANGED = "workload_changed"
 TARGET_CHANGED = "target_changed"
 TVM_CHANGED = "tvm_changed"
+TEMPLATE_API_CHANGED = "template_api_changed"
 EXPIRED = "expired"
 LOG_MODIFIED = "log_modified"
 ORPHANED = "orphaned"  # a warning (Report.orphans), never a reason
@@ -473,6 +474,7 @@ class _Checker:
             reasons += self._template(tpl, manifest)
         reasons += self._target(target, manifest)
         reasons += self._tvm(manifest)
+        reasons += self._template_api(manifest, folder)
         reasons += self._age(manifest, folder)
         reasons += self._files(logset, manifest, folder)
         return manifest, reasons
@@ -527,6 +529,13 @@ class _Checker:
             "removed": f"{c.file} is no longer read or declared by its template",
         }[c.change]
         return Reason(TEMPLATE_CHANGED, detail, c.file, None)
+
+    def _template_api(self, manifest: Manifest, folder: str) -> list[Reason]:
+        """The log's records were decoded with other knob -> trace rules (templateapi.py)."""
+        why = templateapi.problem(manifest.template_api)
+        if why is None:
+            return []
+        return [Reason(TEMPLATE_API_CHANGED, why, f"{folder}/{MANIFEST_NAME}")]
 
     def _target(self, target: TargetConfig, manifest: Manifest) -> list[Reason]:
         try:
