@@ -121,13 +121,21 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
                    ) -> tuple[Manifest | None, Path, str | None]:
     """Whose log a re-tune replays: (manifest, its path, the other target's name or None).
 
-    This entry's own log after a template edit; else, with the target's seed-from,
+    This entry's own log after a template edit; its old folder's after a rename with
+    an edit (renames.renamed_history); else, with the target's seed-from,
     another target's log of the operator when the entry has no log of its own to
     keep; else none (manifest None). Says why a replay is skipped."""
     reuse = can_reuse_previous(entry)
     if can_replay(entry):
         return entry.manifest, entry.logset.manifest, None
     skipped = replay_skipped(entry)
+    if entry.manifest is None and skipped is None:
+        # No log: a renamed (and edited) template's is in its old folder (renames.py).
+        from .renames import renamed_history
+
+        renamed = renamed_history(config, entry.operator, target, entry.template_file, say)
+        if renamed is not None:
+            return renamed[0], renamed[1], None
     if not reuse and target.seed_from:
         seeded = seed_source(config, entry, target, say)
         if seeded is not None:

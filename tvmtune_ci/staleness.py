@@ -28,7 +28,7 @@ import json
 import posixpath
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,9 @@ class Entry:
     logset: LogSet
     space_sizes: dict[str, tuple[int, int]]  # workload -> (points per design space, design spaces)
     as_of: datetime.date | None = None  # the day ages are counted to; None: today
+    # The operator whose orphaned log folder fits this entry's template (renames.py):
+    # `tvmtune-ci adopt OLD OPERATOR` keeps that log; None when there is none.
+    renamed_from: str | None = None
 
     @property
     def fresh(self) -> bool:
@@ -801,6 +804,40 @@ def _space_advice(entry: Entry, target: TargetConfig, decl: TemplateDecl) -> lis
     return out
 
 
+def _renamed(
+    config: Config, cache: SourceCache, entries: list[Entry], orphans: list[Reason],
+    missing: list[tuple[str, TargetConfig, Fingerprint, str]],
+) -> tuple[list[Entry], list[Reason]]:
+    """Entries with no log whose template was renamed from an orphaned folder's operator
+    (renames.py): their `missing` reason and the folder's warning say so, with the command."""
+    from . import renames
+
+    found = {(r.new, r.target_name): r for r in renames.find_renames(config, missing, cache.rel)}
+    if not found:
+        return entries, orphans
+    out = []
+    for e in entries:
+        r = found.get((e.operator, e.target_name))
+        if r is None:
+            out.append(e)
+            continue
+        first = replace(e.reasons[0], detail=(
+            f"{e.reasons[0].detail.split('; run')[0]}; renamed from {r.old}: its log {r.folder}/ "
+            f"fits this template: `{r.command}` keeps it without re-tuning"))
+        out.append(replace(e, reasons=(first, *e.reasons[1:]), renamed_from=r.old))
+    by_old = {r.old: r for r in found.values()}
+    logs_rel = cache.rel(config.logs_path.resolve())
+    fixed = []
+    for o in orphans:
+        old = o.file.removeprefix(f"{logs_rel}/") if o.file else None
+        r = by_old.get(old) if old is not None else None
+        if r is not None:
+            o = replace(o, detail=(f"{o.file}/ holds logs of operator {r.old!r}, renamed to "
+                                   f"{r.new} (the same template): run `{r.command}`"))
+        fixed.append(o)
+    return out, fixed
+
+
 def _read_warnings(config: Config, noted: dict[Note, list[str]]) -> list[str]:
     """One warning per read that check reports, at its file:line, naming the operators
     whose templates run it. A read it cannot follow is silent for an operator that
@@ -1019,6 +1056,7 @@ def find_stale(
     entries = []
     advice: list[str] = []
     noted: dict[Note, list[str]] = {}  # a read check reports -> the operators that run it
+    missing: list[tuple[str, TargetConfig, Fingerprint, str]] = []  # entries with no log
     with _gc_deferred():
         for op in sorted(templates):
             if want_ops is not None and op not in want_ops:
@@ -1059,9 +1097,14 @@ def find_stale(
                         ops = noted.setdefault(n, [])
                         if op not in ops:
                             ops.append(op)
+                    if manifest is None and reasons and reasons[0].code == MISSING \
+                            and tpl.fingerprint is not None:
+                        missing.append((op, target, tpl.fingerprint, tpl.rel))
     warnings += list(dict.fromkeys(advice))
     warnings += _read_warnings(config, noted)
     kept: list[str] = []
     orphans = _orphans(config, cache, templates, logs_path, kept)
+    if missing and orphans:
+        entries, orphans = _renamed(config, cache, entries, orphans, missing)
     return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,
                   checker.templates_trusted, tuple(kept))

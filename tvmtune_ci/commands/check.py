@@ -81,6 +81,8 @@ def render_json(report: Report) -> str:
                 "fresh": e.fresh,
                 "reasons": [reason_json(r) for r in e.reasons],
                 "template": {"file": e.template_file, "line": e.template_line},
+                # The operator whose log folder fits this renamed template (`adopt`).
+                "renamed_from": e.renamed_from,
             }
             for e in report.entries
         ],
@@ -106,6 +108,9 @@ def annotation_site(e: Entry) -> tuple[str, int]:
 def fix_hint(e: Entry) -> str:
     """What to do about a stale entry: re-tuning cannot fix a template that does not read."""
     invalid = [r for r in e.reasons if r.code == TEMPLATE_INVALID]
+    if e.renamed_from is not None and not invalid:
+        return (f"run `tvmtune-ci adopt {e.renamed_from} {e.operator}` (the log of "
+                f"{e.renamed_from} fits this renamed template) and commit the move")
     if not invalid:
         if any(r.code == TEMPLATE_API_CHANGED for r in e.reasons) and e.manifest is not None \
                 and e.manifest.template_api > templateapi.TEMPLATE_API:
