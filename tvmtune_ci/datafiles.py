@@ -21,8 +21,8 @@ constants (of the same module, or imported from an in-repo one) and local variab
 assigned once, through `Path(...)`, `/`, `.parent`, `.parents[i]`, `.with_name`,
 `.with_suffix`, `.with_stem`, `.joinpath`, `.resolve()`, `.absolute()`,
 `os.path.join/dirname/abspath/realpath/normpath`, `str(...)`, `+` and f-strings. A
-relative constant is taken relative to the repository root (where `retune` and CI
-run). Anything else (a parameter, a loop variable, `Path.cwd()`, a glob, a path
+relative constant is taken relative to the repository root (the folder CI runs
+`retune` in; nothing changes the working folder of template code). Anything else (a parameter, a loop variable, `Path.cwd()`, a glob, a path
 outside the repository) is a read tvmtune-ci cannot follow: a `Note` that asks for
 it to be declared (`inputs:` in tvmtune.yaml).
 
