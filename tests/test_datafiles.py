@@ -319,3 +319,25 @@ def test_changed_since_checks_the_readers_of_an_edited_data_file(
     report = report_of(root, changed_since="HEAD")
     assert {e.operator for e in report.entries} == {"uses"}
     assert stale(report) == {f"uses/{t}": [(TEMPLATE_CHANGED, data)] for t in ("avx512", "avx2")}
+
+
+NOT_READS = '''\
+def helper(sch, cfg, archive, table):
+    get = table.get
+    get("a")
+    load = table.load
+    load(1)
+    table.get("x")
+    archive.open("tiles.bin")
+    sch.get_loops(sch.get_sblock("C"))
+    cfg.knob(sch, "unroll")
+    environ = {"X": 1}
+    return environ["X"]
+'''
+
+
+def test_calls_that_only_look_like_reads_are_not_inputs_nor_warnings(tmp_path: Path) -> None:
+    files = {"operators/op.py": template(NOT_READS, "    helper(sch, cfg, None, {})\n")}
+    root = make_repo(tmp_path, operators=False, files=files)
+    fp = fingerprint_template(root / "operators/op.py", root)
+    assert fp.inputs == {} and fp.notes == ()

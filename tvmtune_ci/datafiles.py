@@ -64,11 +64,22 @@ READ_METHODS = frozenset({"read_text", "read_bytes", "open"})
 ENV_CALLS = frozenset({"os.getenv", "os.getenvb", "os.environ.get", "os.environb.get",
                        "os.environ.setdefault"})
 ENV_MAPPINGS = frozenset({"os.environ", "os.environb"})
+_FUNCTIONS = READ_FUNCTIONS | ENV_CALLS
 # Names a candidate call or subscript ends with: everything else is skipped before any
 # name is resolved (a template makes hundreds of calls, nearly none of them reads).
-_CANDIDATES = frozenset(
+CALL_NAMES = frozenset(
     {n.rpartition(".")[2] for n in READ_FUNCTIONS | ENV_CALLS} | READ_METHODS
 )
+MAPPING_NAMES = frozenset(n.rpartition(".")[2] for n in ENV_MAPPINGS)
+# Methods that read only as methods of os.environ (`sch.get(loop)` is TVM's).
+MAPPING_METHODS = frozenset({"get", "setdefault"})
+
+
+def on_mapping(func: ast.AST) -> bool:
+    """Whether `X.get` is a method of something named environ/environb."""
+    v = getattr(func, "value", None)
+    name = v.id if isinstance(v, ast.Name) else getattr(v, "attr", None)
+    return name in MAPPING_NAMES
 
 # Path constructors and functions of one path that keep it (what they return is the
 # same file); the `os.path` ones are also reachable as `posixpath`.
@@ -152,6 +163,11 @@ def _chain(node: ast.AST) -> tuple[str, ...] | None:
 
 def _const_str(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _is_mode(text: str | None) -> bool:
+    """Whether a constant reads as an `open` mode ("r", "rb", "w+")."""
+    return bool(text) and set(text) <= set("rwxabt+U")  # type: ignore[arg-type]
 
 
 def _writes(mode: ast.AST | None) -> bool:
@@ -261,18 +277,19 @@ class _Scanner:
             f = self._functions[id(fn)] = _Function(fn)
         return f
 
-    def _local(self, name: str, fns: Sequence[ast.AST]) -> tuple[object, Sequence[ast.AST]] | None:
+    def _local(self, name: str, fns: Sequence[ast.AST]) -> tuple[object, tuple[ast.AST, ...]] | None:
         """The local binding of `name` seen from inside `fns` (innermost first), with the
         functions it is evaluated in; None: not local (a module name or a builtin)."""
         for i, fn in enumerate(fns):
             bound = self._function(fn).names.get(name)
             if bound is not None:
-                return bound, fns[i:]
+                return bound, tuple(fns[i:])
         return None
 
     def _qualify(self, chain: tuple[str, ...], fns: Sequence[ast.AST], scope: Scope) -> object:
         """What `chain` names: a dotted external name, "builtins.NAME", IN_REPO, a
-        (value, scope, functions) to evaluate, or None (a local that is not followed)."""
+        (value, scope, functions) to evaluate, or None (a local that is not followed).
+        Compare it with the tables only as a str: the tuple is not a name."""
         local = self._local(chain[0], fns)
         if local is not None:
             bound, where = local
@@ -411,26 +428,36 @@ class _Scanner:
 
     def _subscript(self, node: ast.Subscript) -> None:
         chain = _chain(node.value)
-        if chain is None or chain[-1] not in ("environ", "environb"):
+        if chain is None or chain[-1] not in MAPPING_NAMES:
             return
         if not isinstance(node.ctx, ast.Load):
             return
         fns = self._enclosing(node)
         q = self._qualify(chain, fns, self.scope)
-        if q in ENV_MAPPINGS:
+        if isinstance(q, str) and q in ENV_MAPPINGS:
             name = _const_str(node.slice) or "a computed name"
             self.notes.append(Note(self.scope.rel, node.lineno, ENV, f"{name} ({q}[...])"))
 
     def _call(self, call: ast.Call) -> None:
         func = call.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-        if name not in _CANDIDATES:
+        if name not in CALL_NAMES:
             return
-        fns = self._enclosing(call)
         chain = _chain(func)
+        if chain is not None and not (isinstance(func, ast.Attribute) and func.attr in READ_METHODS):
+            # What the module binds the name to decides first (cheap): a local binding can
+            # only make a reader not one (`load = table.load`), never the reverse.
+            bound = self.scope.resolve(chain)
+            if bound is None:
+                bound = "builtins." + ".".join(chain)
+            if not isinstance(bound, str) or bound not in _FUNCTIONS:
+                return
+        fns = self._enclosing(call)
         q = self._qualify(chain, fns, self.scope) if chain is not None else None
+        if not isinstance(q, str):
+            q = None
         if q in READ_FUNCTIONS:
-            assert isinstance(q, str)
+            assert q is not None
             arg = call.args[0] if call.args else next(
                 (k.value for k in call.keywords if k.arg in _PATH_KEYWORDS), None)
             if arg is None:
@@ -459,7 +486,7 @@ class _Scanner:
                 return  # a method of an external module or class, or of an open file
         if func.attr == "open":
             first = call.args[0] if call.args else None
-            if first is not None and _const_str(first) is None:
+            if first is not None and not _is_mode(_const_str(first)):
                 return  # `archive.open(member)`: not a path's open
             if _writes(first) or _writes(next((k.value for k in call.keywords if k.arg == "mode"), None)):
                 return
@@ -471,7 +498,7 @@ def scan(sites: Iterable[ast.AST], code: ast.AST, scope: Scope, root: str
          ) -> tuple[list[Read], list[Note]]:
     """The files `code` (written in `scope`) reads and the reads `check` reports.
 
-    `sites`: the calls and subscripts of the code that runs (`fingerprint._Canon`
+    `sites`: the calls and subscripts of the code that runs that may read (`fingerprint._Canon`
     collects them, leaving out function bodies that run only when called); `root`:
     the repository's absolute posix path."""
     scanner = _Scanner(code, scope, root)

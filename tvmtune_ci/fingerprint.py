@@ -205,7 +205,7 @@ class _Canon:
         self._out: list[str] = []
         self.refs: dict[tuple[str, ...], None] = {}  # ordered set
         self.imports: list[ast.Import | ast.ImportFrom] = []
-        # Calls and subscripts of the code that runs: where it may read a file or an
+        # Calls and subscripts of the code that runs that may read a file or an
         # environment variable (datafiles.scan).
         self.sites: list[ast.AST] = []
         # import_time: only what runs when the module is imported; the bodies of
@@ -243,8 +243,22 @@ class _Canon:
                     self.refs[tuple(reversed(parts))] = None
         elif cls in _IMPORTS:
             self.imports.append(node)  # type: ignore[arg-type]
-        elif cls is ast.Call or cls is ast.Subscript:
-            self.sites.append(node)
+        elif cls is ast.Call:
+            # Only calls that may read (open, np.load, P.read_text, os.getenv, ...):
+            # most code has none, and then nothing more is looked at.
+            f = node.func  # type: ignore[attr-defined]
+            fcls = f.__class__
+            name = f.id if fcls is ast.Name else f.attr if fcls is ast.Attribute else None
+            if name in datafiles.CALL_NAMES and (
+                name not in datafiles.MAPPING_METHODS or datafiles.on_mapping(f)
+            ):
+                self.sites.append(node)
+        elif cls is ast.Subscript:
+            v = node.value  # type: ignore[attr-defined]
+            vcls = v.__class__
+            name = v.id if vcls is ast.Name else v.attr if vcls is ast.Attribute else None
+            if name in datafiles.MAPPING_NAMES:
+                self.sites.append(node)
         out.append(cls.__name__ + "(")
         for name in cls._fields:
             value = getattr(node, name, None)

@@ -88,10 +88,10 @@ def rules_hash() -> str:
 def problem(recorded: int) -> str | None:
     """What is wrong with a log decoded with template API `recorded` for this
     tvmtune-ci, and the fix; None when it reads it as written."""
-    from . import __version__
-
     if recorded == TEMPLATE_API:
         return None
+    from . import __version__
+
     if recorded > TEMPLATE_API:
         return (f"written with template API {recorded} by a newer tvmtune-ci; this tvmtune-ci "
                 f"({__version__}) reads template API {TEMPLATE_API} and cannot decode it: "

@@ -18,12 +18,6 @@ from __future__ import annotations
 import argparse
 
 from ..errors import StaleLogError, UsageError
-from ..layout import LogSet
-from ..renames import adopt
-from ..selection import load_quietly
-from ..staleness import select_entries
-from ..targets import slug
-from ..template import discover_templates
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -34,6 +28,14 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the parser imports every command, and `check` starts with it.
+    from ..layout import LogSet
+    from ..renames import adopt
+    from ..selection import load_quietly
+    from ..staleness import select_entries
+    from ..targets import slug
+    from ..template import discover_templates
+
     config = load_quietly(args.config)
     old, new = args.old, args.new
     select_entries(config, [new], args.target)  # UsageError naming an unknown one
