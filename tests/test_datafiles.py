@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CONFIG, commit_all, freshen_all, make_repo, write
+from conftest import CONFIG, commit_all, freshen_all, make_repo, run_cli, write
+from small_mm import SMALL_MM
 
 from tvmtune_ci.config import load_config
 from tvmtune_ci.errors import ConfigError
 from tvmtune_ci.fingerprint import fingerprint_template
+from tvmtune_ci.hostcheck import host_target
 from tvmtune_ci.staleness import TEMPLATE_CHANGED, TEMPLATE_INVALID, Report, find_stale
 
 # way -> (module-level prelude, the read as statements binding `value`, data file)
@@ -341,3 +343,48 @@ def test_calls_that_only_look_like_reads_are_not_inputs_nor_warnings(tmp_path: P
     root = make_repo(tmp_path, operators=False, files=files)
     fp = fingerprint_template(root / "operators/op.py", root)
     assert fp.inputs == {} and fp.notes == ()
+
+
+# SMALL_MM with its parallel loop decided by a data file read at import, and an
+# environment variable read in schedule.
+MM_READING = SMALL_MM.replace(
+    "import numpy as np\n",
+    "import json\nimport os\nfrom pathlib import Path\n\nimport numpy as np\n\n"
+    '_LIMITS = json.loads(Path(__file__).with_name("mm_limits.json").read_text())\n',
+).replace(
+    "    sch.parallel(i0)\n",
+    '    if _LIMITS["parallel"] and not os.environ.get("MM_SERIAL"):\n        sch.parallel(i0)\n',
+)
+
+
+def test_a_retune_records_its_data_files_and_check_trusts_them_until_one_changes(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("tvm")
+    assert MM_READING.count("_LIMITS") == 2 and "MM_SERIAL" in MM_READING
+    config = (
+        "format: 1\ntrials: 8\nbatch_size: 8\n"
+        "measure: {time_cap_s: 1.0, usable_precision: 10, history_s: 1}\n"
+        f"targets:\n  host:\n    target: {json.dumps(host_target(2))}\n"
+        # Declared too: what load_step fingerprints must be what check does.
+        "operators:\n  mm:\n    inputs: [operators/extra/*.csv]\n"
+    )
+    files = {"operators/mm.py": MM_READING, "operators/mm_limits.json": '{"parallel": true}',
+             "operators/extra/shapes.csv": "M,N\n64,64\n"}
+    root = make_repo(tmp_path, config=config, files=files, operators=False)
+    r = run_cli(root, "retune")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = json.loads((root / "tuning_logs/mm/host/manifest.json").read_text())
+    assert set(m["sources"]["blobs"]) == {"operators/mm.py", "operators/mm_limits.json",
+                                          "operators/extra/shapes.csv"}
+    assert m["sources"]["globs"] == {"operators/extra/*.csv": ["operators/extra/shapes.csv"]}
+    assert [n["what"] for n in m["sources"]["notes"]] == ["MM_SERIAL (os.environ.get)"]
+    assert {"operators/mm_limits.json:<data>", "operators/extra/shapes.csv:<data>"} <= set(m["dependencies"])
+    commit_all(root, "tuned")
+    data = json.loads(run_cli(root, "check", "--format", "json").stdout)
+    assert data["entries"][0]["fresh"] and data["templates_trusted"] == 1
+    assert any("reads environment variable MM_SERIAL" in w for w in data["warnings"])
+    write(root, "operators/mm_limits.json", '{"parallel": false}')
+    data = json.loads(run_cli(root, "check", "--format", "json").stdout)
+    (reason,) = data["entries"][0]["reasons"]
+    assert (reason["code"], reason["file"]) == ("template_changed", "operators/mm_limits.json")
