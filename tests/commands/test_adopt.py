@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import change_function, commit_all, git, make_repo, run_cli, write_fresh
+from conftest import (
+    change_function,
+    commit_all,
+    git,
+    make_repo,
+    manifest_at,
+    run_cli,
+    write_fresh,
+)
+from small_mm import SMALL_MM
 
 from tvmtune_ci import runs
 from tvmtune_ci.config import load_config
@@ -153,3 +162,37 @@ def test_adopt_never_overwrites_a_log_folder(renamed: Path) -> None:
     assert r.returncode == 10
     assert "tuning_logs/dense_op/avx2/ exists already" in r.stderr
     assert (renamed / "tuning_logs/dense/avx2/manifest.json").is_file()
+
+
+def test_a_renamed_and_edited_templates_retune_replays_the_old_folders_log(tmp_path: Path) -> None:
+    """The History section of the renamed template's first log is the old folder's."""
+    pytest.importorskip("tvm")
+    from tvmtune_ci.hostcheck import host_target
+
+    config = (
+        "format: 1\ntrials: 16\nbatch_size: 8\n"
+        "measure: {time_cap_s: 1.0, usable_precision: 10, history_s: 1}\n"
+        f"targets:\n  host:\n    target: {json.dumps(host_target(2))}\n"
+    )
+    root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
+    r = run_cli(root, "retune")
+    assert r.returncode == 0, r.stdout + r.stderr
+    commit_all(root, "tuned")
+    old = manifest_at(root / "tuning_logs/mm/host")
+    old_records = json.loads((root / "tuning_logs/mm/host" / old["log"]).read_text())
+    git(root, "mv", "operators/mm.py", "operators/mm2.py")
+    path = root / "operators/mm2.py"
+    path.write_text(path.read_text().replace('define_knob("unroll", [0, 16])',
+                                             'define_knob("unroll", [0, 16, 64])'))
+    commit_all(root, "rename mm to mm2 and give unroll a candidate")
+    r = run_cli(root, "retune", "mm2", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "history: operators/mm2.py was renamed from operators/mm.py and edited" in r.stdout
+    m = manifest_at(root / "tuning_logs/mm2/host")
+    h = m["results"]["s64"]["history"]
+    assert h["source"] == old["log"]
+    assert h["offered"] >= 1 and h["built"] == h["correct"] == h["offered"]
+    assert h["knob_diff"]["changed"] == ["unroll: knob [0, 16] -> knob [0, 16, 64]"]
+    assert h["prior"] == len(old_records["workloads"]["s64"]["records"]) - h["offered"]
+    readme = (root / "tuning_logs/mm2/host/README.md").read_text()
+    assert f"### History: the template was edited since `{old['log']}`" in readme
