@@ -67,19 +67,10 @@ ENV_MAPPINGS = frozenset({"os.environ", "os.environb"})
 _FUNCTIONS = READ_FUNCTIONS | ENV_CALLS
 # Names a candidate call or subscript ends with: everything else is skipped before any
 # name is resolved (a template makes hundreds of calls, nearly none of them reads).
-CALL_NAMES = frozenset(
-    {n.rpartition(".")[2] for n in READ_FUNCTIONS | ENV_CALLS} | READ_METHODS
-)
+CALL_NAMES = frozenset({n.rpartition(".")[2] for n in _FUNCTIONS} | READ_METHODS)
 MAPPING_NAMES = frozenset(n.rpartition(".")[2] for n in ENV_MAPPINGS)
 # Methods that read only as methods of os.environ (`sch.get(loop)` is TVM's).
 MAPPING_METHODS = frozenset({"get", "setdefault"})
-
-
-def on_mapping(func: ast.AST) -> bool:
-    """Whether `X.get` is a method of something named environ/environb."""
-    v = getattr(func, "value", None)
-    name = v.id if isinstance(v, ast.Name) else getattr(v, "attr", None)
-    return name in MAPPING_NAMES
 
 # Path constructors and functions of one path that keep it (what they return is the
 # same file); the `os.path` ones are also reachable as `posixpath`.
@@ -88,6 +79,13 @@ _SAME_PATH = frozenset({"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath",
                         "os.path.abspath", "os.path.realpath", "os.path.normpath"})
 _SAME_PATH_METHODS = frozenset({"resolve", "absolute"})
 _MAX_DEPTH = 32  # a path built from itself (`P = P / "x"` in a loop) is not followed
+
+
+def on_mapping(func: ast.AST) -> bool:
+    """Whether the method `func` (`X.get`) is one of something named environ/environb."""
+    v = getattr(func, "value", None)
+    name = v.id if isinstance(v, ast.Name) else getattr(v, "attr", None)
+    return name in MAPPING_NAMES
 
 
 class _InRepo:
@@ -134,7 +132,7 @@ class Note:
     file: str  # repo-relative module
     line: int
     kind: str
-    what: str  # "TILE_MAX (os.getenv)", "open(path): path is a parameter"
+    what: str  # "TILE_MAX (os.getenv)", "p.read_text(): tvmtune-ci cannot tell which file it is"
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.file, "line": self.line, "kind": self.kind, "what": self.what}
