@@ -219,7 +219,8 @@ def write_fresh(
     """
     config = load_config(root / CONFIG_NAME)
     path = config.operators_path / f"{operator}.py"
-    cache = SourceCache(config.root)  # fresh: its inputs are this template's alone
+    # Fresh: its inputs are this template's alone (and its operator's declared ones).
+    cache = SourceCache(config.root, inputs=config.declared_inputs(), config_file=config.path)
     decl, fp = cache.template(path), cache.fingerprint(path)
     logset = LogSet.of(config.logs_path, operator, target)
     day = tuned_on or datetime.date.today().isoformat()

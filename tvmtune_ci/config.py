@@ -144,6 +144,9 @@ class OperatorConfig:
     line: int = 0
     weight: float = 1.0
     workload_weights: dict[str, float] = field(default_factory=dict)
+    # Files its template reads that static reading cannot see: (glob relative to the
+    # repository root, its line in tvmtune.yaml). Hashed into its fingerprint.
+    inputs: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,10 @@ class Config:
             total = sum(ws.get(w, 0.0) for w in workloads) or 1.0
             return o.weight * ws.get(workload, 0.0) / total
         return o.weight / max(1, len(workloads))
+
+    def declared_inputs(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """operator -> its `inputs:` globs with their lines (fingerprint.SourceCache)."""
+        return {o.name: o.inputs for o in self.operators if o.inputs}
 
     def trials_for(self, operator: str) -> int:
         o = self.operator(operator)
@@ -504,7 +511,7 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
     out = []
     for name, (knode, vnode) in items.items():
         o = _mapping(ctx, vnode, f"operators.{name}") if not (isinstance(vnode, yaml.ScalarNode) and _construct(vnode) is None) else {}
-        _check_keys(ctx, o, ["trials", "targets", "weight", "workloads"], f"operators.{name}")
+        _check_keys(ctx, o, ["trials", "targets", "weight", "workloads", "inputs"], f"operators.{name}")
         kw: dict[str, Any] = {"name": name, "line": knode.start_mark.line + 1}
         if "weight" in o:
             kw["weight"] = _typed(ctx, o["weight"][1], f"operators.{name}.weight", float, "weight: 0.6", *_POS)
@@ -527,7 +534,27 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
                     fix = f"did you mean {close[0]!r}?" if close else f"configured targets: {', '.join(target_names) or '(none)'}"
                     raise ctx.error(tnode, f"operators.{name}.targets names unknown target {n!r}", fix)
             kw["targets"] = tuple(names)
+        if "inputs" in o:
+            kw["inputs"] = _parse_inputs(ctx, o["inputs"][1], name)
         out.append(OperatorConfig(**kw))
+    return tuple(out)
+
+
+def _parse_inputs(ctx: _Ctx, node: yaml.Node, operator: str) -> tuple[tuple[str, int], ...]:
+    """`inputs: [operators/data/*.json]`: globs of files the template reads, relative to
+    the repository root and inside it."""
+    example = f"inputs: [operators/data/{operator}_*.json]"
+    if not isinstance(node, yaml.SequenceNode):
+        raise ctx.error(node, f"operators.{operator}.inputs must be a list of globs of files its template reads",
+                        f"write for example `{example}`")
+    out = []
+    for item in node.value:
+        v = _construct(item)
+        parts = v.replace("\\", "/").split("/") if isinstance(v, str) else []
+        if not v or not parts or v.startswith("/") or ".." in parts or not all(parts):
+            raise ctx.error(item, f"operators.{operator}.inputs entry {v!r} is not a glob relative to the repository root",
+                            f"write for example `{example}` (no leading '/', no '..')")
+        out.append((v, item.start_mark.line + 1))
     return tuple(out)
 
 

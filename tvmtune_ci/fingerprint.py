@@ -25,6 +25,13 @@ definition of the module count; `__import__("pkg.m")` and
 from files or built from strings at run time cannot be followed: only the
 statement that does it is hashed.
 
+Data files are inputs too: a file the hashed code reads (`open`, `Path.read_text`,
+`np.load`, ... with a path built from constants and `__file__`: datafiles.py) is
+hashed by content under "path/of/file:<data>", and so is every file its operator
+declares (`inputs:` globs in tvmtune.yaml; a glob matching nothing is an error). A
+missing data file is an error at the line that reads it. Reads whose path is
+computed at run time, and environment variables, are `notes` that `check` reports.
+
 Each definition is hashed from its AST with docstrings dropped and without
 positions, so comments, docstrings, blank lines, formatting and line numbers do
 not count while any change of meaning does. The per-definition hashes are kept
@@ -41,11 +48,13 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import datafiles
+from .datafiles import Note
 from .errors import TemplateError
 from .git.read import blob_id
 from .template import TemplateDecl, read_template
@@ -64,6 +73,7 @@ EXTERNAL_PACKAGES = frozenset({"tvmtune_ci"})
 FILE, DIR, ABSENT = "file", "dir", "absent"
 
 MODULE_QUALNAME = "<module>"  # key of a module's import-time code ("path.py:<module>.LABEL")
+DATA_QUALNAME = "<data>"  # key of a file the code reads, by content ("tiles.json:<data>")
 MISSING_HASH = "missing"  # a name imported from an in-repo module that defines no such thing
 
 # Builtins through which code reaches its module's definitions by a string
@@ -86,6 +96,13 @@ class Fingerprint:
     dependencies: dict[str, str]  # "path/in/repo.py:qualname" -> sha256 of its canonical AST
     lines: dict[str, tuple[str, int]]  # same keys -> (repo-relative file, current line)
     workloads_hash: str
+    # Data files ("path:<data>" keys, hashed by content) -> where they are read
+    # ("operators/_gemm.py:12") or declared ("tvmtune.yaml:9").
+    inputs: dict[str, str] = field(default_factory=dict)
+    # Declared `inputs:` globs -> the files each matched.
+    globs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Reads check reports but cannot hash: environment variables, computed paths.
+    notes: tuple[Note, ...] = ()
 
     @property
     def files(self) -> frozenset[str]:
@@ -182,12 +199,15 @@ class _Canon:
     "g"), so that `import mylib.tiling as z` + `z.f` resolves to the function f.
     """
 
-    __slots__ = ("_out", "refs", "imports", "_strip")
+    __slots__ = ("_out", "refs", "imports", "sites", "_strip")
 
     def __init__(self, node: ast.AST, *, import_time: bool = False) -> None:
         self._out: list[str] = []
         self.refs: dict[tuple[str, ...], None] = {}  # ordered set
         self.imports: list[ast.Import | ast.ImportFrom] = []
+        # Calls and subscripts of the code that runs that may read a file or an
+        # environment variable (datafiles.scan).
+        self.sites: list[ast.AST] = []
         # import_time: only what runs when the module is imported; the bodies of
         # undecorated functions are left out until something else reaches them.
         self._strip = import_time
@@ -223,6 +243,22 @@ class _Canon:
                     self.refs[tuple(reversed(parts))] = None
         elif cls in _IMPORTS:
             self.imports.append(node)  # type: ignore[arg-type]
+        elif cls is ast.Call:
+            # Only calls that may read (open, np.load, P.read_text, os.getenv, ...):
+            # most code has none, and then nothing more is looked at.
+            f = node.func  # type: ignore[attr-defined]
+            fcls = f.__class__
+            name = f.id if fcls is ast.Name else f.attr if fcls is ast.Attribute else None
+            if name in datafiles.CALL_NAMES and (
+                name not in datafiles.MAPPING_METHODS or datafiles.on_mapping(f)
+            ):
+                self.sites.append(node)
+        elif cls is ast.Subscript:
+            v = node.value  # type: ignore[attr-defined]
+            vcls = v.__class__
+            name = v.id if vcls is ast.Name else v.attr if vcls is ast.Attribute else None
+            if name in datafiles.MAPPING_NAMES:
+                self.sites.append(node)
         out.append(cls.__name__ + "(")
         for name in cls._fields:
             value = getattr(node, name, None)
@@ -302,7 +338,21 @@ class _Exec:
     module: _Module
 
 
-_Target = _Def | _ModRef | _External | _Missing | _Exec
+@dataclass(frozen=True)
+class _Data:
+    """The code reads a file (datafiles.Read): an input, hashed by content."""
+
+    read: datafiles.Read
+
+
+@dataclass(frozen=True)
+class _Noted:
+    """A read check reports but cannot hash (datafiles.Note)."""
+
+    note: Note
+
+
+_Target = _Def | _ModRef | _External | _Missing | _Exec | _Data | _Noted
 _Seen = frozenset[tuple[int, str]]  # (id(module), name) already followed: import cycles
 
 
@@ -462,9 +512,20 @@ class SourceCache:
     are parsed and hashed once. Not meant to outlive a run (files may change).
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        inputs: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+        config_file: Path | None = None,
+    ) -> None:
         self.root = root.resolve()
         self._prefix = os.path.join(str(self.root), "")  # "/repo/": string tests are cheap
+        self._root_posix = self.root.as_posix()
+        # Declared inputs (`inputs:` in tvmtune.yaml): operator -> (glob, line there).
+        self._declared = dict(inputs or {})
+        self._config_file = config_file
+        self._data: dict[Path, str] = {}  # sha256 of each data file read
         self._trees: dict[Path, ast.Module] = {}
         self._modules: dict[Path, _Module] = {}
         self._found: dict[tuple[str, tuple[Path, ...]], _Module | None] = {}
@@ -731,6 +792,8 @@ class SourceCache:
         done: set[str] = set()
         ran: dict[str, tuple[_Module, _Run]] = {}
         in_full: set[int] = set()  # ids of statements hashed whole as a definition
+        sites: dict[str, tuple[str, int]] = {}  # data file key -> first place it is read
+        notes: set[Note] = set()
         while queue:
             t = queue.pop()
             if isinstance(t, _Def):
@@ -761,6 +824,19 @@ class SourceCache:
                 key = f"{t.module.rel}:{t.name}"
                 deps[key], lines[key] = MISSING_HASH, (t.module.rel, 1)
                 queue.append(_Exec(t.module))
+            elif isinstance(t, _Data):
+                where = (t.read.file, t.read.line)
+                rel = self.rel(Path(t.read.path))
+                key = f"{rel}:{DATA_QUALNAME}"
+                if key not in sites:
+                    deps[key] = self._data_digest(Path(t.read.path), rel, *where)
+                    lines[key] = (rel, 0)
+                    sites[key] = where
+                else:
+                    sites[key] = min(sites[key], where)
+            elif isinstance(t, _Noted):
+                notes.add(t.note)
+        globs = self._declared_inputs(path, deps, lines, sites)
         for mod, run in ran.values():
             key = f"{mod.rel}:{MODULE_QUALNAME}"
             deps[key], lines[key] = run.order, (mod.rel, 1)
@@ -769,9 +845,62 @@ class SourceCache:
                     key = f"{mod.rel}:{MODULE_QUALNAME}.{st.label}"
                     deps[key], lines[key] = st.digest, (mod.rel, st.line)
         wl_hash = workloads_hash(decl.workloads)
-        body = "".join(f"{k}\t{deps[k]}\n" for k in sorted(deps))
-        digest = _sha(f"{ALGORITHM}\n{body}workloads\t{wl_hash}\n")
-        return Fingerprint(digest, dict(sorted(deps.items())), dict(sorted(lines.items())), wl_hash)
+        return Fingerprint(
+            digest_of(deps, wl_hash), dict(sorted(deps.items())), dict(sorted(lines.items())),
+            wl_hash, {k: f"{f}:{n}" for k, (f, n) in sorted(sites.items())}, globs,
+            tuple(sorted(notes)),
+        )
+
+    def _declared_inputs(
+        self, path: Path, deps: dict[str, str], lines: dict[str, tuple[str, int]],
+        sites: dict[str, tuple[str, int]],
+    ) -> dict[str, tuple[str, ...]]:
+        """The files the template's operator declares (`inputs:` globs) into `deps`, by
+        content; the files each glob matched. A glob that matches nothing is an error
+        at its line of tvmtune.yaml: a typo must not declare nothing."""
+        globs: dict[str, tuple[str, ...]] = {}
+        declared = self._declared.get(path.stem, ())
+        if not declared:
+            return globs
+        config = self._config_file or self.root / "tvmtune.yaml"
+        config_rel = self.rel(config)
+        for pattern, line in declared:
+            files = datafiles.expand(self.root, pattern)
+            if not files:
+                raise TemplateError(
+                    f"operators.{path.stem}.inputs: {pattern!r} matches no file under "
+                    f"{self.root}; fix the glob (relative to the repository root) or remove it",
+                    file=config, line=line,
+                )
+            globs[pattern] = tuple(files)
+            for rel in files:
+                key = f"{rel}:{DATA_QUALNAME}"
+                if key not in deps:
+                    deps[key] = self._data_digest(self.root / rel, rel, config_rel, line)
+                    lines[key] = (rel, 0)
+                sites.setdefault(key, (config_rel, line))
+        return globs
+
+    def _data_digest(self, path: Path, rel: str, where: str, line: int) -> str:
+        """The sha256 of a data file the code at `where:line` reads (its git blob id is
+        recorded with the parsed files: `inputs`); TemplateError there when it cannot
+        be read: a missing input must not pass as unchanged."""
+        digest = self._data.get(path)
+        if digest is not None:
+            return digest
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            why = "which does not exist; restore it, or fix the path"
+        except IsADirectoryError:
+            why = "which is a folder, not a file; read a file, or declare the files (inputs:)"
+        except OSError as e:
+            why = f"which cannot be read ({e.strerror})"
+        else:
+            self._blobs[path] = blob_id(data)
+            digest = self._data[path] = hashlib.sha256(data).hexdigest()
+            return digest
+        raise TemplateError(f"reads {rel}, {why}", file=self.root / where, line=line)
 
     def _import_time(self, mod: _Module, bases: tuple[Path, ...], is_template: bool) -> _Run:
         """The module-level statements of `mod`, hashed as they run at import."""
@@ -830,6 +959,11 @@ class SourceCache:
         for imp in canon.imports:
             local.update(_import_bindings(imp))
             targets.extend(_Exec(m) for m in self.executed_modules(imp, mod, bases))
+        if canon.sites:
+            scope = _CodeScope(self, mod, bases, local)
+            reads, notes = datafiles.scan(canon.sites, node, scope, self._root_posix)
+            targets.extend(_Data(r) for r in reads)
+            targets.extend(_Noted(n) for n in notes)
         external: set[str] = set()
         for chain in canon.refs:
             if chain[0] in DYNAMIC_NAMES and self._unbound(mod, chain[0], local):
@@ -902,6 +1036,63 @@ class SourceCache:
                 break
             t = self.resolve_attr(t.module, attr, bases)
         return t
+
+
+def _constant_value(node: ast.AST) -> ast.expr | None:
+    """The value of `NAME = value` (one plain target); None for anything else."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.value
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return node.value
+    return None
+
+
+class _CodeScope:
+    """A module as `datafiles.scan` sees it (`datafiles.Scope`): its file, and what a
+    name in it is bound to, through the same resolution the hash follows."""
+
+    __slots__ = ("_cache", "_mod", "_bases", "_local")
+
+    def __init__(
+        self, cache: SourceCache, mod: _Module, bases: tuple[Path, ...], local: Mapping[str, _Import]
+    ) -> None:
+        self._cache, self._mod, self._bases, self._local = cache, mod, bases, local
+
+    @property
+    def file(self) -> str:
+        return f"{self._cache.root.as_posix()}/{self._mod.rel}"
+
+    @property
+    def rel(self) -> str:
+        return self._mod.rel
+
+    def resolve(self, chain: tuple[str, ...]) -> Any:
+        cache, mod, bases = self._cache, self._mod, self._bases
+        if chain[0] in self._local:
+            t = cache.resolve_import(self._local[chain[0]], mod, bases)
+        else:
+            t = cache.resolve_attr(mod, chain[0], bases)
+            if isinstance(t, _Missing) and t.module is mod:
+                return None  # a builtin
+        used = 1
+        for attr in chain[1:]:
+            if not isinstance(t, _ModRef):
+                break
+            t = cache.resolve_attr(t.module, attr, bases)
+            used += 1
+        if isinstance(t, _External):
+            return ".".join((t.name, *chain[used:]))
+        if isinstance(t, _Def) and used == len(chain):
+            value = _constant_value(t.node)
+            if value is not None:
+                return value, _CodeScope(cache, t.module, bases, {})
+        return datafiles.IN_REPO
+
+
+def digest_of(deps: Mapping[str, str], wl_hash: str) -> str:
+    """The fingerprint's digest of its dependency hashes and its WORKLOADS hash."""
+    body = "".join(f"{k}\t{deps[k]}\n" for k in sorted(deps))
+    return _sha(f"{ALGORITHM}\n{body}workloads\t{wl_hash}\n")
 
 
 # --------------------------------------------------------------------------- API

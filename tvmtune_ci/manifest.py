@@ -26,6 +26,7 @@ from .fsutil import (
     sha256_bytes,
 )
 from .git.read import blob_id
+from .templateapi import TEMPLATE_API, UNRECORDED
 
 # 2: latencies are stats.estimate values with their intervals (ci_lo_s, ci_hi_s, n,
 # stage), previous_verdict, best_source. Format 1 (fixed-repeat means) still reads.
@@ -173,6 +174,10 @@ class Manifest:
     # Format 4: what the template's declarations and fingerprint were computed from
     # (sources.Sources.to_json()); {} before.
     sources: dict[str, Any] = field(default_factory=dict)
+    # The template API (knobs -> traces, templateapi.py) its records were decoded with.
+    # Optional in format 4: a manifest written before it was recorded reads as
+    # templateapi.UNRECORDED.
+    template_api: int = TEMPLATE_API
     format: int = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -206,6 +211,7 @@ class Manifest:
         validate_manifest_shape(data, path)
         try:
             d = dict(data)
+            d.setdefault("template_api", UNRECORDED)
             d["trials"] = {w: Trials(**t) for w, t in d["trials"].items()}
             if fmt >= 4:
                 expected = d["files"][RESULTS_NAME]
@@ -467,6 +473,17 @@ def _sources(data: Any) -> None:
     _need(_is_int(line) and line >= 1, "sources.template_line", line, "a line number")
     _str_map(src.get("blobs"), "sources.blobs")
     _str_map(src.get("probes"), "sources.probes")
+    version = src.get("version", 1)
+    _need(_is_int(version) and version >= 1, "sources.version", version, "an integer >= 1")
+    for g, files in _obj(src.get("globs", {}), "sources.globs").items():
+        ok = isinstance(files, list) and all(isinstance(f, str) for f in files)
+        _need(ok, f"sources.globs.{g}", files, "a list of files")
+    notes = src.get("notes", [])
+    _need(isinstance(notes, list), "sources.notes", notes, "a list")
+    for i, n in enumerate(notes):
+        ok = (isinstance(n, dict) and all(isinstance(n.get(k), str) for k in ("file", "kind", "what"))
+              and _is_int(n.get("line")))
+        _need(ok, f"sources.notes[{i}]", n, "{file, line, kind, what}")
     for w, s in _obj(src.get("space_sizes"), "sources.space_sizes").items():
         ok = isinstance(s, list) and len(s) == 2 and all(_is_int(v) and v >= 0 for v in s)
         _need(ok, f"sources.space_sizes.{w}", s, "[points, design spaces]")
@@ -510,6 +527,8 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
         _need(isinstance(blob, str), "log_git_blob", blob, "a string")
         commit = data.get("template_commit")
         _need(commit is None or isinstance(commit, str), "template_commit", commit, "a string or null")
+        api = data.get("template_api", UNRECORDED)
+        _need(_is_int(api) and api >= 1, "template_api", api, "an integer >= 1")
     except _Shape as e:
         raise CorruptFileError(
             f"{path}: manifest field {e}; the manifest was edited by hand or truncated: "

@@ -44,6 +44,7 @@ from .staleness import (
     LOG_MODIFIED,
     MISSING,
     TARGET_CHANGED,
+    TEMPLATE_API_CHANGED,
     TEMPLATE_CHANGED,
     TEMPLATE_INVALID,
     TVM_CHANGED,
@@ -61,11 +62,13 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 
 # Reasons under which the previous log still describes the same template,
-# workload and target: its best is a fair candidate to re-measure and keep.
-_SAME_TEMPLATE_BLOCKERS = {MISSING, TEMPLATE_CHANGED, WORKLOAD_CHANGED, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID}
+# workload and target: its best is a fair candidate to re-measure and keep. (Its knobs
+# meant other traces under another template API.)
+_SAME_TEMPLATE_BLOCKERS = {MISSING, TEMPLATE_CHANGED, WORKLOAD_CHANGED, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID,
+                           TEMPLATE_API_CHANGED}
 # Under which the previous log is replayed on the edited template (history.py): same
-# operator and target, a log nobody edited, tuned with this TVM.
-_REPLAY_BLOCKERS = {MISSING, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID, TVM_CHANGED}
+# operator and target, a log nobody edited, tuned with this TVM and template API.
+_REPLAY_BLOCKERS = {MISSING, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID, TVM_CHANGED, TEMPLATE_API_CHANGED}
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ def replay_skipped(entry: Entry) -> str | None:
         return f"the previous log was tuned with TVM {entry.manifest.tvm_version}"
     if LOG_MODIFIED in codes:
         return "the previous log was edited by hand"
+    if TEMPLATE_API_CHANGED in codes:
+        return (f"the previous log was decoded with template API {entry.manifest.template_api}, "
+                "not this tvmtune-ci's")
     if TARGET_CHANGED in codes:
         return "the previous log was tuned for another target"
     return None
@@ -115,13 +121,21 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
                    ) -> tuple[Manifest | None, Path, str | None]:
     """Whose log a re-tune replays: (manifest, its path, the other target's name or None).
 
-    This entry's own log after a template edit; else, with the target's seed-from,
+    This entry's own log after a template edit; its old folder's after a rename with
+    an edit (renames.renamed_history); else, with the target's seed-from,
     another target's log of the operator when the entry has no log of its own to
     keep; else none (manifest None). Says why a replay is skipped."""
     reuse = can_reuse_previous(entry)
     if can_replay(entry):
         return entry.manifest, entry.logset.manifest, None
     skipped = replay_skipped(entry)
+    if entry.manifest is None and skipped is None:
+        # No log: a renamed (and edited) template's is in its old folder (renames.py).
+        from .renames import renamed_history
+
+        renamed = renamed_history(config, entry.operator, target, entry.template_file, say)
+        if renamed is not None:
+            return renamed[0], renamed[1], None
     if not reuse and target.seed_from:
         seeded = seed_source(config, entry, target, say)
         if seeded is not None:
@@ -399,7 +413,7 @@ def load_step(job: Job) -> Job:
 
     root = job.config.root
     path = root / job.entry.template_file
-    cache = SourceCache(root)
+    cache = SourceCache(root, inputs=job.config.declared_inputs(), config_file=job.config.path)
     decl, fp = cache.template(path), cache.fingerprint(path)
     module = import_template(path, root, cache.tree(path))
     return replace(job, template=Template(path, decl, fp, module,

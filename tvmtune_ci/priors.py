@@ -114,7 +114,18 @@ def old_records(
     scratch: Path,
 ) -> dict[str, list[tuple[dict[str, Any], float]]]:
     """The old log's valid records as (knobs, latency) per workload, read with the
-    template as it was committed with that log (checked out under `scratch`)."""
+    template as it was committed with that log (checked out under `scratch`).
+
+    Only a log decoded with this tvmtune-ci's template API: its traces name knobs by
+    the rules they were written with (templateapi.py), and these are the only rules
+    here; any other is refused (PriorError), never decoded with the wrong ones."""
+    from .templateapi import TEMPLATE_API
+
+    if manifest.template_api != TEMPLATE_API:
+        raise PriorError(
+            f"{manifest_path.parent / manifest.log} was decoded with template API "
+            f"{manifest.template_api} and this tvmtune-ci decodes template API {TEMPLATE_API}: "
+            "its records are not read with other rules than they were written with")
     commit = old_commit(root, manifest_path, manifest)
     if not commit:
         raise PriorError(f"{manifest_path}: no commit holds it or its template")

@@ -22,18 +22,29 @@ import ast
 import contextlib
 import datetime
 import difflib
+import fnmatch
 import gc
 import json
+import posixpath
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import sources
+from . import sources, templateapi
 from .config import Config, TargetConfig
+from .datafiles import ENV, Note
 from .errors import ConfigError, CorruptFileError, TemplateError, UsageError
-from .fingerprint import Fingerprint, SourceCache, compare_dependencies, split_key, workloads_json
+from .fingerprint import (
+    DATA_QUALNAME,
+    DependencyChange,
+    Fingerprint,
+    SourceCache,
+    compare_dependencies,
+    split_key,
+    workloads_json,
+)
 from .fsutil import NotRegularFileError, read_regular_file, sha256_bytes, what_is
 from .git import read as git_read
 from .layout import LogSet
@@ -51,6 +62,7 @@ TEMPLATE_CHANGED = "template_changed"
 WORKLOAD_CHANGED = "workload_changed"
 TARGET_CHANGED = "target_changed"
 TVM_CHANGED = "tvm_changed"
+TEMPLATE_API_CHANGED = "template_api_changed"
 EXPIRED = "expired"
 LOG_MODIFIED = "log_modified"
 ORPHANED = "orphaned"  # a warning (Report.orphans), never a reason
@@ -89,6 +101,9 @@ class Entry:
     logset: LogSet
     space_sizes: dict[str, tuple[int, int]]  # workload -> (points per design space, design spaces)
     as_of: datetime.date | None = None  # the day ages are counted to; None: today
+    # The operator whose orphaned log folder fits this entry's template (renames.py):
+    # `tvmtune-ci adopt OLD OPERATOR` keeps that log; None when there is none.
+    renamed_from: str | None = None
 
     @property
     def fresh(self) -> bool:
@@ -263,6 +278,8 @@ class _Template:
     workloads: Any = None  # WORKLOADS as JSON reads it back: a tuple equals the stored list
     # Repo-relative files its meaning depends on (for --changed-since).
     files: frozenset[str] = frozenset()
+    # Reads check reports (environment variables, paths it cannot follow).
+    notes: tuple[Note, ...] = ()
 
 
 def _read_template(path: Path, cache: SourceCache) -> _Template:
@@ -279,7 +296,7 @@ def _read_template(path: Path, cache: SourceCache) -> _Template:
         cache.forget(path)  # its tree is not needed again; keeps memory flat
     return _Template(
         rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads),
-        fp.files,
+        fp.files, fp.notes,
     )
 
 
@@ -287,7 +304,7 @@ def _recorded_template(rel: str, src: sources.Sources) -> _Template:
     """A template as its manifest recorded it (sources.unchanged said it still is):
     nothing to compare, its line and space sizes to show."""
     return _Template(rel, src.template_line, None, None, None, None, src.space_sizes,
-                     files=frozenset(src.blobs))
+                     files=frozenset(src.blobs), notes=src.notes)
 
 
 def _target_space(
@@ -338,6 +355,7 @@ class _Checker:
         self._index: dict[str, str] | None = None
         self._facts_now: dict[str, dict[str, Any] | None] = {}
         self._states: dict[str, str] = {}  # path -> its state, for sources.unchanged
+        self._matches: dict[str, list[str]] = {}  # declared glob -> its files, likewise
         self.trusted = 0  # logs vouched for by git's index, not read
         self.templates_trusted = 0  # entries whose template was not parsed (sources.py)
         self.config_rel = cache.rel(config.path) if config.path is not None else "tvmtune.yaml"
@@ -358,8 +376,8 @@ class _Checker:
                 self._facts_now[target.name] = None
         return self._facts_now[target.name]
 
-    def recorded(self, manifest: Manifest, template_rel: str, target: TargetConfig
-                 ) -> _Template | None:
+    def recorded(self, manifest: Manifest, template_rel: str, target: TargetConfig,
+                 operator: str) -> _Template | None:
         """The template as `manifest` recorded it, when git and the file system vouch
         that nothing its declarations and fingerprint were computed from has changed
         and the target is the one it was tuned for; None: parse it (`_read_template`)."""
@@ -373,8 +391,9 @@ class _Checker:
         if manifest.target_facts != self.facts(target):
             return None
         src = sources.Sources.from_json(manifest.sources)
+        declared = [g for g, _ in self.config.operator(operator).inputs]
         if not sources.unchanged(src, manifest, template_rel, self.cache.root, self.index(),
-                                 self._states):
+                                 self._states, declared, self._matches):
             return None
         self.templates_trusted += 1
         return _recorded_template(template_rel, src)
@@ -458,6 +477,7 @@ class _Checker:
             reasons += self._template(tpl, manifest)
         reasons += self._target(target, manifest)
         reasons += self._tvm(manifest)
+        reasons += self._template_api(manifest, folder)
         reasons += self._age(manifest, folder)
         reasons += self._files(logset, manifest, folder)
         return manifest, reasons
@@ -473,6 +493,9 @@ class _Checker:
         if manifest.fingerprint != tpl.fingerprint.digest:
             changes = compare_dependencies(manifest.dependencies, tpl.fingerprint)
             for c in changes:
+                if split_key(c.key)[1] == DATA_QUALNAME:
+                    out.append(self._data_reason(c, tpl.fingerprint))
+                    continue
                 where = f" (line {c.line})" if c.line else ""
                 out.append(Reason(TEMPLATE_CHANGED, f"{c.key} {c.change}{where}", c.file, c.line))
             if not changes and old_wl == new_wl:
@@ -497,6 +520,25 @@ class _Checker:
                     continue
                 out.append(Reason(WORKLOAD_CHANGED, detail, tpl.rel, tpl.workloads_line))
         return out
+
+    def _data_reason(self, c: DependencyChange, fp: Fingerprint) -> Reason:
+        """template_changed naming a data file the template reads (or declares)."""
+        site = fp.inputs.get(c.key, "")
+        how = (f"declared at {site} (inputs)" if site.startswith(f"{self.config_rel}:")
+               else f"read at {site}")
+        detail = {
+            "changed": f"{c.file} changed: a data file its template {how}",
+            "added": f"{c.file} is read now: a data file its template {how}",
+            "removed": f"{c.file} is no longer read or declared by its template",
+        }[c.change]
+        return Reason(TEMPLATE_CHANGED, detail, c.file, None)
+
+    def _template_api(self, manifest: Manifest, folder: str) -> list[Reason]:
+        """The log's records were decoded with other knob -> trace rules (templateapi.py)."""
+        why = templateapi.problem(manifest.template_api)
+        if why is None:
+            return []
+        return [Reason(TEMPLATE_API_CHANGED, why, f"{folder}/{MANIFEST_NAME}")]
 
     def _target(self, target: TargetConfig, manifest: Manifest) -> list[Reason]:
         try:
@@ -762,6 +804,67 @@ def _space_advice(entry: Entry, target: TargetConfig, decl: TemplateDecl) -> lis
     return out
 
 
+def _renamed(
+    config: Config, cache: SourceCache, entries: list[Entry], orphans: list[Reason],
+    missing: list[tuple[str, TargetConfig, Fingerprint, str]],
+) -> tuple[list[Entry], list[Reason]]:
+    """Entries with no log whose template was renamed from an orphaned folder's operator
+    (renames.py): their `missing` reason and the folder's warning say so, with the command."""
+    from . import renames
+
+    found = {(r.new, r.target_name): r for r in renames.find_renames(config, missing, cache.rel)}
+    if not found:
+        return entries, orphans
+    out = []
+    for e in entries:
+        r = found.get((e.operator, e.target_name))
+        if r is None:
+            out.append(e)
+            continue
+        first = replace(e.reasons[0], detail=(
+            f"{e.reasons[0].detail.split('; run')[0]}; renamed from {r.old}: its log {r.folder}/ "
+            f"fits this template: `{r.command}` keeps it without re-tuning"))
+        out.append(replace(e, reasons=(first, *e.reasons[1:]), renamed_from=r.old))
+    by_old = {r.old: r for r in found.values()}
+    logs_rel = cache.rel(config.logs_path.resolve())
+    fixed = []
+    for o in orphans:
+        old = o.file.removeprefix(f"{logs_rel}/") if o.file else None
+        r = by_old.get(old) if old is not None else None
+        if r is not None:
+            o = replace(o, detail=(f"{o.file}/ holds logs of operator {r.old!r}, renamed to "
+                                   f"{r.new} (the same template): run `{r.command}`"))
+        fixed.append(o)
+    return out, fixed
+
+
+def _read_warnings(config: Config, noted: dict[Note, list[str]]) -> list[str]:
+    """One warning per read that check reports, at its file:line, naming the operators
+    whose templates run it. A read it cannot follow is silent for an operator that
+    declares `inputs:` (what it reads is declared there)."""
+    out = []
+    for n, ops in sorted(noted.items()):
+        if n.kind == ENV:
+            users = _named(ops)
+            out.append(f"{n.file}:{n.line}: reads environment variable {n.what} (run by {users}); "
+                       "its value is the runner's and no log records it: set it alike on every "
+                       "runner, or make it a knob")
+            continue
+        undeclared = [op for op in ops if not config.operator(op).inputs]
+        if undeclared:
+            key = undeclared[0] if len(undeclared) == 1 else "<operator>"
+            out.append(f"{n.file}:{n.line}: reads a file tvmtune-ci cannot follow: declare it "
+                       f"({n.what}; run by {_named(undeclared)}): list the files it reads under "
+                       f"`operators.{key}.inputs` in tvmtune.yaml (globs relative to the "
+                       "repository), so that editing them makes the logs stale")
+    return out
+
+
+def _named(ops: Sequence[str], most: int = 4) -> str:
+    shown = ", ".join(ops[:most])
+    return shown if len(ops) <= most else f"{shown} and {len(ops) - most} more"
+
+
 def _check_folders(config: Config) -> None:
     """ConfigError when operators_dir is not a folder: a typo must not check nothing."""
     path = config.operators_path
@@ -806,7 +909,8 @@ def _module_name(rel: str) -> str:
 
 
 def _candidates(
-    root: Path, templates: dict[str, Path], changed: set[str], cache: SourceCache, logs: Path
+    root: Path, templates: dict[str, Path], changed: set[str], cache: SourceCache, logs: Path,
+    declared: dict[str, tuple[tuple[str, int], ...]],
 ) -> set[str] | None:
     """Operators `--changed-since` may concern, found without parsing anything; None: all.
 
@@ -817,6 +921,12 @@ def _candidates(
     affected too (to a fixed point; a superset of the real import graph). Only
     templates that are affected or have a changed log folder are checked: a PR that
     edits one template checks that template, not all of them.
+
+    Any other changed file may be data a template reads: the operators whose
+    `inputs:` globs match it (fnmatch: `*` spans folders, a superset) are touched, and
+    a read spells the file's name (`HERE / "tiles.json"`) or takes its module's own
+    (`Path(__file__).with_suffix(".json")`), so a .py file that holds its name or is
+    its namesake is affected.
     """
     changed_py = {c for c in changed if c.endswith(".py")}
     if any(not (root / c).exists() for c in changed_py):
@@ -827,11 +937,16 @@ def _candidates(
         for op in templates
         if any(c.startswith(f"{logs_rel}/{slug(op)}/") for c in changed)
     }
-    if not changed_py:
+    data = {c for c in changed if not c.endswith(".py") and not c.startswith(f"{logs_rel}/")}
+    out |= {op for op, globs in declared.items() if op in templates
+            and any(fnmatch.fnmatchcase(c, g) for c in data for g, _ in globs)}
+    if not changed_py and not data:
         return out
     names = {_module_name(c) for c in changed_py}
     if "" in names:
         return None
+    names |= {posixpath.basename(c) for c in data}
+    twins = {posixpath.splitext(c)[0] + ".py" for c in data}
     texts: dict[str, str] = {}
     for rel in git_read.python_files(root):
         try:
@@ -842,7 +957,8 @@ def _candidates(
         rel = cache.rel(path)
         if rel not in texts:  # not a file git lists: do not guess
             return None
-    affected = set(changed_py)
+    affected = set(changed_py) | (twins & set(texts))
+    names |= {_module_name(rel) for rel in affected}
     grew = True
     while grew:
         grew = False
@@ -893,7 +1009,7 @@ def find_stale(
     reads, hashes and parses everything regardless.
     """
     as_of = as_of or datetime.date.today()
-    cache = SourceCache(config.root)
+    cache = SourceCache(config.root, inputs=config.declared_inputs(), config_file=config.path)
     warnings: list[str] = list(config.warnings)
     _check_folders(config)
     # Resolved once: every path below is joined onto these, never resolved again.
@@ -932,12 +1048,15 @@ def find_stale(
     )
     config_changed = changed is not None and checker.config_rel in changed
     candidates = (
-        _candidates(config.root.resolve(), templates, changed, cache, logs_path)
+        _candidates(config.root.resolve(), templates, changed, cache, logs_path,
+                    config.declared_inputs())
         if changed is not None and not config_changed
         else None
     )
     entries = []
     advice: list[str] = []
+    noted: dict[Note, list[str]] = {}  # a read check reports -> the operators that run it
+    missing: list[tuple[str, TargetConfig, Fingerprint, str]] = []  # entries with no log
     with _gc_deferred():
         for op in sorted(templates):
             if want_ops is not None and op not in want_ops:
@@ -951,7 +1070,7 @@ def find_stale(
                     continue
                 logset = LogSet.of(logs_path, op, target.name)
                 read = checker.read(logset)
-                tpl = checker.recorded(read[0], rel, target) if read[0] is not None else None
+                tpl = checker.recorded(read[0], rel, target, op) if read[0] is not None else None
                 if tpl is None:
                     parsed = parsed or _read_template(templates[op], cache)
                     tpl = parsed
@@ -974,8 +1093,18 @@ def find_stale(
                     entries.append(entry)
                     if parsed is not None and parsed.decl is not None:
                         advice += _space_advice(entry, target, parsed.decl)
+                    for n in tpl.notes:
+                        ops = noted.setdefault(n, [])
+                        if op not in ops:
+                            ops.append(op)
+                    if manifest is None and reasons and reasons[0].code == MISSING \
+                            and tpl.fingerprint is not None:
+                        missing.append((op, target, tpl.fingerprint, tpl.rel))
     warnings += list(dict.fromkeys(advice))
+    warnings += _read_warnings(config, noted)
     kept: list[str] = []
     orphans = _orphans(config, cache, templates, logs_path, kept)
+    if missing and orphans:
+        entries, orphans = _renamed(config, cache, entries, orphans, missing)
     return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,
                   checker.templates_trusted, tuple(kept))

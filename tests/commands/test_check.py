@@ -102,6 +102,7 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
         "fresh": True,
         "reasons": [],
         "template": {"file": MATMUL, "line": line},
+        "renamed_from": None,
     }
     assert stale["fresh"] is False and set(stale) == set(fresh)
     assert stale["reasons"] == [

@@ -17,12 +17,13 @@ import re
 import sys
 from typing import Any, TextIO
 
-from .. import ci
+from .. import ci, templateapi
 from ..ci import md_escape
 from ..config import Config
 from ..selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..staleness import (
     FIX_HINT,
+    TEMPLATE_API_CHANGED,
     TEMPLATE_CHANGED,
     TEMPLATE_INVALID,
     Entry,
@@ -80,6 +81,8 @@ def render_json(report: Report) -> str:
                 "fresh": e.fresh,
                 "reasons": [reason_json(r) for r in e.reasons],
                 "template": {"file": e.template_file, "line": e.template_line},
+                # The operator whose log folder fits this renamed template (`adopt`).
+                "renamed_from": e.renamed_from,
             }
             for e in report.entries
         ],
@@ -105,7 +108,14 @@ def annotation_site(e: Entry) -> tuple[str, int]:
 def fix_hint(e: Entry) -> str:
     """What to do about a stale entry: re-tuning cannot fix a template that does not read."""
     invalid = [r for r in e.reasons if r.code == TEMPLATE_INVALID]
+    if e.renamed_from is not None and not invalid:
+        return (f"run `tvmtune-ci adopt {e.renamed_from} {e.operator}` (the log of "
+                f"{e.renamed_from} fits this renamed template) and commit the move")
     if not invalid:
+        if any(r.code == TEMPLATE_API_CHANGED for r in e.reasons) and e.manifest is not None \
+                and e.manifest.template_api > templateapi.TEMPLATE_API:
+            # Re-tuning with this tvmtune-ci would write the log back in an older API.
+            return "upgrade tvmtune-ci to the version that wrote the log"
         return f"run `{FIX_HINT}` and commit the new log"
     where = ", ".join(dict.fromkeys(f"{r.file}:{r.line}" if r.line else str(r.file) for r in invalid))
     then = (

@@ -1,0 +1,109 @@
+"""The template API's version: how tvmtune-ci turns knobs into MetaSchedule traces.
+
+A log holds MetaSchedule traces; the knobs a README, `build_best` and the history
+replay name are read from them with tvmtune-ci's own rules, not the template's:
+
+- `define_split` is one `sample_perfect_tile(n=parts, max_innermost_factor=...)`,
+  and `cfg.split` applies its factors outermost first (`preserve_unit_iters`);
+- `define_knob` is one `sample_categorical` over its candidates, uniformly;
+- every combination of `define_structure` choices is a design space, in
+  `itertools.product` order, and a trace is told apart by its instructions;
+- the default configuration is every split `[extent, 1, ...]`, every other knob its
+  first candidate.
+
+A tvmtune-ci that changes any of these decodes every committed log differently, so
+the rules have a version, `TEMPLATE_API`, recorded in each manifest
+(`Manifest.template_api`) and compared by `check` (`template_api_changed`). The code
+of the rules (`RULES`) is pinned per version by a test (`rules_hash`): changing it
+fails tvmtune-ci's own suite until the version is bumped, with its entry in
+`VERSIONS`, or the change is re-pinned as one that keeps the meaning.
+
+Nothing here imports TVM; `rules_hash` reads tvmtune-ci's own source.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import inspect
+import textwrap
+from dataclasses import dataclass
+
+# The template API this tvmtune-ci reads and writes.
+TEMPLATE_API = 1
+# What a manifest written before the version was recorded used: the rules were those
+# of version 1 until then.
+UNRECORDED = 1
+
+
+@dataclass(frozen=True)
+class Version:
+    """One template API: what changed in it, and the last tvmtune-ci release that
+    reads its logs (None: still read by this one)."""
+
+    changes: str
+    last_release: str | None = None
+
+
+# Every template API, oldest first. A bump adds an entry saying what changed, sets
+# `last_release` of the one before it, and re-pins `RULES_PINNED`.
+VERSIONS: dict[int, Version] = {
+    1: Version("define_split -> sample_perfect_tile, define_knob -> sample_categorical, "
+               "one design space per define_structure combination, default [extent, 1, ...]"),
+}
+
+# The definitions that are the rules, as (module, qualified name).
+RULES = (
+    ("tvmtune_ci.template", "Knobs.split"),
+    ("tvmtune_ci.template", "Knobs.knob"),
+    ("tvmtune_ci.template", "default_value"),
+    ("tvmtune_ci.template", "design_spaces"),
+    ("tvmtune_ci.space", "TemplateSpace.__call__"),
+    ("tvmtune_ci.space", "decode_knobs"),
+    ("tvmtune_ci.builder", "split_knobs"),
+    ("tvmtune_ci.measure", "full_knobs"),
+)
+# rules_hash() per template API; tests/test_template_api.py checks the current one.
+# Re-pinned without a bump when a change keeps the meaning of every existing log: 1 was
+# re-pinned for split defaults (`define_split(..., default=...)`, None: the old rule),
+# the factors Knobs.split keeps, and the CONSTRAINTS check of split_knobs (issue 24).
+RULES_PINNED = {
+    1: "398e21562c14f53dcdac3a20ad3c1a67ecae78ed1d71f5840ab5e5661abea6a1",
+}
+
+
+def rules_hash() -> str:
+    """The sha256 of the rules' code as it is now (canonical AST: comments, docstrings
+    and formatting do not count)."""
+    from .fingerprint import canonical_dump
+
+    h = hashlib.sha256()
+    for module, qualname in RULES:
+        obj: object = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))  # type: ignore[arg-type]
+        h.update(f"{module}:{qualname}\n{canonical_dump(tree.body[0])}\n".encode())
+    return h.hexdigest()
+
+
+def problem(recorded: int) -> str | None:
+    """What is wrong with a log decoded with template API `recorded` for this
+    tvmtune-ci, and the fix; None when it reads it as written."""
+    if recorded == TEMPLATE_API:
+        return None
+    from . import __version__
+
+    if recorded > TEMPLATE_API:
+        return (f"written with template API {recorded} by a newer tvmtune-ci; this tvmtune-ci "
+                f"({__version__}) reads template API {TEMPLATE_API} and cannot decode it: "
+                "upgrade tvmtune-ci")
+    now = VERSIONS.get(TEMPLATE_API)
+    old = VERSIONS.get(recorded)
+    what = f" ({now.changes})" if now is not None else ""
+    keep = (f", or use tvmtune-ci <= {old.last_release} to read it as it is"
+            if old is not None and old.last_release else "")
+    return (f"decoded with template API {recorded}; this tvmtune-ci ({__version__}) cannot read "
+            f"logs of template API {recorded}: it maps knobs to traces with template API "
+            f"{TEMPLATE_API}{what}: re-tune it (`tvmtune-ci retune`){keep}")
