@@ -39,6 +39,15 @@ def avx2_reasons(root: Path) -> list[tuple[str, str, str | None]]:
     return [(r.code, r.detail, r.file) for r in e.reasons]
 
 
+def assert_status_names_it(stdout: str) -> None:
+    """`status` shows the broken entry as stale for log_modified, without its (unreadable)
+    bests, and the intact one as fresh with them."""
+    rows = {line.split()[0]: line.split() for line in stdout.splitlines() if line.startswith("matmul/")}
+    assert rows["matmul/avx2"][1] == "STALE" and rows["matmul/avx2"][-1] == "log_modified", stdout
+    assert rows["matmul/avx512"][1] == "fresh" and "m1024" in " ".join(rows["matmul/avx512"]), stdout
+    assert "1 of 2 entries stale" in stdout
+
+
 def log_path(root: Path) -> Path:
     return next((root / FOLDER).glob("matmul_avx2_*.json"))
 
@@ -84,6 +93,7 @@ def test_a_manifest_symlinked_to_dev_zero_is_log_modified_not_a_crash(repo: Path
         r = cli(repo, *args)
         assert r.returncode in (0, 1), (args, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr
+    assert_status_names_it(cli(repo, "status").stdout)
     r = cli(repo, "check", "--format", "json")
     (entry,) = [e for e in json.loads(r.stdout)["entries"] if e["target"] == "avx2"]
     (reason,) = entry["reasons"]
@@ -115,6 +125,7 @@ def test_a_special_file_in_place_of_results_is_refused_by_every_reader(repo: Pat
     # status reads the results of every entry it shows: it must neither hang nor crash.
     r = cli(repo, "status")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert_status_names_it(r.stdout)
     # A reader that needs them names the file and the fix.
     r = cli(repo, "readme", "matmul", "--target", "avx2")
     assert r.returncode != 0 and f"results.json is {what}" in r.stderr, r.stderr
@@ -218,6 +229,8 @@ def test_a_wrong_curve_crashes_none_of_check_status_matrix(repo: Path) -> None:
         r = cli(repo, *args)
         assert r.returncode == want, (args, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr
+        if args == ("status",):
+            assert_status_names_it(r.stdout)
     assert '"target":"avx2"' in cli(repo, "matrix").stdout
 
 
@@ -254,5 +267,6 @@ def test_the_shape_check_accepts_optional_extras(repo: Path) -> None:
 
 def test_an_ordinary_tuned_on_today_is_still_fresh(repo: Path) -> None:
     assert avx2_reasons(repo) == []
-    assert report_of(repo).entries[0].age_days == 0
+    (entry,) = [e for e in report_of(repo).entries if (e.operator, e.target_name) == ("matmul", "avx2")]
+    assert entry.age_days == 0
     assert datetime.date.today().isoformat() in log_path(repo).name

@@ -109,6 +109,11 @@ def first(tmp_path_factory: pytest.TempPathFactory) -> Path:
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "recovered mm/host" in r.stdout and "nothing to re-tune" in r.stdout
+    assert _assert_whole(root, {}) == "new"
+    assert run_cli(root, "check").returncode == 0  # trusted by its hashes, before any commit
+    # Committed here, once: every test starts from the same committed set, whatever
+    # runs first (-k, order) and whatever each one does to its own copy.
+    commit_all(root, "tuned")
     return root
 
 
@@ -118,10 +123,12 @@ def _copy(src: Path, tmp_path: Path) -> Path:
     return dst
 
 
-def test_first_publish_killed_after_staging(first: Path) -> None:
-    assert _assert_whole(first, {}) == "new"
-    assert run_cli(first, "check").returncode == 0
-    commit_all(first, "tuned")
+def test_first_publish_killed_after_staging(first: Path, tmp_path: Path) -> None:
+    """The fixture's recovery, seen from a copy: the whole new set, committed, fresh."""
+    root = _copy(first, tmp_path)
+    assert _assert_whole(root, {}) == "new"
+    assert run_cli(root, "check").returncode == 0
+    assert git(root, "status", "--porcelain").strip() == ""
 
 
 @pytest.mark.parametrize(("step", "no_exchange", "expect"), [

@@ -188,17 +188,24 @@ def test_search_mode_schedule_builds(case: tuple[str, dict[str, Any]]) -> None:
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_real_workloads_schedule(name: str) -> None:
-    """The declared extents match the loops of every real workload (no build)."""
+    """The declared extents match the loops of every real workload (no build): each
+    split knob tiles a loop of exactly its declared extent (a wrong extent raises in
+    fixed mode), and the schedule changes the program."""
     import tvm
+    import tvm_ffi
 
     module = load(name)
+    n_splits = sum(isinstance(k, Split) for k in module.KNOBS)
     for workload in module.WORKLOADS.values():
         for structure in design_spaces(module.KNOBS):
             sch = tvm.s_tir.Schedule(call_with_workload(module.compute, workload))
             for target in BUILD_TARGETS.values():
                 s = sch.copy()
-                module.schedule(s, Knobs(module.KNOBS, workload, structure, mode="fixed",
-                                         target=target))
+                cfg = Knobs(module.KNOBS, workload, structure, mode="fixed", target=target)
+                module.schedule(s, cfg)
+                splits = [i for i in s.trace.insts if i.kind.name == "Split"]
+                assert len(splits) >= n_splits, (name, structure, [i.kind.name for i in s.trace.insts])
+                assert not tvm_ffi.structural_equal(s.mod, sch.mod), (name, structure)
 
 
 def _elf_machine(path: Path) -> int:

@@ -122,16 +122,26 @@ def test_readme_mode_replaces_generated_files_in_place(tmp_path: Path) -> None:
     assert _leftovers(folder) == []
 
 
-@pytest.mark.parametrize("fail_at", ["write", "exchange"])
-def test_failure_before_the_swap_leaves_the_old_set_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: str) -> None:
+@pytest.mark.parametrize("fail_at", ["staging", "swap"])
+def test_a_publish_killed_before_or_at_the_swap_leaves_one_whole_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: str
+) -> None:
+    """Killed while staging (a write): recover() leaves the old set exactly as it was.
+    Killed at the swap (staging complete): recover() completes the new set, exactly as
+    an uninterrupted publish leaves it. Never a mix (a new manifest with the old log)."""
     folder = tmp_path / "matmul" / "cpu"
     pub.publish(folder, _files(1, "2025-01-02"))
     before = _set(folder)
+    ref = tmp_path / "ref" / "matmul" / "cpu"  # what an uninterrupted publish leaves
+    pub.publish(ref, _files(1, "2025-01-02"))
+    pub.publish(ref, _files(2, "2026-01-02"))
+    after = _set(ref)
+    assert after != before
 
     class Killed(Exception):
         pass
 
-    if fail_at == "write":
+    if fail_at == "staging":
         real_fsync = os.fsync
         calls = {"n": 0}
 
@@ -151,7 +161,7 @@ def test_failure_before_the_swap_leaves_the_old_set_intact(tmp_path: Path, monke
         pub.publish(folder, _files(2, "2026-01-02"))
     monkeypatch.undo()
     pub.recover(folder)
-    assert _set(folder) == before or _set(folder)["manifest.json"] == _files(2, "2026-01-02")["manifest.json"]
+    assert _set(folder) == (before if fail_at == "staging" else after)
     assert _leftovers(folder) == []
     # The next publish succeeds.
     pub.publish(folder, _files(3, "2026-01-03"))

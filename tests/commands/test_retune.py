@@ -187,15 +187,13 @@ def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path,
     assert res["previous_best"] is not None
     assert res["best"]["latency_s"] <= res["previous_best"]["latency_s"]
     # A statistical decision, from the same interleaved finals: switched only when this
-    # run's best is faster beyond the noise.
+    # run's best is faster beyond the noise (either way the published set agrees with
+    # the verdict; the decision's cases: test_tuner's table of _decide).
     assert res["previous_verdict"] in ("faster", "equal", "slower")
     assert res["previous_best"]["stage"] == res["best"]["stage"] == "finals"
-    if res["previous_verdict"] == "faster":
-        assert res["best_source"] == "search"
-    else:
-        assert res["best_source"] == "previous"
-        assert res["best"]["knobs"] == res["previous_best"]["knobs"]
-        assert "kept" in r.stdout
+    switched = res["previous_verdict"] == "faster"
+    assert res["best_source"] == ("search" if switched else "previous")
+    assert switched or (res["best"]["knobs"] == res["previous_best"]["knobs"] and "kept" in r.stdout)
     assert run_cli(root, "check").returncode == 0
 
 
