@@ -3,7 +3,7 @@ template's knob space by name, and the knob diff."""
 
 from __future__ import annotations
 
-from tvmtune_ci.history import KnobDiff, ReplayReport, knob_diff, map_all, map_config
+from tvmtune_ci.history import KnobDiff, ReplayReport, knob_diff, map_all, map_config, probes
 from tvmtune_ci.template import define_knob, define_split, define_structure
 
 WL = {"M": 64, "N": 128, "dtype": "float32"}
@@ -80,3 +80,24 @@ def test_the_report_round_trips_and_reads_well() -> None:
     assert "3 old configuration(s) of mm_host_2026-01-01.json replayed: 2 with every knob kept" in text
     assert "repaired or new: pack in 1" in text and "2 computed the right result" in text
     assert "old best on the new template: 1 ms ± 1.0%; equal within noise" in text
+
+
+def test_probes_are_the_old_best_with_one_knob_in_the_region_the_edit_opened() -> None:
+    old = [define_split("tile_j", "N", parts=2, max_factor=1), define_knob("unroll", [0, 16])]
+    new = [define_split("tile_j", "N", parts=2, max_factor=64), define_knob("unroll", [0, 16, 64]),
+           define_structure("pack", ["none", "tile"])]
+    best = {"tile_j": [64, 1], "unroll": 16, "pack": "none"}
+    got = probes(best, old, new, {"N": 64}, {}, limit=8)
+    assert len(got) == 8 and len({repr(sorted(p.items())) for p in got}) == 8
+    for p in got:  # exactly one knob moved, into a value the old template could not take
+        moved = [k for k in best if p[k] != best[k]]
+        assert len(moved) == 1, p
+        assert (moved[0] == "tile_j" and p["tile_j"][1] > 1) or (moved[0] == "unroll" and p["unroll"] == 64) \
+            or (moved[0] == "pack" and p["pack"] == "tile")
+    # Round-robin: every knob the edit opened is probed, and tile_j's both ends early.
+    assert {"unroll", "pack"} <= {k for p in got for k in best if p[k] != best[k]}
+    assert [1, 64] in [p["tile_j"] for p in got[:6]] and [32, 2] in [p["tile_j"] for p in got[:6]]
+    assert len(probes(best, old, new, {"N": 64}, {}, limit=3)) == 3
+    # Nothing opened (or the old declaration unknown): no probes.
+    assert probes(best, new, new, {"N": 64}, {}, limit=8) == []
+    assert probes(best, None, new, {"N": 64}, {}, limit=8) == []

@@ -33,6 +33,7 @@ from .template import (
     default_value,
     eval_extent,
     knob_from_ast,
+    perfect_tilings,
 )
 
 # Old configurations replayed per workload: the old best, its finals and its top.
@@ -166,6 +167,76 @@ def map_all(
     return out
 
 
+# --------------------------------------------------------------------------- probes
+
+
+def _values(k: Knob, names: Mapping[str, Any]) -> list[Any]:
+    """Every value `k` can take for this workload and target (a split: its tilings)."""
+    if isinstance(k, Split):
+        try:
+            ext, top = eval_extent(k.extent, names), eval_extent(k.max_factor, names)
+        except TemplateError:
+            return []
+        return [list(t) for t in perfect_tilings(ext, k.parts, top)]
+    return list(k.candidates)
+
+
+def probes(
+    old_best: Mapping[str, Any], old_knobs: Sequence[Knob] | None, knobs: Sequence[Knob],
+    workload: Mapping[str, Any], target: Mapping[str, Any], limit: int,
+) -> list[dict[str, Any]]:
+    """Points of the region an edit opened, next to the old best: the old best (mapped
+    into the new space) with one knob set to a value the old template could not take,
+    for each such value of each knob (a new knob: each of its values). At most `limit`,
+    spread evenly over the knobs and their values.
+
+    The history (replay and the cost model's prior) knows only the old space, so a
+    search seeded from it samples the new region late, and a stop rule that trusts the
+    model can end first (measured: a tile made vectorisable by the edit was never
+    tried in 78 trials). Without the old declaration (`old_knobs` None), none."""
+    if old_knobs is None or limit <= 0:
+        return []
+    names = scope(workload, target)
+    old_by = {k.name: k for k in old_knobs}
+    per_knob: list[list[dict[str, Any]]] = []
+    for k in knobs:
+        before = old_by.get(k.name)
+        if before is not None and type(before) is not type(k):
+            before = None
+        seen = [] if before is None else _values(before, names)
+        new = [v for v in _values(k, names) if v not in seen and v != old_best.get(k.name)]
+        if new:
+            per_knob.append([{**old_best, k.name: v} for v in new])
+    # Round-robin over the knobs; each knob's values in an order that spreads over its
+    # whole range (both ends, then the middles), so a few probes span it.
+    queues = [[vs[i] for i in _spread(len(vs))] for vs in per_knob]
+    out: list[dict[str, Any]] = []
+    while any(queues) and len(out) < limit:
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop(0))
+    return out
+
+
+def _spread(n: int) -> list[int]:
+    """0..n-1 ordered to cover the range early: the ends, then halving the gaps."""
+    if n <= 2:
+        return list(range(n))
+    order, seen = [0, n - 1], {0, n - 1}
+    parts = 2
+    while len(order) < n:
+        for j in range(1, parts, 2):
+            i = round(j * (n - 1) / parts)
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+        parts *= 2
+        if parts > 2 * n:
+            order.extend(i for i in range(n) if i not in seen)
+            break
+    return order
+
+
 # --------------------------------------------------------------------------- knob diff
 
 
@@ -278,6 +349,7 @@ class ReplayReport:
     seeded: bool = False  # the search started from the replayed configurations
     prior: int = 0  # the old log's other records the cost model learned from first
     from_target: str | None = None  # seeded from this target's log (seed-from), not our own
+    probes: int = 0  # points of the region the edit opened, next to the old best, measured
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -286,7 +358,7 @@ class ReplayReport:
             "knob_diff": self.knob_diff.to_json(), "reset_counts": dict(self.reset_counts),
             "failures": list(self.failures), "old_best_s": self.old_best_s,
             "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
-            "prior": self.prior, "from_target": self.from_target,
+            "prior": self.prior, "from_target": self.from_target, "probes": self.probes,
         }
 
     @classmethod
@@ -304,6 +376,7 @@ class ReplayReport:
             verdict=d.get("verdict"), seeded=bool(d.get("seeded", False)),
             prior=int(d.get("prior", 0)),
             from_target=d.get("from_target"),
+            probes=int(d.get("probes", 0)),
         )
 
     def sentences(self) -> list[str]:
@@ -327,6 +400,9 @@ class ReplayReport:
             out.append("none still works on the new template: the search started cold")
         elif self.seeded:
             out.append("the search started from them (seeded population, trained cost model)")
+        if self.probes:
+            out.append(f"{self.probes} point(s) of the region the edit opened, next to the old "
+                       "best, measured before the search")
         if self.prior:
             out.append(f"the cost model also learned from {self.prior} other record(s) of "
                        f"{self.source} before the first batch (old latencies, new programs)")

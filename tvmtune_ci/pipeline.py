@@ -265,6 +265,7 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
         seeded=bool(rs and rs.measured),
         prior=rs.prior if rs else 0,
         from_target=from_target,
+        probes=rs.probes if rs else 0,
     )
 
 
@@ -499,6 +500,8 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         replay=tuple(m.knobs for m in mapped),
         prior=priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
                                [m.knobs for m in mapped]) if hist is not None else (),
+        old_knobs=(tuple(hist.old_knobs) if hist is not None and hist.old_knobs is not None and mapped
+                   else None),
         time_budget_s=budget_s,
         budget_note=note,
     ))

@@ -81,6 +81,7 @@ class ReplayStats:
     failures: tuple[str, ...] = ()
     old_best_correct: bool = False
     prior: int = 0  # old records the cost model was trained on (TuneRequest.prior)
+    probes: int = 0  # points of the region the edit opened, measured after the replay
 
 
 # --------------------------------------------------------------------------- helpers
@@ -487,12 +488,15 @@ class Search:
             self.ctx.notify_runner_results([], [])
         return picked
 
-    def replay(self, configs: Sequence[Mapping[str, Any]]) -> ReplayStats:
+    def replay(self, configs: Sequence[Mapping[str, Any]], source: str = "replay") -> ReplayStats:
         """The history replay, before the search: each configuration is checked against
         reference() (where the kernel runs), then the good ones are measured as the
         first batch. They become the first trials (journal, log), the cost model is
         trained on them, and the database the evolutionary search seeds its population
-        from holds them. Not told to the strategy: it did not propose them."""
+        from holds them. Not told to the strategy: it did not propose them.
+
+        `source="probe"`: the same for the probes of the region an edit opened
+        (`history.probes`); they count as the search's own trials, not the old log's."""
         from .builder import schedule_config
         from .numerics import check_correct
 
@@ -517,7 +521,7 @@ class Search:
             args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             sidx, decoded = decode_knobs(plain(sch.trace.as_json()), self.spaces, self.knobs)
             key = knobs_key(decoded)
-            if i == 0:
+            if i == 0 and source == "replay":
                 first_key = key  # the old best: what the stop rule of a warm run must match
             if key not in self.seen:
                 self.seen.add(key)
@@ -525,7 +529,7 @@ class Search:
         picked = picked[: max(0, req.trials - self.done)]
         n0 = self.done
         if picked:
-            self._measure(picked, notify=False, source="replay")
+            self._measure(picked, notify=False, source=source)
         measured = sum(e["error"] is None for e in self.journal.trials[n0:])
         if first_key is not None:
             self.old_best = next((_entry_estimate(e) for e in self.journal.trials[n0:]

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from . import stats
-from .builder import make_builder
+from .builder import make_builder, workload_params
 from .config import EarlyStop, MeasureOptions, RpcRunner
 from .errors import TuningError
 from .manifest import Measured, Trials
@@ -86,6 +86,9 @@ class TuneRequest:
     # their old latencies (`priors.prior_for`): the cost model is trained on them
     # before the first batch. Not measured, not in the log.
     prior: tuple[tuple[dict[str, Any], float], ...] = ()
+    # The KNOBS of the template the old log was tuned with, when known: the region the
+    # edit opened is probed next to the old best after the replay (`history.probes`).
+    old_knobs: tuple[Any, ...] | None = None
     # A share of a time budget (`retune --budget`, budget.py): the search stops when
     # tune_workload has run this long less what the finals need; at least one batch.
     time_budget_s: float | None = None
@@ -262,6 +265,15 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                 replay = ReplayStats(len(req.replay), ok, ok, ok, (), False)
             else:
                 replay = search.replay(req.replay)
+                if req.old_knobs is not None:
+                    from .history import probes as new_region
+
+                    wl = workload_params(req.template, req.workload_name)
+                    found = new_region(req.replay[0], req.old_knobs, req.template.KNOBS, wl,
+                                       req.target, limit=req.batch_size)
+                    if found:
+                        p = search.replay(found, source="probe")
+                        replay = replace(replay, probes=p.measured)
                 t = lap("replay_s", t)
             replay = replace(replay, prior=n_prior)
             if not replay.old_best_correct:  # the old best is a finalist only if it works
