@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test tune demo check bench cross-toolchain cuda
+.PHONY: test test-slow tune demo check bench cross-toolchain cuda
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,9 +28,15 @@ cuda: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test,cuda]'
 	$(PY) -m pytest -m extra
 
+# The suite without the tests marked `slow` (they tune for longer: warm stop rules,
+# budgets, run histories, races), then `check`: main never carries stale logs.
+# .ci/run runs the slow ones after it (`make test-slow`).
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow"
 	$(VENV)/bin/tvmtune-ci check
+
+test-slow: $(VENV)/.installed
+	$(PY) -m pytest -m slow
 
 tune: $(VENV)/.installed
 	$(VENV)/bin/tvmtune-ci retune
