@@ -916,3 +916,26 @@ def test_changed_since_follows_imports_through_helpers(helper_repo: Path) -> Non
         "scale/avx2": ["template_changed"],
         "scale/avx512": ["template_changed"],
     }
+
+
+def test_each_reason_code_says_what_it_blocks_and_how_to_fix_it() -> None:
+    """The pipeline and check read a reason's consequences from its code alone."""
+    from tvmtune_ci.pipeline import _REPLAY_BLOCKERS, _SAME_TEMPLATE_BLOCKERS
+    from tvmtune_ci.reasons import Code
+    from tvmtune_ci.staleness import Reason
+
+    # An edited template keeps its log replayable; an expired log or a new TVM keeps its
+    # best a fair finalist; nothing else does either.
+    warn = {Code.ORPHANED}  # a warning, never a reason an entry is stale
+    assert {c for c in Code if not c.blocks_replay} - warn == {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED, Code.EXPIRED}
+    assert {c for c in Code if not c.blocks_reuse} - warn == {Code.TVM_CHANGED, Code.EXPIRED}
+    assert _SAME_TEMPLATE_BLOCKERS == {c for c in Code if c.blocks_reuse}
+    assert _REPLAY_BLOCKERS == {c for c in Code if c.blocks_replay}
+    assert [c.order for c in Code] == list(range(len(Code)))
+    assert all("tvmtune-ci retune" in c.hint for c in Code if c not in (Code.TEMPLATE_INVALID, Code.ORPHANED))
+    assert "{where}" in Code.TEMPLATE_INVALID.hint
+    # The codes are the strings the JSON output and the manifests carry.
+    r = Reason("log_modified", "edited", "x.json")
+    assert r.code is Code.LOG_MODIFIED and r.code == "log_modified" and f"{r.code}" == "log_modified"
+    with pytest.raises(ValueError):
+        Reason("no_such_reason", "x")

@@ -39,19 +39,9 @@ from .layout import LogSet
 from .manifest import Manifest, WorkloadResult, encode, seal_files
 from .publish import Published, check_publishable, publish
 from .readme import render_curve, render_readme
+from .reasons import Code
 from .runs import RUNS_NAME, encode_runs, parse_runs
-from .staleness import (
-    LOG_MODIFIED,
-    MISSING,
-    TARGET_CHANGED,
-    TEMPLATE_API_CHANGED,
-    TEMPLATE_CHANGED,
-    TEMPLATE_INVALID,
-    TVM_CHANGED,
-    WORKLOAD_CHANGED,
-    Entry,
-    installed_tvm_version,
-)
+from .staleness import Entry, installed_tvm_version
 
 if TYPE_CHECKING:
     from .fingerprint import Fingerprint
@@ -61,14 +51,11 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]
 
-# Reasons under which the previous log still describes the same template,
-# workload and target: its best is a fair candidate to re-measure and keep. (Its knobs
-# meant other traces under another template API.)
-_SAME_TEMPLATE_BLOCKERS = {MISSING, TEMPLATE_CHANGED, WORKLOAD_CHANGED, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID,
-                           TEMPLATE_API_CHANGED}
-# Under which the previous log is replayed on the edited template (history.py): same
-# operator and target, a log nobody edited, tuned with this TVM and template API.
-_REPLAY_BLOCKERS = {MISSING, TARGET_CHANGED, LOG_MODIFIED, TEMPLATE_INVALID, TVM_CHANGED, TEMPLATE_API_CHANGED}
+# Reasons under which the previous log no longer describes the same template, workload
+# and target (its best is no fair finalist to keep), and under which it is not replayed
+# on an edited template (history.py): reasons.Code says which.
+_SAME_TEMPLATE_BLOCKERS = frozenset(c for c in Code if c.blocks_reuse)
+_REPLAY_BLOCKERS = frozenset(c for c in Code if c.blocks_replay)
 
 
 @dataclass(frozen=True)
@@ -102,17 +89,17 @@ def replay_skipped(entry: Entry) -> str | None:
     the template did not change). Only a template edit is replayed."""
     codes = {r.code for r in entry.reasons}
     if entry.manifest is None:  # unreadable (log_modified), or none at all (missing)
-        return "no readable previous log" if LOG_MODIFIED in codes else None
-    if TEMPLATE_CHANGED not in codes and WORKLOAD_CHANGED not in codes:
+        return "no readable previous log" if Code.LOG_MODIFIED in codes else None
+    if Code.TEMPLATE_CHANGED not in codes and Code.WORKLOAD_CHANGED not in codes:
         return None
-    if TVM_CHANGED in codes:
+    if Code.TVM_CHANGED in codes:
         return f"the previous log was tuned with TVM {entry.manifest.tvm_version}"
-    if LOG_MODIFIED in codes:
+    if Code.LOG_MODIFIED in codes:
         return "the previous log was edited by hand"
-    if TEMPLATE_API_CHANGED in codes:
+    if Code.TEMPLATE_API_CHANGED in codes:
         return (f"the previous log was decoded with template API {entry.manifest.template_api}, "
                 "not this tvmtune-ci's")
-    if TARGET_CHANGED in codes:
+    if Code.TARGET_CHANGED in codes:
         return "the previous log was tuned for another target"
     return None
 
@@ -177,7 +164,7 @@ def can_replay(entry: Entry) -> bool:
     """Whether the entry's own previous log is replayed: its template was edited,
     the log is readable, unedited, for this target and tuned with this TVM."""
     codes = {r.code for r in entry.reasons}
-    return (entry.manifest is not None and bool(codes & {TEMPLATE_CHANGED, WORKLOAD_CHANGED})
+    return (entry.manifest is not None and bool(codes & {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED})
             and not codes & _REPLAY_BLOCKERS)
 
 

@@ -49,25 +49,26 @@ from .fsutil import NotRegularFileError, read_regular_file, sha256_bytes, what_i
 from .git import read as git_read
 from .layout import LogSet
 from .manifest import MANIFEST_NAME, RESULTS_NAME, Manifest, parse_results
+from .reasons import RETUNE, Code
 from .records import LOG_FORMAT
 from .runs import RUNS_NAME, parse_runs
 from .targetinfo import scope, target_facts
 from .targets import canonical_target, slug, target_json
 from .template import ADVISED_POINTS, TemplateDecl, discover_templates, space_advice
 
-# Reason codes, in the order they are reported.
-MISSING = "missing"
-TEMPLATE_INVALID = "template_invalid"
-TEMPLATE_CHANGED = "template_changed"
-WORKLOAD_CHANGED = "workload_changed"
-TARGET_CHANGED = "target_changed"
-TVM_CHANGED = "tvm_changed"
-TEMPLATE_API_CHANGED = "template_api_changed"
-EXPIRED = "expired"
-LOG_MODIFIED = "log_modified"
-ORPHANED = "orphaned"  # a warning (Report.orphans), never a reason
+# Reason codes (reasons.Code: their order, what each blocks downstream, their fix).
+MISSING = Code.MISSING
+TEMPLATE_INVALID = Code.TEMPLATE_INVALID
+TEMPLATE_CHANGED = Code.TEMPLATE_CHANGED
+WORKLOAD_CHANGED = Code.WORKLOAD_CHANGED
+TARGET_CHANGED = Code.TARGET_CHANGED
+TVM_CHANGED = Code.TVM_CHANGED
+TEMPLATE_API_CHANGED = Code.TEMPLATE_API_CHANGED
+EXPIRED = Code.EXPIRED
+LOG_MODIFIED = Code.LOG_MODIFIED
+ORPHANED = Code.ORPHANED  # a warning (Report.orphans), never a reason
 
-FIX_HINT = "tvmtune-ci retune"
+FIX_HINT = RETUNE
 
 # Reads of committed files are bounded: a manifest is a few KB, a log a few MB.
 MAX_MANIFEST_BYTES = 16 << 20
@@ -81,10 +82,13 @@ class Reason:
     """Why an entry is stale: a reason code, the detail in words, and the file:line
     to look at (None when there is no such place)."""
 
-    code: str
+    code: Code
     detail: str
     file: str | None = None  # repo-relative posix path
     line: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", Code(self.code))  # a plain "missing" too
 
 
 @dataclass(frozen=True)

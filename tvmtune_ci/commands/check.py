@@ -116,17 +116,14 @@ def fix_hint(e: Entry) -> str:
                 and e.manifest.template_api > templateapi.TEMPLATE_API:
             # Re-tuning with this tvmtune-ci would write the log back in an older API.
             return "upgrade tvmtune-ci to the version that wrote the log"
-        return f"run `{FIX_HINT}` and commit the new log"
+        return min((r.code for r in e.reasons), key=lambda c: c.order).hint
     where = ", ".join(dict.fromkeys(f"{r.file}:{r.line}" if r.line else str(r.file) for r in invalid))
     then = (
         f"; then run `{FIX_HINT}` for the other reasons"
         if any(r.code != TEMPLATE_INVALID for r in e.reasons)
         else ""
     )
-    return (
-        f"fix the template at {where} as the message says (it cannot be read, so it "
-        f"cannot be tuned){then}"
-    )
+    return TEMPLATE_INVALID.hint.format(where=where) + then
 
 
 _WHERE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+): ")
