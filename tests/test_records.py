@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_tuner import BROKEN_CODE, BROKEN_KNOB, TARGET, make_template, request
 
-from tvmtune_ci import records
+from tvmtune_ci import loader, records
 from tvmtune_ci.errors import CorruptFileError
 from tvmtune_ci.manifest import Measured, Trials
 from tvmtune_ci.tuner import TuneOutcome, tune_workload
@@ -160,7 +160,7 @@ def test_load_database_returns_the_best(tuned) -> None:
     from tvmtune_ci.builder import schedule_config
 
     template, outs, log_path = tuned
-    db = records.load_database(log_path)
+    db = loader.load_database(log_path)
     for out in outs:
         sch = _query(db, template, out.workload_name)
         best = schedule_config(template, out.workload_name, _best_knobs(out), TARGET)
@@ -176,5 +176,5 @@ def test_load_database_reports_a_broken_record(tuned, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(log))
     with pytest.raises(CorruptFileError, match="TVM cannot load a record") as info:
-        records.load_database(bad)
+        loader.load_database(bad)
     assert str(bad) in str(info.value)

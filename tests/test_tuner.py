@@ -556,7 +556,7 @@ def test_a_warm_retune_after_an_edit_that_opens_a_better_region_searches_on(tmp_
     wide = make_template(tmp_path, "mm_wide")
     warm = tune_workload(request(wide, tmp_path / "warm", trials=96, replay=replay, prior=prior,
                                  early_stop=EarlyStop(patience=2), old_knobs=tuple(narrow.KNOBS)))
-    probed = [r["knobs"]["tile_j"] for r in warm.records if r.get("source") == "probe"]
+    probed = [r["knobs"]["tile_j"] for r in warm.records if r.get("source") == "new_region"]
     assert warm.replay is not None and warm.replay.probes == len(probed) >= 4, probed
     assert all(t[-1] > 1 for t in probed)  # vectorisable: what the old template could not take
     old_on_new = next(r["latency_s"] for r in warm.records if r.get("source") == "replay" and r["latency_s"])

@@ -144,3 +144,31 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
     config = load_config(Path(root) if root is not None else None)
     module = import_template(config.operators_path / f"{operator}.py", config.root)
     return build_config(module, best.workload, best.target, best.knobs)
+
+
+def load_database(log_path: Path) -> Any:
+    """A MetaSchedule `MemoryDatabase` holding every record of the log.
+
+    `db.query_schedule(workload_module(template, name), target, name)` then returns the
+    best schedule of that workload (look up with the target the log was tuned for).
+    """
+    from . import tvmsetup
+    from .errors import CorruptFileError
+    from .records import read_log
+
+    ms = tvmsetup.ms()
+    path = Path(log_path)
+    log = read_log(path)
+    db = ms.database.MemoryDatabase()
+    for name in sorted(log["workloads"]):
+        w = log["workloads"][name]
+        try:
+            workload = db.commit_workload(ms.database.Workload.from_json(w["workload"]).mod)
+            for r in w["records"]:
+                db.commit_tuning_record(ms.database.TuningRecord.from_json(r, workload))
+        except Exception as e:  # TVM raises its own error types on a bad trace
+            raise CorruptFileError(
+                f"{path}: workload {name!r}: TVM cannot load a record ({str(e).splitlines()[0]}); "
+                "inspect it, or delete it and re-tune (tvmtune-ci retune)"
+            ) from None
+    return db

@@ -24,7 +24,8 @@
 MetaSchedule's databases ignore the target when they look a record up, which is why
 there is one log per operator and target. `to_json_database` writes the two files
 TVM's own `JSONDatabase(path_workload=..., path_tuning_record=...)` reads;
-`load_database` returns a `MemoryDatabase` holding the same records. Each record sits
+`loader.load_database` returns a `MemoryDatabase` holding the same records (TVM:
+the tuning side). Each record sits
 on one line of the log so git diffs stay readable.
 
 RUN_SECS is one number, the estimate of `stats.py` (the lower quartile of the
@@ -249,26 +250,3 @@ def to_json_database(log_path: Path, out_dir: Path) -> tuple[Path, Path]:
     return wl_path, rec_path
 
 
-def load_database(log_path: Path) -> Any:
-    """A MetaSchedule `MemoryDatabase` holding every record of the log.
-
-    `db.query_schedule(workload_module(template, name), target, name)` then returns the
-    best schedule of that workload (look up with the target the log was tuned for).
-    """
-    from . import tvmsetup
-
-    ms = tvmsetup.ms()
-    path = Path(log_path)
-    log = read_log(path)
-    db = ms.database.MemoryDatabase()
-    for name in sorted(log["workloads"]):
-        w = log["workloads"][name]
-        try:
-            workload = db.commit_workload(ms.database.Workload.from_json(w["workload"]).mod)
-            for r in w["records"]:
-                db.commit_tuning_record(ms.database.TuningRecord.from_json(r, workload))
-        except Exception as e:  # TVM raises its own error types on a bad trace
-            raise _corrupt(
-                path, f"workload {name!r}: TVM cannot load a record ({str(e).splitlines()[0]})"
-            ) from None
-    return db

@@ -495,7 +495,7 @@ class Search:
         trained on them, and the database the evolutionary search seeds its population
         from holds them. Not told to the strategy: it did not propose them.
 
-        `source="probe"`: the same for the probes of the region an edit opened
+        `source="new_region"`: the same for the probes of the region an edit opened
         (`history.probes`); they count as the search's own trials, not the old log's."""
         from .builder import schedule_config
         from .numerics import check_correct

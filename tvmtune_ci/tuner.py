@@ -272,7 +272,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                     found = new_region(req.replay[0], req.old_knobs, req.template.KNOBS, wl,
                                        req.target, limit=req.batch_size)
                     if found:
-                        p = search.replay(found, source="probe")
+                        p = search.replay(found, source="new_region")
                         replay = replace(replay, probes=p.measured)
                 t = lap("replay_s", t)
             replay = replace(replay, prior=n_prior)
