@@ -129,3 +129,11 @@ def test_every_tuning_side_name_is_a_module() -> None:
     names = {_module_name(p) for p in PKG.rglob("*.py")}
     assert TUNE <= names, TUNE - names
     assert {a for a, _ in ALLOWED} | {b for _, b in ALLOWED} <= names
+
+
+def test_the_tuner_and_the_modules_its_types_pass_through_have_no_cycle() -> None:
+    """search, journal and records take the tuner's request and outcome types from
+    tunetypes, not from the tuner that imports them."""
+    graph = _graph()
+    for m in ("search", "journal", "records", "tunetypes"):
+        assert _path(graph, m, {"tuner"}) is None, m

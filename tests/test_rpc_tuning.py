@@ -21,8 +21,8 @@ from small_mm import SMALL_MM
 
 from tvmtune_ci.config import MeasureOptions, RpcRunner
 from tvmtune_ci.errors import DeviceError, TuningError
-from tvmtune_ci.search import BatchEvent
 from tvmtune_ci.tuner import TuneOutcome, TuneRequest, tune_workload
+from tvmtune_ci.tunetypes import BatchEvent
 
 # Long (a real tracker and servers, several tunes: minutes); `make test` and CI run them, `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .builder import workload_params
 
 if TYPE_CHECKING:
-    from .tuner import TuneRequest
+    from .tunetypes import TuneRequest
 
 JOURNAL_FORMAT = 2  # 2: estimates (lower quartile + interval) per trial
 JOURNAL_NAME = "journal.jsonl"

@@ -51,7 +51,7 @@ from .errors import CorruptFileError
 from .fsutil import atomic_write_text
 
 if TYPE_CHECKING:
-    from .tuner import TuneOutcome
+    from .tunetypes import TuneOutcome
 
 LOG_FORMAT = 2
 READ_FORMATS = (1, 2)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import stats
 from .builder import make_postprocs, remove_artifact, workload_module, workload_params
@@ -45,43 +45,11 @@ from .space import (
 )
 from .targetinfo import scope
 from .template import Knob, design_spaces, space_size, template_name
-
-if TYPE_CHECKING:
-    from .tuner import TuneRequest
+from .tunetypes import BatchEvent, ReplayStats, TuneRequest
 
 # Valid samples before the XGB model's predictions replace random scores (stock: 100,
 # which leaves a 64-trial run a random search). It trains on every batch until then.
 WARMUP_SAMPLES = 32
-
-
-@dataclass(frozen=True)
-class BatchEvent:
-    """Progress after each measured batch (what `on_batch` receives)."""
-
-    workload_name: str
-    batch: int  # 1-based, counting batches of this process
-    trials_done: int  # including resumed ones
-    budget: int
-    best_latency_s: float | None
-    best_gflops: float | None
-    batch_valid: int
-    batch_failed: int
-    elapsed_s: float  # since tune_workload started
-    resumed: int = 0  # trials loaded from work_dir
-
-
-@dataclass(frozen=True)
-class ReplayStats:
-    """How the replayed configurations fared (counts, first failures)."""
-
-    offered: int
-    built: int
-    correct: int
-    measured: int
-    failures: tuple[str, ...] = ()
-    old_best_correct: bool = False
-    prior: int = 0  # old records the cost model was trained on (TuneRequest.prior)
-    probes: int = 0  # points of the region the edit opened, measured after the replay
 
 
 # --------------------------------------------------------------------------- helpers

@@ -22,117 +22,29 @@ Importing this module does not import TVM.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from . import stats
 from .builder import make_builder, workload_params
-from .config import EarlyStop, MeasureOptions, RpcRunner
 from .errors import TuningError
 from .manifest import Measured, Trials
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
 from .numerics import check_correct
 from .runners import make_runner
-from .search import BatchEvent, ReplayStats, Search, failure_kinds
+from .search import Search, failure_kinds
 from .space import knobs_key
 from .template import template_name
+from .tunetypes import BatchEvent, ReplayStats, TuneOutcome, TuneRequest
 
-__all__ = ["TuneRequest", "TuneOutcome", "tune_workload"]
+__all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest", "tune_workload"]
 
 TOP_N = 10
 
 
 # --------------------------------------------------------------------------- API types
-
-
-@dataclass(frozen=True, kw_only=True)
-class TuneRequest:
-    """What `tune_workload` tunes and how: the template module and workload, the
-    target (and RPC runner), the budget, seed, measurement and early-stop settings,
-    the resumable `work_dir`, and what the previous log offers (its best, or after
-    a template edit its configurations to replay and its records as a prior)."""
-
-    template: ModuleType
-    workload_name: str
-    target: dict[str, Any]
-    trials: int
-    work_dir: Path
-    batch_size: int = 16
-    seed: int = 42
-    early_stop: EarlyStop = EarlyStop()
-    measure: MeasureOptions = MeasureOptions()
-    rpc: RpcRunner | None = None
-    on_batch: Callable[[BatchEvent], None] | None = None
-    # EvolutionarySearch's population (stock: 512). Each batch replays the population
-    # through the template and postprocessors about five times; on a 2-core runner
-    # 512 costs 4-7 s per batch of a padded GEMM, 128 about 1 s.
-    population_size: int = 128
-    # The template's semantic fingerprint (with its in-repo dependencies): part of the
-    # resume key. Empty: the module's source text is used.
-    fingerprint: str = ""
-    # The previous log's best of this workload (knobs), a finalist when given.
-    previous_knobs: dict[str, Any] | None = None
-    # Told when the runner is noisy but usable (more samples are taken).
-    warn: Callable[[str], None] | None = None
-    # History replay (template edited): the previous log's configurations mapped into
-    # this template's knob space, best first (`history.map_all`). Each is built, checked
-    # against reference() and measured before the search, which starts from them. The
-    # first is the old best: it replaces `previous_knobs` when it still computes right.
-    replay: tuple[dict[str, Any], ...] = ()
-    # The old log's other records (template edited), mapped into this knob space with
-    # their old latencies (`priors.prior_for`): the cost model is trained on them
-    # before the first batch. Not measured, not in the log.
-    prior: tuple[tuple[dict[str, Any], float], ...] = ()
-    # The KNOBS of the template the old log was tuned with, when known: the region the
-    # edit opened is probed next to the old best after the replay (`history.probes`).
-    old_knobs: tuple[Any, ...] | None = None
-    # A share of a time budget (`retune --budget`, budget.py): the search stops when
-    # tune_workload has run this long less what the finals need; at least one batch.
-    time_budget_s: float | None = None
-    budget_note: str = ""  # the share, in words (README, commit)
-
-
-@dataclass(frozen=True)
-class TuneOutcome:
-    """What one workload's tuning produced: the log records, the best and default from
-    the finals, the top table, trials, curve and timings."""
-
-    workload_name: str
-    # One dict per measured trial, in trial order: {"trial", "batch", "space", "knobs",
-    # "latency_s" (None if failed), "error" (None if valid), "device" (who measured it:
-    # "local", an RPC server's "host:port", None if it never reached one), "record"
-    # (TuningRecord JSON as JSONDatabase writes it)}. records.write_log turns these
-    # into the log entry.
-    records: list[dict[str, Any]]
-    best: Measured  # from the finals, interleaved with `baseline`
-    baseline: Measured  # the default configuration, in the finals
-    top: tuple[Measured, ...]  # finals first, then the search's; sorted by latency
-    trials: Trials
-    curve: tuple[tuple[int, float], ...]  # (trial index, best-so-far GFLOPS), 1-based
-    space_size: int  # points in all design spaces together
-    design_spaces: int
-    noise_check: Measured  # the default configuration before the search (noise check)
-    workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
-    flop: float = 0.0
-    # Timings and counts (seconds): correctness_s, baseline_s, setup_s, first_trial_s,
-    # search_s, verify_s, total_s, compile_s, export_s, load_s, eval_s, resumed,
-    # devices_used (distinct devices that measured a valid trial), device_retries (RPC
-    # measurements measured again after their device failed).
-    stats: dict[str, float] = field(default_factory=dict)
-    # The devices that measured a valid trial, sorted ("local" or RPC "host:port").
-    devices: tuple[str, ...] = ()
-    previous: Measured | None = None  # the previous best, in the finals
-    previous_verdict: str | None = None  # this run's best vs previous: faster/equal/slower
-    best_source: str = "search"  # "search", "default" or "previous"
-    # The finals' results, for the log: {"role", "knobs", "estimate"} in finals order.
-    final_results: tuple[dict[str, Any], ...] = ()
-    replay: ReplayStats | None = None  # with TuneRequest.replay
-    # A GPU target: the best's arch, shared memory and registers per block as its build
-    # reported them (builder.gpu_resources); None on a CPU.
-    gpu: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- the steps
