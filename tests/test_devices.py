@@ -62,7 +62,7 @@ def test_parse_summary_counts_servers_per_key_and_drops_empty_keys() -> None:
 
 
 def test_session_timeout_must_outlast_the_measurement() -> None:
-    from tvmtune_ci.runners.rpc import check_session_timeout
+    from tvmtune_ci.rpclimits import check_session_timeout
 
     rpc = RpcRunner(tracker="127.0.0.1:1", key="k", session_timeout_s=10)
     check_session_timeout(rpc, MeasureOptions(time_cap_s=2, timeout_s=12))  # 7.2 s + 1 s

@@ -137,3 +137,11 @@ def test_the_tuner_and_the_modules_its_types_pass_through_have_no_cycle() -> Non
     graph = _graph()
     for m in ("search", "journal", "records", "tunetypes"):
         assert _path(graph, m, {"tuner"}) is None, m
+
+
+def test_the_tracker_module_does_not_import_the_rpc_runner() -> None:
+    """devices (the tracker protocol, the preflight) and the RPC runner share their rules
+    through rpclimits; the runner asks devices for the tracker's queue, not the reverse."""
+    graph = _graph()
+    assert _path(graph, "devices", {"runners.rpc", "runners"}) is None
+    assert _path(graph, "rpclimits", {"runners.rpc", "devices", "ext:tvm"}) is None

@@ -32,6 +32,7 @@ from typing import Any
 
 from .config import MeasureOptions, RpcRunner
 from .errors import DeviceError
+from .rpclimits import check_session_timeout
 
 DEFAULT_TIMEOUT_S = 10.0
 _PROBE_FILE = "tvmtune-ci-preflight.bin"
@@ -360,15 +361,13 @@ def preflight(rpc: RpcRunner, measure: MeasureOptions | None = None, *,
               timeout_s: float = DEFAULT_TIMEOUT_S) -> Preflight:
     """Stop before the first trial unless the tracker can serve `rpc.devices` devices for `rpc.key`.
 
-    In order: `session_timeout_s` holds one measurement (`runners.rpc.
+    In order: `session_timeout_s` holds one measurement (`rpclimits.
     check_session_timeout`, when `measure` is given); the tracker answers; it has at least `rpc.devices` free servers
     for the key; `rpc.devices` sessions opened at once each complete a remote
     call (workpath, upload, remove). Each failure is a DeviceError (exit 9)
     saying what the tracker has and what to change.
     """
     if measure is not None:
-        from .runners.rpc import check_session_timeout
-
         check_session_timeout(rpc, measure)
     queue = tracker_summary(rpc.tracker_host, rpc.tracker_port, timeout_s)
     k = queue.get(rpc.key)

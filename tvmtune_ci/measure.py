@@ -23,8 +23,8 @@ from .builder import build_config, make_builder, remove_artifact, schedule_confi
 from .config import MeasureOptions
 from .errors import TuningError
 from .manifest import Measured
+from .rpclimits import rpc_failure
 from .runners import make_runner
-from .runners.rpc import rpc_failure
 from .sampling import SamplePolicy, device_type, full_policy
 from .template import template_name
 

@@ -19,8 +19,9 @@ import numpy as np
 from .builder import schedule_config, workload_params
 from .config import RpcRunner
 from .errors import DeviceError, TemplateError, TuningError
+from .rpclimits import RPC_GRACE_S, last_line, rpc_where
 from .runners.local import WORKER_START_S, wait_or_kill
-from .runners.rpc import RPC_GRACE_S, last_line, open_session, rpc_where
+from .runners.rpc import open_session
 from .sampling import device_type
 from .template import call_with_workload, template_name
 

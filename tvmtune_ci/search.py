@@ -32,7 +32,7 @@ from .errors import TemplateError, TuningError
 from .journal import Journal, request_fingerprint
 from .measure import flop_count, gflops
 from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
-from .runners.rpc import rpc_failure
+from .rpclimits import rpc_failure
 from .sampling import device_type, search_policy
 from .space import (
     TemplateSpace,

@@ -10,8 +10,9 @@ from typing import Any
 
 from ..config import MeasureOptions, RpcRunner
 from ..errors import DeviceError
+from ..rpclimits import check_session_timeout
 from .local import local_runner_class
-from .rpc import check_session_timeout, rpc_runner_class
+from .rpc import rpc_runner_class
 
 
 def make_runner(measure: MeasureOptions, rpc: RpcRunner | None = None) -> Any:
