@@ -397,13 +397,14 @@ def load_step(job: Job) -> Job:
     """Read, fingerprint and import the template, once for every workload: one parse
     of its source feeds all three, so the code tuned is the code fingerprinted."""
     from .fingerprint import SourceCache
-    from .template import import_template
+    from .template import check_imported_agrees, import_template
 
     root = job.config.root
     path = root / job.entry.template_file
     cache = SourceCache(root, inputs=job.config.declared_inputs(), config_file=job.config.path)
     decl, fp = cache.template(path), cache.fingerprint(path)
     module = import_template(path, root, cache.tree(path))
+    check_imported_agrees(module, decl)
     return replace(job, template=Template(path, decl, fp, module,
                                           sources.record(cache, decl, fp, job.target.target)))
 

@@ -734,3 +734,24 @@ def import_template(path: Path, root: Path, tree: ast.Module | None = None) -> A
         if not hasattr(module, attr):
             raise TemplateError(f"not an operator template: missing {attr}; see `tvmtune_ci.template`", file=path)
     return module
+
+
+def check_imported_agrees(module: Any, decl: TemplateDecl) -> None:
+    """TemplateError unless the imported WORKLOADS and KNOBS are the literals `check`
+    read from the source. The tuner reads the module, while the fingerprint, the
+    manifest and the history read the source: code that changes them at import (a
+    loop adding workloads, an `update`) would tune something the log does not say."""
+    for attr, parsed in (("WORKLOADS", decl.workloads), ("KNOBS", decl.knobs)):
+        imported = getattr(module, attr)
+        same = imported == parsed if attr == "WORKLOADS" else tuple(imported) == parsed
+        if not same:
+            raise TemplateError(
+                f"{attr} after import differs from the literal in the source ({attr} as read: "
+                f"{_short_repr(parsed)}; after import: {_short_repr(imported)}): code that runs at "
+                f"import changes it. Keep {attr} a plain literal that nothing modifies; compute "
+                "variants in compute() or schedule()", file=decl.path)
+
+
+def _short_repr(x: Any, limit: int = 160) -> str:
+    r = repr(x)
+    return r if len(r) <= limit else r[: limit - 3] + "..."

@@ -239,6 +239,18 @@ def test_wrong_template_stops_at_the_correctness_step(tmp_path: Path) -> None:
     assert not (root / "tuning_logs/mm/.host.tvmtune-work/s64/journal.jsonl").exists()
 
 
+def test_a_template_that_changes_its_workloads_at_import_is_refused_before_tuning(tmp_path: Path) -> None:
+    """The tuner reads the imported WORKLOADS, the manifest and fingerprint the literal:
+    a template that adds a workload at import would tune what its log does not say."""
+    grown = SMALL_MM + '\nWORKLOADS["s32"] = {"M": 32, "N": 32, "K": 32, "dtype": "float32"}\n'
+    root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": grown}, operators=False)
+    r = run_cli(root, "retune")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "operators/mm.py" in r.stderr and "WORKLOADS after import differs from the literal" in r.stderr
+    assert "'s32'" in r.stderr and "Keep WORKLOADS a plain literal" in r.stderr
+    assert not (root / FOLDER).exists()
+
+
 def test_second_writer_of_the_same_entry_is_refused(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     root = _copy(tuned[0], tmp_path)
     lock = root / "tuning_logs/mm/.host.tvmtune-lock"
