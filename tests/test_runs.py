@@ -134,3 +134,20 @@ def test_the_headline_is_the_median_over_the_runs_with_their_spread() -> None:
     noise = runs.runner_band(history)
     assert noise is not None and "compute-bound calibration kernel 294 ms (±0.0% over 8 runs" in noise
     assert "up to 1.33x its fastest" in noise
+
+
+def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fixes() -> None:
+    quiet = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]  # ±1%, calibration modes 1.33x
+    assert runs.noise_warning(quiet, ["w"], search_precision=0.5) is None
+    # Across runs: a band wider than the smallest drift reported (5%).
+    wide = [run(i, 1.0 + 0.15 * (i % 2)) for i in range(8)]  # ±7%
+    w = runs.noise_warning(wide, ["w"], search_precision=0.5)
+    assert w is not None and "spread ±" in w and "smallest drift remeasure reports (5%)" in w
+    assert "isolcpus" in w and "dedicated runner" in w and "governor" in w
+    # Too few runs for a band: only the within-run modes can speak.
+    assert runs.noise_warning(wide[:5], ["w"], search_precision=0.5) is None
+    # Within a run: speed modes (calibration slowest/fastest stretch 1.33x) beyond the
+    # search's precision.
+    w = runs.noise_warning(quiet[:2], ["w"], search_precision=0.03)
+    assert w is not None and "1.33x" in w and "search's precision (±3%)" in w
+    assert "spread ±" not in w

@@ -158,7 +158,7 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
     """The README of a log set: the result first (best, speedup, knobs, the run-to-run
     band), then per workload the trials, history, finals and top table, the curve, and
     the provenance folded at the end. `runs`: the set's run history (runs.py)."""
-    from .runs import headline, runner_band
+    from .runs import headline, noise_warning, runner_band
 
     tj = target_json(m.target)
     precision = m.measure.get("precision")
@@ -198,6 +198,9 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
     noise = runner_band(runs)
     if noise:
         lines += ["", f"The runner: {noise}."]
+    warn = noise_warning(runs, sorted(m.results), float(m.measure.get("search_precision", 0.03)))
+    if warn:
+        lines += ["", f"> **Warning.** {warn}"]
     if misses:
         lines += ["", "Precision:", ""] + [f"- {x}" for x in misses]
     for wname in sorted(m.results):

@@ -420,6 +420,44 @@ def runner_band(runs: Sequence[Run]) -> str | None:
     return "; ".join(parts) or None
 
 
+NOISE_FIXES = ("a dedicated runner (no other jobs or VMs on its cores), more cores than the "
+               "target's num-cores, the measuring cores isolated (isolcpus or a cpuset), the "
+               "performance CPU governor with turbo off")
+
+
+def noise_warning(runs: Sequence[Run], workloads: Sequence[str], search_precision: float) -> str | None:
+    """A warning when this runner's noise is wider than the effects tvmtune-ci judges on
+    it, with what would narrow it; None when it is not (or too few runs say).
+
+    - Across runs: the widest band of a workload's headline figure (once the history has
+      MIN_REF + PERSIST runs) against the smallest drift `remeasure` reports (MIN_CHANGE):
+      a smaller persistent change hides in the band.
+    - Within a run (its last MIN_REF + PERSIST runs): the calibration kernels' slowest
+      1-s stretch over their fastest (the speed modes) against the search's precision
+      (`measure.search_precision`): the search, and early stop with it, compares trials
+      measured seconds apart. (The finals and the history verdict are interleaved, and
+      are not affected.)"""
+    said = []
+    bands = [band_of(series(runs, w)) for w in workloads]
+    if bands and all(b is not None and b.runs >= MIN_REF + PERSIST for b in bands):
+        wide = max(b.halfwidth for b in bands if b is not None)
+        if wide > MIN_CHANGE:
+            said.append(f"its figures spread ±{wide:.1%} from run to run, wider than the smallest "
+                        f"drift remeasure reports ({MIN_CHANGE:.0%}): a smaller lasting change "
+                        "goes unseen")
+    modes = [r.calibration[k].slow_s / r.calibration[k].fast_s for r in runs[-(MIN_REF + PERSIST):]
+             for k in r.calibration if r.calibration[k].fast_s > 0]
+    if modes and max(modes) - 1 > search_precision:
+        said.append(f"within a run its speed moved by up to {max(modes):.2f}x for seconds at a time, "
+                    f"beyond the search's precision (±{search_precision:.0%}): the search and its "
+                    "early stop compare trials measured seconds apart in that noise (the finals are "
+                    "interleaved and are not affected)")
+    if not said:
+        return None
+    return "This runner is noisier than the effects judged on it: " + "; ".join(said) + \
+        f". To narrow it: {NOISE_FIXES}."
+
+
 def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
     """One row per run: when, by what, each workload's figure and the calibration kernels'."""
     if not runs:

@@ -47,6 +47,27 @@ def band_cell(e: Entry) -> str:
     return f"±{max(b.halfwidth for b in bands if b):.1%} ({min(counts)})"
 
 
+def noise_lines(report: Report) -> list[str]:
+    """One warning per target whose runner is noisier than the effects judged on it
+    (runs.noise_warning), from the first of its entries that says so."""
+    from ..runs import noise_warning, read_runs
+
+    out, seen = [], set()
+    for e in report.entries:
+        if e.manifest is None or e.target_name in seen:
+            continue
+        try:
+            history = read_runs(e.logset.folder, e.manifest.files)
+        except CorruptFileError:
+            continue
+        warn = noise_warning(history, sorted(e.manifest.workloads),
+                             float(e.manifest.measure.get("search_precision", 0.03)))
+        if warn:
+            seen.add(e.target_name)
+            out.append(f"{e.target_name} (from {e.operator}'s run history): {warn}")
+    return out
+
+
 def row(e: Entry) -> dict[str, str]:
     m = e.manifest
     trials = best = "-"
@@ -92,6 +113,8 @@ def render_text(report: Report, out: TextIO) -> None:
     for line in orphan_lines(report):
         print(f"warning: {line}", file=out)
     for w in report.warnings:
+        print(f"warning: {w}", file=out)
+    for w in noise_lines(report):
         print(f"warning: {w}", file=out)
     print(summary_line(report), file=out)
 
