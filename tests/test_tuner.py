@@ -598,3 +598,70 @@ def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     got, got_tied = _decide(results)
     assert (None if got is None else results.index(got)) == winner
     assert got_tied == tied
+
+
+def _trial(i: int, a: int, latency: float | None) -> dict:
+    return {"trial": i, "batch": 1, "space": 0, "knobs": {"a": a}, "latency_s": latency,
+            "error": None if latency is not None else "build failed", "device": "local",
+            "record": [f"trace{a}", [latency or 1e9], "arg", "target"]}
+
+
+def _fin_of(results: list[FinalResult]):  # noqa: ANN202
+    from tvmtune_ci.tuner import _decide, _FinalsOutcome
+
+    winner, tied = _decide(results)
+    return _FinalsOutcome(results, winner, tied)
+
+
+def _finalist(role: str, a: int | None, value: float, rel: float = 0.01) -> FinalResult:
+    from tvmtune_ci.space import knobs_key
+
+    knobs = None if a is None else {"a": a}
+    key = knobs_key(knobs) if knobs else ""
+    return FinalResult(Finalist(role, knobs, key=key), Estimate(value, value * (1 - rel), value * (1 + rel), 40),
+                       stopped="converged")
+
+
+def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
+    from tvmtune_ci.manifest import Measured
+    from tvmtune_ci.tuner import assemble
+
+    entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.1), _trial(3, 3, 2.0), _trial(4, 4, None)]
+    fin = _fin_of([_finalist("search", 1, 0.9), _finalist("search", 2, 1.05), _finalist("default", None, 3.0)])
+    noise = Measured({}, 3.2, None)
+    a = assemble(entries, fin, {}, 2e9, noise, full=lambda k: dict(k or {}))
+    by = {r["knobs"]["a"]: r for r in a.records}
+    assert by[1]["latency_s"] == 0.9 and by[1]["stage"] == "finals" and by[1]["record"][1] == [0.9]
+    assert by[2]["latency_s"] == 1.05 and by[2]["stage"] == "finals"
+    # Not a finalist: its search figure x (winner's finals / best search figure of the finalists).
+    assert by[3]["record"][1] == [pytest.approx(2.0 * 0.9 / 1.0)] and by[3]["measured_s"] == 2.0
+    assert by[3]["scale"] == pytest.approx(0.9)
+    assert by[4]["error"] and "scale" not in by[4]  # a failure keeps its place, unscaled
+    assert a.best.latency_s == 0.9 and a.best.stage == "finals" and a.best.gflops == pytest.approx(2e9 / 0.9 / 1e9)
+    assert a.baseline.latency_s == 3.0 and a.previous is None and a.previous_verdict is None
+    assert [m.latency_s for m in a.top] == [0.9, 1.05, pytest.approx(1.8)]
+    assert a.top[-1].search_s == 2.0 and a.top[-1].stage == "search"
+    assert [f["role"] for f in a.final_results] == ["search", "search", "default"]
+    assert len(a.records) == 4  # the winner was searched: nothing added
+
+
+def test_assembling_a_kept_previous_best_logs_its_record_and_the_tie() -> None:
+    from tvmtune_ci.manifest import Measured
+    from tvmtune_ci.tuner import assemble
+
+    entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.3)]
+    fin = _fin_of([_finalist("search", 1, 0.99, 0.03), _finalist("previous", 9, 1.0, 0.03),
+                   _finalist("search", 2, 1.2, 0.01)])
+    assert fin.winner.finalist.role == "previous" and fin.tied == {0}
+    a = assemble(entries, fin, {"previous": ["trace9", [0.0], "arg", "target"]}, 0.0,
+                 Measured({}, 5.0, None), full=lambda k: dict(k or {}))
+    added = [r for r in a.records if r["trial"] == 0]
+    assert len(added) == 1 and added[0]["knobs"] == {"a": 9} and added[0]["record"][1] == [1.0]
+    tied = next(r for r in a.records if r["knobs"] == {"a": 1})
+    # Logged at the kept value, so TVM's ranking (mean of run_secs) keeps the previous best.
+    assert tied["latency_s"] == 1.0 and tied["stage"] == "finals (tied with the kept previous best)"
+    assert a.best.knobs == {"a": 9} and a.previous is not None and a.previous.latency_s == 1.0
+    assert a.previous_verdict == "equal"  # the best search finalist against the previous
+    assert a.baseline.latency_s == 5.0  # no default in the finals: the noise check's
+    assert [f["tied"] for f in a.final_results] == [True, False, False]
+    assert a.top[0].knobs == {"a": 9}

@@ -22,7 +22,7 @@ Importing this module does not import TVM.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -132,6 +132,108 @@ def run_finals(
             ]
 
 
+
+@dataclass(frozen=True)
+class Assembled:
+    """The finals turned into what the log and the manifest say (`assemble`)."""
+
+    records: list[dict[str, Any]]  # every trial on the finals' scale, plus a winner not searched
+    best: Measured
+    baseline: Measured  # the default in the finals (else the noise check's)
+    previous: Measured | None
+    top: list[Measured]  # best first, the other finalists, then the search's on the finals' scale
+    final_results: tuple[dict[str, Any], ...]
+    previous_verdict: str | None  # this run's best search finalist vs the previous best
+
+
+def assemble(
+    entries: Sequence[dict[str, Any]], fin: _FinalsOutcome, extra: Mapping[str, Any], flop: float,
+    noise: Measured, full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+) -> Assembled:
+    """Plain data work after the finals: the search's trials put on the finals' scale,
+    the finalists' records given their finals estimates (a search finalist tied with a
+    kept previous best at the kept value), the winner's record added when the search did
+    not measure it (`extra`: its record JSON by role), the top table and the verdict of
+    this run's best against the previous best. `full` fills a configuration's defaults."""
+    records = [dict(e) for e in entries]
+    rec_by_key = {knobs_key(e["knobs"]): e for e in records}
+    # The search's numbers and the finals' come from different minutes of a machine
+    # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
+    # left out of the finals is logged on the finals' scale: its search estimate x
+    # (the winner's finals estimate / the best search estimate among the finalists).
+    # It was ranked below every finalist by the search, so it stays below the winner.
+    assert fin.winner.estimate is not None
+    searched = [rec_by_key[r.finalist.key]["latency_s"] for r in fin.results
+                if r.finalist.role == "search" and r.finalist.key in rec_by_key
+                and rec_by_key[r.finalist.key]["latency_s"] is not None]
+    scale = fin.winner.estimate.value / min(searched) if searched else 1.0
+    final_keys = {r.finalist.key for r in fin.results if r.finalist.role == "search"}
+    for e in records:
+        if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
+            e["measured_s"], e["scale"] = e["latency_s"], scale
+            e["record"] = [e["record"][0], [e["latency_s"] * scale], *e["record"][2:]]
+    final_json: list[dict[str, Any]] = []
+    finals_measured: list[Measured] = []
+    best = baseline = previous = None
+    for i, r in enumerate(fin.results):
+        f = r.finalist
+        knobs = full(f.knobs)
+        final_json.append({"role": f.role, "knobs": knobs,
+                           "estimate": r.estimate.to_json() if r.estimate else None,
+                           "error": r.error, "tied": i in fin.tied})
+        if r.estimate is None:
+            continue
+        m = measured(knobs, r.estimate, flop, "finals", r.stopped)
+        if f.role == "default":
+            baseline = m
+        elif f.role == "previous":
+            previous = m
+        if r is fin.winner:
+            best = m
+        if f.role == "search" or r is fin.winner:
+            finals_measured.append(m)
+        # The log's value of a finalist is its finals estimate; one tied with a kept
+        # previous best is logged at the kept value, so TVM's ranking keeps it too.
+        value = r.estimate.value
+        if i in fin.tied:
+            assert fin.winner.estimate is not None
+            value = fin.winner.estimate.value
+        e = rec_by_key.get(f.key) if f.role == "search" else None
+        if e is None and r is fin.winner:
+            e = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
+                 "device": None, "record": extra[f.role]}
+            records.append(e)
+        if e is not None:
+            e["latency_s"] = value
+            e["ci"] = [r.estimate.lo, r.estimate.hi]
+            e["n"] = r.estimate.n
+            e["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
+            e["record"] = [e["record"][0], [value], *e["record"][2:]]
+    assert best is not None
+    if baseline is None:  # the default could not be measured in the finals
+        baseline = noise
+    # On the finals' scale, as the log ranks them; the search's own number kept.
+    search_top = [
+        Measured(full(e["knobs"]), e["latency_s"] * scale,
+                 gflops(flop, e["latency_s"] * scale),
+                 ci_lo_s=e["ci"][0] * scale if e.get("ci") else None,
+                 ci_hi_s=e["ci"][1] * scale if e.get("ci") else None,
+                 n=int(e.get("n", 0)), stage=e.get("stage") or "search",
+                 search_s=e["latency_s"])
+        for e in _valid_sorted(records)
+        if not str(e.get("stage", "")).startswith("finals")
+    ]
+    top = sorted(finals_measured, key=lambda m: m.latency_s)
+    top = [best] + [m for m in top if m is not best] + search_top
+    verdict = None
+    pr = next((r for r in fin.results if r.finalist.role == "previous" and r.estimate), None)
+    news = [r for r in fin.results if r.finalist.role == "search" and r.estimate]
+    if pr is not None and news:
+        nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
+        verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
+    return Assembled(records, best, baseline, previous, top, tuple(final_json), verdict)
+
+
 def tune_workload(req: TuneRequest) -> TuneOutcome:
     """Tune one workload; see the module docstring for the steps."""
     from . import tvmsetup
@@ -210,82 +312,10 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             builder.close()
         runner.close()
     flop = search.flop
-    records = [dict(e) for e in entries]
-    rec_by_key = {knobs_key(e["knobs"]): e for e in records}
-    # The search's numbers and the finals' come from different minutes of a machine
-    # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
-    # left out of the finals is logged on the finals' scale: its search estimate x
-    # (the winner's finals estimate / the best search estimate among the finalists).
-    # It was ranked below every finalist by the search, so it stays below the winner.
-    assert fin.winner.estimate is not None
-    searched = [rec_by_key[r.finalist.key]["latency_s"] for r in fin.results
-                if r.finalist.role == "search" and r.finalist.key in rec_by_key
-                and rec_by_key[r.finalist.key]["latency_s"] is not None]
-    scale = fin.winner.estimate.value / min(searched) if searched else 1.0
-    final_keys = {r.finalist.key for r in fin.results if r.finalist.role == "search"}
-    for e in records:
-        if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
-            e["measured_s"], e["scale"] = e["latency_s"], scale
-            e["record"] = [e["record"][0], [e["latency_s"] * scale], *e["record"][2:]]
-    final_json: list[dict[str, Any]] = []
-    finals_measured: list[Measured] = []
-    best = baseline = previous = None
-    for i, r in enumerate(fin.results):
-        f = r.finalist
-        knobs = full_knobs(template, name, f.knobs, req.target)
-        final_json.append({"role": f.role, "knobs": knobs,
-                           "estimate": r.estimate.to_json() if r.estimate else None,
-                           "error": r.error, "tied": i in fin.tied})
-        if r.estimate is None:
-            continue
-        m = measured(knobs, r.estimate, flop, "finals", r.stopped)
-        if f.role == "default":
-            baseline = m
-        elif f.role == "previous":
-            previous = m
-        if r is fin.winner:
-            best = m
-        if f.role == "search" or r is fin.winner:
-            finals_measured.append(m)
-        # The log's value of a finalist is its finals estimate; one tied with a kept
-        # previous best is logged at the kept value, so TVM's ranking keeps it too.
-        value = r.estimate.value
-        if i in fin.tied:
-            assert fin.winner.estimate is not None
-            value = fin.winner.estimate.value
-        e = rec_by_key.get(f.key) if f.role == "search" else None
-        if e is None and r is fin.winner:
-            e = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
-                 "device": None, "record": extra[f.role]}
-            records.append(e)
-        if e is not None:
-            e["latency_s"] = value
-            e["ci"] = [r.estimate.lo, r.estimate.hi]
-            e["n"] = r.estimate.n
-            e["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
-            e["record"] = [e["record"][0], [value], *e["record"][2:]]
-    assert best is not None
-    if baseline is None:  # the default could not be measured in the finals
-        baseline = noise
-    # On the finals' scale, as the log ranks them; the search's own number kept.
-    search_top = [
-        Measured(full_knobs(template, name, e["knobs"], req.target), e["latency_s"] * scale,
-                 gflops(flop, e["latency_s"] * scale),
-                 ci_lo_s=e["ci"][0] * scale if e.get("ci") else None,
-                 ci_hi_s=e["ci"][1] * scale if e.get("ci") else None,
-                 n=int(e.get("n", 0)), stage=e.get("stage") or "search",
-                 search_s=e["latency_s"])
-        for e in _valid_sorted(records)
-        if not str(e.get("stage", "")).startswith("finals")
-    ]
-    top = sorted(finals_measured, key=lambda m: m.latency_s)
-    top = [best] + [m for m in top if m is not best] + search_top
-    verdict = None
-    pr = next((r for r in fin.results if r.finalist.role == "previous" and r.estimate), None)
-    news = [r for r in fin.results if r.finalist.role == "search" and r.estimate]
-    if pr is not None and news:
-        nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
-        verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
+    a = assemble(entries, fin, extra, flop, noise,
+                 full=lambda knobs: full_knobs(template, name, knobs, req.target))
+    records, best, baseline, previous, top, final_json, verdict = (
+        a.records, a.best, a.baseline, a.previous, a.top, a.final_results, a.previous_verdict)
     from .gpubuild import gpu_resources
 
     gpu = gpu_resources(template, name, req.target, best.knobs)
