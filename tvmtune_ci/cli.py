@@ -33,9 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 CRASH_EXIT = 70  # EX_SOFTWARE: a bug in tvmtune-ci, not in the user's input
 
 
-def _available() -> dict[str, object]:
+def _available(only: str | None = None) -> dict[str, object]:
     mods = {}
     for verb, (mod, _) in COMMANDS.items():
+        if only is not None and verb != only:
+            continue
         try:
             mods[verb] = importlib.import_module(f"tvmtune_ci.commands.{mod}")
         except ModuleNotFoundError as e:
@@ -44,15 +46,21 @@ def _available() -> dict[str, object]:
     return mods
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, object]]:
+    """The parser of every command, or with `only` (the verb being run) the options of
+    that one alone: the other command modules are not imported (the PR check's `check`
+    pays for its own imports only). Every verb is still listed in the help."""
     parser = argparse.ArgumentParser(prog="tvmtune-ci", description="Keep the tuning logs of TVM operator templates true.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    mods = _available()
-    for verb, mod in mods.items():
+    mods = _available(only)
+    for verb in COMMANDS:
+        if verb not in mods and only is None:
+            continue  # a command whose module is missing from this install
         p = sub.add_parser(verb, help=COMMANDS[verb][1], description=COMMANDS[verb][1])
-        p.add_argument("--config", metavar="PATH", default=None, help="tvmtune.yaml to use (default: the nearest one above the current folder)")
-        mod.register(p)  # type: ignore[attr-defined]
+        if verb in mods:
+            p.add_argument("--config", metavar="PATH", default=None, help="tvmtune.yaml to use (default: the nearest one above the current folder)")
+            mods[verb].register(p)  # type: ignore[attr-defined]
     return parser, mods
 
 
@@ -62,7 +70,9 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:  # n
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning
-    parser, mods = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verb = argv[0] if argv and argv[0] in COMMANDS else None
+    parser, mods = build_parser(verb)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
