@@ -157,6 +157,8 @@ def real_sets() -> list[tuple[bytes, dict[str, Any], bytes, bytes]]:
     for manifest in sorted((REPO / "tuning_logs").glob("*/*/manifest.json")):
         data = json.loads(manifest.read_text())
         folder = manifest.parent
+        if "results" not in data:  # format 4: the results live in results.json
+            data["results"] = json.loads((folder / "results.json").read_text())["results"]
         readme, curve = folder / "README.md", folder / "curve.png"
         out.append(
             (

@@ -364,9 +364,9 @@ def test_without_a_pinned_version_the_installed_one_counts(
 ) -> None:
     root = make_repo(tmp_path, config=CONFIG.replace('tvm_version: "0.27"\n', ""))
     freshen_all(root)
-    monkeypatch.setattr(staleness, "installed_tvm_version", lambda: "0.28.0")
+    monkeypatch.setattr(staleness.run, "installed_tvm_version", lambda: "0.28.0")
     assert codes(report_of(root))["matmul/avx2"] == ["tvm_changed"]
-    monkeypatch.setattr(staleness, "installed_tvm_version", lambda: None)
+    monkeypatch.setattr(staleness.run, "installed_tvm_version", lambda: None)
     report = report_of(root)
     assert not report.stale
     assert any("TVM version is unknown" in w for w in report.warnings)
@@ -606,14 +606,14 @@ AVX2 = "tuning_logs/matmul/avx2"
 def logs_read(repo: Path, monkeypatch: pytest.MonkeyPatch, **kw: object) -> tuple[Report, list[str]]:
     """The report, and the log files `check` read (a spy on the one reading function)."""
     read: list[str] = []
-    real = staleness.read_regular_file
+    real = staleness.rules.read_regular_file
 
     def spy(path: Path, limit: int) -> bytes:
         if path.suffix == ".json" and path.name != "manifest.json":
             read.append(path.relative_to(repo).as_posix())
         return real(path, limit)
 
-    monkeypatch.setattr(staleness, "read_regular_file", spy)
+    monkeypatch.setattr(staleness.rules, "read_regular_file", spy)
     return report_of(repo, **kw), read
 
 
@@ -726,9 +726,9 @@ def templates_parsed(root: Path, monkeypatch: pytest.MonkeyPatch, **kw: object
                      ) -> tuple[Report, list[str]]:
     """The report, and the templates `check` parsed (a spy on the one parsing function)."""
     parsed: list[str] = []
-    real = staleness._read_template
+    real = staleness.run.read_checked_template
     monkeypatch.setattr(
-        staleness, "_read_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
+        staleness.run, "read_checked_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
     )
     try:
         return report_of(root, **kw), parsed
@@ -870,9 +870,9 @@ def test_changed_since_reports_what_checking_everything_would(
     shutil.copytree(_all_ops, root, symlinks=True)
     SINCE_EDITS[edit_name](root)
     parsed: list[str] = []
-    real = staleness._read_template
+    real = staleness.run.read_checked_template
     monkeypatch.setattr(
-        staleness, "_read_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
+        staleness.run, "read_checked_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
     )
     # The pre-filter alone (--rehash: no template is trusted on its recorded sources)...
     fast = _summary(report_of(root, changed_since="HEAD", rehash=True))
@@ -881,7 +881,7 @@ def test_changed_since_reports_what_checking_everything_would(
     parsed.clear()
     assert _summary(report_of(root, changed_since="HEAD")) == fast
     n_trusting = len(parsed)
-    monkeypatch.setattr(staleness, "_candidates", lambda *a, **k: None)
+    monkeypatch.setattr(staleness.run, "pr_candidates", lambda *a, **k: None)
     assert fast == _summary(report_of(root, changed_since="HEAD", rehash=True))
     templates = len(discover_templates(root / "operators"))
     expected = {

@@ -2,7 +2,7 @@
 
 One enum member per reason, in the order `check` applies its rules and reports them.
 Each carries what a re-tune may still use of the previous log and what to tell the
-user, so adding a reason touches this table (and the rule in `staleness.py` that
+user, so adding a reason touches this table (and the rule in `staleness/rules.py` that
 finds it), not the pipeline and `check` as well:
 
 - `blocks_reuse`: the previous log no longer describes this template, workload and
