@@ -88,7 +88,24 @@ def analyse1(path: Path, publish_at: int) -> None:
     n_verdicts = sum(len(e["verdicts"]) for r in recs for e in r["results"])
     print(f"\n## nothing changed: {len(recs)} runs over {(recs[-1]['at'] - recs[0]['at']) / 60:.0f} min, "
           f"{n_verdicts} verdicts, {len(wrong)} false alarm(s){': ' + str(wrong) if wrong else ''}; "
-          f"runs with any drift: {sum(r['exit'] != 0 for r in recs)} of {len(recs)}\n")
+          f"runs with any drift: {sum(r['exit'] != 0 for r in recs)} of {len(recs)} (the verdicts "
+          "the runs printed, with the code they ran)\n")
+    # The verdicts are a function of the recorded history: replayed here with this
+    # checkout's rule, run by run, on the last run's history.
+    from tvmtune_ci.remeasure import judge_history
+
+    for e in recs[-1]["results"]:
+        history = [R.run_from_json(h) for h in e["history"]]
+        states: dict[str, list[str]] = {}
+        for k in range(1, len(history) + 1):
+            for w in sorted(history[0].workloads):
+                states.setdefault(w, []).append(judge_history(history[:k], w).state)
+        for w, st in states.items():
+            print(f"- {e['operator']}/{w}, verdicts replayed with this checkout's rule after each of "
+                  f"the {len(st)} runs (the re-tune's first): {st.count('drift')} drift, "
+                  f"{st.count('stable')} stable, {st.count('inconclusive')} inconclusive; left out "
+                  f"as disturbed: {len(R.disturbed(history))}")
+    print()
     # The last run's history holds every run (the re-tune's first).
     last = recs[-1]
     print(f"| workload | runs | band of `{R.FIGURE}` after run {publish_at} (README) | median of the "
@@ -99,8 +116,8 @@ def analyse1(path: Path, publish_at: int) -> None:
     for e in last["results"]:
         history = [R.run_from_json(h) for h in e["history"]]
         for w in sorted(history[0].workloads):
-            fig = R.series(history, w)
-            lat = R.series(history, w, "latency")
+            fig = R.steady_series(history, w)
+            lat = R.steady_series(history, w, "p25")
             k = publish_at
             band = R.band_of(fig[:k])
             # 5 later runs spread evenly over the rest of the series (>= 30 min apart in all).
@@ -141,6 +158,9 @@ def phase2(args: argparse.Namespace) -> None:
             # its own visits, so the swaps do not disturb one another), then 3 runs.
             work = Path(tempfile.mkdtemp(prefix="bench-drift-trial-")) / "repo"
             shutil.copytree(base, work, symlinks=True)
+            # The runs use this checkout's code (`python -m` in the copy imports the copy's).
+            shutil.rmtree(work / "tvmtune_ci")
+            shutil.copytree(ROOT / "tvmtune_ci", work / "tvmtune_ci")
             swaps = {}
             for folder in folders:
                 op = folder.parent.name

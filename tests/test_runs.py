@@ -151,3 +151,28 @@ def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fix
     w = runs.noise_warning(quiet[:2], ["w"], search_precision=0.03)
     assert w is not None and "1.33x" in w and "search's precision (±3%)" in w
     assert "spread ±" not in w
+
+
+def test_a_run_the_runner_disturbed_is_left_out_of_the_band_and_the_verdict() -> None:
+    """The re-tune measured while other jobs shared the runner: every kernel 2x slow, the
+    calibration kernel too. It says how busy the runner was, not how fast the kernel is."""
+    from tvmtune_ci.remeasure import judge_history
+
+    def with_cal(i: int, best: float, cal: float) -> runs.Run:
+        r = run(i, best)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
+                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+
+    history = [with_cal(0, 2.0, 0.6)] + [with_cal(i, 1.0 + 0.01 * (i % 3), 0.3) for i in range(1, 9)]
+    assert list(runs.disturbed(history)) == [history[0].at]
+    assert "compute-bound calibration kernel ran 2.000x (slower)" in runs.disturbed(history)[history[0].at]
+    value, spread = runs.headline(history, "w")
+    assert value == pytest.approx(0.98 * 1.01) and "±1.0%" in spread  # the 2x run is not in the band
+    v = judge_history(history, "w")
+    assert v.state == "stable" and v.band is not None and v.band.halfwidth < 0.02
+    assert "1 run left out: the runner was disturbed" in v.sentence
+    # Without the calibration's word, the same history has a band of about ±100%.
+    assert runs.band_of(runs.series(history, "w")).halfwidth > 0.9
+    # A slowdown of the kernel alone (calibration steady) is never left out.
+    slow = history + [with_cal(i, 1.3, 0.3) for i in range(9, 12)]
+    assert judge_history(slow, "w").drifted

@@ -18,7 +18,7 @@ import datetime as _dt
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -136,9 +136,23 @@ def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
 
 
 def judge_all(manifest: Manifest, history: Sequence[runs.Run]) -> tuple[runs.Verdict, ...]:
-    runner = {k: [(r.at, r.calibration[k].fast_s) for r in history if k in r.calibration]
+    return tuple(judge_history(history, w) for w in sorted(manifest.results))
+
+
+def judge_history(history: Sequence[runs.Run], workload: str) -> runs.Verdict:
+    """The verdict on one workload, without the runs the runner disturbed (said)."""
+    skip = runs.disturbed(history)
+    kept = [r for r in history if r.at not in skip]
+    runner = {k: [(r.at, r.calibration[k].fast_s) for r in kept if k in r.calibration]
               for k in ("compute", "memory")}
-    return tuple(runs.judge(w, runs.series(history, w), runner=runner) for w in sorted(manifest.results))
+    v = runs.judge(workload, runs.series(kept, workload), runner=runner)
+    if skip:
+        n = len(skip)
+        first = next(iter(skip.items()))
+        note = (f" ({n} run{'s' if n > 1 else ''} left out: the runner was disturbed, e.g. "
+                f"{first[0][:16]}: {first[1]})")
+        v = replace(v, sentence=v.sentence + note)
+    return v
 
 
 def describe(r: Remeasured) -> list[str]:

@@ -304,6 +304,30 @@ def _words(ratio: float) -> str:
     return f"{ratio:.3f}x" + (" (slower)" if ratio > 1 else " (faster)" if ratio < 1 else "")
 
 
+def disturbed(runs: Sequence[Run], far: float = FAR) -> dict[str, str]:
+    """The runs the runner itself disturbed, with why: a calibration kernel (fixed code,
+    measured in the same run) more than `far` off its median over the history. Such a
+    run says how busy the runner was, not how fast the kernel is, so it is left out of
+    the bands and the verdicts (a re-tune measured while other jobs shared the runner
+    was found 2x slow on every kernel, calibration included)."""
+    out: dict[str, str] = {}
+    for kind in ("compute", "memory"):
+        pts = [(r.at, r.calibration[kind].fast_s) for r in runs if kind in r.calibration]
+        if len(pts) < 3:
+            continue
+        med = statistics.median(v for _, v in pts)
+        for at, v in pts:
+            if abs(v / med - 1) > far and at not in out:
+                out[at] = f"the {kind}-bound calibration kernel ran {_words(v / med)} its median"
+    return out
+
+
+def steady_series(runs: Sequence[Run], workload: str, figure: str = FIGURE) -> list[tuple[str, float]]:
+    """`series` without the runs the runner disturbed (`disturbed`)."""
+    skip = disturbed(runs)
+    return [(at, v) for at, v in series(runs, workload, figure) if at not in skip]
+
+
 def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> dict[str, float]:
     """Per calibration kernel: its figure in the run at `at` over the median of its runs
     before; how much faster or slower the runner itself was in that run."""
@@ -390,7 +414,7 @@ def _fmt(seconds: float) -> str:
 def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
     """The README's headline of a workload: the median of the headline figure over the
     runs, and in words how far the runs spread (or how many more a band needs)."""
-    pts = series(runs, workload)
+    pts = steady_series(runs, workload)
     if not pts:
         return None, "no run yet"
     band = band_of(pts)
@@ -438,7 +462,7 @@ def noise_warning(runs: Sequence[Run], workloads: Sequence[str], search_precisio
       measured seconds apart. (The finals and the history verdict are interleaved, and
       are not affected.)"""
     said = []
-    bands = [band_of(series(runs, w)) for w in workloads]
+    bands = [band_of(steady_series(runs, w)) for w in workloads]
     if bands and all(b is not None and b.runs >= MIN_REF + PERSIST for b in bands):
         wide = max(b.halfwidth for b in bands if b is not None)
         if wide > MIN_CHANGE:
@@ -467,11 +491,13 @@ def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
            "", "| run | by | machine | " + " | ".join(f"`{w}`" for w in workloads)
            + "".join(f" | {k} calibration" for k in kinds) + " |",
            "|---|---|---|" + "---|" * (len(workloads) + len(kinds))]
+    skip = disturbed(runs)
     for r in runs:
         cells = []
         for w in workloads:
             v = value(r, w)
             cells.append("-" if v is None else _fmt(v))
         cells += [_fmt(r.calibration[k].fast_s) if k in r.calibration else "-" for k in kinds]
-        out.append(f"| {r.at} | {r.by} | {r.machine} | " + " | ".join(cells) + " |")
+        by = f"{r.by} (left out: {skip[r.at]})" if r.at in skip else r.by
+        out.append(f"| {r.at} | {by} | {r.machine} | " + " | ".join(cells) + " |")
     return out

@@ -31,7 +31,7 @@ def human_count(n: int) -> str:
 def band_cell(e: Entry) -> str:
     """The widest run-to-run band of the entry's workloads (runs.py), or how many runs
     the history has while it is too short for one."""
-    from ..runs import MIN_REF, PERSIST, band_of, read_runs, series
+    from ..runs import MIN_REF, PERSIST, band_of, read_runs, steady_series
 
     if e.manifest is None:
         return "-"
@@ -39,7 +39,7 @@ def band_cell(e: Entry) -> str:
         history = read_runs(e.logset.folder, e.manifest.files)
     except CorruptFileError:
         return "? (runs.jsonl)"
-    bands = [band_of(series(history, w)) for w in e.manifest.workloads]
+    bands = [band_of(steady_series(history, w)) for w in e.manifest.workloads]
     counts = [b.runs if b else 0 for b in bands]
     if not counts or min(counts) < MIN_REF + PERSIST:
         n = min(counts, default=0)
