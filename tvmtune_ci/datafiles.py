@@ -496,7 +496,7 @@ def scan(sites: Iterable[ast.AST], code: ast.AST, scope: Scope, root: str
          ) -> tuple[list[Read], list[Note]]:
     """The files `code` (written in `scope`) reads and the reads `check` reports.
 
-    `sites`: the calls and subscripts of the code that runs that may read (`fingerprint._Canon`
+    `sites`: the calls and subscripts of the code that runs that may read (`fingerprint.canon.Canon`
     collects them, leaving out function bodies that run only when called); `root`:
     the repository's absolute posix path."""
     scanner = _Scanner(code, scope, root)
