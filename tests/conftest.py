@@ -365,8 +365,8 @@ OPTIONAL_TOOLS = {
 # installed; `make test` runs without them on a fresh machine, and .ci/run installs
 # them afterwards and runs `pytest -m extra`.
 OPTIONAL_EXTRAS = {
-    "cuda": "pip install 'tvmtune-ci[cuda]' (NVRTC and the CUDA headers from PyPI: compiles "
-    "GPU kernels to cubins); .ci/run installs it",
+    "cuda": "pip install 'tvmtune-ci[cuda]' (NVRTC and the CUDA headers from PyPI, Linux: "
+    "compiles GPU kernels to cubins); `make test`'s venv has it",
 }
 
 
