@@ -257,6 +257,29 @@ def generate(root: Path, n: int) -> int:
     return total
 
 
+def phase_times(root: Path, repeat: int) -> dict[str, float]:
+    """The shares of `check` that scale differently, each timed alone: a fresh interpreter
+    importing the check command; the two git calls that vouch for committed files;
+    reading and validating every manifest; find_stale whole; the CLI whole."""
+    from tvmtune_ci.git.read import clean_blobs
+
+    config = load_config(root / "tvmtune.yaml")
+    manifests = sorted((root / "tuning_logs").glob("*/*/manifest.json"))
+
+    def read_all() -> None:
+        for m in manifests:
+            Manifest.from_json(json.loads(m.read_bytes()), m, lazy_results=True)
+
+    return {
+        "start+imports": best_of(repeat, lambda: subprocess.run(
+            [sys.executable, "-c", "import tvmtune_ci.commands.check"], check=True)),
+        "git (status, ls-files)": best_of(repeat, lambda: clean_blobs(root)),
+        f"manifests ({len(manifests)})": best_of(repeat, read_all),
+        "find_stale": best_of(repeat, lambda: find_stale(config)),
+        "CLI check": best_of(repeat, lambda: cli_run(root)),
+    }
+
+
 def best_of(k: int, fn) -> float:  # noqa: ANN001
     times = []
     for _ in range(k):
@@ -316,6 +339,7 @@ def main() -> int:
         f"{'PR: helper':>13}"
     )
     rows = []
+    phases: list[tuple[int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="bench_check_") as tmp:
         for n in sizes:
             root = Path(args.keep or tmp) / f"n{n}"
@@ -332,12 +356,16 @@ def main() -> int:
             t_one = pr_check(root, args.repeat, root / "operators/op00001.py", 2)
             t_all = pr_check(root, args.repeat, root / "operators/_helpers.py", 2 * n)
             rows.append((n, t_fn, t_cli))
+            phases.append((n, phase_times(root, args.repeat)))
             print(
                 f"{n:>9} {2 * n:>7} {log_bytes / 1e6:>8.0f} {t_fn:>9.3f} s "
                 f"{t_fn / (2 * n) * 1e6:>7.0f} us {t_cli:>8.3f} s {trusted:>22} "
                 f"{t_rehash:>11.3f} s {t_one:>12.3f} s {t_all:>11.3f} s",
                 flush=True,
             )
+    print("\nWhere the time goes (best of each, seconds; the parts overlap find_stale's total):")
+    for n, ph in phases:
+        print(f"  {n} operators: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()))
     (n0, f0, c0), (n1, f1, c1) = rows[0], rows[-1]
     if n1 != n0:
         print(

@@ -14,6 +14,7 @@ RENAME_EXCHANGE, `.<target-slug>.tvmtune-old/`) exist beside the folder and a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,8 @@ class LogSet:
         s = slug(target_name)
         return cls(logs_dir / slug(operator) / s, operator, s)
 
-    @property
-    def manifest(self) -> Path:
+    @functools.cached_property
+    def manifest(self) -> Path:  # asked several times per entry by check: built once
         return self.folder / MANIFEST_NAME
 
     @property

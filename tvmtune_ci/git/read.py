@@ -101,11 +101,17 @@ def clean_blobs(folder: Path) -> dict[str, str]:
         fmt = run(top, "rev-parse", "--show-object-format")
         if fmt.returncode != 0 or fmt.stdout.strip() != "sha1":
             return {}
-        status = run(
-            top, "--no-optional-locks", "status", "--porcelain=v1", "-z",
-            "--untracked-files=no", "--ignore-submodules=all", "--no-renames", "--", str(folder),
-        )
-        staged = run(top, "ls-files", "--stage", "-v", "-z", "--", str(folder))
+        # The two git calls run side by side: status stats every tracked file, ls-files
+        # reads the index; on 1,000 log sets each takes a noticeable share of check.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            status_f = pool.submit(
+                run, top, "--no-optional-locks", "status", "--porcelain=v1", "-z",
+                "--untracked-files=no", "--ignore-submodules=all", "--no-renames", "--", str(folder),
+            )
+            staged_f = pool.submit(run, top, "ls-files", "--stage", "-v", "-z", "--", str(folder))
+            status, staged = status_f.result(), staged_f.result()
     except GitError:
         return {}
     if status.returncode != 0 or staged.returncode != 0:
@@ -113,6 +119,7 @@ def clean_blobs(folder: Path) -> dict[str, str]:
     # "XY path": Y is the work tree against the index.
     dirty = {e[3:] for e in _split_z(status.stdout) if len(e) > 3 and e[1] != " "}
     out = {}
+    base = top.as_posix().rstrip("/")  # keys built as strings: no Path per file
     for e in _split_z(staged.stdout):
         # "H 100644 <blob> 0\tpath": H = tracked and cached (h: assume-unchanged, S: skip-worktree).
         meta, _, name = e.partition("\t")
@@ -121,7 +128,7 @@ def clean_blobs(folder: Path) -> dict[str, str]:
             continue
         if parts[3] != "0" or name in dirty:
             continue
-        out[(top / name).as_posix()] = parts[2]
+        out[f"{base}/{name}"] = parts[2]
     return out
 
 
