@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .builder import workload_params
 
 if TYPE_CHECKING:
-    from .tunetypes import TuneRequest
+    from .tunetypes import Trial, TuneRequest
 
 JOURNAL_FORMAT = 2  # 2: estimates (lower quartile + interval) per trial
 JOURNAL_NAME = "journal.jsonl"
@@ -69,14 +69,14 @@ class Journal:
         self.path = self.work_dir / JOURNAL_NAME
         self.fingerprint = fingerprint
         self.header: dict[str, Any] | None = None
-        self.trials: list[dict[str, Any]] = []
+        self.trials: list[Trial] = []
 
     def load(self) -> bool:
         """Read a matching journal; False (and nothing kept) if absent or for another request."""
         if not self.path.exists():
             return False
         good: list[str] = []
-        entries: list[dict[str, Any]] = []
+        entries: list[Trial] = []
         header = None
         for line in self.path.read_text(encoding="utf-8").splitlines():
             try:

@@ -45,7 +45,7 @@ from .space import (
 )
 from .targetinfo import scope
 from .template import Knob, design_spaces, space_size, template_name
-from .tunetypes import BatchEvent, ReplayStats, TuneRequest
+from .tunetypes import BatchEvent, ReplayStats, Trial, TuneRequest
 
 # Valid samples before the XGB model's predictions replace random scores (stock: 100,
 # which leaves a 64-trial run a random search). It trains on every batch until then.
@@ -562,7 +562,7 @@ class Search:
             lines = [json.loads(x) for x in f.read().decode("utf-8").splitlines() if x.strip()]
         self.batches += 1
         batch = max((e["batch"] for e in self.journal.trials), default=0) + 1
-        entries = []
+        entries: list[Trial] = []
         for (_, sidx, kv), (r, device, _), est, line in zip(
             picked, measured, ests, lines, strict=True
         ):

@@ -37,7 +37,7 @@ from .runners import make_runner
 from .search import Search, failure_kinds
 from .space import knobs_key
 from .template import template_name
-from .tunetypes import BatchEvent, ReplayStats, TuneOutcome, TuneRequest
+from .tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome, TuneRequest
 
 __all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest", "tune_workload"]
 
@@ -50,7 +50,7 @@ TOP_N = 10
 # --------------------------------------------------------------------------- the steps
 
 
-def _valid_sorted(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _valid_sorted(entries: Sequence[Trial]) -> list[Trial]:
     return sorted(
         (e for e in entries if e["error"] is None), key=lambda e: (e["latency_s"], e["trial"])
     )
@@ -93,7 +93,7 @@ def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int
 
 
 def run_finals(
-    req: TuneRequest, entries: list[dict[str, Any]], runner: Any, builder: Any
+    req: TuneRequest, entries: list[Trial], runner: Any, builder: Any
 ) -> _FinalsOutcome:
     """The search's top `finalists`, the default and the previous best, interleaved;
     the winner's numerics checked (a wrong one becomes a failed trial and the next
@@ -137,7 +137,7 @@ def run_finals(
 class Assembled:
     """The finals turned into what the log and the manifest say (`assemble`)."""
 
-    records: list[dict[str, Any]]  # every trial on the finals' scale, plus a winner not searched
+    records: list[Trial]  # every trial on the finals' scale, plus a winner not searched
     best: Measured
     baseline: Measured  # the default in the finals (else the noise check's)
     previous: Measured | None

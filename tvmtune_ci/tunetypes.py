@@ -11,12 +11,36 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict
 
 from .config import EarlyStop, MeasureOptions, RpcRunner
 from .manifest import Measured, Trials
 
-__all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest"]
+__all__ = ["BatchEvent", "ReplayStats", "Trial", "TuneOutcome", "TuneRequest"]
+
+
+class _TrialKeys(TypedDict):
+    trial: int  # 1-based, in measuring order (0: a finalist the search never measured)
+    batch: int
+    space: int | None  # design space index
+    knobs: dict[str, Any]
+    latency_s: float | None  # None: failed (then `error` says why)
+    error: str | None
+    device: str | None  # who measured it: "local", an RPC "host:port", None if none did
+    record: list[Any]  # the TuningRecord JSON as JSONDatabase writes it
+
+
+class Trial(_TrialKeys, total=False):
+    """One measured trial: what the search journals (journal.py, resumable), the tuner
+    puts on the finals' scale and `records.write_log` writes as a line of the log.
+    Plain JSON (a dict), so the journal and the log read it back as written."""
+
+    ci: list[float] | None  # 95% interval of latency_s (with enough samples)
+    n: int  # samples
+    stage: str | None  # "search", "probe" (raced out), "finals", "finals (tied ...)"
+    source: str  # "replay" (an old log's), "new_region" (a probe of an edit); absent: the search
+    measured_s: float  # the search's own figure, when `latency_s` is on the finals' scale
+    scale: float  # that scale (the winner's finals estimate / the best search figure)
 
 
 @dataclass(frozen=True)
@@ -102,12 +126,8 @@ class TuneOutcome:
     the finals, the top table, trials, curve and timings."""
 
     workload_name: str
-    # One dict per measured trial, in trial order: {"trial", "batch", "space", "knobs",
-    # "latency_s" (None if failed), "error" (None if valid), "device" (who measured it:
-    # "local", an RPC server's "host:port", None if it never reached one), "record"
-    # (TuningRecord JSON as JSONDatabase writes it)}. records.write_log turns these
-    # into the log entry.
-    records: list[dict[str, Any]]
+    # Every measured trial, in trial order (records.write_log turns them into the log).
+    records: list[Trial]
     best: Measured  # from the finals, interleaved with `baseline`
     baseline: Measured  # the default configuration, in the finals
     top: tuple[Measured, ...]  # finals first, then the search's; sorted by latency
