@@ -66,7 +66,11 @@ def _copy(src: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    root = make_repo(tmp_path_factory.mktemp("tuned"), config=CONFIG, files={"operators/mm.py": SMALL_MM}, operators=False)
+    # Runs of the history of 3 s (the others' 1 s): a fastest 1-s stretch to find in each,
+    # for the remeasure tests that compare runs of separate processes.
+    config = CONFIG.replace("history_s: 1}", "history_s: 3}")
+    assert config != CONFIG
+    root = make_repo(tmp_path_factory.mktemp("tuned"), config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     commit_all(root, "tuned")
@@ -457,7 +461,7 @@ def test_a_retune_starts_the_run_history(tuned: tuple[Path, subprocess.Completed
     hashes it and the README's headline is that run's figure, its band not known yet."""
     root, _ = tuned
     (first,) = _runs(root)
-    assert first["by"] == "retune" and first["calibration_version"] == 1 and first["window_s"] == 1.0
+    assert first["by"] == "retune" and first["calibration_version"] == 1 and first["window_s"] == 3.0
     assert set(first["workloads"]) == {"s64"} and set(first["calibration"]) == {"compute", "memory"}
     for k in [first["workloads"]["s64"], *first["calibration"].values()]:
         assert k["n"] >= 3 and k["fast_s"] <= k["p25_s"] * 1.001 and k["fast_s"] <= k["slow_s"]
@@ -519,9 +523,6 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     from tvmtune_ci.staleness import find_stale
 
     root = _copy(tuned[0], tmp_path)
-    # Runs of 4 s: a fastest 1-s stretch to find even while other jobs share the machine.
-    cfg = root / "tvmtune.yaml"
-    cfg.write_text(cfg.read_text().replace("history_s: 1}", "history_s: 4}"))
     config = load_config(root / "tvmtune.yaml")
     states = []
     for _ in range(7):  # 8 runs with the re-tune's: a band of 5 and 3 recent runs
