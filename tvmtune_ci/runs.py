@@ -423,7 +423,10 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
         need = MIN_REF + PERSIST - len(pts)
         return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known "
                              f"after {need} more")
-    return band.median, f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to {band.last})"
+    out = len(disturbed(runs))
+    left = f"; {out} left out: the runner was disturbed" if out else ""
+    return band.median, (f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to "
+                         f"{band.last}{left})")
 
 
 def runner_band(runs: Sequence[Run]) -> str | None:
