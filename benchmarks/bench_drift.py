@@ -149,7 +149,7 @@ def phase2(args: argparse.Namespace) -> None:
                      and (not args.operators or p.parent.name in args.operators))
     print(f"\n## a real slowdown of {args.slowdown:.2f}x: {args.detect} rounds, each every workload of "
           f"{', '.join(f.parent.name for f in folders)}\n")
-    print("| round | workload | swapped-in configuration (recorded latency / the best's) | verdicts of the next 3 runs | found |")
+    print("| round | workload | swapped-in configuration (recorded latency / the best's) | verdicts of the next 3 runs (measured / the band's median) | found |")
     print("|---|---|---|---|---|")
     found = trials = 0
     with open(args.out, "a", encoding="utf-8") as out:
@@ -175,10 +175,11 @@ def phase2(args: argparse.Namespace) -> None:
                 for e in data["results"]:
                     for v in e["verdicts"]:
                         seen = states[(e["operator"], v["workload"])]
-                        if not seen or seen[-1] != "drift":
-                            seen.append(v["state"])
+                        if not seen or not seen[-1].startswith("drift"):
+                            ratio = f" ({v['ratio']:.3f}x)" if v.get("ratio") else ""
+                            seen.append(v["state"] + ratio)
             for (op, w), seen in sorted(states.items()):
-                hit = "drift" in seen
+                hit = any(x.startswith("drift") for x in seen)
                 found += hit
                 trials += 1
                 print(f"| {t + 1} | {op}/{w} | {swaps[(op, w)]:.3f}x | {', '.join(seen)} | {'yes' if hit else 'NO'} |",
@@ -199,7 +200,11 @@ def swap_best(folder: Path, workload: str, slowdown: float) -> float:
     res = data["results"][workload]
     best = res["best"]["latency_s"]
     cands = [c for c in res["top"] if c["knobs"] != res["best"]["knobs"]]
-    pick = min(cands, key=lambda c: abs(c["latency_s"] / best - slowdown))
+    # At least `slowdown` as recorded: a re-tune measured on a busy runner records ratios
+    # that a quiet run does not reproduce (1.09x and 1.12x recorded came back 0.95x and
+    # 1.04-1.07x here), so the table reports what the runs measured, too.
+    slower = [c for c in cands if c["latency_s"] / best >= slowdown]
+    pick = min(slower or cands, key=lambda c: abs(c["latency_s"] / best - slowdown))
     res["best"] = {**res["best"], "knobs": pick["knobs"]}
     if not inline:
         raw = json.dumps(data).encode()
