@@ -779,7 +779,9 @@ def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     assert r.stdout.index("s64: budget: ") < r.stdout.index("s32: budget: ")
     m = manifest_at(root / FOLDER)
     heavy, light = m["trials"]["s64"], m["trials"]["s32"]
-    assert heavy["stop_reason"] == "time_budget" and "weight 0.75 of the 1.00" in heavy["budget_note"]
+    # Its share ends its search, unless its small space runs out first (a fast runner).
+    assert heavy["stop_reason"] in ("time_budget", "space_exhausted"), heavy
+    assert "weight 0.75 of the 1.00" in heavy["budget_note"]
     assert "weight 0.25 of the 0.25" in light["budget_note"]
     assert heavy["run"] > light["run"], (heavy, light)
     readme = (root / FOLDER / "README.md").read_text()
