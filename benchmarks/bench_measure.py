@@ -69,8 +69,8 @@ def random_configs(
 ) -> list[dict[str, Any]]:
     """n distinct random configurations, drawn as MetaSchedule samples its spaces."""
     from tvmtune_ci import tvmsetup
-    from tvmtune_ci.builder import workload_module, workload_params
     from tvmtune_ci.space import TemplateSpace, decode_knobs, knobs_key, plain, space_info
+    from tvmtune_ci.workload import workload_module, workload_params
 
     tvm = tvmsetup.load()
     space = TemplateSpace(template, workload_params(template, workload), target)

@@ -56,7 +56,7 @@ sys.path.insert(0, {root!r})
 args = json.loads(sys.argv[1])
 import tvm
 from tvm.s_tir import meta_schedule as ms
-from tvmtune_ci.builder import workload_module
+from tvmtune_ci.workload import workload_module
 from tvmtune_ci.template import import_template
 
 
@@ -254,7 +254,8 @@ def build_stock_best(template: Any, workload: str, trace_json: Any) -> Any:
     """The stock best, replayed on the workload and post-processed as tune_tir measured it."""
     import tvm
 
-    from tvmtune_ci.builder import apply_postprocs, workload_module
+    from tvmtune_ci.builder import apply_postprocs
+    from tvmtune_ci.workload import workload_module
 
     sch = tvm.s_tir.Schedule(workload_module(template, workload))
     tvm.s_tir.schedule.Trace.apply_json_to_schedule(trace_json, sch)
@@ -268,7 +269,7 @@ def remeasure(template: Any, workload: str, exes: dict[Any, Any], rounds: int) -
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from tvmtune_ci.builder import workload_module
+    from tvmtune_ci.workload import workload_module
 
     mod = workload_module(template, workload)
     rng = np.random.default_rng(1)
@@ -294,11 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by both runners' workers
     sys.path.insert(0, str(ROOT))
 
-    from tvmtune_ci.builder import build_config, workload_module
+    from tvmtune_ci.builder import build_config
     from tvmtune_ci.hostcheck import check_host, host_target
     from tvmtune_ci.measure import flop_count
     from tvmtune_ci.targetinfo import scope
     from tvmtune_ci.template import import_template, space_size
+    from tvmtune_ci.workload import workload_module
 
     TARGET.update({"mcpu": args.mcpu} if args.mcpu else host_target())
     check_host(TARGET, advice="pass --mcpu of a CPU this machine has (default: its own)")

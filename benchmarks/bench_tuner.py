@@ -261,8 +261,9 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     clock.mark("intrin_import")
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci.builder import make_postprocs, workload_module
+    from tvmtune_ci.builder import make_postprocs
     from tvmtune_ci.space import TemplateSpace, make_mutators
+    from tvmtune_ci.workload import workload_module
 
     runner = ms.runner.LocalRunner(  # its sanity check waits for the worker to start
         evaluator_config=ms.runner.EvaluatorConfig(

@@ -76,7 +76,7 @@ def collect(samples: int, sample_ms: float) -> dict[str, list[float]]:
         ex = build_config(tpl, wl, target, knobs)
         from tvm.s_tir import meta_schedule as ms
 
-        from tvmtune_ci.builder import workload_module
+        from tvmtune_ci.workload import workload_module
 
         infos = ms.arg_info.ArgInfo.from_prim_func(workload_module(tpl, wl)["main"])
         args = [tvm.runtime.tensor(np.random.uniform(-1, 1, [int(x) for x in a.shape])

@@ -23,7 +23,7 @@ LIGHT_COMMANDS = ["commands.check", "commands.status", "commands.matrix", "comma
 TUNE = {"tvmsetup", "builder", "space", "search", "journal", "tuner", "measure", "sampling",
         "numerics", "hostcheck", "priors", "remeasure", "devices", "runners", "runners.local",
         "runners.rpc", "runners.controls", "gpubuild", "nvrtc", "buildcheck", "calibration",
-        "pipeline", "gpu_server", "loader"}
+        "pipeline", "gpu_server", "loader", "workload"}
 FORBIDDEN_EXTERNAL = {"tvm", "tvm_ffi", "numpy", "git"}  # git: GitPython
 # The one door from the light side to the tuning side, and why it may stay open.
 ALLOWED = {

@@ -112,7 +112,7 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
     (its postprocessors reject a candidate that breaks a constraint): every proposal
     of three rounds is legal. Nothing is built or measured."""
     from tvmtune_ci import tvmsetup
-    from tvmtune_ci.builder import make_postprocs, workload_module, workload_params
+    from tvmtune_ci.builder import make_postprocs
     from tvmtune_ci.constraints import violated
     from tvmtune_ci.space import (
         TemplateSpace,
@@ -122,6 +122,7 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
         space_info,
     )
     from tvmtune_ci.targetinfo import scope
+    from tvmtune_ci.workload import workload_module, workload_params
 
     ms = tvmsetup.ms()
     module, target, wl = load("matmul_cuda"), ARCHS["sm_90a"], "m1024"

@@ -122,8 +122,8 @@ def test_log_of_a_real_tune(tuned) -> None:
 
 
 def _query(db, template, name):
-    from tvmtune_ci.builder import workload_module
     from tvmtune_ci.tvmsetup import make_target
+    from tvmtune_ci.workload import workload_module
 
     return db.query_schedule(workload_module(template, name), make_target(TARGET), name)
 

@@ -185,9 +185,10 @@ def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> Non
     """Knob names read back from a trace give the same program the search measured."""
     import tvm
 
-    from tvmtune_ci.builder import schedule_config, workload_module
+    from tvmtune_ci.builder import schedule_config
     from tvmtune_ci.space import design_space_infos
     from tvmtune_ci.tvmsetup import make_target, ms
+    from tvmtune_ci.workload import workload_module
 
     template, out, _ = tuned
     infos = design_space_infos(template, "m64", TARGET)

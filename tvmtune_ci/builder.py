@@ -33,46 +33,11 @@ from .template import (
     Knobs,
     Split,
     Structural,
-    call_with_workload,
     check_configuration,
     eval_extent,
     template_name,
 )
-
-# --------------------------------------------------------------------------- workloads
-
-
-def workload_params(template: ModuleType, workload_name: str) -> dict[str, Any]:
-    """The parameters of `workload_name` as the template declares them."""
-    workloads = getattr(template, "WORKLOADS", None) or {}
-    if workload_name not in workloads:
-        raise TemplateError(
-            f"{template_name(template)}: no workload {workload_name!r}; "
-            f"WORKLOADS has {', '.join(workloads) or '(none)'}"
-        )
-    return dict(workloads[workload_name])
-
-
-def workload_module(template: ModuleType, workload_name: str) -> Any:
-    """The workload as MetaSchedule keys it: an IRModule with one `main` PrimFunc.
-
-    Normalised exactly as `TuneContext` normalises a PrimFunc (global symbol `main`,
-    `tirx.noalias`), so `database.query_schedule(workload_module(...), ...)` finds
-    the records a tune committed.
-    """
-    from . import tvmsetup
-
-    tvm = tvmsetup.load()
-    func = call_with_workload(template.compute, workload_params(template, workload_name))
-    if isinstance(func, tvm.ir.IRModule):
-        return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
-    if not isinstance(func, tvm.tirx.PrimFunc):
-        raise TemplateError(
-            f"{template.__name__}.compute() returned {type(func).__name__}; return a PrimFunc "
-            "(te.create_prim_func([...]) or a TVMScript @T.prim_func)"
-        )
-    return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
-
+from .workload import Workload, resolve, workload_params
 
 # --------------------------------------------------------------------------- fixed configs
 
@@ -83,7 +48,7 @@ def _knob_decls(template: ModuleType) -> dict[str, Knob]:
 
 def split_knobs(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     knobs: Mapping[str, Any] | None,
     target: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -188,7 +153,7 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
 
 def schedule_config(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     knobs: Mapping[str, Any] | None = None,
     target: Mapping[str, Any] | None = None,
 ) -> Any:
@@ -200,12 +165,13 @@ def schedule_config(
     from . import tvmsetup
 
     tvm = tvmsetup.load()
-    structure, values = split_knobs(template, workload_name, knobs, target)
-    mod = workload_module(template, workload_name)
-    sch = tvm.s_tir.Schedule(mod)
+    wl = resolve(template, workload_name, target)
+    workload_name = wl.name
+    structure, values = split_knobs(template, wl, knobs, target)
+    sch = tvm.s_tir.Schedule(wl.mod)
     cfg = Knobs(
         getattr(template, "KNOBS", []),
-        workload_params(template, workload_name),
+        dict(wl.params),
         structure,
         mode="fixed",
         values=values,
@@ -228,7 +194,7 @@ def schedule_config(
 
 def build_config(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None = None,
 ) -> Any:

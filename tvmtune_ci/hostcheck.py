@@ -54,9 +54,10 @@ def _target_arch(target: dict[str, Any]) -> str | None:
 
 def missing_x86_features(target: dict[str, Any], host_flags: set[str]) -> list[str]:
     """LLVM features the target enables that this CPU lacks (needs TVM's LLVM)."""
-    import tvm
+    from . import tvmsetup
 
-    features = set(tvm.target.codegen.llvm_get_cpu_features(tvm.target.Target(target)))
+    tvm = tvmsetup.load()
+    features = set(tvm.target.codegen.llvm_get_cpu_features(tvmsetup.make_target(dict(target))))
     return sorted(f for f in features if f in _X86_FEATURES and _X86_FEATURES[f] not in host_flags)
 
 

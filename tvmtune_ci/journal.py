@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .builder import workload_params
+from .workload import workload_params
 
 if TYPE_CHECKING:
     from .tunetypes import Trial, TuneRequest
@@ -45,7 +45,7 @@ def request_fingerprint(req: TuneRequest) -> str:
         "template": req.template.__name__,
         "source": hashlib.sha256(source.encode()).hexdigest(),
         "workload": req.workload_name,
-        "params": workload_params(req.template, req.workload_name),
+        "params": workload_params(req.template, req.workload if req.workload is not None else req.workload_name),
         "target": req.target,
         "seed": req.seed,
         "measure": sorted(vars(req.measure).items()),

@@ -7,6 +7,10 @@ default one as the noise check, and `finals()` re-measures a few configurations 
 interleaved rounds (A B C A B C ...) so that a slow period of the machine hits all of
 them alike; winners, the previous best and the default are decided on that data only.
 Numerics against `reference` are `numerics.py`.
+
+Over 400 lines: single measurements, the finals and `interleave` (the run history's)
+share one visit machinery (`_Visits`: build, calibrate runs per sample, measure, clean
+up), so that every figure the tool compares was measured the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from . import stats
-from .builder import build_config, make_builder, remove_artifact, schedule_config, workload_params
+from .builder import build_config, make_builder, remove_artifact, schedule_config
 from .config import MeasureOptions
 from .errors import TuningError
 from .manifest import Measured
@@ -27,6 +31,7 @@ from .rpclimits import rpc_failure
 from .runners import make_runner
 from .sampling import SamplePolicy, device_type, full_policy
 from .template import template_name
+from .workload import Workload, name_of, resolve, workload_params
 
 DEFAULT_MEASURE = MeasureOptions()
 
@@ -47,20 +52,18 @@ def gflops(flops: float, latency_s: float) -> float:
     return flops / latency_s / 1e9 if latency_s > 0 else 0.0
 
 
-def workload_flops(template: ModuleType, workload_name: str) -> float:
+def workload_flops(template: ModuleType, workload_name: str | Workload) -> float:
     """The FLOP count of the workload as declared (not of a padded schedule): the one
     count every GFLOPS figure uses."""
-    from .builder import workload_module
-
-    return flop_count(workload_module(template, workload_name))
+    return resolve(template, workload_name).flops
 
 
-def workload_bytes(template: ModuleType, workload_name: str) -> int:
+def workload_bytes(template: ModuleType, workload_name: str | Workload) -> int:
     """Bytes one run must move at the least: every buffer of the PrimFunc's parameters
     (inputs read once, outputs written once). The bandwidth figure of a memory-bound
     operator (softmax, layernorm) divides this by the latency."""
     from . import tvmsetup
-    from .builder import workload_module
+    from .workload import workload_module
 
     tvm = tvmsetup.load()
     func = workload_module(template, workload_name)["main"]
@@ -160,7 +163,7 @@ class _Session:
 
 def full_knobs(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     knobs: Mapping[str, Any] | None,
     target: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -182,7 +185,7 @@ def full_knobs(
 
 def measure_config(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None,
     measure: MeasureOptions = DEFAULT_MEASURE,
@@ -196,7 +199,7 @@ def measure_config(
         sch = schedule_config(template, workload_name, knobs, target)
         s.runner.set_policy(policy or full_policy(measure))
         config = "a tuned configuration" if knobs else "the default configuration"
-        what = f"{template_name(template)}/{workload_name}: measuring {config}"
+        what = f"{template_name(template)}/{name_of(workload_name)}: measuring {config}"
         try:
             secs = run_schedule(sch, target, s.runner, s.builder, what)
         finally:
@@ -208,7 +211,7 @@ def measure_config(
 
 def measure_baseline(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     target: Mapping[str, Any],
     measure: MeasureOptions = DEFAULT_MEASURE,
     *,
@@ -219,7 +222,8 @@ def measure_baseline(
     `time_cap_s`. Short of it, `warn` is told and it is sampled on for up to
     NOISY_EXTRA x `time_cap_s` more (all samples pooled); still worse than
     `usable_precision` -> TuningError (the runner cannot measure usefully at all)."""
-    where = f"{template_name(template)}/{workload_name}"
+    workload_name = resolve(template, workload_name, target)
+    where = f"{template_name(template)}/{workload_name.name}"
     flop = workload_flops(template, workload_name)
     with _Session(measure, runner) as s:
         sch = schedule_config(template, workload_name, None, target)
@@ -352,7 +356,7 @@ class _Visits:
 
 def finals(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     target: Mapping[str, Any],
     finalists: Sequence[Finalist],
     measure: MeasureOptions,
@@ -468,7 +472,7 @@ def interleave(
 
 def time_compile(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None = None,
 ) -> float:

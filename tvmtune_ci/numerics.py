@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .builder import schedule_config, workload_params
+from .builder import schedule_config
 from .config import RpcRunner
 from .errors import DeviceError, TemplateError, TuningError
 from .rpclimits import RPC_GRACE_S, last_line, rpc_where
@@ -24,6 +24,7 @@ from .runners.local import WORKER_START_S, wait_or_kill
 from .runners.rpc import open_session
 from .sampling import device_type
 from .template import call_with_workload, template_name
+from .workload import Workload, name_of, workload_params
 
 # (rtol, atol) per dtype; atol is scaled by max(1, max |reference|) because a
 # reduction's rounding error grows with the magnitude of what it sums.
@@ -149,7 +150,7 @@ def mismatch_report(
 
 def check_correct(
     template: ModuleType,
-    workload_name: str,
+    workload_name: str | Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None = None,
     *,
@@ -169,7 +170,7 @@ def check_correct(
     tvm = tvmsetup.load()
     ms = tvmsetup.ms()
     workload = workload_params(template, workload_name)
-    where = f"{template_name(template)} workload {workload_name!r}"
+    where = f"{template_name(template)} workload {name_of(workload_name)!r}"
     sch = schedule_config(template, workload_name, knobs, target)
     infos = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
     n_in = _reference_arity(template.reference, workload)

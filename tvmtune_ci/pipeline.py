@@ -14,6 +14,10 @@ pushing come after every entry (`commands/retune.py`, `git.write`).
 
 Over 400 lines: the steps, which log is replayed, and the words the steps report
 (history report, verdicts, commit message) belong to the one re-tune.
+
+The tuning side (tuner, measure, builder, runners, remeasure, hostcheck, devices,
+priors) is imported inside the steps that use it: a `retune` with nothing stale, or
+its `--dry-run`, never loads it (nor numpy).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import contextlib
 import datetime as _dt
 import os
 import shutil
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,20 +39,24 @@ from . import lock as _lock
 from . import sources
 from .config import Config, TargetConfig
 from .errors import LockError, TvmtuneError
+from .fingerprint import Fingerprint, SourceCache
 from .fsutil import sha256_bytes
 from .git.read import blob_id, last_commit
+from .history import ReplayReport
 from .layout import LogSet
-from .manifest import Manifest, WorkloadResult, encode, seal_files
+from .manifest import Manifest, WorkloadResult, encode, read_manifest, seal_files
 from .publish import Published, check_publishable, publish
 from .readme import render_curve, render_readme
 from .reasons import Code
+from .records import make_log, render_log
 from .runs import RUNS_NAME, encode_runs, parse_runs
-from .staleness import Entry, installed_tvm_version
+from .sources import Sources
+from .staleness import Entry, find_stale, installed_tvm_version, major_minor
+from .stats import ESTIMATOR, fmt_latency
+from .targetinfo import target_facts
+from .template import Knob, TemplateDecl, check_imported_agrees, import_template, read_template
 
 if TYPE_CHECKING:
-    from .fingerprint import Fingerprint
-    from .sources import Sources
-    from .template import Knob, TemplateDecl
     from .tuner import TuneOutcome
 
 Say = Callable[[str], None]
@@ -137,7 +147,6 @@ def replay_plan(config: Config, entry: Entry) -> list[str]:
     """What `retune` would replay, in words, without TVM (for --dry-run): per workload
     the knob diff and how many old configurations map."""
     from . import history
-    from .template import read_template
 
     lines: list[str] = []
     target_cfg = config.target(entry.target_name)
@@ -179,8 +188,6 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
     """The log of `target.seed_from` for this operator, when it can seed this entry's
     search: readable, not edited by hand, tuned with this TVM, for the same template
     file. None (with a line saying why) otherwise."""
-    from .manifest import read_manifest
-    from .staleness import major_minor
 
     name = target.seed_from
     assert name is not None
@@ -213,7 +220,6 @@ def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads:
                  say: Say) -> dict[str, list[Any]]:
     """The replayed log's records as (knobs, latency) per workload, for the cost model's
     prior (`priors.py`); {} with a line saying why when they cannot be read."""
-    import tempfile
 
     from . import priors
 
@@ -229,9 +235,7 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
                   from_target: str | None = None) -> Any:
     """The history report of one workload: the replay's counts and the old best's
     place in the finals (it was the "previous" finalist when it still worked)."""
-    from collections import Counter
 
-    from .history import ReplayReport
 
     rs = outcome.replay
     resets = Counter(name for m in mapped for name in m.reset)
@@ -340,6 +344,9 @@ class Job:
     threads: int | None = None  # TVM_NUM_THREADS while measuring locally (None: TVM's own)
     template: Template | None = None
     history: History | None = None
+    # Each workload resolved once (builder.Workload): the tuner and the first history
+    # run take its module, FLOPs and TVM target from here.
+    workloads: dict[str, Any] = field(default_factory=dict)
     outcomes: dict[str, TuneOutcome] = field(default_factory=dict)
     results: dict[str, WorkloadResult] = field(default_factory=dict)
     manifest: Manifest | None = None
@@ -369,7 +376,6 @@ def preflight_step(job: Job) -> Job:
 def recheck_step(job: Job) -> Job:
     """Staleness again, under the lock: another run may have published since the
     caller looked, and its set is the previous one now."""
-    from .staleness import find_stale
 
     e = job.entry
     report = find_stale(job.config, as_of=e.as_of, operators=[e.operator], targets=[e.target_name])
@@ -396,8 +402,6 @@ def check_names_step(job: Job) -> Job:
 def load_step(job: Job) -> Job:
     """Read, fingerprint and import the template, once for every workload: one parse
     of its source feeds all three, so the code tuned is the code fingerprinted."""
-    from .fingerprint import SourceCache
-    from .template import check_imported_agrees, import_template
 
     root = job.config.root
     path = root / job.entry.template_file
@@ -426,9 +430,13 @@ def history_step(job: Job) -> Job:
 def tune_step(job: Job) -> Job:
     """Tune every workload (the tuner's steps: correctness, baseline, search with the
     history replay, finals), with the target's thread count."""
+    from .workload import resolve
+
     outcomes, results = {}, {}
     assert job.template is not None
     names = list(job.template.decl.workloads)
+    # template.check_imported_agrees made the imported WORKLOADS the parsed ones.
+    job = replace(job, workloads={w: resolve(job.template.module, w, job.target.target) for w in names})
     if job.budget is not None:  # the heaviest first, as the budget orders every item
         order = job.budget.order()
         names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))
@@ -470,9 +478,11 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         # The entry's run history is measured after its workloads: each leaves its part.
         budget_s -= job.config.measure.history_s / max(1, len(decl.workloads))
         say(f"{wname}: budget: {note}")
+    resolved = job.workloads[wname]
     outcome = tune_workload(TuneRequest(
         template=tpl.module,
         workload_name=wname,
+        workload=resolved,
         target=target.target,
         trials=job.trials,
         batch_size=job.config.batch_size,
@@ -511,7 +521,7 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
         history=report.to_json() if report is not None else None,
         noise_check=outcome.noise_check,
-        bytes_moved=workload_bytes(tpl.module, wname),
+        bytes_moved=workload_bytes(tpl.module, resolved),
         gpu=outcome.gpu,
     )
 
@@ -526,7 +536,7 @@ def first_run_step(job: Job) -> Job:
 
     assert job.template is not None
     item = RunItem(job.entry.operator, job.template.module,
-                   {w: r.best.knobs for w, r in job.results.items()})
+                   {w: r.best.knobs for w, r in job.results.items()}, job.workloads)
     with tvm_threads(job.threads):
         runner = make_runner(job.config.measure, job.target.rpc)
         builder = make_builder()
@@ -542,9 +552,6 @@ def first_run_step(job: Job) -> Job:
 def manifest_step(job: Job) -> Job:
     """The new set's log bytes and manifest (provenance), not yet written."""
     from .hostcheck import host_description
-    from .records import make_log, render_log
-    from .stats import ESTIMATOR
-    from .targetinfo import target_facts
 
     entry, target, tpl = job.entry, job.target, job.template
     assert tpl is not None
@@ -609,7 +616,6 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
 def commit_message(results: Sequence[RetuneResult]) -> str:
     """The re-tune commit: per workload the best with its precision, the speedup
     against the default from the same finals, and what became of the previous best."""
-    from .stats import fmt_latency
 
     parts = []
     body = []
@@ -618,7 +624,6 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
         parts.append(f"{m.operator} on {m.target_name}")
         for w, res in sorted(m.results.items()):
             if res.history is not None:
-                from .history import ReplayReport
 
                 for line in ReplayReport.from_json(res.history).sentences():
                     body.append(f"- {m.operator}/{m.target_name}/{w}: history: {line}")

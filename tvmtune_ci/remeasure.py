@@ -18,7 +18,7 @@ import datetime as _dt
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -56,6 +56,8 @@ class RunItem:
     operator: str
     template: ModuleType
     knobs: Mapping[str, Mapping[str, Any]]  # workload -> the best's knobs
+    # workload -> its builder.Workload, when the caller resolved it already (a re-tune)
+    resolved: Mapping[str, Any] = field(default_factory=dict)
 
 
 def measure_runs(
@@ -83,7 +85,7 @@ def measure_runs(
     for it in items:
         for w in sorted(it.knobs):
             names.append((it.operator, w))
-            schs.append(schedule_config(it.template, w, dict(it.knobs[w]), target.target))
+            schs.append(schedule_config(it.template, it.resolved.get(w, w), dict(it.knobs[w]), target.target))
     schs += [c.sch for c in cal]
     what = ", ".join(sorted({it.operator for it in items}))
     say(f"{what} on {target.name}: a run of the history: {len(names)} best(s)"

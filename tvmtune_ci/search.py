@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from . import stats
-from .builder import make_postprocs, remove_artifact, workload_module, workload_params
+from .builder import make_postprocs, remove_artifact
 from .errors import TemplateError, TuningError
 from .journal import Journal, request_fingerprint
-from .measure import flop_count, gflops
+from .measure import gflops
 from .records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
 from .rpclimits import rpc_failure
 from .sampling import device_type, search_policy
@@ -46,6 +46,7 @@ from .space import (
 from .targetinfo import scope
 from .template import Knob, design_spaces, space_size, template_name
 from .tunetypes import BatchEvent, ReplayStats, Trial, TuneRequest
+from .workload import resolve, workload_params
 
 # Valid samples before the XGB model's predictions replace random scores (stock: 100,
 # which leaves a 64-trial run a random search). It trains on every batch until then.
@@ -141,7 +142,10 @@ class Search:
         self.ms = ms = tvmsetup.ms()
         self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
         self.name = req.workload_name
-        workload = workload_params(req.template, self.name)
+        # The resolved workload (builder.Workload): its parameters, module and FLOPs are
+        # computed once per re-tune, not once per use.
+        self.wl = req.workload if req.workload is not None else resolve(req.template, self.name, req.target)
+        workload = workload_params(req.template, self.wl)
         self.knobs: list[Knob] = list(getattr(req.template, "KNOBS", []))
         names = scope(workload, req.target)
         constraints = tuple(getattr(req.template, "CONSTRAINTS", ()))
@@ -157,7 +161,7 @@ class Search:
         space = TemplateSpace(req.template, workload, req.target)
         self.spaces: list[Any] = []  # filled below; the constraint check reads it
         self.ctx = ms.TuneContext(
-            mod=workload_module(req.template, self.name),
+            mod=self.wl.mod,
             target=self.target,
             space_generator=ms.space_generator.ScheduleFn(
                 space,
@@ -174,7 +178,7 @@ class Search:
             rand_state=_rand_state(req.seed, self.resumed),
             num_threads="physical",
         )
-        self.flop = flop_count(self.ctx.mod)
+        self.flop = self.wl.flops
         self.schedules = self.ctx.generate_design_space()
         self.spaces.extend(
             space_info(i, space.structures[i], sch, space.orders[i])
@@ -269,7 +273,7 @@ class Search:
         cands, results = [], []
         for kv, secs in prior:
             try:
-                sch = schedule_config(req.template, self.name, kv, req.target)
+                sch = schedule_config(req.template, self.wl, kv, req.target)
             except (TuningError, TemplateError):
                 continue
             info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
@@ -398,7 +402,7 @@ class Search:
         key = knobs_key(knobs)
         cand = self._candidate_of.get(key)
         if cand is None:
-            sch = schedule_config(self.req.template, self.name, knobs, self.req.target)
+            sch = schedule_config(self.req.template, self.wl, knobs, self.req.target)
             info = self.ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             cand = self._candidate_of[key] = self.ms.MeasureCandidate(sch, info)
         t0 = time.perf_counter()
@@ -476,7 +480,7 @@ class Search:
         first_key: str | None = None
         for i, kv in enumerate(configs):
             try:
-                check_correct(req.template, self.name, req.target, kv, rpc=req.rpc)
+                check_correct(req.template, self.wl, req.target, kv, rpc=req.rpc)
             except (TuningError, TemplateError) as e:
                 if "does not build" not in str(e) and not isinstance(e, TemplateError):
                     built += 1

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .builder import workload_module, workload_params
 from .constraints import violated
 from .errors import TemplateError, TuningError
 from .template import Categorical, Knob, Knobs, Split, default_values, design_spaces
+from .workload import workload_module, workload_params
 
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import stats
-from .builder import make_builder, workload_params
+from .builder import make_builder
 from .errors import TuningError
 from .manifest import Measured, Trials
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
@@ -38,6 +38,7 @@ from .search import Search, failure_kinds
 from .space import knobs_key
 from .template import template_name
 from .tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome, TuneRequest
+from .workload import resolve
 
 __all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest", "tune_workload"]
 
@@ -99,6 +100,7 @@ def run_finals(
     the winner's numerics checked (a wrong one becomes a failed trial and the next
     is taken)."""
     template, name = req.template, req.workload_name
+    wl = req.workload if req.workload is not None else name
     where = f"{template_name(template)}/{name}"
     by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
     keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
@@ -108,7 +110,7 @@ def run_finals(
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
         finalists.append(Finalist("previous", dict(req.previous_knobs), "previous"))
-    results = finals(template, name, req.target, finalists, req.measure,
+    results = finals(template, wl, req.target, finalists, req.measure,
                      runner=runner, builder=builder)
     while True:
         winner, tied = _decide(results)
@@ -120,7 +122,7 @@ def run_finals(
         if winner.finalist.role == "default":
             return _FinalsOutcome(results, winner, tied)
         try:
-            check_correct(template, name, req.target, winner.finalist.knobs, rpc=req.rpc)
+            check_correct(template, wl, req.target, winner.finalist.knobs, rpc=req.rpc)
             return _FinalsOutcome(results, winner, tied)
         except TuningError as err:
             if winner.finalist.role == "search":
@@ -246,6 +248,11 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive"
         )
     template, name = req.template, req.workload_name
+    # One resolved workload for the whole run: everything below takes its parameters,
+    # module, FLOP count and TVM target from it (builder.Workload).
+    if req.workload is None:
+        req = replace(req, workload=resolve(template, name, req.target))
+    wl = req.workload
     stats_: dict[str, float] = {}
 
     def lap(key: str, t0: float) -> float:
@@ -259,10 +266,10 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         # Built libraries live in work_dir (each is deleted once measured), so a killed
         # run leaves nothing behind that the caller's removal of work_dir does not remove.
         builder = make_builder(str(Path(req.work_dir) / "artifacts"))
-        check_correct(template, name, req.target, rpc=req.rpc)  # 1
+        check_correct(template, wl, req.target, rpc=req.rpc)  # 1
         t = lap("correctness_s", t_start)
         noise = measure_baseline(
-            template, name, req.target, req.measure, runner=runner, warn=req.warn
+            template, wl, req.target, req.measure, runner=runner, warn=req.warn
         )  # 2
         t = lap("baseline_s", t)
         search = Search(req, builder, runner, t_start)  # 3 + 4
@@ -282,8 +289,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                 if req.old_knobs is not None:
                     from .history import probes as new_region
 
-                    wl = workload_params(req.template, req.workload_name)
-                    found = new_region(req.replay[0], req.old_knobs, req.template.KNOBS, wl,
+                    found = new_region(req.replay[0], req.old_knobs, req.template.KNOBS, dict(wl.params),
                                        req.target, limit=req.batch_size)
                     if found:
                         p = search.replay(found, source="new_region")
@@ -305,7 +311,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         extra: dict[str, dict[str, Any]] = {}
         for r in fin.results:
             if r.finalist.role != "search" and r is fin.winner:
-                sch = schedule_config(template, name, r.finalist.knobs, req.target)
+                sch = schedule_config(template, wl, r.finalist.knobs, req.target)
                 extra[r.finalist.role] = search.record_json(sch)
     finally:
         if builder is not None:
@@ -313,7 +319,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         runner.close()
     flop = search.flop
     a = assemble(entries, fin, extra, flop, noise,
-                 full=lambda knobs: full_knobs(template, name, knobs, req.target))
+                 full=lambda knobs: full_knobs(template, wl, knobs, req.target))
     records, best, baseline, previous, top, final_json, verdict = (
         a.records, a.best, a.baseline, a.previous, a.top, a.final_results, a.previous_verdict)
     from .gpubuild import gpu_resources

@@ -16,7 +16,9 @@ Import this module freely: it imports TVM only when `load()` (or a helper) is ca
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
 import sys
 import types
 from pathlib import Path
@@ -87,9 +89,16 @@ def register_all_intrinsics() -> None:
 
 
 def make_target(target: dict[str, Any]) -> Any:
-    """A `tvm.target.Target` from our canonical target dict."""
+    """A `tvm.target.Target` from our canonical target dict: one object per distinct
+    dict in a process (a Target is immutable, and a re-tune asks for its target at every
+    build, check and measurement)."""
+    return _make_target(json.dumps(target, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _make_target(key: str) -> Any:
     tvm = load()
-    return tvm.target.Target(dict(target))
+    return tvm.target.Target(json.loads(key))
 
 
 def host_cpu() -> str:
