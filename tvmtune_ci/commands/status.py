@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..ci import md_escape
 from ..errors import CorruptFileError
@@ -28,16 +28,33 @@ def human_count(n: int) -> str:
     return str(n)
 
 
-def band_cell(e: Entry) -> str:
+History = Any  # list[runs.Run]; a CorruptFileError when runs.jsonl fails its check; None: no manifest
+
+
+def read_histories(report: Report) -> list[History]:
+    """Each entry's run history, read once for every column and warning that needs it."""
+    from ..runs import read_runs
+
+    out: list[History] = []
+    for e in report.entries:
+        if e.manifest is None:
+            out.append(None)
+            continue
+        try:
+            out.append(read_runs(e.logset.folder, e.manifest.files))
+        except CorruptFileError as err:
+            out.append(err)
+    return out
+
+
+def band_cell(e: Entry, history: History) -> str:
     """The widest run-to-run band of the entry's workloads (runs.py), or how many runs
     the history has while it is too short for one."""
-    from ..runs import MIN_REF, PERSIST, band_of, read_runs, steady_series
+    from ..runs import MIN_REF, PERSIST, band_of, steady_series
 
-    if e.manifest is None:
+    if e.manifest is None or history is None:
         return "-"
-    try:
-        history = read_runs(e.logset.folder, e.manifest.files)
-    except CorruptFileError:
+    if isinstance(history, CorruptFileError):
         return "? (runs.jsonl)"
     bands = [band_of(steady_series(history, w)) for w in e.manifest.workloads]
     counts = [b.runs if b else 0 for b in bands]
@@ -47,18 +64,14 @@ def band_cell(e: Entry) -> str:
     return f"±{max(b.halfwidth for b in bands if b):.1%} ({min(counts)})"
 
 
-def noise_lines(report: Report) -> list[str]:
+def noise_lines(report: Report, histories: list[History]) -> list[str]:
     """One warning per target whose runner is noisier than the effects judged on it
     (runs.noise_warning), from the first of its entries that says so."""
-    from ..runs import noise_warning, read_runs
+    from ..runs import noise_warning
 
     out, seen = [], set()
-    for e in report.entries:
-        if e.manifest is None or e.target_name in seen:
-            continue
-        try:
-            history = read_runs(e.logset.folder, e.manifest.files)
-        except CorruptFileError:
+    for e, history in zip(report.entries, histories, strict=True):
+        if e.manifest is None or e.target_name in seen or not isinstance(history, list):
             continue
         warn = noise_warning(history, sorted(e.manifest.workloads),
                              float(e.manifest.measure.get("search_precision", 0.03)))
@@ -68,7 +81,7 @@ def noise_lines(report: Report) -> list[str]:
     return out
 
 
-def row(e: Entry) -> dict[str, str]:
+def row(e: Entry, history: History) -> dict[str, str]:
     m = e.manifest
     trials = best = "-"
     if m is not None:
@@ -94,18 +107,19 @@ def row(e: Entry) -> dict[str, str]:
         "age": f"{e.age_days}d" if e.age_days is not None else "-",
         "trials": trials,
         "best": best,
-        "run to run": band_cell(e),
+        "run to run": band_cell(e, history),
         "space": human_count(space) if e.space_sizes else f"? ({unknown})",
         "reasons": ", ".join(dict.fromkeys(r.code for r in e.reasons)) or "-",
     }
 
 
-def rows(report: Report) -> list[dict[str, str]]:
-    return [row(e) for e in report.entries]
+def rows(report: Report, histories: list[History]) -> list[dict[str, str]]:
+    return [row(e, h) for e, h in zip(report.entries, histories, strict=True)]
 
 
 def render_text(report: Report, out: TextIO) -> None:
-    table = rows(report)
+    histories = read_histories(report)
+    table = rows(report, histories)
     widths = {c: max([len(c), *(len(r[c]) for r in table)]) for c in COLUMNS}
     print("  ".join(c.upper().ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
     for r in table:
@@ -114,14 +128,14 @@ def render_text(report: Report, out: TextIO) -> None:
         print(f"warning: {line}", file=out)
     for w in report.warnings:
         print(f"warning: {w}", file=out)
-    for w in noise_lines(report):
+    for w in noise_lines(report, histories):
         print(f"warning: {w}", file=out)
     print(summary_line(report), file=out)
 
 
 def render_markdown(report: Report) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows(report):
+    for r in rows(report, read_histories(report)):
         lines.append("| " + " | ".join(md_escape(r[c]) for c in COLUMNS) + " |")
     return "\n".join(lines) + "\n"
 
