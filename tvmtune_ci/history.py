@@ -12,6 +12,10 @@ The log's other records are not measured again; they train the cost model before
 first batch (`priors.py`). Only the same operator and target are replayed, unless
 a target's `seed-from` names another (off by default): configurations tuned for
 other hardware can pull a search off course.
+
+Over 400 lines: mapping an old configuration, the declaration diff the README reports
+and the probes of the region an edit opened all read one model of an edit (the old
+and the new KNOBS, scoped by the workload); split, each would rebuild it.
 """
 
 from __future__ import annotations

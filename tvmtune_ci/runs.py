@@ -22,6 +22,10 @@ from run to run (a shared VM visits its fast mode within a minute or two); the l
 keep the rest, so the choice can be revisited on the history already recorded.
 
 Pure Python, no TVM: `check`, `status` and `readme` read it.
+
+Over 400 lines: the record format, the band and verdict rules, and the README and
+status sentences drawn from them read one history the same way (which runs count,
+which were disturbed); split, each would re-decide that.
 """
 
 from __future__ import annotations
