@@ -2,7 +2,7 @@
 figures hold in later fresh processes? On this machine, with real kernels.
 
     python benchmarks/bench_drift.py matmul --target xeon-emr-2c --runs 20 --minutes 60   # quiet: nothing changed
-    python benchmarks/bench_drift.py matmul --target xeon-emr-2c --detect 4 --source /tmp/bench-drift-.../repo
+    python benchmarks/bench_drift.py matmul --target xeon-emr-2c --detect 5 --source CLONE --slowdown 1.15 --slowdown-for matmul/m1021=0
 
 Phase 1 (`--runs`): a clone of this repository (its committed logs of `--target`, which
 must be this machine's), then `--runs` fresh processes of `tvmtune-ci remeasure --target T
@@ -12,13 +12,21 @@ the band the README states after run `--publish-at` and whether the median of th
 5 runs, at least 30 min apart in all, lies inside it; and the band the absolute lower
 quartile would have had over the same runs.
 
-Phase 2 (`--detect N`): from the clone phase 1 left (`--source`), N rounds. Each takes a
-fresh copy, swaps every workload's committed best for the configuration of that log
-whose recorded latency is closest to `--slowdown` x the best's (a real, slower kernel,
-re-measured by every run that follows; its hashes re-recorded, so `check` still vouches
-for the set), and runs `remeasure --record` 3 times: a workload's trial finds the drift
-when a verdict says so within those 3 runs. Each kernel is measured on its own visits,
-so one round is one trial per workload.
+Phase 2 (`--detect N`): from a clone with a history (`--source`; phase 1's, or a fresh
+clone of this repository), first every workload's best and its neighbours (the best
+with one knob changed: a split's factor of 2 or 4 moved, another structural choice)
+measured side by side for `--pick-seconds` (interleaved, the fast figure the history
+records); where none came within 0.03 of `--slowdown` x the best, pairs of one-knob
+changes whose ratios multiply to near it are measured with the best again. Per
+workload the one measured closest to `--slowdown` (`--slowdown-for OP/W=R` for a
+workload whose band is wider; R 0: not swapped, a control in the same runs) is
+picked. Then N rounds: each a fresh copy with every picked configuration swapped in
+as the best (a real, slower kernel, re-measured by every run that follows; its hashes
+re-recorded, so `check` still vouches for the set), and `remeasure --record` up to 3
+times: a workload's trial finds the drift when a verdict says so within those 3 runs.
+Each kernel is measured on its own visits, so one round is one trial per workload.
+(The log's own configurations were tried first: its best's neighbours ran within 1.09x
+and the rest 1.4x and slower, so a 1.15x kernel was not among them.)
 
 A run of one set lasts `measure.history_s` (120 s here), so a run of every set of a
 target takes minutes; the operators named on the command line narrow both phases.
@@ -147,71 +155,245 @@ def phase2(args: argparse.Namespace) -> None:
     target = cfg.target(args.target)
     folders = sorted(p for p in (base / cfg.logs_dir).glob(f"*/{target.slug}") if (p / "manifest.json").is_file()
                      and (not args.operators or p.parent.name in args.operators))
-    print(f"\n## a real slowdown of {args.slowdown:.2f}x: {args.detect} rounds, each every workload of "
-          f"{', '.join(f.parent.name for f in folders)}\n")
-    print("| round | workload | swapped-in configuration (recorded latency / the best's) | verdicts of the next 3 runs (measured / the band's median) | found |")
-    print("|---|---|---|---|---|")
+    wanted = {f"{f.parent.name}/{w}": args.slowdown for f in folders
+              for w in read_manifest(f / "manifest.json").results}
+    for spec in args.slowdown_for:
+        key, _, val = spec.partition("=")
+        if key not in wanted:
+            raise SystemExit(f"--slowdown-for {spec}: no workload {key} (have {', '.join(sorted(wanted))})")
+        wanted[key] = float(val)
+    # The configurations are chosen by what they measure now, side by side with the best
+    # (`pick_slower`): the top table's recorded ratios did not hold (see the docstring).
+    controls = sorted(k for k, v in wanted.items() if v <= 1.0)  # not swapped: false alarms, same runs
+    wanted = {k: v for k, v in wanted.items() if v > 1.0}
+    picks = pick_slower(base, cfg, target, folders, wanted, args.pick_seconds)
+    tmpl_knobs = {k: p["best"] for k, p in picks.items()}
+    with open(args.out, "a", encoding="utf-8") as out:
+        out.write(json.dumps({"phase": 2, "picks": picks, "at": time.time()}) + "\n")
+    print(f"\n## a real slowdown: {args.detect} rounds, each every workload of "
+          f"{', '.join(f.parent.name for f in folders)} with its best swapped for a configuration of "
+          f"its log measured slower side by side ({args.pick_seconds:g} s, interleaved)\n")
+    for k, p in sorted(picks.items()):
+        best_knobs = tmpl_knobs[k]
+        how = "the best with " + ", ".join(f"{n} {best_knobs[n]} -> {v}" for n, v in p["knobs"].items()
+                                          if best_knobs.get(n) != v)
+        print(f"- {k}: wanted {wanted[k]:.2f}x; picked {how}, measured {p['measured']:.3f}x "
+              f"the best now; measured ratios of all candidates: "
+              f"{', '.join(f'{r:.3f}' for r in p['all_measured'])}")
+    print("\n| round | workload | swapped-in configuration (measured / the best's, before the round) | "
+          "verdicts of the next runs (measured / the band's median) | calibration kernels / their median | found |")
+    print("|---|---|---|---|---|---|")
     found = trials = 0
+    per: dict[str, list[bool]] = {}
+    alarms: list[bool] = []
     with open(args.out, "a", encoding="utf-8") as out:
         for t in range(args.detect):
             # One round: every workload's best swapped at once (each kernel is measured on
-            # its own visits, so the swaps do not disturb one another), then 3 runs.
+            # its own visits, so the swaps do not disturb one another), then up to 3 runs.
             work = Path(tempfile.mkdtemp(prefix="bench-drift-trial-")) / "repo"
             shutil.copytree(base, work, symlinks=True)
             # The runs use this checkout's code (`python -m` in the copy imports the copy's).
             shutil.rmtree(work / "tvmtune_ci")
             shutil.copytree(ROOT / "tvmtune_ci", work / "tvmtune_ci")
-            swaps = {}
-            for folder in folders:
-                op = folder.parent.name
-                for w in sorted(read_manifest(folder / "manifest.json").results):
-                    swaps[(op, w)] = swap_best(work / cfg.logs_dir / op / target.slug, w, args.slowdown)
-            states: dict[tuple[str, str], list[str]] = {k: [] for k in swaps}
+            for key, p in picks.items():
+                op, w = key.split("/")
+                swap_best(work / cfg.logs_dir / op / target.slug, w, p["knobs"])
+            states: dict[str, list[str]] = {k: [] for k in [*picks, *controls]}
+            cals: list[str] = []
             for _ in range(3):
-                ops = sorted({op for op, _ in swaps})
+                ops = sorted({k.split("/")[0] for k in picks})
                 code, data = cli(work, "remeasure", *ops, "--target", args.target, "--record")
-                out.write(json.dumps({"phase": 2, "round": t + 1, "swaps": {f"{o}/{w}": r for (o, w), r in swaps.items()},
-                                      "exit": code, **data}) + "\n")
+                out.write(json.dumps({"phase": 2, "round": t + 1, "swaps": picks, "exit": code, **data}) + "\n")
+                out.flush()
+                cals.append(calibration_ratio(data))
                 for e in data["results"]:
                     for v in e["verdicts"]:
-                        seen = states[(e["operator"], v["workload"])]
+                        seen = states[f"{e['operator']}/{v['workload']}"]
                         if not seen or not seen[-1].startswith("drift"):
                             ratio = f" ({v['ratio']:.3f}x)" if v.get("ratio") else ""
                             seen.append(v["state"] + ratio)
-            for (op, w), seen in sorted(states.items()):
+                if all(s and s[-1].startswith("drift") for k, s in states.items() if k in picks):
+                    break  # every workload found: a 4th run would judge nothing new
+            for key, seen in sorted(states.items()):
                 hit = any(x.startswith("drift") for x in seen)
+                if key in controls:  # nothing changed: a drift here is a false alarm
+                    alarms.append(hit)
+                    print(f"| {t + 1} | {key} (control, not swapped) | - | {', '.join(seen)} | "
+                          f"{'; '.join(cals)} | {'FALSE ALARM' if hit else 'no drift (right)'} |", flush=True)
+                    continue
                 found += hit
                 trials += 1
-                print(f"| {t + 1} | {op}/{w} | {swaps[(op, w)]:.3f}x | {', '.join(seen)} | {'yes' if hit else 'NO'} |",
-                      flush=True)
+                per.setdefault(key, []).append(hit)
+                print(f"| {t + 1} | {key} | {picks[key]['measured']:.3f}x | {', '.join(seen)} | "
+                      f"{'; '.join(cals)} | {'yes' if hit else 'NO'} |", flush=True)
             shutil.rmtree(work.parent, ignore_errors=True)
-    print(f"\nfound within 3 runs: {found} of {trials}")
+    print(f"\nfound within 3 runs: {found} of {trials}; per workload: "
+          + ", ".join(f"{k} {sum(v)} of {len(v)} ({picks[k]['measured']:.3f}x)" for k, v in sorted(per.items()))
+          + (f"; controls (not swapped): {sum(alarms)} false alarm(s) in {len(alarms)}" if controls else ""))
 
 
-def swap_best(folder: Path, workload: str, slowdown: float) -> float:
-    """Make the set's best of `workload` the configuration of its top table whose
-    recorded latency is closest to `slowdown` x the best's; re-record the hashes."""
+def calibration_ratio(data: dict[str, Any]) -> str:
+    """The run's calibration kernels over their median in the history: how fast the
+    runner itself was in that run (a detection on a slow runner proves less)."""
+    from tvmtune_ci import runs as R
+
+    history = [R.run_from_json(h) for h in data["results"][0]["history"]]
+    parts = []
+    for kind in ("compute", "memory"):
+        pts = [r.calibration[kind].fast_s for r in history if kind in r.calibration]
+        if len(pts) >= 2:
+            parts.append(f"{kind[0]} {pts[-1] / statistics.median(pts[:-1]):.2f}")
+    return " ".join(parts) or "-"
+
+
+def pick_slower(base: Path, cfg: Any, target: Any, folders: list[Path], wanted: dict[str, float],
+                seconds: float) -> dict[str, dict[str, Any]]:
+    """Per workload: the configuration whose latency, measured now side by side with the
+    best (every workload's best and candidates in one interleaved run of `seconds`, each
+    as the fast figure the history records), is closest to the wanted ratio. Candidates:
+    the best with one knob changed, then with two such changes."""
+    from tvmtune_ci.builder import schedule_config
+    from tvmtune_ci.template import import_template
+
+    keys: list[tuple[str, int]] = []  # (op/w, -1 for the best or the candidate's index)
+    schs = []
+    recorded: dict[tuple[str, int], float] = {}
+    cands_of: dict[str, list[dict[str, Any]]] = {}
+    tmpl_of: dict[str, tuple[Any, str, dict[str, Any]]] = {}
+    for folder in folders:
+        op = folder.parent.name
+        template = import_template(base / cfg.operators_dir / f"{op}.py", base)
+        res_all = json.loads((folder / "results.json").read_text())["results"]
+        for w, res in sorted(res_all.items()):
+            key = f"{op}/{w}"
+            if key not in wanted:
+                continue
+            best = res["best"]
+            # Candidates: the best with one knob changed (a split's factor of 2 or 4
+            # moved to another part, another structural or categorical choice). A
+            # kernel measured 1.15x slower is rarely in a tuned log, where the best's
+            # neighbours run within a few percent and the rest run far slower.
+            cands = [{"knobs": kv, "recorded": float("nan")} for kv in neighbours(best["knobs"], template.KNOBS)]
+            cands_of[key] = cands
+            tmpl_of[key] = (template, w, best["knobs"])
+            for i, c in [(-1, {"knobs": best["knobs"], "recorded": 1.0}), *enumerate(cands)]:
+                try:
+                    sch = schedule_config(template, w, dict(c["knobs"]), target.target)
+                except Exception:  # noqa: BLE001 - a neighbour the template refuses
+                    continue
+                keys.append((key, i))
+                recorded[(key, i)] = c["recorded"]
+                schs.append(sch)
+    fast = side_by_side(cfg, target, keys, schs, seconds)
+    # Stage 2, where no candidate came within 0.03 of the wanted ratio: pairs of the
+    # best's one-knob neighbours, whose ratios multiply to near it, measured again with
+    # the best (a 1.15x kernel is rarely one knob away from a tuned best).
+    keys2: list[tuple[str, int]] = []
+    schs2 = []
+    for key, want in wanted.items():
+        ratios = {i: fast[(k, i)] / fast[(key, -1)] for k, i in fast if k == key and i >= 0}
+        if min(abs(r - want) for r in ratios.values()) <= 0.03:
+            continue
+        template, w, best_knobs = tmpl_of[key]
+        singles = []
+        for i, r in ratios.items():
+            diff = {n: v for n, v in cands_of[key][i]["knobs"].items() if best_knobs.get(n) != v}
+            if len(diff) == 1 and r > 1.0:
+                singles.append((diff, r))
+        combos = []
+        for x in range(len(singles)):
+            for y in range(x + 1, len(singles)):
+                (d1, r1), (d2, r2) = singles[x], singles[y]
+                if set(d1) & set(d2) or abs(r1 * r2 - want) > 0.06:
+                    continue
+                combos.append((abs(r1 * r2 - want), {**best_knobs, **d1, **d2}, r1 * r2))
+        for _, kv, est in sorted(combos, key=lambda c: c[0])[:6]:
+            try:
+                sch = schedule_config(template, w, dict(kv), target.target)
+            except Exception:  # noqa: BLE001 - a combination the template refuses
+                continue
+            cands_of[key].append({"knobs": kv, "recorded": float("nan"), "product": est})
+            keys2.append((key, len(cands_of[key]) - 1))
+            schs2.append(sch)
+    if schs2:
+        for key in {k for k, _ in keys2}:
+            template, w, best_knobs = tmpl_of[key]
+            keys2.append((key, -1))
+            schs2.append(schedule_config(template, w, dict(best_knobs), target.target))
+        fast2 = side_by_side(cfg, target, keys2, schs2, seconds)
+        for key in {k for k, _ in keys2}:  # stage 2's ratios on stage 2's best
+            for k, i in keys2:
+                if k == key and i >= 0:
+                    fast[(k, i)] = fast2[(k, i)] / fast2[(key, -1)] * fast[(key, -1)]
+                    recorded[(k, i)] = float("nan")
+    out: dict[str, dict[str, Any]] = {}
+    for key, want in wanted.items():
+        cands = sorted((fast[(k, i)] / fast[(key, -1)], i) for k, i in fast if k == key and i >= 0)
+        # The closest to the wanted ratio: a single measurement of a ratio spreads a few
+        # percent, so "at least" would skip a 1.085x for a wanted 1.09x.
+        ratio, idx = min(cands, key=lambda c: abs(c[0] - want))
+        out[key] = {"index": idx, "knobs": cands_of[key][idx]["knobs"], "best": tmpl_of[key][2], "measured": ratio,
+                    "recorded": recorded[(key, idx)],
+                    "wanted": want, "all_measured": [r for r, _ in cands]}
+    return out
+
+
+def neighbours(best: dict[str, Any], decls: Any) -> list[dict[str, Any]]:
+    """The configurations one knob away from `best`: each split with a factor of 2 or 4
+    moved from one part to another, each structural or categorical knob at another of
+    its candidates."""
+    out = []
+    for d in decls:
+        v = best.get(d.name)
+        if isinstance(v, list):
+            for i in range(len(v)):
+                for j in range(len(v)):
+                    for f in (2, 4):
+                        if i != j and v[i] % f == 0:
+                            w = list(v)
+                            w[i], w[j] = v[i] // f, v[j] * f
+                            out.append({**best, d.name: w})
+        elif hasattr(d, "candidates"):
+            out += [{**best, d.name: c} for c in d.candidates if c != v]
+    return out
+
+
+def side_by_side(cfg: Any, target: Any, keys: list[tuple[str, int]], schs: list[Any],
+                 seconds: float) -> dict[tuple[str, int], float]:
+    """The fast figure (as the history records it) of each schedule, measured in one
+    interleaved run of `seconds`."""
+    from tvmtune_ci.builder import make_builder
+    from tvmtune_ci.measure import interleave
+    from tvmtune_ci.pipeline import measure_threads, tvm_threads
+    from tvmtune_ci.remeasure import kernel_figure
+    from tvmtune_ci.runners import make_runner
+
+    print(f"# measuring {len(schs)} configurations side by side for {seconds:g} s", flush=True)
+    with tvm_threads(measure_threads(target)):
+        runner, builder = make_runner(cfg.measure, None), make_builder()
+        try:
+            visits = interleave(schs, target.target, cfg.measure, seconds=seconds, runner=runner,
+                                builder=builder, what="bench_drift: the swap candidates")
+        finally:
+            builder.close()
+            runner.close()
+    return {k: kernel_figure(v).fast_s for k, v in zip(keys, visits, strict=True)}
+
+
+def swap_best(folder: Path, workload: str, knobs: dict[str, Any]) -> None:
+    """Make the set's best of `workload` the configuration `knobs`;
+    re-record the hashes, so `check` still vouches for the set."""
     from tvmtune_ci.fsutil import sha256_bytes
     from tvmtune_ci.git.read import blob_id
 
     m = json.loads((folder / "manifest.json").read_text())
-    inline = "results" in m and m.get("format", 4) < 4
-    data = m if inline else json.loads((folder / "results.json").read_text())
+    data = json.loads((folder / "results.json").read_text())
     res = data["results"][workload]
-    best = res["best"]["latency_s"]
-    cands = [c for c in res["top"] if c["knobs"] != res["best"]["knobs"]]
-    # At least `slowdown` as recorded: a re-tune measured on a busy runner records ratios
-    # that a quiet run does not reproduce (1.09x and 1.12x recorded came back 0.95x and
-    # 1.04-1.07x here), so the table reports what the runs measured, too.
-    slower = [c for c in cands if c["latency_s"] / best >= slowdown]
-    pick = min(slower or cands, key=lambda c: abs(c["latency_s"] / best - slowdown))
-    res["best"] = {**res["best"], "knobs": pick["knobs"]}
-    if not inline:
-        raw = json.dumps(data).encode()
-        (folder / "results.json").write_bytes(raw)
-        m["files"]["results.json"], m["files_git_blob"]["results.json"] = sha256_bytes(raw), blob_id(raw)
+    res["best"] = {**res["best"], "knobs": knobs}
+    raw = json.dumps(data).encode()
+    (folder / "results.json").write_bytes(raw)
+    m["files"]["results.json"], m["files_git_blob"]["results.json"] = sha256_bytes(raw), blob_id(raw)
     (folder / "manifest.json").write_text(json.dumps(m))
-    return pick["latency_s"] / best
 
 
 def main() -> int:
@@ -222,7 +404,12 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=70.0)
     ap.add_argument("--publish-at", type=int, default=8, help="runs behind the README whose headline is checked")
     ap.add_argument("--detect", type=int, default=0)
-    ap.add_argument("--slowdown", type=float, default=1.15)
+    ap.add_argument("--slowdown", type=float, default=1.15, help="phase 2: the measured ratio wanted")
+    ap.add_argument("--slowdown-for", action="append", default=[], metavar="OP/W=RATIO",
+                    help="phase 2: another ratio for one workload (one whose band is wider); "
+                    "0: not swapped, a control whose drift would be a false alarm")
+    ap.add_argument("--pick-seconds", type=float, default=90.0,
+                    help="phase 2: how long the candidates are measured side by side")
     ap.add_argument("--source", default=None, help="phase 2: the clone phase 1 left")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/bench_drift_raw.jsonl")
     ap.add_argument("--analyse", action="store_true", help="only analyse --out")
