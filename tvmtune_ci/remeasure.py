@@ -42,7 +42,9 @@ def kernel_figure(visits: Sequence[Any]) -> runs.KernelFigure:
     quartiles = [stats.quantile(b) for b in bursts.values() if len(b) >= 3] or [est.value]
     lo = est.lo if math.isfinite(est.lo) else est.value
     hi = est.hi if math.isfinite(est.hi) else est.value
-    return runs.KernelFigure(est.value, lo, hi, est.n, min(quartiles), max(quartiles))
+    # A stretch is at least as fast as the whole run's p25 and at most as slow: with
+    # sparse visits (a short run, a slow kernel) no stretch may hold the fast samples.
+    return runs.KernelFigure(est.value, lo, hi, est.n, min(*quartiles, est.value), max(*quartiles, est.value))
 
 
 def now_utc() -> str:
