@@ -344,8 +344,8 @@ class Job:
     threads: int | None = None  # TVM_NUM_THREADS while measuring locally (None: TVM's own)
     template: Template | None = None
     history: History | None = None
-    # Each workload resolved once (builder.Workload): the tuner and the first history
-    # run take its module, FLOPs and TVM target from here.
+    # Each workload resolved once (workload.Workload): the tuner and the first history
+    # run take its module and FLOPs from here.
     workloads: dict[str, Any] = field(default_factory=dict)
     outcomes: dict[str, TuneOutcome] = field(default_factory=dict)
     results: dict[str, WorkloadResult] = field(default_factory=dict)

@@ -58,7 +58,7 @@ class RunItem:
     operator: str
     template: ModuleType
     knobs: Mapping[str, Mapping[str, Any]]  # workload -> the best's knobs
-    # workload -> its builder.Workload, when the caller resolved it already (a re-tune)
+    # workload -> its workload.Workload, when the caller resolved it already (a re-tune)
     resolved: Mapping[str, Any] = field(default_factory=dict)
 
 

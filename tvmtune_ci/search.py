@@ -145,7 +145,7 @@ class Search:
         self.ms = ms = tvmsetup.ms()
         self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
         self.name = req.workload_name
-        # The resolved workload (builder.Workload): its parameters, module and FLOPs are
+        # The resolved workload (workload.Workload): its parameters, module and FLOPs are
         # computed once per re-tune, not once per use.
         self.wl = req.workload if req.workload is not None else resolve(req.template, self.name, req.target)
         workload = workload_params(req.template, self.wl)

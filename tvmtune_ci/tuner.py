@@ -249,7 +249,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         )
     template, name = req.template, req.workload_name
     # One resolved workload for the whole run: everything below takes its parameters,
-    # module, FLOP count and TVM target from it (builder.Workload).
+    # module and FLOP count from it (workload.Workload).
     if req.workload is None:
         req = replace(req, workload=resolve(template, name, req.target))
     wl = req.workload

@@ -118,8 +118,8 @@ class TuneRequest:
     # tune_workload has run this long less what the finals need; at least one batch.
     time_budget_s: float | None = None
     budget_note: str = ""  # the share, in words (README, commit)
-    # The workload resolved once (a `builder.Workload` of `template`, `workload_name`
-    # and `target`): its parameters, module, FLOPs and TVM target. None: tune_workload
+    # The workload resolved once (a `workload.Workload` of `template`, `workload_name`
+    # and `target`): its parameters, module and FLOPs. None: tune_workload
     # resolves it.
     workload: Any = None
 

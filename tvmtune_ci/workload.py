@@ -1,5 +1,6 @@
 """A template's workload, resolved once: its declared parameters, its IRModule (the
-template's `compute()`), FLOP count and TVM target (`Workload`).
+template's `compute()`) and FLOP count (`Workload`). Its TVM target is
+`tvmsetup.make_target`'s, one object per target dict in a process.
 
 A re-tune resolves each (entry, workload) once and hands the object down: the
 correctness checks, the baseline, the search, the finals, the log and the first run
@@ -24,10 +25,10 @@ from .template import call_with_workload, template_name
 @dataclass(frozen=True, eq=False)
 class Workload:
     """One workload of a template on one target, resolved once: its declared parameters,
-    and on first use its IRModule (the template's `compute()`), FLOP count and TVM
-    target, kept. A re-tune builds one per (entry, workload) and hands it down, so the
-    checks, the baseline, the search, the finals and the log take these facts from one
-    place instead of calling `compute()` and building a target at every step. Every
+    and on first use its IRModule (the template's `compute()`) and FLOP count, kept. A
+    re-tune builds one per (entry, workload) and hands it down, so the checks, the
+    baseline, the search, the finals and the log take these facts from one place
+    instead of calling `compute()` at every step. Every
     function here that takes a workload name takes one of these too (`resolve`)."""
 
     template: ModuleType
@@ -51,14 +52,6 @@ class Workload:
 
             self._cache["flops"] = measure.flop_count(self.mod)
         return self._cache["flops"]
-
-    @property
-    def tvm_target(self) -> Any:
-        """The `tvm.target.Target` of `target`."""
-        from . import tvmsetup
-
-        assert self.target is not None, "a Workload resolved without a target"
-        return tvmsetup.make_target(dict(self.target))
 
 
 def resolve(template: ModuleType, workload: str | Workload,

@@ -1,4 +1,4 @@
-"""Along one re-tune, each workload's facts are computed once (builder.Workload): the
+"""Along one re-tune, each workload's facts are computed once (workload.Workload): the
 template's `compute()`, the parameters looked up in WORKLOADS, the FLOP count and the
 TVM target, counted in a real `tvmtune-ci retune` of a two-workload template.
 
