@@ -326,10 +326,11 @@ class Search:
     def _out_of_time(self) -> bool:
         """The item's share of a time budget is spent, less what its finals need (one
         time cap per finalist, the default and the previous best); never before its
-        first batch of its own."""
+        warm-up (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start
+        of a search's curve, which a budget gives every item (budget.py)."""
         req = self.req
-        if req.time_budget_s is None or not any(
-                e.get("source") != "replay" for e in self.journal.trials):
+        own = sum(e.get("source") != "replay" for e in self.journal.trials)
+        if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
             return False
         finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
         return time.perf_counter() - self.t_start + finals_s >= req.time_budget_s
@@ -424,7 +425,11 @@ class Search:
         noise. Its model learned from the old log's records and the replay, so it needs
         none of the cold rule's warm-up of the search's own samples, nor its patience:
         with the cold rule's 3 batches a no-op edit cost 1.24x a cold run on a Xeon
-        (bench_warmstart, 3 seeds), where cold stopped at its 64-trial minimum."""
+        (bench_warmstart, 3 seeds), where cold stopped at its 64-trial minimum. Counting
+        the replayed old best as the match (no own match needed when the edit opened no
+        knob values) was tried on a Zen 5 and not kept: 0.65x cold's seconds, but one
+        seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
+        4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C)."""
         assert self.old_best is not None
         req = self.req
         own = self._own_best()
