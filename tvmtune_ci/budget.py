@@ -1,19 +1,30 @@
 """One time budget spent across many (operator, target, workload) items: `retune --budget`.
 
 A fleet's yearly re-tune spends the same trials on every workload however much it
-matters. With a budget, each item gets, when its turn comes, the share of what is left
-that its weight (`operators.NAME.weight` / `workloads:` in tvmtune.yaml: its share of
-the end-to-end time a profile gives) has among the items not done yet; the heaviest go
-first. An item that needs less (its search stops early, or its history says the old
-best still holds) leaves the rest to the items after it. Every item still gets its
-correctness check, its noise check and its history replay: they come out of its share.
+matters. With a budget, every item first gets its **floor**: its correctness check,
+its noise check, its history replay, its finals and the search's warm-up (the first
+`search.WARMUP_SAMPLES` trials, where a search gains most: the steep start of its
+curve). Only the time beyond the floors of the items still to tune is shared by
+weight (`operators.NAME.weight` / `workloads:` in tvmtune.yaml: the share of the
+end-to-end time a profile gives), the heaviest first, as Ansor's task scheduler gives
+every task a warm-up round before its gradient decides. Measured (bench_budget, AMD
+EPYC Zen 5, 2 cores, weights 60/25/10/5%): shares by weight alone gave conv2d, weight
+0.10, 16 trials where equal shares gave it 32, and its best came out 1.6-2.1x slower;
+the weighted end-to-end time ended 1.03x and 1.05x the equal arm's, at 1.17-1.26x its
+seconds, because nothing reserved the later items' floors. An item that needs less (its
+search stops early, or its history says the old best still holds) leaves the rest to
+the items after it.
 
-Pure Python, no TVM: `matrix --budget` splits a budget between runner jobs with it.
+A floor is estimated from the items done (their median: what each took besides its
+search, plus its warm-up trials at its own pace), and before any is done from the
+measurement settings. Pure Python, no TVM: `matrix --budget` splits a budget between
+runner jobs with it.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,12 +61,15 @@ def fmt_duration(seconds: float) -> str:
 
 @dataclass
 class Budget:
-    """`total_s` seconds across `weights` (item -> weight), spent from `start`."""
+    """`total_s` seconds across `weights` (item -> weight), spent from `start`;
+    `floor_s`: what an item costs at least before any is done (`floor_estimate`)."""
 
     total_s: float
     weights: dict[Item, float]
     start: float = field(default_factory=time.monotonic)
+    floor_s: float = 0.0
     done: dict[Item, float] = field(default_factory=dict)  # item -> seconds it took
+    floors: dict[Item, float] = field(default_factory=dict)  # item -> its floor, measured
 
     def order(self) -> list[Item]:
         """The items, heaviest first (ties by name): the order they should run in."""
@@ -64,20 +78,48 @@ class Budget:
     def left_s(self) -> float:
         return max(0.0, self.total_s - (time.monotonic() - self.start))
 
+    def floor(self) -> float:
+        """An item's floor: the median of those measured, else the estimate given."""
+        return statistics.median(self.floors.values()) if self.floors else self.floor_s
+
     def share(self, item: Item) -> tuple[float, str]:
-        """Seconds `item` may take now, and why, in words: its weight's share of what is
-        left among the items not done."""
+        """Seconds `item` may take now, and why, in words: its floor, and its weight's
+        share of what is left beyond the floors of the items not done (itself included)."""
         todo = {i: w for i, w in self.weights.items() if i not in self.done}
         total = sum(todo.values()) or 1.0
         w = todo.get(item, self.weights.get(item, 0.0))
-        left = self.left_s()
-        seconds = left * w / total
+        left, floor = self.left_s(), self.floor()
+        pool = max(0.0, left - floor * max(1, len(todo)))
+        seconds = floor + pool * w / total
         return seconds, (f"{fmt_duration(seconds)} of the {fmt_duration(self.total_s)} budget: "
-                         f"weight {w:.2f} of the {total:.2f} still to tune when it started, with "
-                         f"{fmt_duration(left)} left")
+                         f"its floor ({fmt_duration(floor)}: checks, finals and the search's "
+                         f"warm-up) and weight {w:.2f} of the {total:.2f} still to tune of the "
+                         f"{fmt_duration(pool)} beyond the floors of the {len(todo)} left")
 
-    def finish(self, item: Item, seconds: float) -> None:
+    def finish(self, item: Item, seconds: float, floor_s: float | None = None) -> None:
+        """`item` took `seconds`, of which `floor_s` (when known) were its floor."""
         self.done[item] = seconds
+        if floor_s is not None:
+            self.floors[item] = floor_s
+
+
+def floor_estimate(time_cap_s: float, search_cap_s: float, finalists: int, warmup: int,
+                   history_s: float = 0.0) -> float:
+    """An item's floor before any is measured, from the measurement settings: the
+    baseline and the finals (the finalists, the default and the previous best) at one
+    time cap each, the correctness check at about two more, the warm-up's trials at the
+    search's cap per contender, and its part of its set's history run (`history_s`)."""
+    return time_cap_s * (finalists + 4) + warmup * search_cap_s + history_s
+
+
+def floor_of(seconds: float, stats: Mapping[str, float], warmup: int, history_s: float = 0.0) -> float:
+    """What a finished item's floor was: all it took besides its search, its search's
+    first `warmup` trials at the pace of its whole search, and its part of its set's
+    history run (`history_s`, measured after the set's workloads)."""
+    search_s = stats.get("search_s", 0.0)
+    trials = stats.get("search_trials", 0.0)
+    pace = search_s / trials if trials else 0.0
+    return max(0.0, seconds - search_s) + pace * min(trials, warmup) + history_s
 
 
 def split(total_s: float, groups: Mapping[str, Sequence[float]]) -> dict[str, float]:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import lock as _lock
 from . import sources
+from .budget import floor_of
 from .config import Config, TargetConfig
 from .errors import LockError, TvmtuneError
 from .fingerprint import Fingerprint, SourceCache
@@ -504,7 +505,11 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         budget_note=note,
     ))
     if job.budget is not None:
-        job.budget.finish((entry.operator, target.name, wname), time.monotonic() - t0)
+        from .search import WARMUP_SAMPLES
+
+        took = time.monotonic() - t0
+        job.budget.finish((entry.operator, target.name, wname), took, floor_of(
+            took, outcome.stats, WARMUP_SAMPLES, job.config.measure.history_s / max(1, len(decl.workloads))))
     report = None
     if diff is not None and hist is not None:
         report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target)

@@ -774,8 +774,9 @@ def test_dry_run_exits_as_the_real_run_would(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
-    """retune --budget: the heavier workload gets the larger share (and goes first), the
-    lighter what is left; each README says what share it got and why."""
+    """retune --budget: the heavier workload goes first with its floor and the larger
+    part of what lies beyond the floors, the lighter what is left; each README says
+    what share it got and why."""
     two = SMALL_MM.replace(
         'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"}}',
         'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"},\n'
@@ -795,6 +796,9 @@ def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     assert heavy["stop_reason"] in ("time_budget", "space_exhausted"), heavy
     assert "weight 0.75 of the 1.00" in heavy["budget_note"]
     assert "weight 0.25 of the 0.25" in light["budget_note"]
-    assert heavy["run"] > light["run"], (heavy, light)
+    assert "its floor (" in light["budget_note"]
+    # However little is left, the lighter one runs its warm-up (32 trials): the floor.
+    # How the shares follow the weights is test_budget's (the arithmetic, no clock).
+    assert light["run"] >= 32, light
     readme = (root / FOLDER / "README.md").read_text()
     assert "- budget: " in readme and "weight 0.75 of the 1.00 still to tune" in readme

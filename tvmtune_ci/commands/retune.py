@@ -187,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
 
 def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
     """The budget over every workload of `entries`, weighted as tvmtune.yaml says."""
-    from ..budget import Budget
+    from ..budget import Budget, floor_estimate
+    from ..search import WARMUP_SAMPLES
     from ..template import read_template
 
     weights = {}
@@ -195,7 +196,10 @@ def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
         workloads = list(read_template(config.root / e.template_file).workloads)
         for w in workloads:
             weights[(e.operator, e.target_name, w)] = config.weight_of(e.operator, w, workloads)
-    return Budget(total_s, weights)
+    m = config.measure
+    history = m.history_s * len(entries) / max(1, len(weights))  # each set's run, per item
+    return Budget(total_s, weights, floor_s=floor_estimate(
+        m.time_cap_s, m.search_cap_s, m.finalists, WARMUP_SAMPLES, history))
 
 
 def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
