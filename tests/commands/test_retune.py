@@ -474,17 +474,27 @@ def test_a_retune_starts_the_run_history(tuned: tuple[Path, subprocess.Completed
 def test_remeasure_with_a_short_history_is_inconclusive_and_writes_nothing(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
+    from tvmtune_ci.runs import FAR
+
     root = _copy(tuned[0], tmp_path)
     before = _set(root)
     r = run_cli(root, "remeasure", "mm")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "mm/host/s64: best " in r.stdout and "inconclusive: 6 more runs needed" in r.stdout
+    assert "mm/host/s64: best " in r.stdout, r.stdout + r.stderr
     assert "mm on host: a run of the history: 1 best(s) and the calibration kernels" in r.stdout
+    # One history run is too few for a band: inconclusive. The one exception, by design
+    # (test_runs), is a run more than FAR off the one before, reported at once; this 2-us
+    # parallel kernel swung that far once in CI between the re-tune's run and the next.
+    far = "reported at once" in r.stdout
+    assert r.returncode == int(far), r.stdout + r.stderr
+    assert far or "inconclusive: 6 more runs needed" in r.stdout, r.stdout
     assert _set(root) == before  # without --record nothing is written
     j = run_cli(root, "remeasure", "--format", "json")
-    assert j.returncode == 0, j.stderr
     (res,) = json.loads(j.stdout)["results"]
-    assert res["recorded"] is False and res["verdicts"][0]["state"] == "inconclusive"
+    v = res["verdicts"][0]
+    assert res["recorded"] is False and _set(root) == before
+    assert v["state"] == "inconclusive" or (
+        v["state"] == "drift" and "reported at once" in v["sentence"] and abs(v["ratio"] - 1) > FAR), v
+    assert j.returncode == int(v["state"] == "drift"), j.stderr
 
 
 def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
@@ -493,7 +503,8 @@ def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
     root = _copy(tuned[0], tmp_path)
     old = (root / FOLDER / "runs.jsonl").read_bytes()
     r = run_cli(root, "remeasure", "mm", "--record", "--commit")
-    assert r.returncode == 0, r.stdout + r.stderr
+    # 1 when the run is FAR off the re-tune's (reported at once: see the test above).
+    assert r.returncode == int("reported at once" in r.stdout), r.stdout + r.stderr
     new = (root / FOLDER / "runs.jsonl").read_bytes()
     assert new.startswith(old) and [x["by"] for x in _runs(root)] == ["retune", "remeasure"]
     assert "| 2 runs; the band is known after 6 more |" in (root / FOLDER / "README.md").read_text()
