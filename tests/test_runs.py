@@ -176,3 +176,28 @@ def test_a_run_the_runner_disturbed_is_left_out_of_the_band_and_the_verdict() ->
     # A slowdown of the kernel alone (calibration steady) is never left out.
     slow = history + [with_cal(i, 1.3, 0.3) for i in range(9, 12)]
     assert judge_history(slow, "w").drifted
+
+
+def test_a_disturbed_latest_run_still_reports_a_far_change_its_calibration_does_not_explain() -> None:
+    """CI, a Zen 5: the committed best swapped for the default (60x slower), and in the same
+    run the memory-bound calibration kernel ran 0.6x its median (faster: bimodal there), so
+    the run was left out as disturbed and the swap went unseen. A faster runner does not
+    explain a slower kernel: reported at once. The same run, the kernel unchanged, stays out."""
+    from tvmtune_ci.remeasure import judge_history
+
+    def with_mem(i: int, best: float, mem: float) -> runs.Run:
+        r = run(i, best)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
+                        {"compute": kf(0.3), "memory": kf(mem)}, 1)
+
+    steady = [with_mem(i, 1.0 + 0.01 * (i % 3), 3.0) for i in range(8)]
+    swapped = [*steady, with_mem(8, 60.0, 1.8)]
+    assert list(runs.disturbed(swapped)) == [swapped[-1].at]
+    v = judge_history(swapped, "w")
+    assert v.drifted and v.direction == "slower" and "reported at once" in v.sentence, v.sentence
+    assert "the runner was disturbed in this run" in v.sentence
+    same = [*steady, with_mem(8, 1.01, 1.8)]
+    v = judge_history(same, "w")
+    assert v.state == "stable" and "1 run left out: the runner was disturbed" in v.sentence
+    # The runner as slow as the kernel (the memory-bound kernel 60x too): not the kernel.
+    assert not judge_history([*steady, with_mem(8, 60.0, 180.0)], "w").drifted

@@ -344,6 +344,26 @@ def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> d
     return out
 
 
+def at_once(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
+            runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict | None:
+    """The drift reported at once (`judge`'s first rule), or None: the latest run more
+    than `far` from the median of the runs before it, and no calibration kernel off in
+    the same direction by as much in that run."""
+    if len(points) < 2:
+        return None
+    latest = points[-1][1]
+    jump = latest / statistics.median(v for _, v in points[:-1])
+    if abs(jump - 1) <= far:
+        return None
+    cal = runner_jump(runner or {}, points[-1][0])
+    if any((j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far for j in cal.values()):
+        return None  # the runner, not the kernel: judge's persistence rule decides
+    d = "slower" if jump > 1 else "faster"
+    return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
+                   f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
+                   "band seen, reported at once", band_of(points[:-1]), latest, jump, len(points), d)
+
+
 def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
           runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict:
     """Decide on one workload's series of (date, figure), oldest first (lower: faster).
@@ -366,6 +386,9 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
         return Verdict(workload, "inconclusive", "no run has measured it yet", runs=0)
     latest = points[-1][1]
     if n >= 2:
+        now = at_once(workload, points, runner=runner, far=far)
+        if now is not None:
+            return now
         before = statistics.median(v for _, v in points[:-1])
         jump = latest / before
         cal = runner_jump(runner or {}, points[-1][0])
@@ -378,11 +401,6 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
             v = judge(workload, points, far=math.inf)
             return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio,
                            v.runs, v.direction)
-        if abs(jump - 1) > far:
-            d = "slower" if jump > 1 else "faster"
-            return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
-                           f"the {n - 1} before it, beyond ±{far:.0%}: a change far beyond any "
-                           "band seen, reported at once", band_of(points[:-1]), latest, jump, n, d)
     ref = points[: n - PERSIST]
     if len(ref) < MIN_REF:
         need = MIN_REF + PERSIST - n
