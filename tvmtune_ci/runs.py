@@ -344,24 +344,35 @@ def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> d
     return out
 
 
+def _far(points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tuple[str, float]]] | None,
+         far: float) -> tuple[float, str | None] | None:
+    """When the latest run is more than `far` from the median of the runs before it: its
+    jump, and the calibration kernel that was off as far the same way in that run (the
+    runner, not the kernel), if one was. None for a run within `far`."""
+    if len(points) < 2:
+        return None
+    jump = points[-1][1] / statistics.median(v for _, v in points[:-1])
+    if abs(jump - 1) <= far:
+        return None
+    cal = runner_jump(runner or {}, points[-1][0])
+    return jump, next((k for k, j in sorted(cal.items())
+                       if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far), None)
+
+
 def at_once(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
             runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict | None:
     """The drift reported at once (`judge`'s first rule), or None: the latest run more
     than `far` from the median of the runs before it, and no calibration kernel off in
     the same direction by as much in that run."""
-    if len(points) < 2:
+    found = _far(points, runner, far)
+    if found is None or found[1] is not None:
         return None
-    latest = points[-1][1]
-    jump = latest / statistics.median(v for _, v in points[:-1])
-    if abs(jump - 1) <= far:
-        return None
-    cal = runner_jump(runner or {}, points[-1][0])
-    if any((j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far for j in cal.values()):
-        return None  # the runner, not the kernel: judge's persistence rule decides
+    jump = found[0]
     d = "slower" if jump > 1 else "faster"
     return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
                    f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
-                   "band seen, reported at once", band_of(points[:-1]), latest, jump, len(points), d)
+                   "band seen, reported at once", band_of(points[:-1]), points[-1][1], jump,
+                   len(points), d)
 
 
 def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
@@ -385,22 +396,19 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
     if n == 0:
         return Verdict(workload, "inconclusive", "no run has measured it yet", runs=0)
     latest = points[-1][1]
-    if n >= 2:
-        now = at_once(workload, points, runner=runner, far=far)
-        if now is not None:
-            return now
-        before = statistics.median(v for _, v in points[:-1])
-        jump = latest / before
-        cal = runner_jump(runner or {}, points[-1][0])
-        explained = [k for k, j in sorted(cal.items())
-                     if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far]
-        if abs(jump - 1) > far and explained:
-            note = (f" The latest run was {_words(jump)} the median before it, and the "
-                    f"{explained[0]}-bound calibration kernel {_words(cal[explained[0]])} its own: "
-                    "the runner, not the kernel.")
-            v = judge(workload, points, far=math.inf)
-            return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio,
-                           v.runs, v.direction)
+    now = at_once(workload, points, runner=runner, far=far)
+    if now is not None:
+        return now
+    found = _far(points, runner, far)
+    if found is not None:  # far, but a calibration kernel was off as far: the runner
+        jump, kind = found
+        assert kind is not None
+        cal = runner_jump(runner or {}, points[-1][0])[kind]
+        note = (f" The latest run was {_words(jump)} the median before it, and the "
+                f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel.")
+        v = judge(workload, points, far=math.inf)
+        return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio,
+                       v.runs, v.direction)
     ref = points[: n - PERSIST]
     if len(ref) < MIN_REF:
         need = MIN_REF + PERSIST - n
