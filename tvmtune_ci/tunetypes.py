@@ -115,7 +115,8 @@ class TuneRequest:
     # edit opened is probed next to the old best after the replay (`history.probes`).
     old_knobs: tuple[Any, ...] | None = None
     # A share of a time budget (`retune --budget`, budget.py): the search stops when
-    # tune_workload has run this long less what the finals need; at least one batch.
+    # tune_workload has run this long less what the finals need; never before its
+    # warm-up (search.WARMUP_SAMPLES trials of its own).
     time_budget_s: float | None = None
     budget_note: str = ""  # the share, in words (README, commit)
     # The workload resolved once (a `workload.Workload` of `template`, `workload_name`
