@@ -541,6 +541,12 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     assert warm.replay is not None and warm.replay.probes == 0  # the space did not change
 
 
+# A 128^3 matmul for the tests whose premise is a speed difference: at 64^3 a parallel
+# kernel's few microseconds are dominated by barrier waits on a shared-core runner (CI:
+# the vectorised and the scalar best both ran ~17 us), at 128^3 compute dominates.
+M128 = '"m128": {"M": 128, "N": 128, "K": 128, "dtype": "float32"},\n             "m32": {'
+
+
 @pytest.mark.slow
 def test_a_warm_retune_after_an_edit_that_opens_a_better_region_searches_on(tmp_path: Path) -> None:
     """The old template could not vectorise (tile_j's inner factor at most 1); the edit
@@ -549,23 +555,28 @@ def test_a_warm_retune_after_an_edit_that_opens_a_better_region_searches_on(tmp_
     (the old declaration is known), and the search finds the far faster vectorised
     region."""
     path = write_template(tmp_path, "mm_narrow")
-    path.write_text(path.read_text().replace(
+    path.write_text(path.read_text().replace('"m32": {', M128).replace(
         'define_split("tile_j", "N", parts=2, max_factor=64)', 'define_split("tile_j", "N", parts=2, max_factor=1)'))
     narrow = load_template(path)
-    old = tune_workload(request(narrow, tmp_path / "old", trials=32, early_stop=EarlyStop(patience=2)))
+    old = tune_workload(request(narrow, tmp_path / "old", workload_name="m128", trials=32,
+                                early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
-    wide = make_template(tmp_path, "mm_wide")
-    warm = tune_workload(request(wide, tmp_path / "warm", trials=96, replay=replay, prior=prior,
-                                 early_stop=EarlyStop(patience=2), old_knobs=tuple(narrow.KNOBS)))
+    path = write_template(tmp_path, "mm_wide")
+    path.write_text(path.read_text().replace('"m32": {', M128))
+    warm = tune_workload(request(load_template(path), tmp_path / "warm", workload_name="m128", trials=96,
+                                 replay=replay, prior=prior, early_stop=EarlyStop(patience=2),
+                                 old_knobs=tuple(narrow.KNOBS)))
     probed = [r["knobs"]["tile_j"] for r in warm.records if r.get("source") == "new_region"]
     assert warm.replay is not None and warm.replay.probes == len(probed) >= 4, probed
     assert all(t[-1] > 1 for t in probed)  # vectorisable: what the old template could not take
-    old_on_new = next(r["latency_s"] for r in warm.records if r.get("source") == "replay" and r["latency_s"])
     # The best is in the region the edit opened (vectorised), and clearly faster than the
-    # old best: 1.45x to 1.6x measured here; without the probes the search stopped at
-    # 1.04x (the warm rule matched the old best first).
+    # old best, both measured side by side in the finals: 2.0x to 2.4x here (Zen 5);
+    # without the probes the search stopped at 1.04x at 64^3 (the warm rule matched the old best
+    # first). Not against the old best's replay in batch 1: minutes apart, a runner's
+    # speed modes alone move a figure 1.3x.
     assert warm.best.knobs["tile_j"][-1] > 1, warm.best.knobs
-    assert warm.best.latency_s < old_on_new / 1.25, (warm.best.latency_s, old_on_new, warm.trials)
+    assert warm.previous is not None
+    assert warm.best.latency_s < warm.previous.latency_s / 1.25, (warm.best, warm.previous, warm.trials)
 
 
 def test_a_share_of_a_time_budget_stops_the_search_after_its_warm_up_at_least(tmp_path: Path) -> None:
