@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def scratch_repo(where: Path, target: dict[str, Any], trials: int, seed: int,
                  weights: dict[str, float]) -> Path:
     """A git repo with this repo's CPU templates and a config of one target, this CPU."""
-    from tvmtune_ci.template import discover_templates, read_template
+    from tvmtune_ci.core.template import discover_templates, read_template
 
     where.mkdir(parents=True)
     shutil.copytree(ROOT / "operators", where / "operators",
@@ -110,15 +110,16 @@ def outcome(repo: Path) -> dict[tuple[str, str], dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from tvmtune_ci import stats, tvmsetup
+    from tvmtune_ci.core import stats
+    from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()
-    from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.hostcheck import host_target
-    from tvmtune_ci.measure import Finalist, finals
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.hostcheck import host_target
+    from tvmtune_ci.tune.measure import Finalist, finals
+    from tvmtune_ci.tune.runners import make_runner
 
     weights = {k: float(v) for k, v in (x.split("=") for x in args.weights.split(","))}
     target = host_target(2)

@@ -43,15 +43,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tvmtune_ci import sources
-from tvmtune_ci.config import load_config
-from tvmtune_ci.fingerprint import SourceCache
-from tvmtune_ci.fsutil import sha256_bytes
-from tvmtune_ci.git.read import blob_id
-from tvmtune_ci.layout import LogSet
-from tvmtune_ci.manifest import MANIFEST_FORMAT, Manifest, read_manifest, write_manifest
-from tvmtune_ci.staleness import find_stale
-from tvmtune_ci.targetinfo import target_facts
+from tvmtune_ci.check import sources
+from tvmtune_ci.check.fingerprint import SourceCache
+from tvmtune_ci.check.staleness import find_stale
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.fsutil import sha256_bytes
+from tvmtune_ci.core.git.read import blob_id
+from tvmtune_ci.core.layout import LogSet
+from tvmtune_ci.core.manifest import MANIFEST_FORMAT, Manifest, read_manifest, write_manifest
+from tvmtune_ci.core.targetinfo import target_facts
 
 CONFIG = """\
 format: 1
@@ -261,7 +261,7 @@ def phase_times(root: Path, repeat: int) -> dict[str, float]:
     """The shares of `check` that scale differently, each timed alone: a fresh interpreter
     importing the check command; the two git calls that vouch for committed files;
     reading and validating every manifest; find_stale whole; the CLI whole."""
-    from tvmtune_ci.git.read import clean_blobs
+    from tvmtune_ci.core.git.read import clean_blobs
 
     config = load_config(root / "tvmtune.yaml")
     manifests = sorted((root / "tuning_logs").glob("*/*/manifest.json"))

@@ -87,7 +87,7 @@ def phase1(args: argparse.Namespace) -> Path:
 
 
 def analyse1(path: Path, publish_at: int) -> None:
-    from tvmtune_ci import runs as R
+    from tvmtune_ci.core import runs as R
 
     recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     recs = [r for r in recs if r["phase"] == 1]
@@ -147,8 +147,8 @@ def analyse1(path: Path, publish_at: int) -> None:
 
 
 def phase2(args: argparse.Namespace) -> None:
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.manifest import read_manifest
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.manifest import read_manifest
 
     base = Path(args.source)
     cfg = load_config(base / "tvmtune.yaml")
@@ -235,7 +235,7 @@ def phase2(args: argparse.Namespace) -> None:
 def calibration_ratio(data: dict[str, Any]) -> str:
     """The run's calibration kernels over their median in the history: how fast the
     runner itself was in that run (a detection on a slow runner proves less)."""
-    from tvmtune_ci import runs as R
+    from tvmtune_ci.core import runs as R
 
     history = [R.run_from_json(h) for h in data["results"][0]["history"]]
     parts = []
@@ -252,8 +252,8 @@ def pick_slower(base: Path, cfg: Any, target: Any, folders: list[Path], wanted: 
     best (every workload's best and candidates in one interleaved run of `seconds`, each
     as the fast figure the history records), is closest to the wanted ratio. Candidates:
     the best with one knob changed, then with two such changes."""
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.builder import schedule_config
 
     keys: list[tuple[str, int]] = []  # (op/w, -1 for the best or the candidate's index)
     schs = []
@@ -362,11 +362,11 @@ def side_by_side(cfg: Any, target: Any, keys: list[tuple[str, int]], schs: list[
                  seconds: float) -> dict[tuple[str, int], float]:
     """The fast figure (as the history records it) of each schedule, measured in one
     interleaved run of `seconds`."""
-    from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.measure import interleave
     from tvmtune_ci.pipeline import measure_threads, tvm_threads
     from tvmtune_ci.remeasure import kernel_figure
-    from tvmtune_ci.runners import make_runner
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.measure import interleave
+    from tvmtune_ci.tune.runners import make_runner
 
     print(f"# measuring {len(schs)} configurations side by side for {seconds:g} s", flush=True)
     with tvm_threads(measure_threads(target)):
@@ -383,8 +383,8 @@ def side_by_side(cfg: Any, target: Any, keys: list[tuple[str, int]], schs: list[
 def swap_best(folder: Path, workload: str, knobs: dict[str, Any]) -> None:
     """Make the set's best of `workload` the configuration `knobs`;
     re-record the hashes, so `check` still vouches for the set."""
-    from tvmtune_ci.fsutil import sha256_bytes
-    from tvmtune_ci.git.read import blob_id
+    from tvmtune_ci.core.fsutil import sha256_bytes
+    from tvmtune_ci.core.git.read import blob_id
 
     m = json.loads((folder / "manifest.json").read_text())
     data = json.loads((folder / "results.json").read_text())

@@ -23,16 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     import tvm
 
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.cudatags import expand_tag
-    from tvmtune_ci.gpubuild import cuda_cubin
-    from tvmtune_ci.hostcheck import host_description
-    from tvmtune_ci.template import (
+    from tvmtune_ci.core.cudatags import expand_tag
+    from tvmtune_ci.core.template import (
         design_spaces,
         discover_templates,
         import_template,
         read_template,
     )
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.gpubuild import cuda_cubin
+    from tvmtune_ci.tune.hostcheck import host_description
 
     archs = {"sm_80": expand_tag("nvidia/nvidia-a100"), "sm_90a": expand_tag("nvidia/nvidia-h100")}
     host = host_description()

@@ -84,7 +84,7 @@ def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
     is this machine's CPU, else this CPU itself ("this-cpu": hand picks only)."""
     import tvm
 
-    from tvmtune_ci.config import load_config
+    from tvmtune_ci.core.config import load_config
 
     host = str(tvm.target.codegen.llvm_get_system_cpu())
     targets = {t.name: t.target for t in load_config(ROOT / "tvmtune.yaml").targets}
@@ -204,7 +204,7 @@ def manifest_knobs(op: str, workload: str) -> dict[str, Any] | None:
     path = ROOT / "tuning_logs" / op / TARGET_NAME / "manifest.json"
     if not path.is_file():
         return None
-    from tvmtune_ci.manifest import read_manifest
+    from tvmtune_ci.core.manifest import read_manifest
 
     result = read_manifest(path).results.get(workload)
     return dict(result.best.knobs) if result is not None else None
@@ -282,8 +282,8 @@ def baseline(op: str, wl: dict[str, Any], arrays: list[Any]) -> tuple[str, Calla
 def out_of_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> str | None:
     """Why a configuration is outside the declared space on TARGET (one the tuner can
     never pick), or None."""
-    from tvmtune_ci.targetinfo import scope
-    from tvmtune_ci.template import Categorical, Split, Structural, eval_extent
+    from tvmtune_ci.core.targetinfo import scope
+    from tvmtune_ci.core.template import Categorical, Split, Structural, eval_extent
 
     declared = {k.name: k for k in module.KNOBS}
     names = scope(wl, TARGET)
@@ -307,7 +307,7 @@ def out_of_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> str 
 def build(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> Any:
     import tvm
 
-    from tvmtune_ci.template import Knobs, Structural, call_with_workload
+    from tvmtune_ci.core.template import Knobs, Structural, call_with_workload
 
     structural = {k.name for k in module.KNOBS if isinstance(k, Structural)}
     structure = {k: v for k, v in knobs.items() if k in structural}
@@ -348,7 +348,7 @@ def bench_one(op: str, name: str, wl: dict[str, Any], knobs: dict[str, Any], sou
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from tvmtune_ci.template import call_with_workload, import_template
+    from tvmtune_ci.core.template import call_with_workload, import_template
 
     module = import_template(ROOT / "operators" / f"{op}.py", ROOT)
     exe = build(module, wl, knobs)
@@ -406,11 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     import numpy as np
 
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
 
     global TARGET_NAME, TARGET, LANES
     TARGET_NAME, TARGET = pick_target(args.target)
-    from tvmtune_ci.targetinfo import target_facts
+    from tvmtune_ci.core.targetinfo import target_facts
 
     facts = target_facts(TARGET)
     LANES = facts.lanes("float32")

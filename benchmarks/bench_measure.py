@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 
 
 def host_target() -> dict[str, Any]:
-    from tvmtune_ci.hostcheck import host_target
+    from tvmtune_ci.tune.hostcheck import host_target
 
     return host_target(2)
 
@@ -68,9 +68,9 @@ def random_configs(
     template: Any, workload: str, n: int, seed: int, target: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """n distinct random configurations, drawn as MetaSchedule samples its spaces."""
-    from tvmtune_ci import tvmsetup
-    from tvmtune_ci.space import TemplateSpace, decode_knobs, knobs_key, plain, space_info
-    from tvmtune_ci.workload import workload_module, workload_params
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.space import TemplateSpace, decode_knobs, knobs_key, plain, space_info
+    from tvmtune_ci.tune.workload import workload_module, workload_params
 
     tvm = tvmsetup.load()
     space = TemplateSpace(template, workload_params(template, workload), target)
@@ -89,12 +89,12 @@ def random_configs(
 
 
 def ranking(args: argparse.Namespace) -> None:
-    from tvmtune_ci import stats
-    from tvmtune_ci.builder import make_builder, schedule_config
-    from tvmtune_ci.config import MeasureOptions
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.sampling import SamplePolicy, search_policy
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core import stats
+    from tvmtune_ci.core.config import MeasureOptions
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.sampling import SamplePolicy, search_policy
 
     target = host_target()
     tpl = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
@@ -106,8 +106,8 @@ def ranking(args: argparse.Namespace) -> None:
     builder = make_builder()
     schs = [schedule_config(tpl, args.workload, k, target) for k in configs]
     # Built once; every measurement below reuses the library.
-    from tvmtune_ci import tvmsetup
-    from tvmtune_ci.sampling import device_type
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.sampling import device_type
 
     ms = tvmsetup.ms()
     tgt = tvmsetup.make_target(target)
@@ -186,8 +186,8 @@ REMEASURE = r"""
 import json, os, sys
 sys.path.insert(0, {root!r})
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-from tvmtune_ci.config import load_config
-from tvmtune_ci.measure import measure_config
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.tune.measure import measure_config
 from tvmtune_ci.template import import_template
 a = json.loads(sys.argv[1])
 cfg = load_config(__import__("pathlib").Path({root!r}) / "tvmtune.yaml")
@@ -198,8 +198,8 @@ print(json.dumps([m.latency_s, m.rel_halfwidth]))
 
 
 def committed(target_name: str | None) -> list[tuple[Path, Any]]:
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.manifest import read_manifest
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.manifest import read_manifest
 
     cfg = load_config(ROOT / "tvmtune.yaml")
     names = [target_name] if target_name else [t.name for t in cfg.targets]
@@ -212,7 +212,7 @@ def committed(target_name: str | None) -> list[tuple[Path, Any]]:
 
 
 def reproducibility(args: argparse.Namespace) -> None:
-    from tvmtune_ci.stats import fmt_latency
+    from tvmtune_ci.core.stats import fmt_latency
 
     print("## Reproducibility: each committed best, 5 fresh processes\n")
     print("| entry | README | median of 5 fresh | ratio | within the README's ± | within ±3% |")
@@ -236,11 +236,11 @@ def reproducibility(args: argparse.Namespace) -> None:
 
 
 def pick_quality(args: argparse.Namespace) -> None:
-    from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.measure import Finalist, finals
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.measure import Finalist, finals
+    from tvmtune_ci.tune.runners import make_runner
 
     cfg = load_config(ROOT / "tvmtune.yaml")
     long = type(cfg.measure)(**{**vars(cfg.measure), "precision": 0.002,

@@ -77,9 +77,9 @@ def load_template(folder: Path) -> types.ModuleType:
 def one_run(args: argparse.Namespace, template: types.ModuleType, servers: int, base: Path) -> Any:
     from rpcfleet import start_fleet
 
-    from tvmtune_ci.config import EarlyStop, MeasureOptions
-    from tvmtune_ci.hostcheck import host_target
-    from tvmtune_ci.tuner import TuneRequest, tune_workload
+    from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.tune.hostcheck import host_target
+    from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
     target = host_target()
     # Adaptive sampling as configured by default, shorter samples; a noisy shared

@@ -7,7 +7,7 @@
 Three searches get the same budget of measured trials on the same workload, once
 per seed (at least 3: one seed's luck is as large as the differences judged):
 
-- tool: `tvmtune_ci.tuner.tune_workload` over the template's knob space as
+- tool: `tvmtune_ci.tune.tuner.tune_workload` over the template's knob space as
   committed, early stop off so the whole budget is spent;
 - wide: the same over the template's space *before it was pruned* with
   hindsight. Commit 5655469 dropped choices that "never won" in earlier runs
@@ -56,7 +56,7 @@ sys.path.insert(0, {root!r})
 args = json.loads(sys.argv[1])
 import tvm
 from tvm.s_tir import meta_schedule as ms
-from tvmtune_ci.workload import workload_module
+from tvmtune_ci.tune.workload import workload_module
 from tvmtune_ci.template import import_template
 
 
@@ -204,8 +204,8 @@ def stock_trials(work_dir: Path, flop: float) -> tuple[list[float | None], Any]:
 
 
 def run_tool(args: argparse.Namespace, template: Any, work_dir: Path, seed: int) -> Any:
-    from tvmtune_ci.config import EarlyStop, MeasureOptions
-    from tvmtune_ci.tuner import TuneRequest, tune_workload
+    from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
     req = TuneRequest(
         template=template,
@@ -254,8 +254,8 @@ def build_stock_best(template: Any, workload: str, trace_json: Any) -> Any:
     """The stock best, replayed on the workload and post-processed as tune_tir measured it."""
     import tvm
 
-    from tvmtune_ci.builder import apply_postprocs
-    from tvmtune_ci.workload import workload_module
+    from tvmtune_ci.tune.builder import apply_postprocs
+    from tvmtune_ci.tune.workload import workload_module
 
     sch = tvm.s_tir.Schedule(workload_module(template, workload))
     tvm.s_tir.schedule.Trace.apply_json_to_schedule(trace_json, sch)
@@ -269,7 +269,7 @@ def remeasure(template: Any, workload: str, exes: dict[Any, Any], rounds: int) -
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from tvmtune_ci.workload import workload_module
+    from tvmtune_ci.tune.workload import workload_module
 
     mod = workload_module(template, workload)
     rng = np.random.default_rng(1)
@@ -295,12 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by both runners' workers
     sys.path.insert(0, str(ROOT))
 
-    from tvmtune_ci.builder import build_config
-    from tvmtune_ci.hostcheck import check_host, host_target
-    from tvmtune_ci.measure import flop_count
-    from tvmtune_ci.targetinfo import scope
-    from tvmtune_ci.template import import_template, space_size
-    from tvmtune_ci.workload import workload_module
+    from tvmtune_ci.core.targetinfo import scope
+    from tvmtune_ci.core.template import import_template, space_size
+    from tvmtune_ci.tune.builder import build_config
+    from tvmtune_ci.tune.hostcheck import check_host, host_target
+    from tvmtune_ci.tune.measure import flop_count
+    from tvmtune_ci.tune.workload import workload_module
 
     TARGET.update({"mcpu": args.mcpu} if args.mcpu else host_target())
     check_host(TARGET, advice="pass --mcpu of a CPU this machine has (default: its own)")

@@ -165,18 +165,18 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     import tvm  # noqa: F401 - timed on its own: the same first step as stock's
 
     clock.mark("tvm_import")
-    from tvmtune_ci import tvmsetup
+    from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()  # x86 intrinsics only (the ~30 s full import is stubbed)
     clock.mark("intrin_import")
     from dataclasses import replace
 
-    import tvmtune_ci.tuner as tuner_mod
-    from tvmtune_ci.config import EarlyStop, MeasureOptions
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.runners.local import worker_ping as _worker_ping
-    from tvmtune_ci.sampling import search_policy
-    from tvmtune_ci.tuner import TuneRequest, tune_workload
+    import tvmtune_ci.tune.tuner as tuner_mod
+    from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.runners.local import worker_ping as _worker_ping
+    from tvmtune_ci.tune.sampling import search_policy
+    from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
     measure = MeasureOptions()
     runner = make_runner(measure)
@@ -261,9 +261,9 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     clock.mark("intrin_import")
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci.builder import make_postprocs
-    from tvmtune_ci.space import TemplateSpace, make_mutators
-    from tvmtune_ci.workload import workload_module
+    from tvmtune_ci.tune.builder import make_postprocs
+    from tvmtune_ci.tune.space import TemplateSpace, make_mutators
+    from tvmtune_ci.tune.workload import workload_module
 
     runner = ms.runner.LocalRunner(  # its sanity check waits for the worker to start
         evaluator_config=ms.runner.EvaluatorConfig(
@@ -438,13 +438,13 @@ def main(argv: list[str] | None = None) -> int:
 
     waited = wait_idle(args.wait_idle)
     load_avg = os.getloadavg()[0]
-    from tvmtune_ci import tvmsetup
+    from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()
-    from tvmtune_ci.hostcheck import host_target
+    from tvmtune_ci.tune.hostcheck import host_target
 
     target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": 2} if args.mcpu else host_target(2)
-    from tvmtune_ci.config import MeasureOptions
+    from tvmtune_ci.core.config import MeasureOptions
 
     measure = MeasureOptions()
     tmpl = bench_template(args.workload)
@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         compile_floor = st.get("search_compile_s", 0.0) / max(1.0, st.get("search_trials", 1.0))
         fo = side_figures(ours, compile_floor)
 
-        print("\n## ours: tvmtune_ci.tuner.tune_workload (fresh process)")
+        print("\n## ours: tvmtune_ci.tune.tuner.tune_workload (fresh process)")
         for line in ours["events"]:
             print(line)
         print_side("ours", ours, fo)
@@ -598,11 +598,11 @@ def compare_bests(
 ) -> None:
     """Both bests re-measured in one interleaved `measure.finals` run (so a slow
     period of the machine hits both alike)."""
-    from tvmtune_ci import stats
-    from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.measure import Finalist, finals
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.space import decode_knobs, design_space_infos
+    from tvmtune_ci.core import stats
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.measure import Finalist, finals
+    from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.space import decode_knobs, design_space_infos
 
     infos = design_space_infos(tmpl, args.workload, target)
     _, stock_knobs = decode_knobs(stock["best_trace"], infos, tmpl.KNOBS)

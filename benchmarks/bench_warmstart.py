@@ -136,7 +136,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
     import tvm
 
-    from tvmtune_ci.config import load_config
+    from tvmtune_ci.core.config import load_config
 
     host = str(tvm.target.codegen.llvm_get_system_cpu())
     targets = {t.name: t.target for t in load_config(ROOT / "tvmtune.yaml").targets}
@@ -154,7 +154,7 @@ def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
 
 def load_edited(edit: Edit, scratch: Path) -> Any:
     """The template after the edit, from a scratch copy of operators/ (its helpers too)."""
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
 
     shutil.copytree(ROOT / "operators", scratch / "operators")
     for fname, old, new in edit.changes:
@@ -180,13 +180,14 @@ def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
 
 def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
              target: dict[str, Any]) -> dict[str, Any]:
-    from tvmtune_ci import history, priors, stats
-    from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.manifest import read_manifest
-    from tvmtune_ci.measure import Finalist, finals
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.tuner import TuneRequest, tune_workload
+    from tvmtune_ci.core import history, stats
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.tune import priors
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.measure import Finalist, finals
+    from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
     config = load_config(ROOT / "tvmtune.yaml")
     arms = [f"{a}@{k}" for a in ["cold", *args.arms.split(",")] for k in range(args.seeds)]
@@ -271,7 +272,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from tvmtune_ci import tvmsetup
+    from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()
     target_name, target = pick_target(args.target)
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = target.get("num-cores")
     if isinstance(cores, int) and cores > 0:
         os.environ["TVM_NUM_THREADS"] = str(cores)
-    from tvmtune_ci.hostcheck import check_host
+    from tvmtune_ci.tune.hostcheck import check_host
 
     check_host(target, advice="run this benchmark on a machine with that CPU, or pass --target")
     edits = CROSS if args.cross else EDITS

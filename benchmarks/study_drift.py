@@ -45,7 +45,7 @@ KERNELS = ("best", "default", "compute", "memory")
 def host_build_target(log_target: dict[str, Any]) -> dict[str, Any]:
     """The log's target rebuilt for this CPU: mcpu and hidden features from the host,
     the log's own mattr (e.g. -avx512f) kept, 2 threads."""
-    from tvmtune_ci.hostcheck import host_target
+    from tvmtune_ci.tune.hostcheck import host_target
 
     host = host_target(2)
     mattr = list(host.get("mattr", [])) + [a for a in log_target.get("mattr", []) if a not in host.get("mattr", [])]
@@ -54,13 +54,13 @@ def host_build_target(log_target: dict[str, Any]) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> int:
     os.environ["TVM_NUM_THREADS"] = "2"
-    from tvmtune_ci import calibration
-    from tvmtune_ci.builder import make_builder, schedule_config
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.manifest import read_manifest
-    from tvmtune_ci.measure import interleave
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune import calibration
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.measure import interleave
+    from tvmtune_ci.tune.runners import make_runner
 
     cfg = load_config(ROOT / "tvmtune.yaml")
     builder = make_builder()
@@ -107,13 +107,13 @@ def child_run(args: argparse.Namespace) -> int:
     every best of every log and the two calibration kernels in turns for `--seconds`
     in all, so each kernel's visits are spread over the whole run."""
     os.environ["TVM_NUM_THREADS"] = "2"
-    from tvmtune_ci import calibration
-    from tvmtune_ci.builder import make_builder, schedule_config
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.manifest import read_manifest
-    from tvmtune_ci.measure import interleave
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune import calibration
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.measure import interleave
+    from tvmtune_ci.tune.runners import make_runner
 
     cfg = load_config(ROOT / "tvmtune.yaml")
     names, schs, targets = [], [], set()
@@ -190,7 +190,7 @@ def analyse_runs(path: Path) -> int:
 
 
 def p25(xs: Iterable[float]) -> float:
-    from tvmtune_ci.stats import quantile
+    from tvmtune_ci.core.stats import quantile
 
     return quantile(list(xs), 0.25)
 
@@ -293,7 +293,7 @@ def simulate(path: Path, runs: int = 20, trials: int = 2000, seed: int = 1) -> i
     within PERSIST runs (and not before it began)."""
     import random
 
-    from tvmtune_ci import runs as R
+    from tvmtune_ci.core import runs as R
 
     recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     recs = [r for r in recs if r.get("protocol") == "run"]
@@ -361,7 +361,7 @@ def main() -> int:
             return simulate(args.analyse, trials=args.trials)
         return analyse(args.analyse)
     if args.logs is None:
-        from tvmtune_ci.config import load_config
+        from tvmtune_ci.core.config import load_config
 
         cfg = load_config(ROOT / "tvmtune.yaml")
         args.logs = [f"{p.parent.name}/{p.name}" for t in cfg.targets

@@ -61,10 +61,10 @@ def collect(samples: int, sample_ms: float) -> dict[str, list[float]]:
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     import numpy as np
 
-    from tvmtune_ci import tvmsetup
-    from tvmtune_ci.builder import build_config
-    from tvmtune_ci.hostcheck import host_target
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.builder import build_config
+    from tvmtune_ci.tune.hostcheck import host_target
 
     tvm = tvmsetup.load()
     target = host_target(2)
@@ -76,7 +76,7 @@ def collect(samples: int, sample_ms: float) -> dict[str, list[float]]:
         ex = build_config(tpl, wl, target, knobs)
         from tvm.s_tir import meta_schedule as ms
 
-        from tvmtune_ci.workload import workload_module
+        from tvmtune_ci.tune.workload import workload_module
 
         infos = ms.arg_info.ArgInfo.from_prim_func(workload_module(tpl, wl)["main"])
         args = [tvm.runtime.tensor(np.random.uniform(-1, 1, [int(x) for x in a.shape])
@@ -102,7 +102,7 @@ def main() -> int:
     if a.worker:
         print(json.dumps(collect(a.samples, a.sample_ms)))
         return 0
-    from tvmtune_ci.stats import estimate
+    from tvmtune_ci.core.stats import estimate
 
     runs = []
     for _ in range(a.procs):

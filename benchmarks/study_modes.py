@@ -59,13 +59,13 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=0.08)
     args = ap.parse_args()
 
-    from tvmtune_ci.builder import make_builder
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.manifest import read_manifest
-    from tvmtune_ci.measure import Finalist, finals
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.template import import_template
     from tvmtune_ci.pipeline import measure_threads, tvm_threads
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.measure import Finalist, finals
+    from tvmtune_ci.tune.runners import make_runner
 
     cfg = load_config(ROOT / "tvmtune.yaml")
     entry = args.entry or f"conv2d/{cfg.targets[0].slug}"

@@ -29,7 +29,7 @@ def main() -> int:
     p.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a new temp folder)")
     args = p.parse_args()
 
-    from tvmtune_ci.hostcheck import host_target
+    from tvmtune_ci.tune.hostcheck import host_target
 
     target = host_target(os.cpu_count() or 1)
     work = args.dir or Path(tempfile.mkdtemp(prefix="tvmtune-demo-"))
@@ -37,7 +37,7 @@ def main() -> int:
     shutil.copytree(ROOT / "operators", work / "operators", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     # This machine's CPU is the only target: the GPU templates (TARGET_KINDS cuda) stay out.
-    from tvmtune_ci.template import discover_templates, read_template
+    from tvmtune_ci.core.template import discover_templates, read_template
 
     gpu = [p for p in discover_templates(work / "operators") if "llvm" not in read_template(p).kinds]
     for path in gpu:

@@ -26,15 +26,15 @@ from typing import Any
 
 import pytest
 
-from tvmtune_ci import sources
-from tvmtune_ci.config import CONFIG_NAME, load_config
-from tvmtune_ci.fingerprint import SourceCache
-from tvmtune_ci.fsutil import sha256_bytes
-from tvmtune_ci.git.read import blob_id
-from tvmtune_ci.layout import LogSet
-from tvmtune_ci.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
-from tvmtune_ci.targetinfo import target_facts
-from tvmtune_ci.template import discover_templates, read_template
+from tvmtune_ci.check import sources
+from tvmtune_ci.check.fingerprint import SourceCache
+from tvmtune_ci.core.config import CONFIG_NAME, load_config
+from tvmtune_ci.core.fsutil import sha256_bytes
+from tvmtune_ci.core.git.read import blob_id
+from tvmtune_ci.core.layout import LogSet
+from tvmtune_ci.core.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
+from tvmtune_ci.core.targetinfo import target_facts
+from tvmtune_ci.core.template import discover_templates, read_template
 
 PROJECT = Path(__file__).resolve().parents[1]
 OPERATORS = PROJECT / "operators"  # the real templates, copied into each repo
@@ -372,7 +372,7 @@ OPTIONAL_EXTRAS = {
 
 def _extra_missing(name: str) -> str | None:
     if name == "cuda":
-        from tvmtune_ci.nvrtc import missing
+        from tvmtune_ci.tune.nvrtc import missing
 
         return missing()
     raise AssertionError(name)

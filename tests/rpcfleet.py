@@ -4,7 +4,7 @@
 
     def test_something(rpc_fleet):
         fleet = rpc_fleet(servers=2)            # tracker + 2 servers, registered and free
-        rpc = fleet.rpc(devices=2)              # tvmtune_ci.config.RpcRunner pointing at it
+        rpc = fleet.rpc(devices=2)              # tvmtune_ci.core.config.RpcRunner pointing at it
         fleet.kill_server(0)                    # SIGKILL; returns once the tracker dropped it
         fleet.pause_server(1)                   # SIGSTOP: a hung board, still listed as free
         fleet.add_ghost()                       # a registration whose server is gone
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci.config import RpcRunner
-from tvmtune_ci.devices import TrackerQueue, tracker_summary
-from tvmtune_ci.errors import DeviceError
+from tvmtune_ci.core.config import RpcRunner
+from tvmtune_ci.core.errors import DeviceError
+from tvmtune_ci.tune.devices import TrackerQueue, tracker_summary
 
 HOST = "127.0.0.1"
 DEFAULT_KEY = "tvmtune-test"

@@ -7,7 +7,7 @@ import pytest
 from test_config import parse
 
 from tvmtune_ci import budget
-from tvmtune_ci.errors import UsageError
+from tvmtune_ci.core.errors import UsageError
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1h30m", 5400),

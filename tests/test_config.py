@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import CONFIG
 
-from tvmtune_ci.config import EarlyStop, load_config, parse_config
-from tvmtune_ci.errors import ConfigError
+from tvmtune_ci.core.config import EarlyStop, load_config, parse_config
+from tvmtune_ci.core.errors import ConfigError
 
 MINIMAL = "targets:\n  cpu:\n    target: {kind: llvm, mcpu: skylake-avx512}\n"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tvmtune_ci.errors import TemplateError
-from tvmtune_ci.template import read_template
+from tvmtune_ci.core.errors import TemplateError
+from tvmtune_ci.core.template import read_template
 
 H100 = {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
         "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536}
@@ -151,7 +151,7 @@ def test_a_default_that_does_not_divide_is_reported_at_its_knob(tmp_path: Path) 
 
 def test_a_constraint_edit_makes_the_log_stale(tmp_path: Path) -> None:
     """CONSTRAINTS are part of the fingerprint: the legal space is what was searched."""
-    from tvmtune_ci.fingerprint import SourceCache
+    from tvmtune_ci.check.fingerprint import SourceCache
 
     path = gpu_template(tmp_path, {"w": {"M": 64, "N": 64, "K": 32, "dtype": "float32"}})
     before = SourceCache(tmp_path).fingerprint(path).digest
@@ -178,8 +178,8 @@ def constrained_mm(folder: Path, name: str = "mm_limited") -> Any:
 
 
 def test_a_configuration_that_breaks_a_constraint_is_never_built(tmp_path: Path) -> None:
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.numerics import check_correct
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.numerics import check_correct
 
     template = constrained_mm(tmp_path)
     schedule_config(template, "m64", {"tile_i": [8, 8], "tile_j": [8, 8]})  # 64: legal
@@ -195,7 +195,7 @@ def test_the_search_never_builds_a_point_that_breaks_a_constraint(tmp_path: Path
     check would include one with probability 1 - 0.71^24 > 0.999."""
     from test_tuner import request
 
-    from tvmtune_ci.tuner import tune_workload
+    from tvmtune_ci.tune.tuner import tune_workload
 
     template = constrained_mm(tmp_path)
     out = tune_workload(request(template, tmp_path / "work", trials=24))

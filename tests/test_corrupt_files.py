@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from conftest import edit_results, git_env
 
-from tvmtune_ci.config import load_config
-from tvmtune_ci.errors import CorruptFileError, StaleLogError
-from tvmtune_ci.fsutil import sha256_bytes
+from tvmtune_ci.check.staleness import Report, find_stale
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.errors import CorruptFileError, StaleLogError
+from tvmtune_ci.core.fsutil import sha256_bytes
 from tvmtune_ci.loader import best_config
-from tvmtune_ci.staleness import Report, find_stale
 
 FOLDER = "tuning_logs/matmul/avx2"
 
@@ -251,7 +251,7 @@ def test_the_loader_reports_a_corrupt_manifest_as_stale(repo: Path) -> None:
 
 
 def test_the_shape_check_accepts_optional_extras(repo: Path) -> None:
-    from tvmtune_ci.manifest import parse_results
+    from tvmtune_ci.core.manifest import parse_results
 
     data = json.loads((repo / FOLDER / "results.json").read_text())
     extra = copy.deepcopy(data)

@@ -17,11 +17,11 @@ import pytest
 from conftest import CONFIG, commit_all, freshen_all, make_repo, run_cli, write
 from small_mm import SMALL_MM
 
-from tvmtune_ci.config import load_config
-from tvmtune_ci.errors import ConfigError
-from tvmtune_ci.fingerprint import fingerprint_template
-from tvmtune_ci.hostcheck import host_target
-from tvmtune_ci.staleness import TEMPLATE_CHANGED, TEMPLATE_INVALID, Report, find_stale
+from tvmtune_ci.check.fingerprint import fingerprint_template
+from tvmtune_ci.check.staleness import TEMPLATE_CHANGED, TEMPLATE_INVALID, Report, find_stale
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.errors import ConfigError
+from tvmtune_ci.tune.hostcheck import host_target
 
 # way -> (module-level prelude, the read as statements binding `value`, data file)
 WAYS = {

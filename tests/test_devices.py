@@ -1,4 +1,4 @@
-"""tvmtune_ci.devices against a real tracker and real rpc_server processes (tests/rpcfleet.py)."""
+"""tvmtune_ci.tune.devices against a real tracker and real rpc_server processes (tests/rpcfleet.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from rpcfleet import DEFAULT_KEY, RpcFleet, free_port, rpc_fleet, start_fleet  # noqa: F401
 
-from tvmtune_ci.config import MeasureOptions, RpcRunner
-from tvmtune_ci.devices import (
+from tvmtune_ci.core.config import MeasureOptions, RpcRunner
+from tvmtune_ci.core.errors import DeviceError
+from tvmtune_ci.tune.devices import (
     KeyQueue,
     TrackerQueue,
     parse_summary,
@@ -21,7 +22,6 @@ from tvmtune_ci.devices import (
     split_tracker,
     tracker_summary,
 )
-from tvmtune_ci.errors import DeviceError
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RpcFleet]:
 
 
 def test_importing_devices_does_not_import_tvm() -> None:
-    code = "import sys, tvmtune_ci.devices; assert 'tvm' not in sys.modules, 'tvm imported'"
+    code = "import sys, tvmtune_ci.tune.devices; assert 'tvm' not in sys.modules, 'tvm imported'"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -62,7 +62,7 @@ def test_parse_summary_counts_servers_per_key_and_drops_empty_keys() -> None:
 
 
 def test_session_timeout_must_outlast_the_measurement() -> None:
-    from tvmtune_ci.rpclimits import check_session_timeout
+    from tvmtune_ci.tune.rpclimits import check_session_timeout
 
     rpc = RpcRunner(tracker="127.0.0.1:1", key="k", session_timeout_s=10)
     check_session_timeout(rpc, MeasureOptions(time_cap_s=2, timeout_s=12))  # 7.2 s + 1 s

@@ -23,14 +23,14 @@ import pytest
 from conftest import commit_all, git, git_env, make_repo, run_cli
 from small_mm import SMALL_MM
 
-from tvmtune_ci.publish import KILL_AT_ENV, MARKER_NAME, NO_EXCHANGE_ENV
+from tvmtune_ci.publish.swap import KILL_AT_ENV, MARKER_NAME, NO_EXCHANGE_ENV
 
 # Long (real retune processes killed at each publish step: minutes); `make test` and CI run them, `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.hostcheck import host_target  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
 CONFIG = f"""\

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from conftest import write
 
-from tvmtune_ci.errors import TemplateError
-from tvmtune_ci.fingerprint import (
+from tvmtune_ci.check.fingerprint import (
     MISSING_HASH,
     SourceCache,
     canonical_dump,
     compare_dependencies,
     fingerprint_template,
 )
+from tvmtune_ci.core.errors import TemplateError
 
 TEMPLATE = '''\
 """A small template: schedule uses a local helper and a constant."""

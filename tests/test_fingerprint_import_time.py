@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import write
 
-from tvmtune_ci.fingerprint import compare_dependencies, fingerprint_template
+from tvmtune_ci.check.fingerprint import compare_dependencies, fingerprint_template
 
 TEMPLATE = '''\
 """A template whose schedule uses a helper module."""

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci.config import GitIdentity
-from tvmtune_ci.errors import GitError
-from tvmtune_ci.git.write import commit_paths, identity_env, push_with_retry
+from tvmtune_ci.core.config import GitIdentity
+from tvmtune_ci.core.errors import GitError
+from tvmtune_ci.publish.gitwrite import commit_paths, identity_env, push_with_retry
 
 PINNED = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -286,7 +286,7 @@ def test_missing_identity_names_the_fix(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_importing_git_write_does_not_import_gitpython() -> None:
-    code = "import sys, tvmtune_ci.git.write; print('git' in sys.modules)"
+    code = "import sys, tvmtune_ci.publish.gitwrite; print('git' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout

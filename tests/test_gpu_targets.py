@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import make_repo, run_cli
 
-from tvmtune_ci.cudatags import expand_tag
-from tvmtune_ci.errors import HostError
-from tvmtune_ci.hostcheck import arch_version, gpu_arch_problem
+from tvmtune_ci.core.cudatags import expand_tag
+from tvmtune_ci.core.errors import HostError
+from tvmtune_ci.tune.hostcheck import arch_version, gpu_arch_problem
 
 H100 = expand_tag("nvidia/nvidia-h100")
 assert H100 is not None
@@ -43,8 +43,8 @@ def test_a_gpu_target_on_this_host_exits_5_before_any_trial(tmp_path: Path) -> N
 
 
 def test_the_numerics_on_a_gpu_are_refused_here_not_skipped() -> None:
-    from tvmtune_ci.numerics import check_correct
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.numerics import check_correct
 
     root = Path(__file__).resolve().parents[1]
     module = import_template(root / "operators" / "matmul_cuda.py", root)
@@ -66,7 +66,7 @@ def test_a_gpu_of_another_arch_is_refused(arch: str, gpu: str, ok: bool) -> None
 def test_the_device_type_of_a_cuda_target_is_cuda() -> None:
     import tvm
 
-    from tvmtune_ci.sampling import device_type
+    from tvmtune_ci.tune.sampling import device_type
 
     assert device_type(tvm.target.Target(H100)) == "cuda"
 
@@ -81,12 +81,12 @@ def test_the_runner_takes_a_real_cuda_library_and_says_why_it_cannot_run_it(
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci import nvrtc
-    from tvmtune_ci.builder import make_builder, schedule_config
-    from tvmtune_ci.config import MeasureOptions
-    from tvmtune_ci.runners import make_runner
-    from tvmtune_ci.sampling import device_type
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.config import MeasureOptions
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune import nvrtc
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.sampling import device_type
 
     root = Path(__file__).resolve().parents[1]
     module = import_template(root / "operators" / "softmax_cuda.py", root)
@@ -141,7 +141,7 @@ def test_the_readme_of_a_gpu_log_shows_the_arch_and_the_bests_resources(tmp_path
     assert "resources × 3; resources: built, but over the GPU's limits" in text
     assert "sm_90a (CUDA): 49,152 bytes of shared memory" in text
 
-    from tvmtune_ci.manifest import read_manifest
+    from tvmtune_ci.core.manifest import read_manifest
 
     m = read_manifest(folder / "manifest.json")
     assert m.results["m1024"].gpu == gpu and m.results["m4096"].gpu is None
@@ -150,8 +150,8 @@ def test_the_readme_of_a_gpu_log_shows_the_arch_and_the_bests_resources(tmp_path
 
 @pytest.mark.extra("cuda")
 def test_the_bests_resources_are_what_its_build_reports() -> None:
-    from tvmtune_ci.gpubuild import gpu_resources
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.gpubuild import gpu_resources
 
     root = Path(__file__).resolve().parents[1]
     module = import_template(root / "operators" / "matmul_cuda.py", root)

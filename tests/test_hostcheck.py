@@ -6,8 +6,8 @@ import pytest
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.errors import HostError  # noqa: E402
-from tvmtune_ci.hostcheck import _X86_FEATURES, check_host, host_cpu_flags, host_target  # noqa: E402
+from tvmtune_ci.core.errors import HostError  # noqa: E402
+from tvmtune_ci.tune.hostcheck import _X86_FEATURES, check_host, host_cpu_flags, host_target  # noqa: E402
 
 
 def _host_target() -> dict:

@@ -1,11 +1,20 @@
-"""The light side never imports the tuning side: a static rule over every import.
+"""The package's layout is its boundary: a static rule over every import.
 
-`check`, `status`, `matrix` and `readme` run on GitHub-hosted PR runners without TVM
-(`tests/test_no_tvm_import.py` runs them and looks at sys.modules). This test reads
-the code instead, so a TVM import on a path those runs did not take (an error branch,
-an option) fails too: from the light commands' modules, every import is followed,
-module-level and inside functions, except those under `if TYPE_CHECKING:` (never
-executed). None may reach a tuning-side module, TVM, numpy or GitPython.
+tvmtune_ci is four subpackages by job and, on top, the re-tune pipeline and the commands:
+
+- `core`: TVM-free formats, config, the template API, files, reading git;
+- `check`: is a log set still true (staleness, fingerprints, sources, selection);
+- `tune`: everything that builds, runs and measures with TVM;
+- `publish`: writing log sets, READMEs and commits.
+
+`core` imports no other subpackage; `check` only `core`; `publish` `core` and `check`;
+`tune` `core` and `check`. None of `core`, `check` or `publish` may reach TVM, numpy or
+GitPython (except `publish.gitwrite`, GitPython's one user). The light commands
+(`check`, `status`, `matrix`, `readme`, `adopt`) run on GitHub-hosted PR runners without
+TVM: from them no import may reach `tune` (`tests/test_no_tvm_import.py` runs them and
+looks at sys.modules; this reads the code, so an import on a path those runs did not
+take, an error branch or an option, fails too). Every import is followed, module-level
+and inside functions, except those under `if TYPE_CHECKING:` (never executed).
 """
 
 from __future__ import annotations
@@ -19,16 +28,23 @@ PKG = Path(__file__).resolve().parents[1] / "tvmtune_ci"
 
 LIGHT_COMMANDS = ["commands.check", "commands.status", "commands.matrix", "commands.readme",
                   "commands.adopt"]
-# The tuning side: modules that import TVM, or call what does.
-TUNE = {"tvmsetup", "builder", "space", "search", "journal", "tuner", "measure", "sampling",
-        "numerics", "hostcheck", "priors", "remeasure", "devices", "runners", "runners.local",
-        "runners.rpc", "runners.controls", "gpubuild", "nvrtc", "buildcheck", "calibration",
-        "pipeline", "gpu_server", "loader", "workload"}
+SIDES = ("core", "check", "tune", "publish")
+# What each subpackage may import of tvmtune_ci (besides itself).
+MAY_IMPORT = {"core": set(), "check": {"core"}, "publish": {"core", "check"},
+              "tune": {"core", "check"}}
 FORBIDDEN_EXTERNAL = {"tvm", "tvm_ffi", "numpy", "git"}  # git: GitPython
+# Modules of the TVM-free subpackages allowed one of those, and why.
+EXTERNAL_ALLOWED = {("publish.gitwrite", "ext:git"): "commits and pushes with GitPython"}
 # The one door from the light side to the tuning side, and why it may stay open.
 ALLOWED = {
-    ("commands.check", "buildcheck"): "check --build compiles GPU templates: TVM and the [cuda] extra, asked for",
+    ("commands.check", "tune.buildcheck"): "check --build compiles GPU templates: TVM and the [cuda] extra, asked for",
 }
+
+
+def side(module: str) -> str:
+    """The subpackage a module belongs to ("" for the pipeline and commands on top)."""
+    top = module.split(".")[0]
+    return top if top in SIDES else ""
 
 
 def _module_name(path: Path) -> str:
@@ -101,11 +117,31 @@ def _path(graph: dict[str, set[str]], start: str, bad: set[str]) -> list[str] | 
     return None
 
 
+@pytest.mark.parametrize("sub", SIDES)
+def test_a_subpackage_imports_only_the_ones_below_it(sub: str) -> None:
+    graph = _graph()
+    wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() if side(m) == sub
+                   for d in deps if not d.startswith("ext:")
+                   and side(d) not in {sub, *MAY_IMPORT[sub]})
+    assert not wrong, f"{sub} may import only {sorted(MAY_IMPORT[sub]) or 'itself'}: " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("sub", ["core", "check", "publish"])
+def test_the_tvm_free_subpackages_never_reach_tvm_numpy_or_gitpython(sub: str) -> None:
+    graph = _graph()
+    bad = {f"ext:{m}" for m in FORBIDDEN_EXTERNAL}
+    for m in sorted(graph):
+        if side(m) == sub:
+            allowed = {d for (a, d) in EXTERNAL_ALLOWED if a == m}
+            chain = _path(graph, m, bad - allowed)
+            assert chain is None, "imports reach TVM, numpy or GitPython: " + " -> ".join(chain or [])
+
+
 @pytest.mark.parametrize("command", LIGHT_COMMANDS)
 def test_a_light_command_never_reaches_the_tuning_side(command: str) -> None:
     graph = _graph()
     assert command in graph
-    bad = TUNE | {f"ext:{m}" for m in FORBIDDEN_EXTERNAL}
+    bad = {m for m in graph if side(m) == "tune"} | {f"ext:{m}" for m in FORBIDDEN_EXTERNAL}
     chain = _path(graph, command, bad)
     assert chain is None, "imports reach the tuning side: " + " -> ".join(chain or [])
 
@@ -115,33 +151,43 @@ def test_the_rule_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     and one under TYPE_CHECKING is not."""
     f = tmp_path / "x.py"
     f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"
-                 "def go():\n    import tvm\n    from .tuner import tune_workload\n")
+                 "def go():\n    import tvm\n    from .tune.tuner import tune_workload\n")
     global PKG
     saved, PKG = PKG, tmp_path
     try:
         deps = _imports(f)
     finally:
         PKG = saved
-    assert "ext:tvm" in deps and "tuner" in deps and "ext:numpy" not in deps
+    assert "ext:tvm" in deps and "tune.tuner" in deps and "ext:numpy" not in deps
 
 
-def test_every_tuning_side_name_is_a_module() -> None:
+def test_the_rule_fails_for_a_check_module_that_imports_the_tuning_side() -> None:
+    """The rule's own check on a graph with one wrong edge."""
+    graph = _graph()
+    graph["check.sources"] = graph["check.sources"] | {"tune.measure"}
+    wrong = [d for d in graph["check.sources"] if not d.startswith("ext:")
+             and side(d) not in {"check", *MAY_IMPORT["check"]}]
+    assert wrong == ["tune.measure"]
+    assert _path(graph, "commands.check", {"tune.measure"}) is not None
+
+
+def test_every_named_module_exists() -> None:
     names = {_module_name(p) for p in PKG.rglob("*.py")}
-    assert TUNE <= names, TUNE - names
-    assert {a for a, _ in ALLOWED} | {b for _, b in ALLOWED} <= names
+    assert {a for a, _ in ALLOWED} | {b for _, b in ALLOWED} | {a for a, _ in EXTERNAL_ALLOWED} <= names
+    assert {side(n) for n in names} == {"", *SIDES}
 
 
 def test_the_tuner_and_the_modules_its_types_pass_through_have_no_cycle() -> None:
     """search, journal and records take the tuner's request and outcome types from
-    tunetypes, not from the tuner that imports them."""
+    core.tunetypes, not from the tuner that imports them."""
     graph = _graph()
-    for m in ("search", "journal", "records", "tunetypes"):
-        assert _path(graph, m, {"tuner"}) is None, m
+    for m in ("tune.search", "tune.journal", "core.records", "core.tunetypes"):
+        assert _path(graph, m, {"tune.tuner"}) is None, m
 
 
 def test_the_tracker_module_does_not_import_the_rpc_runner() -> None:
     """devices (the tracker protocol, the preflight) and the RPC runner share their rules
     through rpclimits; the runner asks devices for the tracker's queue, not the reverse."""
     graph = _graph()
-    assert _path(graph, "devices", {"runners.rpc", "runners"}) is None
-    assert _path(graph, "rpclimits", {"runners.rpc", "devices", "ext:tvm"}) is None
+    assert _path(graph, "tune.devices", {"tune.runners.rpc", "tune.runners"}) is None
+    assert _path(graph, "tune.rpclimits", {"tune.runners.rpc", "tune.devices", "ext:tvm"}) is None

@@ -13,7 +13,7 @@ from small_mm import SMALL_MM
 
 pytest.importorskip("tvm")
 
-from tvmtune_ci.hostcheck import host_cpu_flags  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_cpu_flags  # noqa: E402
 
 # Zen 5 code uses AVX-512; a host without it dies with SIGILL running it.
 FOREIGN = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent("""\
     import tvm
 
     from tvmtune_ci import build_best
-    from tvmtune_ci.errors import HostError
+    from tvmtune_ci.core.errors import HostError
 
     target, root = {target!r}, sys.argv[1]
     try:

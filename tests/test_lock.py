@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci.errors import LockError
-from tvmtune_ci.lock import hold
+from tvmtune_ci.core.errors import LockError
+from tvmtune_ci.core.lock import hold
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from tvmtune_ci.lock import hold
+from tvmtune_ci.core.lock import hold
 with hold(Path(sys.argv[1]), "matmul/cpu"):
     print("locked", flush=True)
     time.sleep(60)

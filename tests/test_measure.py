@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from test_tuner import FAST, TARGET, make_template, write_template
 
-from tvmtune_ci import measure, numerics, runners, sampling, stats
-from tvmtune_ci.builder import build_config, split_knobs
-from tvmtune_ci.config import MeasureOptions, RpcRunner
-from tvmtune_ci.errors import DeviceError, TemplateError, TuningError
+from tvmtune_ci.core import stats
+from tvmtune_ci.core.config import MeasureOptions, RpcRunner
+from tvmtune_ci.core.errors import DeviceError, TemplateError, TuningError
+from tvmtune_ci.tune import measure, numerics, runners, sampling
+from tvmtune_ci.tune.builder import build_config, split_knobs
 
 GOOD = {"tile_i": [8, 8], "tile_j": [2, 32], "tile_k": [8, 8], "unroll": 16, "write_cache": False}
 
@@ -31,7 +32,7 @@ def runner():
 
 
 def test_only_the_x86_intrinsics_are_imported() -> None:
-    from tvmtune_ci import tvmsetup
+    from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()
     from tvm.s_tir import TensorIntrin
@@ -67,7 +68,7 @@ def test_a_reference_with_its_inputs_swapped_gets_the_order_and_a_hint(tmp_path:
     """The inputs go to reference() in the PrimFunc's parameter order; the error names
     that order and, when swapping two same-shaped inputs would match, says so. The
     template is named by its file, not the module name tvmtune-ci imports it under."""
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.core.template import import_template
 
     path = write_template(tmp_path, "mm_swapped", reference="B @ A")
     wrong = import_template(path, tmp_path)
@@ -186,7 +187,7 @@ def test_racing_stops_a_clearly_slower_candidate_after_its_probe(template, runne
 
 
 def test_finals_interleave_and_rank(template, runner) -> None:
-    from tvmtune_ci.builder import make_builder
+    from tvmtune_ci.tune.builder import make_builder
 
     builder = make_builder()
     try:

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tvmtune_ci.targetinfo import scope, target_facts
-from tvmtune_ci.template import (
+from tvmtune_ci.core.targetinfo import scope, target_facts
+from tvmtune_ci.core.template import (
     Categorical,
     Knobs,
     Split,
@@ -41,7 +41,7 @@ OPERATORS = ROOT / "operators"
 # This host's CPU, not the repo's tuning target: CI may run on another x86 CPU,
 # and code built for a CPU the host lacks dies with SIGILL.
 def _host_target() -> dict[str, Any]:
-    from tvmtune_ci.hostcheck import host_target
+    from tvmtune_ci.tune.hostcheck import host_target
 
     return host_target(2)
 
@@ -261,7 +261,7 @@ def test_the_builder_links_an_aarch64_target_with_the_cross_compiler(tmp_path: P
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
 
     target = BUILD_TARGETS["aarch64"]
     sch = schedule_config(load("matmul"), "m1024", None, target)
@@ -279,8 +279,8 @@ def test_the_builder_links_an_aarch64_target_with_the_cross_compiler(tmp_path: P
 def test_a_missing_cross_compiler_is_named_with_its_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tvmtune_ci.errors import HostError
-    from tvmtune_ci.hostcheck import check_toolchain, cross_cc
+    from tvmtune_ci.core.errors import HostError
+    from tvmtune_ci.tune.hostcheck import check_toolchain, cross_cc
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no compiler at all
     assert cross_cc(BUILD_TARGETS["avx2"]) is None  # the host's own compiler links x86

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tvmtune_ci.cudatags import expand_tag
-from tvmtune_ci.errors import TemplateError
-from tvmtune_ci.template import (
+from tvmtune_ci.core.cudatags import expand_tag
+from tvmtune_ci.core.errors import TemplateError
+from tvmtune_ci.core.template import (
     default_values,
     design_spaces,
     discover_templates,
@@ -73,8 +73,8 @@ def test_every_design_space_lowers_to_cuda_for_the_arch(case: tuple[str, dict[st
     built by TVM into CUDA source with its launch bounds."""
     import tvm
 
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.nvrtc import cuda_source
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.nvrtc import cuda_source
 
     name, structure = case
     module = load(name)
@@ -96,7 +96,7 @@ def test_a_point_over_the_shared_memory_limit_is_never_built(
         case: tuple[str, dict[str, Any]]) -> None:
     """The same configuration on a GPU with too little shared memory for it: refused
     before TVM lowers it (`check` already did not count it)."""
-    from tvmtune_ci.builder import schedule_config
+    from tvmtune_ci.tune.builder import schedule_config
 
     name, structure = case
     module = load(name)
@@ -111,18 +111,18 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
     """MetaSchedule's evolutionary search over the GPU matmul, as the tuner sets it up
     (its postprocessors reject a candidate that breaks a constraint): every proposal
     of three rounds is legal. Nothing is built or measured."""
-    from tvmtune_ci import tvmsetup
-    from tvmtune_ci.builder import make_postprocs
-    from tvmtune_ci.constraints import violated
-    from tvmtune_ci.space import (
+    from tvmtune_ci.core.constraints import violated
+    from tvmtune_ci.core.targetinfo import scope
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.builder import make_postprocs
+    from tvmtune_ci.tune.space import (
         TemplateSpace,
         constraint_postprocs,
         decode_knobs,
         plain,
         space_info,
     )
-    from tvmtune_ci.targetinfo import scope
-    from tvmtune_ci.workload import workload_module, workload_params
+    from tvmtune_ci.tune.workload import workload_module, workload_params
 
     ms = tvmsetup.ms()
     module, target, wl = load("matmul_cuda"), ARCHS["sm_90a"], "m1024"
@@ -166,7 +166,7 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_every_design_space_compiles_to_a_cubin(case: tuple[str, dict[str, Any]],
                                                 arch: str) -> None:
-    from tvmtune_ci.gpubuild import compile_cuda_config
+    from tvmtune_ci.tune.gpubuild import compile_cuda_config
 
     name, structure = case
     module = load(name)
@@ -190,8 +190,8 @@ def test_a_kernel_over_the_registers_per_block_fails_its_build_as_resources(
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci.builder import make_builder, schedule_config
-    from tvmtune_ci.search import failure_kind
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.search import failure_kind
 
     target = dict(ARCHS["sm_90a"], registers_per_block=8192)
     sch = schedule_config(load("matmul_cuda"), "m1024", None, target)

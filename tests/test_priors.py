@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci import priors
-from tvmtune_ci.manifest import read_manifest
-from tvmtune_ci.template import define_knob, define_split
+from tvmtune_ci.core.manifest import read_manifest
+from tvmtune_ci.core.template import define_knob, define_split
+from tvmtune_ci.tune import priors
 
 WORKLOAD = {"M": 64, "N": 64}
 KNOBS = [define_split("tile_i", "M", parts=2, max_factor=16), define_knob("unroll", [0, 16, 64])]

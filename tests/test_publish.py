@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci import publish as pub
+from tvmtune_ci.publish import swap as pub
 
 
 def _set(folder: Path) -> dict[str, bytes]:
@@ -214,7 +214,7 @@ def test_recover_rolls_back_a_fallback_killed_between_its_renames_without_a_comp
 KILLER = """
 import sys
 from pathlib import Path
-from tvmtune_ci.publish import publish
+from tvmtune_ci.publish.swap import publish
 publish(Path(sys.argv[1]), {k: v.encode() for k, v in __import__("json").loads(sys.argv[2]).items()})
 """
 
@@ -277,7 +277,7 @@ def test_atomic_writes_give_the_mode_open_would_and_keep_a_replaced_files(tmp_pa
     """mkstemp makes 0600 files: a log written for others on the runner to read
     (merge --output, a manifest) must get the umask's mode, and a file replaced
     must keep its own."""
-    from tvmtune_ci.fsutil import atomic_write_bytes
+    from tvmtune_ci.core.fsutil import atomic_write_bytes
 
     old = os.umask(0o027)
     try:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from test_tuner import BROKEN_CODE, BROKEN_KNOB, TARGET, make_template, request
 
-from tvmtune_ci import loader, records
-from tvmtune_ci.errors import CorruptFileError
-from tvmtune_ci.manifest import Measured, Trials
-from tvmtune_ci.tuner import TuneOutcome, tune_workload
+from tvmtune_ci import loader
+from tvmtune_ci.core import records
+from tvmtune_ci.core.errors import CorruptFileError
+from tvmtune_ci.core.manifest import Measured, Trials
+from tvmtune_ci.tune.tuner import TuneOutcome, tune_workload
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +123,8 @@ def test_log_of_a_real_tune(tuned) -> None:
 
 
 def _query(db, template, name):
-    from tvmtune_ci.tvmsetup import make_target
-    from tvmtune_ci.workload import workload_module
+    from tvmtune_ci.tune.tvmsetup import make_target
+    from tvmtune_ci.tune.workload import workload_module
 
     return db.query_schedule(workload_module(template, name), make_target(TARGET), name)
 
@@ -137,8 +138,8 @@ def _best_knobs(out) -> dict:
 def test_tvm_json_database_loads_the_log(tuned, tmp_path: Path) -> None:
     import tvm
 
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.tvmsetup import ms
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.tvmsetup import ms
 
     template, outs, log_path = tuned
     wl_path, rec_path = records.to_json_database(log_path, tmp_path / "db")
@@ -157,7 +158,7 @@ def test_tvm_json_database_loads_the_log(tuned, tmp_path: Path) -> None:
 def test_load_database_returns_the_best(tuned) -> None:
     import tvm
 
-    from tvmtune_ci.builder import schedule_config
+    from tvmtune_ci.tune.builder import schedule_config
 
     template, outs, log_path = tuned
     db = loader.load_database(log_path)

@@ -19,17 +19,17 @@ from conftest import commit_all, make_repo, run_cli
 from rpcfleet import DEFAULT_KEY, RpcFleet, rpc_fleet  # noqa: F401 - the fixture
 from small_mm import SMALL_MM
 
-from tvmtune_ci.config import MeasureOptions, RpcRunner
-from tvmtune_ci.errors import DeviceError, TuningError
-from tvmtune_ci.tuner import TuneOutcome, TuneRequest, tune_workload
-from tvmtune_ci.tunetypes import BatchEvent
+from tvmtune_ci.core.config import MeasureOptions, RpcRunner
+from tvmtune_ci.core.errors import DeviceError, TuningError
+from tvmtune_ci.core.tunetypes import BatchEvent
+from tvmtune_ci.tune.tuner import TuneOutcome, TuneRequest, tune_workload
 
 # Long (a real tracker and servers, several tunes: minutes); `make test` and CI run them, `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.hostcheck import host_target  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target()
 FAST = MeasureOptions(
@@ -201,7 +201,7 @@ def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_pa
 
 
 def test_journal_of_other_hardware_is_not_resumed(small_mm: ModuleType, tmp_path: Path) -> None:
-    from tvmtune_ci.journal import request_fingerprint
+    from tvmtune_ci.tune.journal import request_fingerprint
 
     def fp(rpc: RpcRunner | None) -> str:
         req = TuneRequest(
@@ -242,7 +242,7 @@ def test_a_hung_only_device_stops_with_a_clear_error(
 def test_numerics_are_checked_on_the_device(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811
     """The correctness check runs where the kernel is measured: through a session on a
     device of the key, and a wrong result names that device."""
-    from tvmtune_ci.numerics import check_correct
+    from tvmtune_ci.tune.numerics import check_correct
 
     fleet: RpcFleet = rpc_fleet(servers=1)
     rpc = fleet.rpc(devices=1)
@@ -262,8 +262,8 @@ def test_a_cross_compiled_target_never_runs_on_the_host(
     """An aarch64 target is cross-compiled and linked here: without an RPC runner its
     numerics are refused (never run on this x86 host); with one, the aarch64 library is
     uploaded and the x86 loopback server cannot load it, which is the device's error."""
-    from tvmtune_ci.errors import HostError
-    from tvmtune_ci.numerics import check_correct
+    from tvmtune_ci.core.errors import HostError
+    from tvmtune_ci.tune.numerics import check_correct
 
     arm = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
     with pytest.raises(HostError, match="RPC runner"):
@@ -276,7 +276,7 @@ def test_a_cross_compiled_target_never_runs_on_the_host(
 
 
 def test_session_timeout_must_hold_a_measurement(rpc_fleet, small_mm: ModuleType) -> None:  # noqa: F811
-    from tvmtune_ci.runners import make_runner
+    from tvmtune_ci.tune.runners import make_runner
 
     fleet: RpcFleet = rpc_fleet(servers=0)
     with pytest.raises(DeviceError, match=r"session_timeout_s \(1s\).*cannot hold one measurement"):

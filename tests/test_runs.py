@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from tvmtune_ci import runs
-from tvmtune_ci.errors import CorruptFileError
+from tvmtune_ci.core import runs
+from tvmtune_ci.core.errors import CorruptFileError
 
 
 def kf(p25: float) -> runs.KernelFigure:

@@ -24,13 +24,13 @@ from conftest import (
 )
 from conftest import git as run_git
 
-from tvmtune_ci import staleness
-from tvmtune_ci.config import load_config
-from tvmtune_ci.errors import UsageError
-from tvmtune_ci.fingerprint import fingerprint_template
-from tvmtune_ci.git import read as tvm_git
-from tvmtune_ci.staleness import Report, find_stale
-from tvmtune_ci.template import discover_templates, read_template
+from tvmtune_ci.check import staleness
+from tvmtune_ci.check.fingerprint import fingerprint_template
+from tvmtune_ci.check.staleness import Report, find_stale
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.errors import UsageError
+from tvmtune_ci.core.git import read as tvm_git
+from tvmtune_ci.core.template import discover_templates, read_template
 
 MATMUL = "operators/matmul.py"
 
@@ -920,9 +920,9 @@ def test_changed_since_follows_imports_through_helpers(helper_repo: Path) -> Non
 
 def test_each_reason_code_says_what_it_blocks_and_how_to_fix_it() -> None:
     """The pipeline and check read a reason's consequences from its code alone."""
+    from tvmtune_ci.check.staleness import Reason
+    from tvmtune_ci.core.reasons import Code
     from tvmtune_ci.pipeline import _REPLAY_BLOCKERS, _SAME_TEMPLATE_BLOCKERS
-    from tvmtune_ci.reasons import Code
-    from tvmtune_ci.staleness import Reason
 
     # An edited template keeps its log replayable; an expired log or a new TVM keeps its
     # best a fair finalist; nothing else does either.

@@ -1,4 +1,4 @@
-"""Target facts (`tvmtune_ci.targetinfo`): derived from the target dict alone, and
+"""Target facts (`tvmtune_ci.core.targetinfo`): derived from the target dict alone, and
 in agreement with TVM's own LLVM about which vector ISA each CPU name enables."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tvmtune_ci import targetinfo
-from tvmtune_ci.errors import TemplateError
-from tvmtune_ci.targetinfo import scope, target_facts
+from tvmtune_ci.core import targetinfo
+from tvmtune_ci.core.errors import TemplateError
+from tvmtune_ci.core.targetinfo import scope, target_facts
 
 X86_CPUS = sorted(
     targetinfo._X86_AVX512 | targetinfo._X86_AVX2 | targetinfo._X86_AVX | targetinfo._X86_SSE
@@ -80,7 +80,7 @@ H100 = {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
 
 
 def _cuda_tags() -> list[str]:
-    from tvmtune_ci.cudatags import tag_names
+    from tvmtune_ci.core.cudatags import tag_names
 
     return tag_names()
 
@@ -100,7 +100,7 @@ def test_gpu_facts_of_each_tag_agree_with_tvms_target(tag: str) -> None:
     attributes: derived from the target alone, as TVM's own tag says."""
     import tvm
 
-    from tvmtune_ci.cudatags import expand_tag
+    from tvmtune_ci.core.cudatags import expand_tag
 
     expanded = expand_tag(tag)
     assert expanded is not None

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import OPERATORS, write
 
-from tvmtune_ci.errors import TemplateError
-from tvmtune_ci.targetinfo import scope
-from tvmtune_ci.template import (
+from tvmtune_ci.core.errors import TemplateError
+from tvmtune_ci.core.targetinfo import scope
+from tvmtune_ci.core.template import (
     Categorical,
     Split,
     Structural,
@@ -211,8 +211,8 @@ def test_discover_templates_skips_private_helpers(tmp_path: Path) -> None:
 def test_import_runs_the_tree_it_was_given_not_the_file_as_it_is_now(tmp_path: Path) -> None:
     """retune reads, fingerprints and imports one parse of the template: an edit
     landing in between must not make the tuned code differ from the fingerprinted."""
-    from tvmtune_ci.fingerprint import SourceCache
-    from tvmtune_ci.template import import_template
+    from tvmtune_ci.check.fingerprint import SourceCache
+    from tvmtune_ci.core.template import import_template
 
     head = 'WORKLOADS = {"w": {"M": %d}}\nKNOBS = [define_knob("u", [0, 16])]\n'
     path = write(tmp_path, "operators/op.py", "from tvmtune_ci.template import define_knob\n"

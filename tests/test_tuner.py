@@ -20,12 +20,12 @@ from types import ModuleType
 
 import pytest
 
-from tvmtune_ci.config import EarlyStop, MeasureOptions
-from tvmtune_ci.errors import TuningError
-from tvmtune_ci.measure import Finalist, FinalResult
-from tvmtune_ci.space import SpaceInfo, decode_knobs
-from tvmtune_ci.stats import Estimate
-from tvmtune_ci.tuner import TuneRequest, tune_workload
+from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+from tvmtune_ci.core.errors import TuningError
+from tvmtune_ci.core.stats import Estimate
+from tvmtune_ci.tune.measure import Finalist, FinalResult
+from tvmtune_ci.tune.space import SpaceInfo, decode_knobs
+from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
 TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
 # Short samples and loose precision: tests check behaviour, not latencies.
@@ -185,10 +185,10 @@ def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> Non
     """Knob names read back from a trace give the same program the search measured."""
     import tvm
 
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.space import design_space_infos
-    from tvmtune_ci.tvmsetup import make_target, ms
-    from tvmtune_ci.workload import workload_module
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.space import design_space_infos
+    from tvmtune_ci.tune.tvmsetup import make_target, ms
+    from tvmtune_ci.tune.workload import workload_module
 
     template, out, _ = tuned
     infos = design_space_infos(template, "m64", TARGET)
@@ -280,7 +280,7 @@ def test_small_space_is_exhausted(tmp_path: Path) -> None:
 
 
 def test_decode_knobs_names_decisions_in_sampling_order() -> None:
-    from tvmtune_ci.template import define_knob, define_split, define_structure
+    from tvmtune_ci.core.template import define_knob, define_split, define_structure
 
     knobs = [
         define_split("t", 8, parts=2),
@@ -292,7 +292,7 @@ def test_decode_knobs_names_decisions_in_sampling_order() -> None:
         ["SampleCategorical", [], [[0, 16, 64], [0.5, 0.25, 0.25]], ["v1"]],
         ["SamplePerfectTile", ["l2"], [2, 64], ["v3", "v4"]],
     ]
-    from tvmtune_ci.space import signature
+    from tvmtune_ci.tune.space import signature
 
     spaces = [
         SpaceInfo(0, {"s": "a"}, signature(insts[:2]), ("u",)),
@@ -314,7 +314,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_tuner import load_template, request
-from tvmtune_ci.tuner import tune_workload
+from tvmtune_ci.tune.tuner import tune_workload
 
 def on_batch(e):
     print("BATCH", e.trials_done, flush=True)
@@ -366,7 +366,7 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
 
 def test_trace_json_is_compared_in_one_canonical_form() -> None:
     """Python's Trace.as_json and the JSONDatabase file spell some values differently."""
-    from tvmtune_ci.space import plain
+    from tvmtune_ci.tune.space import plain
 
     db_side = [
         "TransformLayout",
@@ -404,8 +404,8 @@ def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: P
     import random
     from itertools import product
 
-    from tvmtune_ci.builder import schedule_config
-    from tvmtune_ci.search import WARMUP_SAMPLES, Search
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
 
     template = make_template(tmp_path, "mm_prior")
     search = Search(request(template, tmp_path / "w"), None, None, time.perf_counter())
@@ -442,7 +442,7 @@ def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: P
 def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from tvmtune_ci.journal import request_fingerprint
+    from tvmtune_ci.tune.journal import request_fingerprint
 
     template = make_template(tmp_path, "mm_key")
     base = request(template, tmp_path / "w", fingerprint="sha-of-template-and-helpers")
@@ -609,7 +609,7 @@ def _final(role: str, value: float, rel: float = 0.01, error: str | None = None)
 def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     finals: list[tuple], winner: int | None, tied: set[int]
 ) -> None:
-    from tvmtune_ci.tuner import _decide
+    from tvmtune_ci.tune.tuner import _decide
 
     results = [_final(*f) for f in finals]
     got, got_tied = _decide(results)
@@ -624,14 +624,14 @@ def _trial(i: int, a: int, latency: float | None) -> dict:
 
 
 def _fin_of(results: list[FinalResult]):  # noqa: ANN202
-    from tvmtune_ci.tuner import _decide, _FinalsOutcome
+    from tvmtune_ci.tune.tuner import _decide, _FinalsOutcome
 
     winner, tied = _decide(results)
     return _FinalsOutcome(results, winner, tied)
 
 
 def _finalist(role: str, a: int | None, value: float, rel: float = 0.01) -> FinalResult:
-    from tvmtune_ci.space import knobs_key
+    from tvmtune_ci.tune.space import knobs_key
 
     knobs = None if a is None else {"a": a}
     key = knobs_key(knobs) if knobs else ""
@@ -640,8 +640,8 @@ def _finalist(role: str, a: int | None, value: float, rel: float = 0.01) -> Fina
 
 
 def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
-    from tvmtune_ci.manifest import Measured
-    from tvmtune_ci.tuner import assemble
+    from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.tune.tuner import assemble
 
     entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.1), _trial(3, 3, 2.0), _trial(4, 4, None)]
     fin = _fin_of([_finalist("search", 1, 0.9), _finalist("search", 2, 1.05), _finalist("default", None, 3.0)])
@@ -663,8 +663,8 @@ def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
 
 
 def test_assembling_a_kept_previous_best_logs_its_record_and_the_tie() -> None:
-    from tvmtune_ci.manifest import Measured
-    from tvmtune_ci.tuner import assemble
+    from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.tune.tuner import assemble
 
     entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.3)]
     fin = _fin_of([_finalist("search", 1, 0.99, 0.03), _finalist("previous", 9, 1.0, 0.03),

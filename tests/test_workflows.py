@@ -755,7 +755,7 @@ def test_docs_workflows_pass_zizmor(tmp_path: Path) -> None:
 
 
 def test_docs_config_example_parses(tmp_path: Path) -> None:
-    from tvmtune_ci.config import parse_config
+    from tvmtune_ci.core.config import parse_config
 
     (text,) = [b for b in doc_blocks("yaml") if b.startswith("format: 1")]
     config = parse_config(text, tmp_path / "tvmtune.yaml")

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 
 from . import __version__
-from .errors import TvmtuneError
+from .core.errors import TvmtuneError
 
 # verb -> (module, one-line help). Modules are imported only to build the parser.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -35,30 +35,30 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import lock as _lock
-from . import sources
 from .budget import floor_of
-from .config import Config, TargetConfig
-from .errors import LockError, TvmtuneError
-from .fingerprint import Fingerprint, SourceCache
-from .fsutil import sha256_bytes
-from .git.read import blob_id, last_commit
-from .history import ReplayReport
-from .layout import LogSet
-from .manifest import Manifest, WorkloadResult, encode, read_manifest, seal_files
-from .publish import Published, check_publishable, publish
-from .readme import render_curve, render_readme
-from .reasons import Code
-from .records import make_log, render_log
-from .runs import RUNS_NAME, encode_runs, parse_runs
-from .sources import Sources
-from .staleness import Entry, find_stale, installed_tvm_version, major_minor
-from .stats import ESTIMATOR, fmt_latency
-from .targetinfo import target_facts
-from .template import Knob, TemplateDecl, check_imported_agrees, import_template, read_template
+from .check import sources
+from .check.fingerprint import Fingerprint, SourceCache
+from .check.sources import Sources
+from .check.staleness import Entry, find_stale, installed_tvm_version, major_minor
+from .core import lock as _lock
+from .core.config import Config, TargetConfig
+from .core.errors import LockError, TvmtuneError
+from .core.fsutil import sha256_bytes
+from .core.git.read import blob_id, last_commit
+from .core.history import ReplayReport
+from .core.layout import LogSet
+from .core.manifest import Manifest, WorkloadResult, encode, read_manifest, seal_files
+from .core.reasons import Code
+from .core.records import make_log, render_log
+from .core.runs import RUNS_NAME, encode_runs, parse_runs
+from .core.stats import ESTIMATOR, fmt_latency
+from .core.targetinfo import target_facts
+from .core.template import Knob, TemplateDecl, check_imported_agrees, import_template, read_template
+from .publish.readme import render_curve, render_readme
+from .publish.swap import Published, check_publishable, publish
 
 if TYPE_CHECKING:
-    from .tuner import TuneOutcome
+    from .tune.tuner import TuneOutcome
 
 Say = Callable[[str], None]
 
@@ -129,7 +129,7 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
     skipped = replay_skipped(entry)
     if entry.manifest is None and skipped is None:
         # No log: a renamed (and edited) template's is in its old folder (renames.py).
-        from .renames import renamed_history
+        from .check.renames import renamed_history
 
         renamed = renamed_history(config, entry.operator, target, entry.template_file, say)
         if renamed is not None:
@@ -147,7 +147,7 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
 def replay_plan(config: Config, entry: Entry) -> list[str]:
     """What `retune` would replay, in words, without TVM (for --dry-run): per workload
     the knob diff and how many old configurations map."""
-    from . import history
+    from .core import history
 
     lines: list[str] = []
     target_cfg = config.target(entry.target_name)
@@ -222,7 +222,7 @@ def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads:
     """The replayed log's records as (knobs, latency) per workload, for the cost model's
     prior (`priors.py`); {} with a line saying why when they cannot be read."""
 
-    from . import priors
+    from .tune import priors
 
     try:
         with tempfile.TemporaryDirectory(prefix="tvmtune-prior-") as scratch:
@@ -359,7 +359,7 @@ class Job:
 
 def check_host_step(job: Job) -> Job:
     """A target this machine cannot measure is refused before anything else."""
-    from .hostcheck import check_host
+    from .tune.hostcheck import check_host
 
     check_host(job.target.target, remote=job.target.rpc is not None)
     return job
@@ -368,7 +368,7 @@ def check_host_step(job: Job) -> Job:
 def preflight_step(job: Job) -> Job:
     """An RPC target: the tracker can serve the devices, sessions can hold a measurement."""
     if job.target.rpc is not None:
-        from .devices import preflight
+        from .tune.devices import preflight
 
         preflight(job.target.rpc, job.config.measure)
     return job
@@ -416,7 +416,7 @@ def load_step(job: Job) -> Job:
 
 def history_step(job: Job) -> Job:
     """Which log is replayed (if any), its KNOBS declaration, and its records."""
-    from . import history
+    from .core import history
 
     hist, hist_path, hist_from = history_source(job.config, job.entry, job.target, job.say)
     if hist is None:
@@ -431,7 +431,7 @@ def history_step(job: Job) -> Job:
 def tune_step(job: Job) -> Job:
     """Tune every workload (the tuner's steps: correctness, baseline, search with the
     history replay, finals), with the target's thread count."""
-    from .workload import resolve
+    from .tune.workload import resolve
 
     outcomes, results = {}, {}
     assert job.template is not None
@@ -451,9 +451,10 @@ def tune_step(job: Job) -> Job:
 def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
-    from . import history, priors
-    from .measure import workload_bytes
-    from .tuner import TuneRequest, tune_workload
+    from .core import history
+    from .tune import priors
+    from .tune.measure import workload_bytes
+    from .tune.tuner import TuneRequest, tune_workload
 
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
     assert tpl is not None
@@ -505,7 +506,7 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         budget_note=note,
     ))
     if job.budget is not None:
-        from .search import WARMUP_SAMPLES
+        from .tune.search import WARMUP_SAMPLES
 
         took = time.monotonic() - t0
         job.budget.finish((entry.operator, target.name, wname), took, floor_of(
@@ -535,9 +536,9 @@ def first_run_step(job: Job) -> Job:
     """The first run of the new set's history (runs.py): each new best, its default and
     the calibration kernels measured in turns, as every later `remeasure` measures them,
     so that the band a README states is of one kind of measurement from the start."""
-    from .builder import make_builder
     from .remeasure import RunItem, measure_runs
-    from .runners import make_runner
+    from .tune.builder import make_builder
+    from .tune.runners import make_runner
 
     assert job.template is not None
     item = RunItem(job.entry.operator, job.template.module,
@@ -556,7 +557,7 @@ def first_run_step(job: Job) -> Job:
 
 def manifest_step(job: Job) -> Job:
     """The new set's log bytes and manifest (provenance), not yet written."""
-    from .hostcheck import host_description
+    from .tune.hostcheck import host_description
 
     entry, target, tpl = job.entry, job.target, job.template
     assert tpl is not None

@@ -19,10 +19,10 @@ from conftest import (
 )
 from small_mm import SMALL_MM
 
-from tvmtune_ci import runs
-from tvmtune_ci.config import load_config
+from tvmtune_ci.check.staleness import find_stale
+from tvmtune_ci.core import runs
+from tvmtune_ci.core.config import load_config
 from tvmtune_ci.pipeline import history_source
-from tvmtune_ci.staleness import find_stale
 
 TARGETS = ("avx512", "avx2")
 
@@ -167,7 +167,7 @@ def test_adopt_never_overwrites_a_log_folder(renamed: Path) -> None:
 def test_a_renamed_and_edited_templates_retune_replays_the_old_folders_log(tmp_path: Path) -> None:
     """The History section of the renamed template's first log is the old folder's."""
     pytest.importorskip("tvm")
-    from tvmtune_ci.hostcheck import host_target
+    from tvmtune_ci.tune.hostcheck import host_target
 
     config = (
         "format: 1\ntrials: 16\nbatch_size: 8\n"

@@ -18,7 +18,7 @@ from conftest import (
 )
 
 from tvmtune_ci.cli import main
-from tvmtune_ci.template import read_template
+from tvmtune_ci.core.template import read_template
 
 MATMUL = "operators/matmul.py"
 
@@ -339,7 +339,7 @@ def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
 ) -> None:
     """A PR whose log was re-tuned after a template edit: the job summary carries the
     history replay the manifest records."""
-    from tvmtune_ci.history import KnobDiff, ReplayReport
+    from tvmtune_ci.core.history import KnobDiff, ReplayReport
 
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import CONFIG, change_function, commit_all, freshen_all, git, make_repo, write_fresh
 
+from tvmtune_ci.check.staleness import Entry, Reason, Report
 from tvmtune_ci.cli import main
 from tvmtune_ci.commands import matrix as matrix_cmd
-from tvmtune_ci.config import parse_config
-from tvmtune_ci.layout import LogSet
-from tvmtune_ci.staleness import Entry, Reason, Report
+from tvmtune_ci.core.config import parse_config
+from tvmtune_ci.core.layout import LogSet
 
 # matmul (copied from operators/) runs on avx512 and avx2; add only on avx2.
 CONFIG_ADD = CONFIG + "operators:\n  add:\n    targets: [avx2]\n"
@@ -206,7 +206,7 @@ def test_too_many_jobs_is_an_error(
         _entry(f"op{i:03}", "avx2", Reason("missing", "no log", None, None)) for i in range(257)
     )
     monkeypatch.setattr(
-        "tvmtune_ci.staleness.find_stale", lambda config, **kw: Report(many, (), ())
+        "tvmtune_ci.check.staleness.find_stale", lambda config, **kw: Report(many, (), ())
     )
     assert main(["matrix"]) == 2
     assert "257 entries" in capsys.readouterr().err

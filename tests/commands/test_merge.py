@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from tvmtune_ci.merge import merge_logs
-from tvmtune_ci.records import read_log, render_log
+from tvmtune_ci.core.records import read_log, render_log
+from tvmtune_ci.publish.merge import merge_logs
 
 TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from conftest import git_env, run_cli
 
-from tvmtune_ci.publish import KILL_AT_ENV, MARKER_NAME
+from tvmtune_ci.publish.swap import KILL_AT_ENV, MARKER_NAME
 
 FOLDER = Path("tuning_logs/matmul/avx2")
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from tvmtune_ci.lock import hold
+from tvmtune_ci.core.lock import hold
 with hold(Path(sys.argv[1]), "matmul/avx2"):
     print("locked", flush=True)
     time.sleep(60)
@@ -68,8 +68,8 @@ def test_readme_killed_while_publishing_leaves_a_whole_set_and_the_rerun_finishe
 def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
     """The default configuration before the search and in the finals: within the noise,
     or beyond both intervals (then the README says which numbers still hold)."""
-    from tvmtune_ci.manifest import Measured
-    from tvmtune_ci.readme import _drift
+    from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.publish.readme import _drift
 
     knobs = {"tile": [4, 4]}
 

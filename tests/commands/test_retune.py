@@ -30,12 +30,12 @@ from conftest import (
 from small_mm import SMALL_MM
 from test_log_invariants import INCONSISTENT, edit_set, problems
 
-from tvmtune_ci.fsutil import sha256_bytes
-from tvmtune_ci.git.read import blob_id
+from tvmtune_ci.core.fsutil import sha256_bytes
+from tvmtune_ci.core.git.read import blob_id
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.hostcheck import host_target  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
 
@@ -152,7 +152,7 @@ def test_the_invariants_catch_an_inconsistent_format_4_set(
 def test_log_loads_into_tvms_own_json_database(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci.records import to_json_database
+    from tvmtune_ci.core.records import to_json_database
 
     root, _ = tuned
     m = manifest_at(root / FOLDER)
@@ -259,7 +259,7 @@ def test_second_writer_of_the_same_entry_is_refused(tuned: tuple[Path, subproces
     root = _copy(tuned[0], tmp_path)
     lock = root / "tuning_logs/mm/.host.tvmtune-lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom tvmtune_ci.lock import hold\n"
+        "import sys, time\nfrom pathlib import Path\nfrom tvmtune_ci.core.lock import hold\n"
         "with hold(Path(sys.argv[1]), 'mm/host'):\n    print('locked', flush=True)\n    time.sleep(60)\n"), str(lock)],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -273,7 +273,7 @@ def test_second_writer_of_the_same_entry_is_refused(tuned: tuple[Path, subproces
 
 
 def test_target_this_host_cannot_run_is_refused_before_any_trial(tmp_path: Path) -> None:
-    from tvmtune_ci.hostcheck import _X86_FEATURES, host_cpu_flags
+    from tvmtune_ci.tune.hostcheck import _X86_FEATURES, host_cpu_flags
 
     flags = host_cpu_flags() or set()
     probe = tvm.target.Target({"kind": "llvm", "mcpu": "x86-64"})
@@ -295,7 +295,7 @@ def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tupl
     import numpy as np
 
     from tvmtune_ci import build_best
-    from tvmtune_ci.errors import StaleLogError
+    from tvmtune_ci.core.errors import StaleLogError
     from tvmtune_ci.loader import FallbackWarning, best_config
 
     root, _ = tuned
@@ -390,7 +390,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
     """Two entries; committing the first fails (its new files are git-ignored): the
     second is still re-tuned, committed and pushed, and the exit status is git's (8)."""
     from tvmtune_ci import cli, pipeline
-    from tvmtune_ci.publish import publish
+    from tvmtune_ci.publish.swap import publish
 
     origin = tmp_path / "origin.git"
     (repo / ".gitignore").write_text("tuning_logs/matmul/avx512/*.bak\n")
@@ -428,7 +428,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
 def test_retune_finishes_an_interrupted_publish_first_and_dry_run_only_reports_it(repo: Path) -> None:
     """A publish killed after its swap leaves a fresh set: without this, nothing would
     ever re-tune it and its leftovers would stay. (No tuning: every entry is fresh.)"""
-    from tvmtune_ci.publish import KILL_AT_ENV
+    from tvmtune_ci.publish.swap import KILL_AT_ENV
 
     folder = repo / "tuning_logs/matmul/avx2"
     (folder / "NOTES.md").write_text("mine\n")
@@ -474,7 +474,7 @@ def test_a_retune_starts_the_run_history(tuned: tuple[Path, subprocess.Completed
 def test_remeasure_with_a_short_history_is_inconclusive_and_writes_nothing(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
-    from tvmtune_ci.runs import FAR
+    from tvmtune_ci.core.runs import FAR
 
     root = _copy(tuned[0], tmp_path)
     before = _set(root)
@@ -529,9 +529,9 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     """Real kernels, real runs: with nothing changed the history grows to a band and
     stays stable; the committed best swapped for a slower configuration (hashes
     re-recorded, so check still vouches for the set) is drift, annotated on GitHub."""
-    from tvmtune_ci.config import load_config
+    from tvmtune_ci.check.staleness import find_stale
+    from tvmtune_ci.core.config import load_config
     from tvmtune_ci.remeasure import remeasure_target
-    from tvmtune_ci.staleness import find_stale
 
     # Its own 128^3 matmul, not the session's 64^3: on a runner whose other tenant takes
     # a core, every call of a parallel kernel waits ~0.1 ms at its barrier, and CI saw
@@ -558,7 +558,7 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
         if states[-1] != "inconclusive":
             break
     assert states[:6] == ["inconclusive"] * 6 and states[-1] == "stable", (states, sentences[-1])
-    from tvmtune_ci import runs
+    from tvmtune_ci.core import runs
 
     history = runs.parse_runs((root / FOLDER / "runs.jsonl").read_bytes(), "runs.jsonl")
     left = len(runs.disturbed(history))
@@ -609,10 +609,10 @@ def test_staleness_is_decided_again_under_the_lock(
     does not tune it a second time over the fresh set."""
     from conftest import change_function
 
-    from tvmtune_ci.config import load_config
-    from tvmtune_ci.errors import LockError
+    from tvmtune_ci.check.staleness import find_stale
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.errors import LockError
     from tvmtune_ci.pipeline import retune_entry
-    from tvmtune_ci.staleness import find_stale
 
     root = _copy(tuned[0], tmp_path)
     change_function(root / "operators" / "mm.py")

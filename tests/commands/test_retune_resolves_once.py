@@ -22,7 +22,7 @@ from small_mm import SMALL_MM
 
 pytest.importorskip("tvm")
 
-from tvmtune_ci.hostcheck import host_target  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
 
@@ -55,7 +55,7 @@ DRIVER = textwrap.dedent('''\
     counts = collections.Counter()
     import tvm
     import tvm.s_tir.analysis as analysis
-    from tvmtune_ci import workload as W  # before the modules that import its names
+    from tvmtune_ci.tune import workload as W  # before the modules that import its names
 
     real_params = W.workload_params
     def workload_params(template, workload):

@@ -10,8 +10,8 @@ from conftest import make_repo, run_cli, write_fresh
 
 from tvmtune_ci.cli import main
 from tvmtune_ci.commands.status import human_count
-from tvmtune_ci.config import load_config
-from tvmtune_ci.template import read_template
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.template import read_template
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import StaleLogError, UsageError
+from ..core.errors import StaleLogError, UsageError
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -29,12 +29,12 @@ def register(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: the parser imports every command, and `check` starts with it.
-    from ..layout import LogSet
-    from ..renames import adopt
-    from ..selection import load_quietly
-    from ..staleness import select_entries
-    from ..targets import slug
-    from ..template import discover_templates
+    from ..check.selection import load_quietly
+    from ..check.staleness import select_entries
+    from ..core.layout import LogSet
+    from ..core.targets import slug
+    from ..core.template import discover_templates
+    from ..publish.adopt import adopt
 
     config = load_quietly(args.config)
     old, new = args.old, args.new

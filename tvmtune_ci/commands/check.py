@@ -17,11 +17,9 @@ import re
 import sys
 from typing import Any, TextIO
 
-from .. import ci, templateapi
-from ..ci import md_escape
-from ..config import Config
-from ..selection import add_selection_options, orphan_lines, report_from_args, summary_line
-from ..staleness import (
+from .. import ci
+from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
+from ..check.staleness import (
     FIX_HINT,
     TEMPLATE_API_CHANGED,
     TEMPLATE_CHANGED,
@@ -30,6 +28,9 @@ from ..staleness import (
     Reason,
     Report,
 )
+from ..ci import md_escape
+from ..core import templateapi
+from ..core.config import Config
 
 JSON_FORMAT = 1
 
@@ -178,7 +179,7 @@ def step_summary(report: Report) -> str:
 def history_summary(report: Report) -> list[str]:
     """For each fresh entry whose log was re-tuned after a template edit (its manifest
     holds a history replay): what the old configurations were worth."""
-    from ..history import ReplayReport
+    from ..core.history import ReplayReport
 
     out: list[str] = []
     for e in report.entries:
@@ -224,7 +225,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run_builds(config: Config, report: Report, fmt: str) -> tuple[list[Any], list[str]]:
     """The GPU entries' builds (none without --build or GPU entries) and their lines."""
-    from ..buildcheck import build_entries, gpu_entries
+    from ..tune.buildcheck import build_entries, gpu_entries
 
     if not gpu_entries(config, report.entries):
         return [], ["build check: no GPU entry (no target of kind cuda) to build"]

@@ -7,9 +7,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..config import Config, load_config
-from ..devices import DEFAULT_TIMEOUT_S, TrackerQueue, split_tracker, tracker_summary
-from ..errors import ConfigError, DeviceError, UsageError
+from ..core.config import Config, load_config
+from ..core.errors import ConfigError, DeviceError, UsageError
+from ..tune.devices import DEFAULT_TIMEOUT_S, TrackerQueue, split_tracker, tracker_summary
 
 
 def register(p: argparse.ArgumentParser) -> None:

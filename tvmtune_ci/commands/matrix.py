@@ -25,8 +25,8 @@ from typing import Any
 
 from .. import ci
 from ..budget import parse_duration
-from ..config import Config
-from ..errors import UsageError
+from ..core.config import Config
+from ..core.errors import UsageError
 
 # GitHub Actions refuses a matrix with more jobs than this.
 MAX_JOBS = 256
@@ -104,7 +104,7 @@ def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries
                 total_s: float) -> None:
     """Each job's share of `total_s` (its workloads' weights over all), as `budget`."""
     from ..budget import split
-    from ..template import read_template
+    from ..core.template import read_template
 
     groups = {}
     for e in entries:
@@ -129,7 +129,7 @@ def select(
     Entries whose template does not read (template_invalid) are never listed: a
     runner cannot tune them, and `check` already fails for them.
     """
-    from ..staleness import find_stale  # unknown names: UsageError with "did you mean"
+    from ..check.staleness import find_stale  # unknown names: UsageError with "did you mean"
 
     report = find_stale(
         config,
@@ -145,7 +145,7 @@ def select(
 
 def untunable(entry: Any) -> Any:
     """The entry's template_invalid Reason, or None."""
-    from ..staleness import TEMPLATE_INVALID
+    from ..check.staleness import TEMPLATE_INVALID
 
     return next((r for r in entry.reasons if r.code == TEMPLATE_INVALID), None)
 
@@ -175,10 +175,7 @@ def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_en
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..selection import (  # config warnings reach report.warnings below
-        load_quietly,
-        selected_operators,
-    )
+    from ..check.selection import load_quietly, selected_operators
 
     config = load_quietly(args.config)
     report, entries = select(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UsageError
-from ..fsutil import atomic_write_text
-from ..merge import merge_logs, render
+from ..core.errors import UsageError
+from ..core.fsutil import atomic_write_text
+from ..publish.merge import merge_logs, render
 
 
 def register(p: argparse.ArgumentParser) -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import lock
-from ..config import load_config
-from ..errors import UsageError
-from ..layout import LogSet
-from ..manifest import read_manifest
-from ..publish import publish, recover
-from ..readme import render_curve, render_readme
-from ..runs import read_runs
+from ..core import lock
+from ..core.config import load_config
+from ..core.errors import UsageError
+from ..core.layout import LogSet
+from ..core.manifest import read_manifest
+from ..core.runs import read_runs
+from ..publish.readme import render_curve, render_readme
+from ..publish.swap import publish, recover
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def _holds(path: Path, data: bytes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..template import discover_templates
+    from ..core.template import discover_templates
 
     config = load_config(Path(args.config) if args.config else None)
     if args.all:

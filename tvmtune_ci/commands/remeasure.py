@@ -19,8 +19,8 @@ import json
 import sys
 
 from .. import ci
-from ..errors import TvmtuneError
-from ..selection import add_selection_options, report_from_args
+from ..check.selection import add_selection_options, report_from_args
+from ..core.errors import TvmtuneError
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -91,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _commit(config, done, push: bool, failures: list) -> None:  # noqa: ANN001
-    from ..git.write import commit_paths, push_with_retry
-    from ..runs import RUNS_NAME
+    from ..core.runs import RUNS_NAME
+    from ..publish.gitwrite import commit_paths, push_with_retry
 
     paths = []
     for r in done:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from .. import ci
 from ..budget import fmt_duration, parse_duration
-from ..config import Config, load_config
-from ..errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
+from ..core.config import Config, load_config
+from ..core.errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..budget import Budget
-    from ..staleness import Entry
+    from ..check.staleness import Entry
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -50,9 +50,9 @@ def recover_interrupted(config: Config, operators: list[str], *, dry_run: bool =
     between the fallback's two renames would look missing. A folder whose lock
     is held is skipped: its holder recovers it before it publishes.
     """
-    from .. import lock
-    from ..layout import LogSet
-    from ..publish import MARKER_NAME, leftovers, recover
+    from ..core import lock
+    from ..core.layout import LogSet
+    from ..publish.swap import MARKER_NAME, leftovers, recover
 
     done = []
     for op in operators:
@@ -73,10 +73,10 @@ def recover_interrupted(config: Config, operators: list[str], *, dry_run: bool =
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..check.staleness import find_stale, parse_date, select_entries
+    from ..core.template import discover_templates
     from ..pipeline import commit_message, retune_entry
     from ..progress import Progress
-    from ..staleness import find_stale, parse_date, select_entries
-    from ..template import discover_templates
 
     config = load_config(Path(args.config) if args.config else None)
     if args.trials is not None and args.trials < 1:
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
                       f"({res.speedup:.1f}x vs default), {t.run} trials ({t.stop_reason}), knobs {res.best.knobs}")
             print(f"wrote {r.published.folder / r.manifest.log} (+ manifest.json, README.md, curve.png)")
             if commit:
-                from ..git.write import commit_paths
+                from ..publish.gitwrite import commit_paths
 
                 # One entry's commit failing must not cost the others theirs:
                 # reported now, the exit status says so at the end.
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 committed.append(r)
                 print(f"committed {sha[:12]}: {commit_message([r]).splitlines()[0]}")
     if args.push and committed:
-        from ..git.write import push_with_retry
+        from ..publish.gitwrite import push_with_retry
 
         try:
             pushed = push_with_retry(config.root, identity=config.git)
@@ -188,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
 def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
     """The budget over every workload of `entries`, weighted as tvmtune.yaml says."""
     from ..budget import Budget, floor_estimate
-    from ..search import WARMUP_SAMPLES
-    from ..template import read_template
+    from ..core.template import read_template
+    from ..tune.search import WARMUP_SAMPLES
 
     weights = {}
     for e in entries:
@@ -205,7 +205,7 @@ def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
 def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
     """What a real run would stop at before tuning, with its exit code: a template that
     cannot be read (2), a target this host cannot run (5). 0 when it would start."""
-    from ..staleness import TEMPLATE_INVALID
+    from ..check.staleness import TEMPLATE_INVALID
 
     if not entries:
         print("nothing to re-tune: every log is fresh")
@@ -219,7 +219,7 @@ def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
             continue
         target = config.target(e.target_name)
         try:
-            from ..hostcheck import check_host
+            from ..tune.hostcheck import check_host
 
             check_host(target.target, remote=target.rpc is not None)
         except HostError as err:

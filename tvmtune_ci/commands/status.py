@@ -11,11 +11,11 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
+from ..check.staleness import TEMPLATE_INVALID, Entry, Report
 from ..ci import md_escape
-from ..errors import CorruptFileError
-from ..selection import add_selection_options, orphan_lines, report_from_args, summary_line
-from ..staleness import TEMPLATE_INVALID, Entry, Report
-from ..stats import fmt_latency
+from ..core.errors import CorruptFileError
+from ..core.stats import fmt_latency
 
 COLUMNS = ("entry", "state", "age", "trials", "best", "run to run", "space", "reasons")
 
@@ -33,7 +33,7 @@ History = Any  # list[runs.Run]; a CorruptFileError when runs.jsonl fails its ch
 
 def read_histories(report: Report) -> list[History]:
     """Each entry's run history, read once for every column and warning that needs it."""
-    from ..runs import read_runs
+    from ..core.runs import read_runs
 
     out: list[History] = []
     for e in report.entries:
@@ -50,7 +50,7 @@ def read_histories(report: Report) -> list[History]:
 def band_cell(e: Entry, history: History) -> str:
     """The widest run-to-run band of the entry's workloads (runs.py), or how many runs
     the history has while it is too short for one."""
-    from ..runs import MIN_REF, PERSIST, band_of, steady_series
+    from ..core.runs import MIN_REF, PERSIST, band_of, steady_series
 
     if e.manifest is None or history is None:
         return "-"
@@ -67,7 +67,7 @@ def band_cell(e: Entry, history: History) -> str:
 def noise_lines(report: Report, histories: list[History]) -> list[str]:
     """One warning per target whose runner is noisier than the effects judged on it
     (runs.noise_warning), from the first of its entries that says so."""
-    from ..runs import noise_warning
+    from ..core.runs import noise_warning
 
     out, seen = [], set()
     for e, history in zip(report.entries, histories, strict=True):

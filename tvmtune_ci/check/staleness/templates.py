@@ -1,0 +1,135 @@
+"""A template as `check` sees it: parsed and fingerprinted, or as its manifest recorded it
+(sources.py) when git vouches that nothing it was computed from changed."""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...core.config import TargetConfig
+from ...core.errors import TemplateError
+from ...core.template import TemplateDecl
+from .. import sources
+from ..datafiles import Note
+from ..fingerprint import (
+    Fingerprint,
+    SourceCache,
+    workloads_json,
+)
+from .model import TEMPLATE_INVALID, Reason
+
+
+def _invalid_reason(error: TemplateError, cache: SourceCache, template_rel: str) -> Reason:
+    """template_invalid naming the repo-relative file:line the TemplateError names."""
+    if error.file is None:
+        return Reason(TEMPLATE_INVALID, f"{template_rel}: {error}", template_rel, None)
+    rel = cache.rel(Path(error.file))
+    where = f"{rel}:{error.line}" if error.line else rel
+    return Reason(TEMPLATE_INVALID, f"{where}: {error.message}", rel, error.line)
+
+
+def _assign_line(tree: ast.Module, name: str) -> int | None:
+    for stmt in tree.body:
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else ([stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+        )
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return stmt.lineno
+    return None
+
+
+def _normal(obj: Any) -> Any:
+    # Workloads as JSON sees them: a tuple in the template equals the list on disk.
+    return json.loads(workloads_json(obj))
+
+
+def value_diff(old: Any, new: Any) -> str:
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return f"{old!r} -> {new!r}"
+    parts = []
+    for k in sorted(set(old) | set(new)):
+        if k not in old:
+            parts.append(f"{k} added ({new[k]!r})")
+        elif k not in new:
+            parts.append(f"{k} removed (was {old[k]!r})")
+        elif old[k] != new[k]:
+            parts.append(f"{k} {old[k]!r} -> {new[k]!r}")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass(frozen=True)
+class CheckedTemplate:
+    """What one template contributes to each of its entries (computed once)."""
+
+    rel: str
+    line: int
+    decl: TemplateDecl | None
+    fingerprint: Fingerprint | None
+    invalid: Reason | None
+    workloads_line: int | None
+    space_sizes: dict[str, tuple[int, int]]
+    workloads: Any = None  # WORKLOADS as JSON reads it back: a tuple equals the stored list
+    # Repo-relative files its meaning depends on (for --changed-since).
+    files: frozenset[str] = frozenset()
+    # Reads check reports (environment variables, paths it cannot follow).
+    notes: tuple[Note, ...] = ()
+
+
+def read_checked_template(path: Path, cache: SourceCache) -> CheckedTemplate:
+    rel = cache.rel(path)
+    try:
+        decl = cache.template(path)
+        fp = cache.fingerprint(path)
+        workloads_line = _assign_line(cache.tree(path), "WORKLOADS")
+    except TemplateError as e:
+        reason = _invalid_reason(e, cache, rel)
+        line = reason.line if reason.file == rel and reason.line else 1
+        return CheckedTemplate(rel, line, None, None, reason, None, {})
+    finally:
+        cache.forget(path)  # its tree is not needed again; keeps memory flat
+    return CheckedTemplate(
+        rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads),
+        fp.files, fp.notes,
+    )
+
+
+def recorded_template(rel: str, src: sources.Sources) -> CheckedTemplate:
+    """A template as its manifest recorded it (sources.unchanged said it still is):
+    nothing to compare, its line and space sizes to show."""
+    return CheckedTemplate(rel, src.template_line, None, None, None, None, src.space_sizes,
+                     files=frozenset(src.blobs), notes=src.notes)
+
+
+def target_space(
+    tpl: CheckedTemplate, target: TargetConfig
+) -> tuple[dict[str, tuple[int, int]], Reason | None]:
+    """The template's space sizes on this target (KNOBS may name its facts: LANES...),
+    or template_invalid when an extent does not evaluate for it."""
+    if tpl.decl is None:
+        return tpl.space_sizes, None
+    try:
+        return tpl.decl.space_sizes(target.target), None
+    except TemplateError as e:
+        line = e.line if e.file is not None else _assign_line_of(tpl.decl.path, "KNOBS")
+        where = f"{tpl.rel}:{line}" if line else tpl.rel
+        return {}, Reason(
+            TEMPLATE_INVALID, f"{where}: KNOBS for target {target.name!r}: {e.message}", tpl.rel,
+            line,
+        )
+
+
+def _assign_line_of(path: Path, name: str) -> int | None:
+    try:
+        return _assign_line(ast.parse(path.read_text(encoding="utf-8")), name)
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+

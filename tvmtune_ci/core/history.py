@@ -1,0 +1,425 @@
+"""What the previous log is worth after a template edit (TVM-free part).
+
+When an entry is stale because its template or a helper changed, the previous
+log's best configurations are not thrown away: they are mapped into the new
+template's knob space by knob name (`map_config`), replayed first (built, checked
+against `reference`, measured: the tuner's `Search.replay`), and seed the search.
+The old best, mapped, is a finalist, so the report says what it is worth on the new
+template against the new best. `knob_diff` says what changed in the declaration,
+read from the template as it was committed when the old log was tuned.
+
+The log's other records are not measured again; they train the cost model before the
+first batch (`priors.py`). Only the same operator and target are replayed, unless
+a target's `seed-from` names another (off by default): configurations tuned for
+other hardware can pull a search off course.
+
+Over 400 lines: mapping an old configuration, the declaration diff the README reports
+and the probes of the region an edit opened all read one model of an edit (the old
+and the new KNOBS, scoped by the workload); split, each would rebuild it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import GitError, TemplateError
+from .git import run
+from .manifest import Manifest
+from .stats import fmt_latency
+from .targetinfo import scope
+from .template import (
+    Categorical,
+    Knob,
+    Split,
+    Structural,
+    default_value,
+    eval_extent,
+    knob_from_ast,
+    perfect_tilings,
+)
+
+# Old configurations replayed per workload: the old best, its finals and its top.
+REPLAY_K = 16
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """One old configuration in the new knob space."""
+
+    knobs: dict[str, Any]  # a full point of the new space
+    kept: tuple[str, ...]  # knobs taken from the old configuration as they were
+    reset: tuple[str, ...]  # knobs new (the default) or no longer valid (repaired)
+
+
+def _valid(knob: Knob, value: Any, names: Mapping[str, Any]) -> bool:
+    if isinstance(knob, Split):
+        if not isinstance(value, (list, tuple)) or len(value) != knob.parts:
+            return False
+        try:
+            factors = [int(x) for x in value]
+        except (TypeError, ValueError):
+            return False
+        prod = 1
+        for f in factors:
+            prod *= f
+        return (min(factors) >= 1 and prod == eval_extent(knob.extent, names)
+                and factors[-1] <= eval_extent(knob.max_factor, names))
+    if isinstance(knob, (Categorical, Structural)):
+        return value in knob.candidates
+    return False
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _repair_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int] | None:
+    """The valid tiling nearest to an old one: its inner factors kept from the
+    innermost out as far as they still divide the extent (the innermost also within
+    max_factor, else the largest divisor below it), the outermost taking the rest."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    try:
+        old = [int(x) for x in value]
+    except (TypeError, ValueError):
+        return None
+    extent, top = eval_extent(knob.extent, names), eval_extent(knob.max_factor, names)
+    inner = old[1:][-(knob.parts - 1):] if knob.parts > 1 else []
+    inner = [1] * (knob.parts - 1 - len(inner)) + inner
+    rest = extent
+    out_inner: list[int] = []
+    for i, f in enumerate(reversed(inner)):
+        bound = top if i == 0 else rest
+        f = max(1, min(f, bound))
+        f = max(d for d in _divisors(rest) if d <= f)
+        out_inner.insert(0, f)
+        rest //= f
+    return [rest, *out_inner]
+
+
+def _repair(knob: Knob, value: Any, names: Mapping[str, Any]) -> Any:
+    """The valid value nearest to an old one, or None when there is nothing to go by."""
+    if isinstance(knob, Split):
+        return _repair_split(knob, value, names)
+    if isinstance(knob, Categorical) and isinstance(value, int) and not isinstance(value, bool):
+        return min(knob.candidates, key=lambda c: (abs(int(c) - value), c))
+    return None
+
+
+def map_config(
+    old: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+) -> Mapped:
+    """`old` in the space of `knobs`: each knob that still exists with a valid value
+    keeps it; one no longer valid is repaired to the nearest valid value (a split
+    keeps the inner factors that still fit, an integer knob the closest candidate);
+    a new knob, or one with nothing to go by, takes the default. The search then
+    samples from these points on."""
+    names = scope(workload, target)
+    out: dict[str, Any] = {}
+    kept, reset = [], []
+    for k in knobs:
+        if k.name in old and _valid(k, old[k.name], names):
+            value = old[k.name]
+            out[k.name] = [int(x) for x in value] if isinstance(k, Split) else value
+            kept.append(k.name)
+            continue
+        fixed = _repair(k, old[k.name], names) if k.name in old else None
+        out[k.name] = fixed if fixed is not None and _valid(k, fixed, names) else default_value(k, names)
+        reset.append(k.name)
+    return Mapped(out, tuple(kept), tuple(reset))
+
+
+def old_configs(manifest: Manifest, workload: str, k: int = REPLAY_K) -> list[dict[str, Any]]:
+    """The previous log's configurations of `workload`, best first, distinct: its best,
+    the previous best it kept, then its top table."""
+    result = manifest.results.get(workload)
+    if result is None:
+        return []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    candidates = [result.best, result.previous_best, *result.top]
+    for m in candidates:
+        if m is None or not m.knobs:
+            continue
+        key = repr(sorted(m.knobs.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(m.knobs))
+    return out[:k]
+
+
+def map_all(
+    configs: Sequence[Mapping[str, Any]], knobs: Sequence[Knob], workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+) -> list[Mapped]:
+    """Every old configuration mapped, distinct in the new space (two old ones that
+    differ only in a removed knob are one new point), best first. One that keeps no
+    knob at all is only the default configuration (measured anyway): left out."""
+    out: list[Mapped] = []
+    seen: set[str] = set()
+    for c in configs:
+        m = map_config(c, knobs, workload, target)
+        if not m.kept:
+            continue
+        key = repr(sorted(m.knobs.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def _values(k: Knob, names: Mapping[str, Any]) -> list[Any]:
+    """Every value `k` can take for this workload and target (a split: its tilings)."""
+    if isinstance(k, Split):
+        try:
+            ext, top = eval_extent(k.extent, names), eval_extent(k.max_factor, names)
+        except TemplateError:
+            return []
+        return [list(t) for t in perfect_tilings(ext, k.parts, top)]
+    return list(k.candidates)
+
+
+def probes(
+    old_best: Mapping[str, Any], old_knobs: Sequence[Knob] | None, knobs: Sequence[Knob],
+    workload: Mapping[str, Any], target: Mapping[str, Any], limit: int,
+) -> list[dict[str, Any]]:
+    """Points of the region an edit opened, next to the old best: the old best (mapped
+    into the new space) with one knob set to a value the old template could not take,
+    for each such value of each knob (a new knob: each of its values). At most `limit`,
+    spread evenly over the knobs and their values.
+
+    The history (replay and the cost model's prior) knows only the old space, so a
+    search seeded from it samples the new region late, and a stop rule that trusts the
+    model can end first (measured: a tile made vectorisable by the edit was never
+    tried in 78 trials). Without the old declaration (`old_knobs` None), none."""
+    if old_knobs is None or limit <= 0:
+        return []
+    names = scope(workload, target)
+    old_by = {k.name: k for k in old_knobs}
+    per_knob: list[list[dict[str, Any]]] = []
+    for k in knobs:
+        before = old_by.get(k.name)
+        if before is not None and type(before) is not type(k):
+            before = None
+        seen = [] if before is None else _values(before, names)
+        new = [v for v in _values(k, names) if v not in seen and v != old_best.get(k.name)]
+        if new:
+            per_knob.append([{**old_best, k.name: v} for v in new])
+    # Round-robin over the knobs; each knob's values in an order that spreads over its
+    # whole range (both ends, then the middles), so a few probes span it.
+    queues = [[vs[i] for i in _spread(len(vs))] for vs in per_knob]
+    out: list[dict[str, Any]] = []
+    while any(queues) and len(out) < limit:
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop(0))
+    return out
+
+
+def _spread(n: int) -> list[int]:
+    """0..n-1 ordered to cover the range early: the ends, then halving the gaps."""
+    if n <= 2:
+        return list(range(n))
+    order, seen = [0, n - 1], {0, n - 1}
+    parts = 2
+    while len(order) < n:
+        for j in range(1, parts, 2):
+            i = round(j * (n - 1) / parts)
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+        parts *= 2
+        if parts > 2 * n:
+            order.extend(i for i in range(n) if i not in seen)
+            break
+    return order
+
+
+# --------------------------------------------------------------------------- knob diff
+
+
+@dataclass(frozen=True)
+class KnobDiff:
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()  # "tile_j: extent 64 -> 128", "unroll: candidates ..."
+    known: bool = True  # False: the old declaration could not be read (names only)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"added": list(self.added), "removed": list(self.removed),
+                "changed": list(self.changed), "known": self.known}
+
+    def sentence(self) -> str:
+        parts = []
+        if self.added:
+            parts.append(f"added {', '.join(self.added)}")
+        if self.removed:
+            parts.append(f"removed {', '.join(self.removed)}")
+        if self.changed:
+            parts.append("changed " + "; ".join(self.changed))
+        text = ", ".join(parts) if parts else "no knob declaration changed"
+        return text if self.known else text + " (old declaration unreadable: by knob names)"
+
+
+def _describe(k: Knob, names: Mapping[str, Any]) -> str:
+    if isinstance(k, Split):
+        try:
+            ext, top = eval_extent(k.extent, names), eval_extent(k.max_factor, names)
+        except TemplateError:
+            ext, top = k.extent, k.max_factor  # type: ignore[assignment]
+        return f"split of {ext} in {k.parts}, innermost <= {top}"
+    kind = "structure" if isinstance(k, Structural) else "knob"
+    return f"{kind} {list(k.candidates)}"
+
+
+def knob_diff(
+    old: Sequence[Knob] | None, new: Sequence[Knob], workload: Mapping[str, Any],
+    target: Mapping[str, Any], old_names: Sequence[str] = (),
+) -> KnobDiff:
+    """What changed between two KNOBS declarations, evaluated for this workload and
+    target. Without the old declaration, only names (from old configurations)."""
+    names = scope(workload, target)
+    new_by = {k.name: k for k in new}
+    if old is None:
+        before = set(old_names)
+        return KnobDiff(tuple(sorted(set(new_by) - before)), tuple(sorted(before - set(new_by))),
+                        (), known=False)
+    old_by = {k.name: k for k in old}
+    changed = []
+    for name in sorted(set(old_by) & set(new_by)):
+        a, b = _describe(old_by[name], names), _describe(new_by[name], names)
+        if a != b:
+            changed.append(f"{name}: {a} -> {b}")
+    return KnobDiff(tuple(sorted(set(new_by) - set(old_by))),
+                    tuple(sorted(set(old_by) - set(new_by))), tuple(changed))
+
+
+def old_declaration(root: Path, manifest: Manifest) -> tuple[Knob, ...] | None:
+    """KNOBS of the template as committed when the old log was tuned (git), or None
+    when that commit or file cannot be read."""
+    commit = manifest.template_commit
+    if not commit:
+        return None
+
+    try:
+        proc = run(root, "show", f"{commit}:{manifest.template_file}")
+    except GitError:  # no git
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        tree = ast.parse(proc.stdout)
+    except SyntaxError:
+        return None
+    path = Path(manifest.template_file)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "KNOBS" for t in stmt.targets
+        ) and isinstance(stmt.value, (ast.List, ast.Tuple)):
+            try:
+                return tuple(knob_from_ast(e, path) for e in stmt.value.elts)
+            except TemplateError:
+                return None
+    return None
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What the old configurations of one workload were worth on the new template."""
+
+    source: str  # the old log's file name
+    offered: int  # distinct old configurations mapped (after dedup in the new space)
+    whole: int  # mapped with every knob kept
+    built: int
+    correct: int  # built and matched reference()
+    measured: int
+    knob_diff: KnobDiff
+    reset_counts: dict[str, int] = field(default_factory=dict)  # knob -> configs it was reset in
+    failures: tuple[str, ...] = ()  # first errors, short
+    old_best_s: float | None = None  # the old best (mapped) in the finals, seconds
+    old_best_rel: float | None = None  # its precision (relative half-width)
+    verdict: str | None = None  # this run's best vs the old best: faster/equal/slower
+    seeded: bool = False  # the search started from the replayed configurations
+    prior: int = 0  # the old log's other records the cost model learned from first
+    from_target: str | None = None  # seeded from this target's log (seed-from), not our own
+    probes: int = 0  # points of the region the edit opened, next to the old best, measured
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "offered": self.offered, "whole": self.whole,
+            "built": self.built, "correct": self.correct, "measured": self.measured,
+            "knob_diff": self.knob_diff.to_json(), "reset_counts": dict(self.reset_counts),
+            "failures": list(self.failures), "old_best_s": self.old_best_s,
+            "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
+            "prior": self.prior, "from_target": self.from_target, "probes": self.probes,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ReplayReport:
+        kd = d.get("knob_diff") or {}
+        return cls(
+            source=str(d.get("source", "")), offered=int(d.get("offered", 0)),
+            whole=int(d.get("whole", 0)), built=int(d.get("built", 0)),
+            correct=int(d.get("correct", 0)), measured=int(d.get("measured", 0)),
+            knob_diff=KnobDiff(tuple(kd.get("added", ())), tuple(kd.get("removed", ())),
+                               tuple(kd.get("changed", ())), bool(kd.get("known", True))),
+            reset_counts={str(k): int(v) for k, v in (d.get("reset_counts") or {}).items()},
+            failures=tuple(str(x) for x in d.get("failures", ())),
+            old_best_s=d.get("old_best_s"), old_best_rel=d.get("old_best_rel"),
+            verdict=d.get("verdict"), seeded=bool(d.get("seeded", False)),
+            prior=int(d.get("prior", 0)),
+            from_target=d.get("from_target"),
+            probes=int(d.get("probes", 0)),
+        )
+
+    def sentences(self) -> list[str]:
+        """The report in words (README, commit message, console)."""
+
+        out = [f"knobs: {self.knob_diff.sentence()}"]
+        if self.from_target:  # not this target's own history: say whose it is
+            out.insert(0, f"seeded from the {self.from_target} log {self.source} (seed-from)")
+        if not self.offered:
+            out.append(f"no configuration of {self.source} could be mapped: a cold search")
+            return out
+        resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
+        out.append(
+            f"{self.offered} old configuration(s) of {self.source} replayed: {self.whole} with "
+            f"every knob kept" + (f", repaired or new: {resets}" if resets else "")
+            + f"; {self.built} built, {self.correct} computed the right result"
+            + (f", {self.measured} measured" if self.measured != self.correct else "")
+        )
+        if self.correct == 0:
+            out.append("none still works on the new template: the search started cold")
+        elif self.seeded:
+            out.append("the search started from them (seeded population, trained cost model)")
+        if self.probes:
+            out.append(f"{self.probes} point(s) of the region the edit opened, next to the old "
+                       "best, measured before the search")
+        if self.prior:
+            out.append(f"the cost model also learned from {self.prior} other record(s) of "
+                       f"{self.source} before the first batch (old latencies, new programs)")
+        if self.old_best_s is not None:
+            old = fmt_latency(self.old_best_s, self.old_best_rel)
+            theirs = f"the {self.from_target} best" if self.from_target else "the old best"
+            verdict = {
+                "faster": "the new best is faster beyond the noise",
+                "slower": f"{theirs} is faster beyond the noise",
+                "equal": "equal within noise",
+            }.get(self.verdict or "", "")
+            where = ("the best of the " + self.from_target + " log on this target"
+                     if self.from_target else "old best on the new template")
+            out.append(f"{where}: {old}" + (f"; {verdict}" if verdict else ""))
+        if self.failures:
+            out.append("first failures: " + "; ".join(self.failures))
+        return out

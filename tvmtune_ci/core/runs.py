@@ -1,0 +1,536 @@
+"""The run history of a log set: every measurement of its bests on its runner, and the
+verdicts drawn from it.
+
+A single run says what this run measured and how precisely (`± 0.8%`); what a reader
+will measure next week on the same runner is another number, because a shared runner
+changes speed for seconds to minutes at a time (`docs/measurement.md`). So each log set
+keeps `runs.jsonl` beside its log: one line per run (the re-tune that wrote the set,
+then each `tvmtune-ci remeasure --record`), append-only, hashed in the manifest like
+the log and checked by `check`. From it come:
+
+- the **headline figure** of each workload and its **band**: how far that figure
+  spread between the runs on this runner, measured, never chosen (`Band`);
+- the **drift verdict**: a persistent change beyond that band, decided over the
+  series, not from one run (`judge`).
+
+A run measures every best of the set and two fixed calibration kernels
+(`calibration.py`) in turns, for `measure.history_s` seconds in all, so each kernel's
+visits are spread over the whole run. Per kernel it records the lower quartile of all
+its samples (with interval), of its fastest 1-s stretch and of its slowest. The study
+in docs/measurement.md found the fastest stretch over such a run the figure that holds
+from run to run (a shared VM visits its fast mode within a minute or two); the lines
+keep the rest, so the choice can be revisited on the history already recorded.
+
+Pure Python, no TVM: `check`, `status` and `readme` read it.
+
+Over 400 lines: the record format, the band and verdict rules, and the README and
+status sentences drawn from them read one history the same way (which runs count,
+which were disturbed); split, each would re-decide that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import CorruptFileError
+from .fsutil import NotRegularFileError, read_regular_file, sha256_bytes
+from .stats import fmt_latency
+
+RUNS_NAME = "runs.jsonl"
+RUNS_FORMAT = 1
+MAX_RUNS_BYTES = 16 << 20
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class KernelFigure:
+    """One kernel in one run: the lower quartile of all its samples with the 95%
+    interval, and the lower quartiles of its fastest and its slowest 1-s stretch."""
+
+    p25_s: float
+    lo_s: float
+    hi_s: float
+    n: int
+    fast_s: float
+    slow_s: float
+
+    @property
+    def rel_halfwidth(self) -> float:
+        if self.p25_s <= 0 or not (math.isfinite(self.lo_s) and math.isfinite(self.hi_s)):
+            return math.inf
+        return (self.hi_s - self.lo_s) / 2 / self.p25_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"p25_s": self.p25_s, "lo_s": self.lo_s, "hi_s": self.hi_s, "n": self.n,
+                "fast_s": self.fast_s, "slow_s": self.slow_s}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One line of runs.jsonl: when, by what, on which machine, each workload's best and
+    the calibration kernels (empty on a target without them)."""
+
+    at: str  # ISO 8601 UTC, seconds
+    by: str  # "retune" or "remeasure"
+    host: dict[str, Any]
+    tvm: str
+    window_s: float  # the run's length: every kernel's visits spread over it
+    workloads: dict[str, KernelFigure]  # workload -> its best
+    calibration: dict[str, KernelFigure]  # "compute"/"memory" -> the calibration kernel
+    calibration_version: int  # calibration.CALIBRATION_VERSION (0: none measured)
+    format: int = RUNS_FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "at": self.at, "by": self.by, "host": self.host,
+                "tvm": self.tvm, "window_s": self.window_s,
+                "workloads": {w: f.to_json() for w, f in sorted(self.workloads.items())},
+                "calibration": {k: f.to_json() for k, f in sorted(self.calibration.items())},
+                "calibration_version": self.calibration_version}
+
+    def line(self) -> bytes:
+        return (json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+    @property
+    def machine(self) -> str:
+        """The runner's hardware as the history compares it: CPU model and cores."""
+        return f"{self.host.get('cpu', '?')} x{self.host.get('cores', '?')}"
+
+
+def _figure(d: Any, where: str) -> KernelFigure:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} is not an object")
+    vals = []
+    for key in ("p25_s", "lo_s", "hi_s", "fast_s", "slow_s"):
+        v = d.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise ValueError(f"{where}.{key} is {v!r}, expected a positive number of seconds")
+        vals.append(float(v))
+    n = d.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"{where}.n is {n!r}, expected a sample count")
+    return KernelFigure(vals[0], vals[1], vals[2], n, vals[3], vals[4])
+
+
+def run_from_json(obj: Any, where: str = "run") -> Run:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is not an object")
+    if obj.get("format") != RUNS_FORMAT:
+        raise ValueError(f"{where}.format is {obj.get('format')!r}; this tvmtune-ci reads format {RUNS_FORMAT}")
+    for key in ("at", "by", "tvm"):
+        if not isinstance(obj.get(key), str):
+            raise ValueError(f"{where}.{key} is {obj.get(key)!r}, expected a string")
+    host, wls, cal = obj.get("host"), obj.get("workloads"), obj.get("calibration")
+    if not isinstance(host, dict) or not isinstance(wls, dict) or not isinstance(cal, dict):
+        raise ValueError(f"{where}: host, workloads and calibration must be objects")
+    version, win = obj.get("calibration_version"), obj.get("window_s")
+    if not isinstance(version, int) or not isinstance(win, (int, float)):
+        raise ValueError(f"{where}: calibration_version must be an integer and window_s a number")
+    return Run(obj["at"], obj["by"], dict(host), obj["tvm"], float(win),
+               {w: _figure(f, f"{where}.workloads.{w}") for w, f in wls.items()},
+               {k: _figure(f, f"{where}.calibration.{k}") for k, f in cal.items()}, version)
+
+
+def parse_runs(data: bytes, path: Path | str) -> list[Run]:
+    """The runs of a runs.jsonl's bytes, oldest first; CorruptFileError naming the file,
+    the line and the fix."""
+    runs = []
+    for i, raw in enumerate(data.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            runs.append(run_from_json(json.loads(raw), f"line {i}"))
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+            raise CorruptFileError(
+                f"{path}:{i}: not a run record ({e}); the run history was edited by hand: "
+                "restore it from git (each line is appended by tvmtune-ci remeasure --record)"
+            ) from None
+    if data and not data.endswith(b"\n"):
+        raise CorruptFileError(f"{path}: its last line is cut short; restore it from git")
+    return runs
+
+
+def is_runs_file(data: bytes) -> bool:
+    """Whether bytes are a run history tvmtune-ci wrote (publish uses it to know a
+    runs.jsonl is ours when its manifest is unreadable)."""
+    try:
+        parse_runs(data, RUNS_NAME)
+    except CorruptFileError:
+        return False
+    return bool(data)
+
+
+def read_runs(folder: Path, files: Mapping[str, str]) -> list[Run]:
+    """The run history of the log set in `folder` whose manifest records `files`: [] when
+    it names none (a set from before histories); CorruptFileError when the file is
+    missing, is not what the manifest hashed, or does not parse."""
+    data = read_runs_bytes(folder, files)
+    return parse_runs(data, folder / RUNS_NAME) if data else []
+
+
+def read_runs_bytes(folder: Path, files: Mapping[str, str]) -> bytes:
+    """runs.jsonl's bytes, checked against the manifest's sha256 (b"" when it names none)."""
+
+    expected = files.get(RUNS_NAME)
+    if expected is None:
+        return b""
+    path = folder / RUNS_NAME
+    try:
+        data = read_regular_file(path, MAX_RUNS_BYTES)
+    except (OSError, NotRegularFileError) as e:
+        raise CorruptFileError(f"{path}: cannot read the run history the manifest names ({e}); "
+                               "restore it from git") from None
+    if sha256_bytes(data) != expected:
+        raise CorruptFileError(f"{path} was modified since it was recorded (its sha256 is not "
+                               "the manifest's); restore it from git: runs are appended only by "
+                               "tvmtune-ci remeasure --record")
+    return data
+
+
+def encode_runs(history: Sequence[Run]) -> bytes:
+    return b"".join(r.line() for r in history)
+
+
+# --------------------------------------------------------------------------- figures
+
+# name -> (one run's figure for one workload, what it is in words). Lower is faster.
+FIGURES: dict[str, tuple[Any, str]] = {
+    "fast": (lambda r, w: r.workloads[w].fast_s,
+             "the best's latency in its fastest 1-s stretch of the run (lower quartile)"),
+    "p25": (lambda r, w: r.workloads[w].p25_s,
+            "the best's latency over the whole run (lower quartile of all its samples)"),
+    "fast_vs_compute": (lambda r, w: r.workloads[w].fast_s / r.calibration["compute"].fast_s,
+                        "the fastest-stretch latency over the compute calibration kernel's"),
+}
+# The figure a README publishes as its headline and `remeasure` judges: the one the
+# study in docs/measurement.md found to hold best from run to run.
+FIGURE = "fast"
+
+
+def value(run: Run, workload: str, figure: str = FIGURE) -> float | None:
+    """One run's figure for one workload (None when that run did not measure it)."""
+    try:
+        return float(FIGURES[figure][0](run, workload))
+    except (KeyError, ZeroDivisionError):
+        return None
+
+
+def series(runs: Sequence[Run], workload: str, figure: str = FIGURE) -> list[tuple[str, float]]:
+    """(date, figure) of every run that measured `workload`, oldest first."""
+    out = []
+    for r in runs:
+        v = value(r, workload, figure)
+        if v is not None and v > 0:
+            out.append((r.at, v))
+    return out
+
+
+# --------------------------------------------------------------------------- band and verdict
+
+# Runs a band rests on before the recent ones are judged against it.
+MIN_REF = 5
+# Recent runs that must all lie beyond the band, on one side, to call a change persistent.
+PERSIST = 3
+# The recent runs must all lie beyond the reference band (the largest distance of any
+# reference run from their median) and beyond MIN_CHANGE. Chosen on the study's
+# values (docs/measurement.md: the rule on resampled runs): a margin over the band
+# cost detections of a 15% slowdown without sparing false alarms.
+MARGIN = 1.0
+# A change smaller than this is not reported as drift however narrow the band: a few
+# percent is within what a runner's mode mix moves a figure over weeks, and not worth
+# a failed job.
+MIN_CHANGE = 0.05
+# A single run this far from the median of the runs before it is reported at once,
+# whatever the history: 2.5 times the widest run-to-run band the study measured for
+# this figure on a shared 2-core VM (±12%, docs/measurement.md).
+FAR = 0.30
+
+
+@dataclass(frozen=True)
+class Band:
+    """How far a figure spread between runs on one runner: the median and the largest
+    relative distance of any run from it, over `runs` runs between `first` and `last`."""
+
+    median: float
+    halfwidth: float  # relative: 0.031 is ±3.1%
+    runs: int
+    first: str
+    last: str
+
+    def describe(self) -> str:
+        return f"runs on this runner spread ±{100 * self.halfwidth:.1f}% ({self.runs} runs)"
+
+
+def band_of(points: Sequence[tuple[str, float]]) -> Band | None:
+    if not points:
+        return None
+    values = [v for _, v in points]
+    med = statistics.median(values)
+    half = max(abs(v / med - 1) for v in values)
+    dates = [d for d, _ in points]
+    return Band(med, half, len(values), min(dates)[:10], max(dates)[:10])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the history says of one workload's figure: "inconclusive" (too few runs),
+    "stable", or "drift" (`direction` "slower"/"faster"), with the band it rests on."""
+
+    workload: str
+    state: str
+    sentence: str
+    band: Band | None = None
+    latest: float | None = None
+    ratio: float | None = None  # latest / the reference median
+    runs: int = 0
+    direction: str | None = None
+
+    @property
+    def drifted(self) -> bool:
+        return self.state == "drift"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload, "state": self.state, "sentence": self.sentence,
+                "runs": self.runs, "latest": self.latest, "ratio": self.ratio,
+                "direction": self.direction,
+                "band": None if self.band is None else {
+                    "median": self.band.median, "halfwidth": self.band.halfwidth,
+                    "runs": self.band.runs, "first": self.band.first, "last": self.band.last}}
+
+
+def _words(ratio: float) -> str:
+    return f"{ratio:.3f}x" + (" (slower)" if ratio > 1 else " (faster)" if ratio < 1 else "")
+
+
+def disturbed(runs: Sequence[Run], far: float = FAR) -> dict[str, str]:
+    """The runs the runner itself disturbed, with why: a calibration kernel (fixed code,
+    measured in the same run) more than `far` off its median over the history. Such a
+    run says how busy the runner was, not how fast the kernel is, so it is left out of
+    the bands and the verdicts (a re-tune measured while other jobs shared the runner
+    was found 2x slow on every kernel, calibration included)."""
+    out: dict[str, str] = {}
+    for kind in ("compute", "memory"):
+        pts = [(r.at, r.calibration[kind].fast_s) for r in runs if kind in r.calibration]
+        if len(pts) < 3:
+            continue
+        med = statistics.median(v for _, v in pts)
+        for at, v in pts:
+            if abs(v / med - 1) > far and at not in out:
+                out[at] = f"the {kind}-bound calibration kernel ran {_words(v / med)} its median"
+    return out
+
+
+def steady_series(runs: Sequence[Run], workload: str, figure: str = FIGURE) -> list[tuple[str, float]]:
+    """`series` without the runs the runner disturbed (`disturbed`)."""
+    skip = disturbed(runs)
+    return [(at, v) for at, v in series(runs, workload, figure) if at not in skip]
+
+
+def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> dict[str, float]:
+    """Per calibration kernel: its figure in the run at `at` over the median of its runs
+    before; how much faster or slower the runner itself was in that run."""
+    out = {}
+    for kind, pts in runner.items():
+        now = [v for d, v in pts if d == at]
+        before = [v for d, v in pts if d < at]
+        if now and before:
+            out[kind] = now[-1] / statistics.median(before)
+    return out
+
+
+def _far(points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tuple[str, float]]] | None,
+         far: float) -> tuple[float, str | None] | None:
+    """When the latest run is more than `far` from the median of the runs before it: its
+    jump, and the calibration kernel that was off as far the same way in that run (the
+    runner, not the kernel), if one was. None for a run within `far`."""
+    if len(points) < 2:
+        return None
+    jump = points[-1][1] / statistics.median(v for _, v in points[:-1])
+    if abs(jump - 1) <= far:
+        return None
+    cal = runner_jump(runner or {}, points[-1][0])
+    return jump, next((k for k, j in sorted(cal.items())
+                       if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far), None)
+
+
+def at_once(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
+            runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict | None:
+    """The drift reported at once (`judge`'s first rule), or None: the latest run more
+    than `far` from the median of the runs before it, and no calibration kernel off in
+    the same direction by as much in that run."""
+    found = _far(points, runner, far)
+    if found is None or found[1] is not None:
+        return None
+    jump = found[0]
+    d = "slower" if jump > 1 else "faster"
+    return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
+                   f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
+                   "band seen, reported at once", band_of(points[:-1]), points[-1][1], jump,
+                   len(points), d)
+
+
+def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
+          runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict:
+    """Decide on one workload's series of (date, figure), oldest first (lower: faster).
+
+    - A run more than `far` from the median of the runs before it is a drift at once:
+      a change far beyond any band seen. Unless the runner moved as much: `runner` has
+      the calibration kernels' series (fixed code, measured in the same runs), and when
+      one of them was off in the same direction by as much (the kernel's jump over
+      theirs within `far`), the run was a slow or fast runner, not a changed kernel,
+      and the persistence rule below decides.
+    - Otherwise the runs before the last PERSIST form the reference: their median and
+      their band (the largest distance of any of them from it). With fewer than
+      MIN_REF of them the verdict is "inconclusive" and says how many more runs are
+      needed.
+    - "drift" when each of the last PERSIST runs lies beyond MARGIN x the reference
+      band on the same side (a persistent change, not one odd run); else "stable".
+    """
+    n = len(points)
+    if n == 0:
+        return Verdict(workload, "inconclusive", "no run has measured it yet", runs=0)
+    latest = points[-1][1]
+    now = at_once(workload, points, runner=runner, far=far)
+    if now is not None:
+        return now
+    found = _far(points, runner, far)
+    if found is not None:  # far, but a calibration kernel was off as far: the runner
+        jump, kind = found
+        assert kind is not None
+        cal = runner_jump(runner or {}, points[-1][0])[kind]
+        note = (f" The latest run was {_words(jump)} the median before it, and the "
+                f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel.")
+        v = judge(workload, points, far=math.inf)
+        return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio,
+                       v.runs, v.direction)
+    ref = points[: n - PERSIST]
+    if len(ref) < MIN_REF:
+        need = MIN_REF + PERSIST - n
+        return Verdict(workload, "inconclusive",
+                       f"inconclusive: {need} more run{'s' if need > 1 else ''} needed "
+                       f"({n} so far; a band rests on {MIN_REF} runs and a change must last "
+                       f"{PERSIST})", band_of(points), latest, None, n)
+    band = band_of(ref)
+    assert band is not None
+    recent = [v / band.median for _, v in points[n - PERSIST:]]
+    ratio = latest / band.median
+    edge = max(MARGIN * band.halfwidth, MIN_CHANGE)
+    if all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent):
+        d = "slower" if recent[-1] > 1 else "faster"
+        return Verdict(workload, "drift",
+                       f"the last {PERSIST} runs are all {d} than the band of the {len(ref)} "
+                       f"runs before them (beyond {MARGIN:g} x their ±{band.halfwidth:.1%} around "
+                       f"their median; now {_words(ratio)})", band, latest, ratio, n, d)
+    return Verdict(workload, "stable",
+                   f"within the band: now {_words(ratio)} the median of {len(ref)} earlier "
+                   f"runs, which spread ±{band.halfwidth:.1%}", band, latest, ratio, n)
+
+
+# --------------------------------------------------------------------------- README helpers
+
+
+def _fmt(seconds: float) -> str:
+
+    return fmt_latency(seconds)
+
+
+def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
+    """The README's headline of a workload: the median of the headline figure over the
+    runs, and in words how far the runs spread (or how many more a band needs)."""
+    pts = steady_series(runs, workload)
+    if not pts:
+        return None, "no run yet"
+    band = band_of(pts)
+    assert band is not None
+    if len(pts) < MIN_REF + PERSIST:
+        need = MIN_REF + PERSIST - len(pts)
+        return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known "
+                             f"after {need} more")
+    out = len(disturbed(runs))
+    left = f"; {out} left out: the runner was disturbed" if out else ""
+    return band.median, (f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to "
+                         f"{band.last}{left})")
+
+
+def runner_band(runs: Sequence[Run]) -> str | None:
+    """How noisy the runner was, from the calibration kernels (fixed code): how far their
+    figure spread between runs, and the largest slowest/fastest stretch within a run
+    (the speed modes seen)."""
+    parts = []
+    for kind in ("compute", "memory"):
+        pts = [(r.at, r.calibration[kind].fast_s) for r in runs if kind in r.calibration]
+        if not pts:
+            continue
+        modes = max(r.calibration[kind].slow_s / r.calibration[kind].fast_s for r in runs if kind in r.calibration)
+        band = band_of(pts)
+        assert band is not None
+        spread = f"±{band.halfwidth:.1%} over {band.runs} runs" if band.runs > 1 else "1 run"
+        parts.append(f"the {kind}-bound calibration kernel {_fmt(band.median)} ({spread}; within a "
+                     f"run its slowest 1-s stretch was up to {modes:.2f}x its fastest)")
+    return "; ".join(parts) or None
+
+
+NOISE_FIXES = ("a dedicated runner (no other jobs or VMs on its cores), more cores than the "
+               "target's num-cores, the measuring cores isolated (isolcpus or a cpuset), the "
+               "performance CPU governor with turbo off")
+
+
+def noise_warning(runs: Sequence[Run], workloads: Sequence[str], search_precision: float) -> str | None:
+    """A warning when this runner's noise is wider than the effects tvmtune-ci judges on
+    it, with what would narrow it; None when it is not (or too few runs say).
+
+    - Across runs: the widest band of a workload's headline figure (once the history has
+      MIN_REF + PERSIST runs) against the smallest drift `remeasure` reports (MIN_CHANGE):
+      a smaller persistent change hides in the band.
+    - Within a run (its last MIN_REF + PERSIST runs): the calibration kernels' slowest
+      1-s stretch over their fastest (the speed modes) against the search's precision
+      (`measure.search_precision`): the search, and early stop with it, compares trials
+      measured seconds apart. (The finals and the history verdict are interleaved, and
+      are not affected.)"""
+    said = []
+    bands = [band_of(steady_series(runs, w)) for w in workloads]
+    if bands and all(b is not None and b.runs >= MIN_REF + PERSIST for b in bands):
+        wide = max(b.halfwidth for b in bands if b is not None)
+        if wide > MIN_CHANGE:
+            said.append(f"its figures spread ±{wide:.1%} from run to run, wider than the smallest "
+                        f"drift remeasure reports ({MIN_CHANGE:.0%}): a smaller lasting change "
+                        "goes unseen")
+    modes = [r.calibration[k].slow_s / r.calibration[k].fast_s for r in runs[-(MIN_REF + PERSIST):]
+             for k in r.calibration if r.calibration[k].fast_s > 0]
+    if modes and max(modes) - 1 > search_precision:
+        said.append(f"within a run its speed moved by up to {max(modes):.2f}x for seconds at a time, "
+                    f"beyond the search's precision (±{search_precision:.0%}): the search and its "
+                    "early stop compare trials measured seconds apart in that noise (the finals are "
+                    "interleaved and are not affected)")
+    if not said:
+        return None
+    return "This runner is noisier than the effects judged on it: " + "; ".join(said) + \
+        f". To narrow it: {NOISE_FIXES}."
+
+
+def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
+    """One row per run: when, by what, each workload's figure and the calibration kernels'."""
+    if not runs:
+        return []
+    kinds = sorted({k for r in runs for k in r.calibration})
+    out = [f"Figure: {FIGURES[FIGURE][1]}; one row per run (`runs.jsonl`).",
+           "", "| run | by | machine | " + " | ".join(f"`{w}`" for w in workloads)
+           + "".join(f" | {k} calibration" for k in kinds) + " |",
+           "|---|---|---|" + "---|" * (len(workloads) + len(kinds))]
+    skip = disturbed(runs)
+    for r in runs:
+        cells = []
+        for w in workloads:
+            v = value(r, w)
+            cells.append("-" if v is None else _fmt(v))
+        cells += [_fmt(r.calibration[k].fast_s) if k in r.calibration else "-" for k in kinds]
+        by = f"{r.by} (left out: {skip[r.at]})" if r.at in skip else r.by
+        out.append(f"| {r.at} | {by} | {r.machine} | " + " | ".join(cells) + " |")
+    return out

@@ -1,0 +1,658 @@
+"""The search loop of one workload: MetaSchedule's `EvolutionarySearch` with an
+`XGBModel` over the template's design spaces (`space.TemplateSpace`), driven batch by
+batch here (as `TaskScheduler` does) so that tvmtune-ci owns early stop, racing,
+progress, the builder and the resume journal (`journal.py`).
+
+Each candidate is sampled adaptively (`sampling.search_policy`): a first probe; probes
+all slower than `race` x the incumbent end there (recorded as measured slow, and still
+teach the cost model); contenders are sampled to `search_precision`. Every number is
+`stats.estimate` (the lower quartile), also the run_secs committed to the database, so
+TVM's own ranking is ours. Early stop counts an improvement only when it exceeds the
+measured noise band. A history replay (`Search.replay`) and the old log's records
+(`Search.train_prior`) come before the first batch. `tuner.tune_workload` runs the
+search between the baseline and the finals.
+
+Over 400 lines: `Search` is one object (context, database, journal, cost model and
+the loop share their state), and splitting it would pass that state around.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import stats
+from ..core.errors import TemplateError, TuningError
+from ..core.records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
+from ..core.targetinfo import scope
+from ..core.template import Knob, design_spaces, space_size, template_name
+from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneRequest
+from .builder import make_postprocs, remove_artifact
+from .journal import Journal, request_fingerprint
+from .measure import gflops
+from .rpclimits import rpc_failure
+from .sampling import device_type, search_policy
+from .space import (
+    TemplateSpace,
+    constraint_postprocs,
+    decode_knobs,
+    knobs_key,
+    make_mutators,
+    plain,
+    space_info,
+)
+from .workload import resolve, workload_params
+
+# Valid samples before the XGB model's predictions replace random scores (stock: 100,
+# which leaves a 64-trial run a random search). It trains on every batch until then.
+WARMUP_SAMPLES = 32
+# Flat batches after matching the old best before a re-tune with history stops
+# (`Search._warm_stop`; early_stop.patience, if smaller, wins).
+WARM_PATIENCE = 1
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _short(error: str, limit: int = 160) -> str:
+    """The first line of an error, cut to `limit` characters."""
+    line = next((x.strip() for x in error.strip().splitlines() if x.strip()), error)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- the search
+
+
+def failure_kind(error: str) -> str:
+    """ "build", "resources" (a GPU kernel over its limits, as the compiler reports),
+    "run", "timeout" or "wrong_result" for a trial's error message."""
+    if error.startswith("wrong result"):
+        return "wrong_result"
+    if error.startswith("InProcessBuilder: resources"):
+        return "resources"
+    if "timeout" in error.lower():
+        return "timeout"
+    if error.startswith("InProcessBuilder"):
+        return "build"
+    return "run"
+
+
+def failure_kinds(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in entries:
+        if e.get("error"):
+            kind = failure_kind(e["error"])
+            out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _rand_state(seed: int, done: int) -> int:
+    """The TuneContext seed: the request's, moved on by the trials a resume starts from
+    (so a resumed search does not replay the first run's random draws)."""
+    return max(1, (seed + done) % (2**31 - 1))
+
+
+def _run_batch(
+    cands: Sequence[Any], target: Any, builder: Any, runner: Any, ms: Any
+) -> list[tuple[Any, str | None, bool]]:
+    """Build every candidate in-process, then give all that built to the runner at once
+    (an RPC runner measures them on its devices in parallel). Per candidate, in order:
+    (RunnerResult, the device that measured it or None, whether it reached the runner)."""
+    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+    out: list[tuple[Any, str | None, bool]] = [
+        (ms.runner.RunnerResult(None, str(b.error_msg)), None, False) for b in built
+    ]
+    todo = [i for i, b in enumerate(built) if not b.error_msg]
+    try:
+        inputs = [
+            ms.runner.RunnerInput(built[i].artifact_path, device_type(target), cands[i].args_info)
+            for i in todo
+        ]
+        futures = runner.run(inputs) if inputs else []
+        for i, inp, fut in zip(todo, inputs, futures, strict=True):
+            result = fut.result()
+            out[i] = (result, runner.device_of(str(inp.artifact_path)), True)
+    finally:
+        for b in built:
+            remove_artifact(b.artifact_path)
+    return out
+
+
+def _entry_estimate(entry: Mapping[str, Any]) -> stats.Estimate | None:
+    """A journal entry's estimate; None for a failed or raced (probe-only) trial."""
+    if entry.get("error") or entry.get("latency_s") is None or entry.get("stage") == "probe":
+        return None
+    lo, hi = entry["ci"] if entry.get("ci") else (-math.inf, math.inf)
+    return stats.Estimate(float(entry["latency_s"]), lo, hi, int(entry.get("n", 0)))
+
+
+def _ok(result: Any) -> bool:
+    return result.error_msg is None and bool(result.run_secs)
+
+
+class Search:
+    """One workload's MetaSchedule search: context, design spaces, database, journal,
+    cost model; `run()` measures batch after batch until a stop reason."""
+
+    def __init__(self, req: TuneRequest, builder: Any, runner: Any, t_start: float) -> None:
+        from . import tvmsetup
+
+        self.ms = ms = tvmsetup.ms()
+        self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
+        self.name = req.workload_name
+        # The resolved workload (workload.Workload): its parameters, module and FLOPs are
+        # computed once per re-tune, not once per use.
+        self.wl = req.workload if req.workload is not None else resolve(req.template, self.name, req.target)
+        workload = workload_params(req.template, self.wl)
+        self.knobs: list[Knob] = list(getattr(req.template, "KNOBS", []))
+        names = scope(workload, req.target)
+        constraints = tuple(getattr(req.template, "CONSTRAINTS", ()))
+        per_space, n_spaces = space_size(self.knobs, names, constraints)
+        # With CONSTRAINTS space_size counts the legal points of all design spaces as one.
+        self.space_size, self.n_spaces = per_space * n_spaces, len(design_spaces(self.knobs))
+        self.target = tvmsetup.make_target(dict(req.target))
+        self.work_dir = Path(req.work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.work_dir, request_fingerprint(req))
+        resumed = self.journal.load()
+        self.resumed = len(self.journal.trials)
+        space = TemplateSpace(req.template, workload, req.target)
+        self.spaces: list[Any] = []  # filled below; the constraint check reads it
+        self.ctx = ms.TuneContext(
+            mod=self.wl.mod,
+            target=self.target,
+            space_generator=ms.space_generator.ScheduleFn(
+                space,
+                sch_rules=[],
+                postprocs=make_postprocs(req.target)
+                + constraint_postprocs(req.template, names, self.spaces),
+                mutator_probs=make_mutators(self.knobs, req.seed),
+            ),
+            search_strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=req.population_size,
+                init_min_unmeasured=min(50, max(1, req.population_size // 2)),
+            ),
+            task_name=self.name,
+            rand_state=_rand_state(req.seed, self.resumed),
+            num_threads="physical",
+        )
+        self.flop = self.wl.flops
+        self.schedules = self.ctx.generate_design_space()
+        self.spaces.extend(
+            space_info(i, space.structures[i], sch, space.orders[i])
+            for i, sch in enumerate(self.schedules)
+        )
+        self.db, self.workload_json = self._open_database(resumed)
+        if not resumed:
+            self.journal.start(
+                {"workload_name": self.name, "seed": req.seed, "workload": self.workload_json}
+            )
+        # One XGBoost thread: the data is small, and two OpenMP threads on a 2-core
+        # runner that is busy elsewhere spin-wait each other (0.1 s trainings took 3-10 s).
+        self.cost_model = ms.cost_model.XGBModel(
+            num_tuning_cores=1, num_warmup_samples=WARMUP_SAMPLES
+        )
+        self._warm_start_cost_model()
+        self.progress = _Progress()
+        self.seen: set[str] = set()
+        for entry in self.journal.trials:
+            self.seen.add(knobs_key(entry["knobs"]))
+            self.progress.add(entry["trial"], _entry_estimate(entry), self.flop, entry["knobs"])
+        self.stats: dict[str, float] = {}
+        self.batches = 0
+        # A re-tune with history: the old best on the new template, as the replay
+        # measured it (None: a cold search, which keeps the cold rule).
+        self.old_best: stats.Estimate | None = None
+        self.matched_at: int | None = None  # own trials when the search matched it
+        self.stop_detail = ""  # why the search stopped, in words
+        self._candidate_of: dict[str, Any] = {}
+
+    @property
+    def done(self) -> int:
+        return len(self.journal.trials)
+
+    # ---- resume
+
+    def _open_database(self, resumed: bool) -> tuple[Any, list[str]]:
+        """The JSONDatabase in work_dir, rebuilt from the journal; (database, workload JSON)."""
+        wl_path, rec_path = self.work_dir / WORKLOAD_FILE, self.work_dir / RECORD_FILE
+        if resumed:
+            assert self.journal.header is not None
+            wl_path.write_text(json.dumps(self.journal.header["workload"]) + "\n", "utf-8")
+            rec_path.write_text(
+                "".join(json.dumps([0, t["record"]]) + "\n" for t in self.journal.trials), "utf-8"
+            )
+        else:
+            for p in (wl_path, rec_path):
+                p.unlink(missing_ok=True)
+        db = self.ms.database.JSONDatabase(
+            path_workload=str(wl_path), path_tuning_record=str(rec_path)
+        )
+        db.commit_workload(self.ctx.mod)
+        return db, json.loads(wl_path.read_text(encoding="utf-8").splitlines()[0])
+
+    def record_json(self, sch: Any) -> list[Any]:
+        """The TuningRecord JSON (as a log line holds it) of a fixed configuration's
+        schedule; run_secs are filled in by the caller."""
+        ms = self.ms
+        workload = self.db.commit_workload(self.ctx.mod)
+        info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+        # Through the JSONDatabase, so the line is exactly what its file would hold.
+        rec_path = self.work_dir / RECORD_FILE
+        offset = rec_path.stat().st_size
+        self.db.commit_tuning_record(
+            ms.database.TuningRecord(sch.trace, workload, [FAILED_RUN_SECS], self.target, info)
+        )
+        with open(rec_path, "rb") as f:
+            f.seek(offset)
+            return json.loads(f.read().decode("utf-8").splitlines()[0])[1]
+
+    def _warm_start_cost_model(self) -> None:
+        """Train the cost model on the valid records of a resumed run."""
+        records = [
+            r
+            for r in self.db.get_all_tuning_records()
+            if r.run_secs and any(float(x) < FAILED_RUN_SECS for x in r.run_secs)
+        ]
+        if records:
+            results = [
+                self.ms.runner.RunnerResult([float(x) for x in r.run_secs], None) for r in records
+            ]
+            self.cost_model.update(self.ctx, [r.as_measure_candidate() for r in records], results)
+
+    def train_prior(self, prior: Sequence[tuple[Mapping[str, Any], float]]) -> int:
+        """Train the cost model on (knobs, latency) pairs that were not measured here
+        (the old log's records): the features are this template's programs for those
+        knobs. Returns how many it learned from (one that no longer schedules is
+        skipped)."""
+        from .builder import schedule_config
+
+        ms, req = self.ms, self.req
+        cands, results = [], []
+        for kv, secs in prior:
+            try:
+                sch = schedule_config(req.template, self.wl, kv, req.target)
+            except (TuningError, TemplateError):
+                continue
+            info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            cands.append(ms.MeasureCandidate(sch, info))
+            results.append(ms.runner.RunnerResult([float(secs)], None))
+        if cands:
+            t0 = time.perf_counter()
+            self.cost_model.update(self.ctx, cands, results)
+            self._time("prior_s", t0)
+        return len(cands)
+
+    # ---- the loop
+
+    def _time(self, key: str, t0: float) -> None:
+        self.stats[key] = self.stats.get(key, 0.0) + time.perf_counter() - t0
+
+    def run(self) -> str:
+        """Search until the budget is spent, early stop, or the space runs out."""
+        req = self.req
+        if self.done >= req.trials:
+            return "budget"
+        n_built, n_runs = len(self.builder.compile_s), len(self.runner.timings)
+        t0 = time.perf_counter()
+        self.ctx.pre_tuning(
+            max_trials=req.trials - self.done,
+            num_trials_per_iter=req.batch_size,
+            design_spaces=self.schedules,
+            database=self.db,
+            cost_model=self.cost_model,
+        )
+        try:
+            reason = self._loop()
+        finally:
+            self.ctx.post_tuning()
+            self.stats["search_s"] = time.perf_counter() - t0
+            self.stats.update(
+                {  # this process's search trials (not baseline/verify runs)
+                    "search_trials": float(self.done - self.resumed),
+                    "search_compile_s": float(sum(self.builder.compile_s[n_built:])),
+                    "search_export_s": float(sum(self.builder.export_s[n_built:])),
+                    "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
+                    "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
+                }
+            )
+        return reason
+
+    def _out_of_time(self) -> bool:
+        """The item's share of a time budget is spent, less what its finals need (one
+        time cap per finalist, the default and the previous best); never before its
+        warm-up (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start
+        of a search's curve, which a budget gives every item (budget.py)."""
+        req = self.req
+        own = sum(e.get("source") != "replay" for e in self.journal.trials)
+        if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
+            return False
+        finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
+        return time.perf_counter() - self.t_start + finals_s >= req.time_budget_s
+
+    def _loop(self) -> str:
+        req, empty = self.req, 0
+        while self.done < req.trials:
+            if self._out_of_time():
+                self.stop_detail = f"its share of the time budget was spent ({req.budget_note})"
+                return "time_budget"
+            if self.done >= self.space_size:
+                return "space_exhausted"
+            picked = self._candidates()
+            if picked is None:
+                return "space_exhausted"
+            if not picked:
+                empty += 1  # all measured before a resume; the strategy moves on
+                if empty >= 3:
+                    return "space_exhausted"
+                continue
+            empty = 0
+            prev_best = self.progress.best
+            gain = self._predicted_gain(picked) if self.old_best is not None else None
+            self._measure(picked)
+            improved = self.progress.improved_since(
+                prev_best, req.measure.search_precision, req.early_stop.min_improvement
+            )
+            if self.old_best is not None:
+                if self._warm_stop(improved, gain):
+                    return "matched_history"
+                continue
+            # Batches before the cost model has WARMUP_SAMPLES valid trials are a random
+            # search; they do not count toward patience. Replayed trials (history) do
+            # not count either: a search seeded near the old best cannot beat it
+            # beyond the noise at once, and stopping then would end it before it
+            # explored as much as a cold one (measured: bench_warmstart). Nor do the
+            # old log's records the model was trained on (prior): counting them
+            # stopped runs 24% sooner, and one edit (softmax attn_512) ended 1.24x
+            # slower than cold (bench_warmstart runs 4-5).
+            warm = sum(
+                e["error"] is None and e.get("source") != "replay" for e in self.journal.trials
+            ) >= WARMUP_SAMPLES
+            if improved or not warm:
+                self.progress.stale_batches = 0
+            else:
+                self.progress.stale_batches += 1
+            patience = req.early_stop.patience
+            if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+                return "early_stop"
+        return "budget"
+
+    # ---- the stop rule of a re-tune with history
+
+    def _own_best(self) -> stats.Estimate | None:
+        ests = [_entry_estimate(e) for e in self.journal.trials
+                if e["error"] is None and e.get("source") != "replay"]
+        return min((e for e in ests if e is not None), key=lambda e: e.value, default=None)
+
+    def _band(self, a: stats.Estimate) -> float:
+        """The relative noise band around `a`: its interval, at least the search precision."""
+        rel = a.rel_halfwidth if math.isfinite(a.rel_halfwidth) else 0.0
+        return max(rel, self.req.measure.search_precision)
+
+    def _predicted_gain(self, picked: Sequence[tuple[Any, int, dict[str, Any]]]) -> float | None:
+        """The cost model's best predicted gain over the incumbent among the candidates it
+        is about to measure (relative: 0.05 is 5% faster); None while it is not trained
+        (before WARMUP_SAMPLES records, prior and replay included, it predicts at random)."""
+        from .builder import schedule_config
+
+        knobs = self.progress.best_knobs
+        if knobs is None or not picked or getattr(self.cost_model, "data_size", 0) < WARMUP_SAMPLES:
+            return None
+        key = knobs_key(knobs)
+        cand = self._candidate_of.get(key)
+        if cand is None:
+            sch = schedule_config(self.req.template, self.wl, knobs, self.req.target)
+            info = self.ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            cand = self._candidate_of[key] = self.ms.MeasureCandidate(sch, info)
+        t0 = time.perf_counter()
+        preds = [float(x) for x in self.cost_model.predict(self.ctx, [cand, *(c for c, _, _ in picked)])]
+        self._time("search_predict_s", t0)
+        # Scores are throughput over the best seen (higher is faster); their ratio is the
+        # model's expected speedup of its best candidate over the incumbent.
+        if not preds[0] > 0:
+            return None
+        return max(preds[1:]) / preds[0] - 1
+
+    def _warm_stop(self, improved: bool, gain: float | None) -> bool:
+        """A re-tune with history stops once its own search has matched the old best
+        within the noise and then, for one batch (`WARM_PATIENCE`), neither improved on
+        the incumbent nor has a candidate the cost model expects to beat it beyond the
+        noise. Its model learned from the old log's records and the replay, so it needs
+        none of the cold rule's warm-up of the search's own samples, nor its patience:
+        with the cold rule's 3 batches a no-op edit cost 1.24x a cold run on a Xeon
+        (bench_warmstart, 3 seeds), where cold stopped at its 64-trial minimum. Counting
+        the replayed old best as the match (no own match needed when the edit opened no
+        knob values) was tried on a Zen 5 and not kept: 0.65x cold's seconds, but one
+        seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
+        4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C)."""
+        assert self.old_best is not None
+        req = self.req
+        own = self._own_best()
+        if self.matched_at is None and own is not None and (
+                own.value <= self.old_best.value * (1 + self._band(self.old_best))):
+            self.matched_at = sum(e.get("source") != "replay" for e in self.journal.trials)
+        best = self.progress.best
+        band = self._band(best) if best is not None else req.measure.search_precision
+        flat = gain is not None and gain < band
+        if improved or self.matched_at is None or not flat:
+            self.progress.stale_batches = 0
+        else:
+            self.progress.stale_batches += 1
+        patience = min(req.early_stop.patience, WARM_PATIENCE)
+        if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+            batches = f"for {patience} batches" if patience > 1 else "for a batch"
+            self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own; "
+                                f"{batches} the cost model expected no gain beyond "
+                                f"the noise (±{band:.1%}) and none was measured")
+            return True
+        return False
+
+    def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
+        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
+        t0 = time.perf_counter()
+        cands = self.ctx.generate_measure_candidates()
+        self._time("search_generate_s", t0)
+        if cands is None:
+            return None
+        picked = []
+        for c in cands:
+            sidx, kv = decode_knobs(plain(c.sch.trace.as_json()), self.spaces, self.knobs)
+            key = knobs_key(kv)
+            if key not in self.seen:  # else measured before a resume: not again
+                self.seen.add(key)
+                picked.append((c, sidx, kv))
+        picked = picked[: self.req.trials - self.done]
+        if not picked:
+            self.ctx.notify_runner_results([], [])
+        return picked
+
+    def replay(self, configs: Sequence[Mapping[str, Any]], source: str = "replay") -> ReplayStats:
+        """The history replay, before the search: each configuration is checked against
+        reference() (where the kernel runs), then the good ones are measured as the
+        first batch. They become the first trials (journal, log), the cost model is
+        trained on them, and the database the evolutionary search seeds its population
+        from holds them. Not told to the strategy: it did not propose them.
+
+        `source="new_region"`: the same for the probes of the region an edit opened
+        (`history.probes`); they count as the search's own trials, not the old log's."""
+        from .builder import schedule_config
+        from .numerics import check_correct
+
+        ms, req = self.ms, self.req
+        built = correct = 0
+        failures: list[str] = []
+        picked: list[tuple[Any, int, dict[str, Any]]] = []
+        old_best_correct = False
+        first_key: str | None = None
+        for i, kv in enumerate(configs):
+            try:
+                check_correct(req.template, self.wl, req.target, kv, rpc=req.rpc)
+            except (TuningError, TemplateError) as e:
+                if "does not build" not in str(e) and not isinstance(e, TemplateError):
+                    built += 1
+                failures.append(_short(str(e)))
+                continue
+            built += 1
+            correct += 1
+            old_best_correct = old_best_correct or i == 0
+            sch = schedule_config(req.template, self.name, kv, req.target)
+            args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+            sidx, decoded = decode_knobs(plain(sch.trace.as_json()), self.spaces, self.knobs)
+            key = knobs_key(decoded)
+            if i == 0 and source == "replay":
+                first_key = key  # the old best: what the stop rule of a warm run must match
+            if key not in self.seen:
+                self.seen.add(key)
+                picked.append((ms.MeasureCandidate(sch, args_info), sidx, decoded))
+        picked = picked[: max(0, req.trials - self.done)]
+        n0 = self.done
+        if picked:
+            self._measure(picked, notify=False, source=source)
+        measured = sum(e["error"] is None for e in self.journal.trials[n0:])
+        if first_key is not None:
+            self.old_best = next((_entry_estimate(e) for e in self.journal.trials[n0:]
+                                  if e["error"] is None and knobs_key(e["knobs"]) == first_key), None)
+        return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
+                           old_best_correct)
+
+    def _measure(
+        self, picked: list[tuple[Any, int, dict[str, Any]]], *, notify: bool = True,
+        source: str = "search",
+    ) -> None:
+        """Build and run one batch, tell the strategy (unless `notify` is off: it did
+        not propose them) and the cost model, commit, journal."""
+        ms, req = self.ms, self.req
+        cands = [c for c, _, _ in picked]
+        incumbent = self.progress.best_latency
+        self.runner.set_policy(
+            search_policy(req.measure, req.measure.race * incumbent if incumbent else None)
+        )
+        try:
+            measured = _run_batch(cands, self.target, self.builder, self.runner, ms)
+        finally:
+            self.runner.set_options(req.measure)
+        self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
+        results = [r for r, _, _ in measured]
+        ran = [r for r, _, reached in measured if reached]
+        if req.rpc is not None and ran and not any(_ok(r) for r in ran):
+            # Nothing reached a device and came back: lost or hung devices, or sessions
+            # too short. Stop (the journal keeps the batches before) rather than finish
+            # with a log of failures.
+            raise rpc_failure(
+                req.rpc,
+                [str(r.error_msg) for r in ran],
+                f"{template_name(req.template)}/{self.name}: all {len(ran)} measurements of a batch "
+                f"(after {self.done} trials)",
+            )
+        # One number per measurement, the estimate: what the strategy, the cost model
+        # and the database (TVM's own ranking) see.
+        ests = [stats.estimate(r.run_secs) if _ok(r) else None for r in results]
+        results = [
+            ms.runner.RunnerResult([e.value], None) if e is not None else r
+            for r, e in zip(results, ests, strict=True)
+        ]
+        if notify:
+            self.ctx.notify_runner_results(cands, results)
+        ok = [(c, r) for c, r in zip(cands, results, strict=True) if _ok(r)]
+        if ok:
+            t0 = time.perf_counter()
+            self.cost_model.update(self.ctx, [c for c, _ in ok], [r for _, r in ok])
+            self._time("search_cost_model_s", t0)
+        # JSONDatabase appends one line per record: the exact JSON the log keeps.
+        rec_path = self.work_dir / RECORD_FILE
+        offset = rec_path.stat().st_size
+        workload = self.db.commit_workload(self.ctx.mod)
+        for c, r in zip(cands, results, strict=True):
+            secs = [float(x) for x in r.run_secs] if _ok(r) else [FAILED_RUN_SECS]
+            self.db.commit_tuning_record(
+                ms.database.TuningRecord(c.sch.trace, workload, secs, self.target, c.args_info)
+            )
+        with open(rec_path, "rb") as f:
+            f.seek(offset)
+            lines = [json.loads(x) for x in f.read().decode("utf-8").splitlines() if x.strip()]
+        self.batches += 1
+        batch = max((e["batch"] for e in self.journal.trials), default=0) + 1
+        entries: list[Trial] = []
+        for (_, sidx, kv), (r, device, _), est, line in zip(
+            picked, measured, ests, lines, strict=True
+        ):
+            err = None if est is not None else str(r.error_msg or "no measurement")
+            trial = self.done + len(entries) + 1
+            raced = bool(est is not None and incumbent and est.n <= req.measure.probe
+                         and est.value > req.measure.race * incumbent)
+            entries.append(
+                {
+                    "trial": trial,
+                    "batch": batch,
+                    "space": sidx,
+                    "knobs": kv,
+                    "latency_s": est.value if est is not None else None,
+                    "ci": [est.lo, est.hi] if est is not None and est.n >= stats.MIN_SAMPLES
+                    else None,
+                    "n": est.n if est is not None else 0,
+                    "stage": ("probe" if raced else "search") if est is not None else None,
+                    "error": err,
+                    "device": device,
+                    "record": line[1],
+                    **({"source": source} if source != "search" else {}),
+                }
+            )
+            self.progress.add(trial, est if not raced else None, self.flop, kv)
+        self.journal.append(entries)
+        if req.on_batch is not None:
+            best = self.progress.best_latency
+            n_ok = sum(e["error"] is None for e in entries)
+            req.on_batch(
+                BatchEvent(
+                    workload_name=self.name,
+                    batch=self.batches,
+                    trials_done=self.done,
+                    budget=req.trials,
+                    best_latency_s=best,
+                    best_gflops=gflops(self.flop, best) if best else None,
+                    batch_valid=n_ok,
+                    batch_failed=len(entries) - n_ok,
+                    elapsed_s=time.perf_counter() - self.t_start,
+                    resumed=self.resumed,
+                )
+            )
+
+
+@dataclass
+class _Progress:
+    best: stats.Estimate | None = None  # the incumbent: the lowest contender estimate
+    best_knobs: dict[str, Any] | None = None
+    curve: list[tuple[int, float]] = field(default_factory=list)
+    stale_batches: int = 0
+
+    @property
+    def best_latency(self) -> float | None:
+        return self.best.value if self.best is not None else None
+
+    def add(self, trial: int, est: stats.Estimate | None, flop: float,
+            knobs: dict[str, Any] | None = None) -> None:
+        if est is not None and (self.best is None or est.value < self.best.value):
+            self.best, self.best_knobs = est, knobs
+        best = self.best_latency
+        self.curve.append((trial, gflops(flop, best) if best else 0.0))
+
+    def improved_since(
+        self, before: stats.Estimate | None, fallback_rel: float, min_improvement: float
+    ) -> bool:
+        """The best moved by more than the noise band (the larger half-width of the two
+        estimates; `fallback_rel` of the value for one without an interval), and by
+        more than `min_improvement`."""
+        now = self.best
+        if now is None:
+            return False
+        if before is None:
+            return True
+        widths = [e.halfwidth_s for e in (now, before) if math.isfinite(e.halfwidth_s)]
+        band = max(widths) if len(widths) == 2 else fallback_rel * before.value
+        gain = before.value - now.value
+        return gain > band and gain / before.value > min_improvement

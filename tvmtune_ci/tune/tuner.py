@@ -1,0 +1,362 @@
+"""The driver: tune one workload of an operator template, step by step.
+
+`tune_workload(req)` runs these steps, each a function of its own:
+
+1. `check_correct`: the default configuration against `reference` (TuningError first).
+2. `measure_baseline`: the noise check; the default configuration's latency.
+3. the search (`search.Search`): a history replay and the old log's records first
+   when the template was edited, then MetaSchedule's `EvolutionarySearch` with an
+   `XGBModel`, batch by batch, resumable from its journal (`journal.py`).
+4. the finals (`measure.finals`): the search's top `finalists`, the default
+   configuration and the previous best (when given) re-measured in interleaved
+   rounds; the winner is chosen on that data and its numerics checked. A previous
+   best that is equal within noise is kept.
+5. the outcome: the log's records (each on the finals' scale), the top table, the
+   curve and the verdict on the previous best.
+
+How knobs map to MetaSchedule traces (and back) is `space.py`.
+
+Importing this module does not import TVM.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..core import stats
+from ..core.errors import TuningError
+from ..core.manifest import Measured, Trials
+from ..core.template import template_name
+from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome, TuneRequest
+from .builder import make_builder
+from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
+from .numerics import check_correct
+from .runners import make_runner
+from .search import Search, failure_kinds
+from .space import knobs_key
+from .workload import resolve
+
+__all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest", "tune_workload"]
+
+TOP_N = 10
+
+
+# --------------------------------------------------------------------------- API types
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def _valid_sorted(entries: Sequence[Trial]) -> list[Trial]:
+    return sorted(
+        (e for e in entries if e["error"] is None), key=lambda e: (e["latency_s"], e["trial"])
+    )
+
+
+def _all_failed(where: str, entries: Sequence[dict[str, Any]]) -> TuningError:
+    errors = sorted({e["error"].splitlines()[0][:200] for e in entries if e["error"]})
+    return TuningError(
+        f"{where}: every one of {len(entries)} trials failed; first errors: "
+        + "; ".join(errors[:3])
+        + "; fix the template's schedule() for those knob values"
+    )
+
+
+@dataclass
+class _FinalsOutcome:
+    results: list[FinalResult]
+    winner: FinalResult
+    tied: set[int]  # indexes into results: equal within noise to a kept previous best
+
+
+def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int]]:
+    """The winner: the lowest estimate, except that a previous best equal to it within
+    noise is kept (a re-tune switches only for a difference outside the noise)."""
+    ok = [r for r in results if r.estimate is not None and r.error is None]
+    if not ok:
+        return None, set()
+    lead = min(ok, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
+    prev = next((r for r in ok if r.finalist.role == "previous"), None)
+    if prev is None or prev is lead:
+        return lead, set()
+    assert prev.estimate is not None and lead.estimate is not None
+    if stats.compare(lead.estimate, prev.estimate) != "equal":
+        return lead, set()
+    tied = {
+        i for i, r in enumerate(results)
+        if r in ok and r is not prev and r.estimate.value < prev.estimate.value  # type: ignore[union-attr]
+    }
+    return prev, tied
+
+
+def run_finals(
+    req: TuneRequest, entries: list[Trial], runner: Any, builder: Any
+) -> _FinalsOutcome:
+    """The search's top `finalists`, the default and the previous best, interleaved;
+    the winner's numerics checked (a wrong one becomes a failed trial and the next
+    is taken)."""
+    template, name = req.template, req.workload_name
+    wl = req.workload if req.workload is not None else name
+    where = f"{template_name(template)}/{name}"
+    by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
+    keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
+    if not keys:
+        raise _all_failed(where, entries)
+    finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
+    finalists.append(Finalist("default", None, "default"))
+    if req.previous_knobs is not None:
+        finalists.append(Finalist("previous", dict(req.previous_knobs), "previous"))
+    results = finals(template, wl, req.target, finalists, req.measure,
+                     runner=runner, builder=builder)
+    while True:
+        winner, tied = _decide(results)
+        if winner is None:
+            raise TuningError(
+                f"{where}: no finalist could be measured; first errors: "
+                + "; ".join(sorted({str(r.error)[:200] for r in results if r.error})[:3])
+            )
+        if winner.finalist.role == "default":
+            return _FinalsOutcome(results, winner, tied)
+        try:
+            check_correct(template, wl, req.target, winner.finalist.knobs, rpc=req.rpc)
+            return _FinalsOutcome(results, winner, tied)
+        except TuningError as err:
+            if winner.finalist.role == "search":
+                e = by_key.pop(winner.finalist.key)
+                e["error"], e["latency_s"] = f"wrong result: {err}", None
+            results = [
+                r if r is not winner else FinalResult(r.finalist, None, error=f"wrong result: {err}")
+                for r in results
+            ]
+
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """The finals turned into what the log and the manifest say (`assemble`)."""
+
+    records: list[Trial]  # every trial on the finals' scale, plus a winner not searched
+    best: Measured
+    baseline: Measured  # the default in the finals (else the noise check's)
+    previous: Measured | None
+    top: list[Measured]  # best first, the other finalists, then the search's on the finals' scale
+    final_results: tuple[dict[str, Any], ...]
+    previous_verdict: str | None  # this run's best search finalist vs the previous best
+
+
+def assemble(
+    entries: Sequence[dict[str, Any]], fin: _FinalsOutcome, extra: Mapping[str, Any], flop: float,
+    noise: Measured, full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+) -> Assembled:
+    """Plain data work after the finals: the search's trials put on the finals' scale,
+    the finalists' records given their finals estimates (a search finalist tied with a
+    kept previous best at the kept value), the winner's record added when the search did
+    not measure it (`extra`: its record JSON by role), the top table and the verdict of
+    this run's best against the previous best. `full` fills a configuration's defaults."""
+    records = [dict(e) for e in entries]
+    rec_by_key = {knobs_key(e["knobs"]): e for e in records}
+    # The search's numbers and the finals' come from different minutes of a machine
+    # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
+    # left out of the finals is logged on the finals' scale: its search estimate x
+    # (the winner's finals estimate / the best search estimate among the finalists).
+    # It was ranked below every finalist by the search, so it stays below the winner.
+    assert fin.winner.estimate is not None
+    searched = [rec_by_key[r.finalist.key]["latency_s"] for r in fin.results
+                if r.finalist.role == "search" and r.finalist.key in rec_by_key
+                and rec_by_key[r.finalist.key]["latency_s"] is not None]
+    scale = fin.winner.estimate.value / min(searched) if searched else 1.0
+    final_keys = {r.finalist.key for r in fin.results if r.finalist.role == "search"}
+    for e in records:
+        if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
+            e["measured_s"], e["scale"] = e["latency_s"], scale
+            e["record"] = [e["record"][0], [e["latency_s"] * scale], *e["record"][2:]]
+    final_json: list[dict[str, Any]] = []
+    finals_measured: list[Measured] = []
+    best = baseline = previous = None
+    for i, r in enumerate(fin.results):
+        f = r.finalist
+        knobs = full(f.knobs)
+        final_json.append({"role": f.role, "knobs": knobs,
+                           "estimate": r.estimate.to_json() if r.estimate else None,
+                           "error": r.error, "tied": i in fin.tied})
+        if r.estimate is None:
+            continue
+        m = measured(knobs, r.estimate, flop, "finals", r.stopped)
+        if f.role == "default":
+            baseline = m
+        elif f.role == "previous":
+            previous = m
+        if r is fin.winner:
+            best = m
+        if f.role == "search" or r is fin.winner:
+            finals_measured.append(m)
+        # The log's value of a finalist is its finals estimate; one tied with a kept
+        # previous best is logged at the kept value, so TVM's ranking keeps it too.
+        value = r.estimate.value
+        if i in fin.tied:
+            assert fin.winner.estimate is not None
+            value = fin.winner.estimate.value
+        e = rec_by_key.get(f.key) if f.role == "search" else None
+        if e is None and r is fin.winner:
+            e = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
+                 "device": None, "record": extra[f.role]}
+            records.append(e)
+        if e is not None:
+            e["latency_s"] = value
+            e["ci"] = [r.estimate.lo, r.estimate.hi]
+            e["n"] = r.estimate.n
+            e["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
+            e["record"] = [e["record"][0], [value], *e["record"][2:]]
+    assert best is not None
+    if baseline is None:  # the default could not be measured in the finals
+        baseline = noise
+    # On the finals' scale, as the log ranks them; the search's own number kept.
+    search_top = [
+        Measured(full(e["knobs"]), e["latency_s"] * scale,
+                 gflops(flop, e["latency_s"] * scale),
+                 ci_lo_s=e["ci"][0] * scale if e.get("ci") else None,
+                 ci_hi_s=e["ci"][1] * scale if e.get("ci") else None,
+                 n=int(e.get("n", 0)), stage=e.get("stage") or "search",
+                 search_s=e["latency_s"])
+        for e in _valid_sorted(records)
+        if not str(e.get("stage", "")).startswith("finals")
+    ]
+    top = sorted(finals_measured, key=lambda m: m.latency_s)
+    top = [best] + [m for m in top if m is not best] + search_top
+    verdict = None
+    pr = next((r for r in fin.results if r.finalist.role == "previous" and r.estimate), None)
+    news = [r for r in fin.results if r.finalist.role == "search" and r.estimate]
+    if pr is not None and news:
+        nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
+        verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
+    return Assembled(records, best, baseline, previous, top, tuple(final_json), verdict)
+
+
+def tune_workload(req: TuneRequest) -> TuneOutcome:
+    """Tune one workload; see the module docstring for the steps."""
+    from . import tvmsetup
+    from .builder import schedule_config
+
+    t_start = time.perf_counter()
+    tvmsetup.load()
+    if req.trials < 1 or req.batch_size < 1:
+        raise TuningError(
+            f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive"
+        )
+    template, name = req.template, req.workload_name
+    # One resolved workload for the whole run: everything below takes its parameters,
+    # module and FLOP count from it (workload.Workload).
+    if req.workload is None:
+        req = replace(req, workload=resolve(template, name, req.target))
+    wl = req.workload
+    stats_: dict[str, float] = {}
+
+    def lap(key: str, t0: float) -> float:
+        now = time.perf_counter()
+        stats_[key] = now - t0
+        return now
+
+    runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
+    builder = None
+    try:
+        # Built libraries live in work_dir (each is deleted once measured), so a killed
+        # run leaves nothing behind that the caller's removal of work_dir does not remove.
+        builder = make_builder(str(Path(req.work_dir) / "artifacts"))
+        check_correct(template, wl, req.target, rpc=req.rpc)  # 1
+        t = lap("correctness_s", t_start)
+        noise = measure_baseline(
+            template, wl, req.target, req.measure, runner=runner, warn=req.warn
+        )  # 2
+        t = lap("baseline_s", t)
+        search = Search(req, builder, runner, t_start)  # 3 + 4
+        t = lap("setup_s", t)
+        stats_["resumed"] = float(search.resumed)
+        # The old log's other records teach the cost model before anything is measured
+        # (also on a resume: the model is not saved).
+        n_prior = search.train_prior(req.prior) if req.prior else 0
+        replay = None
+        if req.replay:
+            if search.resumed:  # replayed before the interruption: in the journal
+                done = [e for e in search.journal.trials if e.get("source") == "replay"]
+                ok = sum(e["error"] is None for e in done)
+                replay = ReplayStats(len(req.replay), ok, ok, ok, (), False)
+            else:
+                replay = search.replay(req.replay)
+                if req.old_knobs is not None:
+                    from ..core.history import probes as new_region
+
+                    found = new_region(req.replay[0], req.old_knobs, req.template.KNOBS, dict(wl.params),
+                                       req.target, limit=req.batch_size)
+                    if found:
+                        p = search.replay(found, source="new_region")
+                        replay = replace(replay, probes=p.measured)
+                t = lap("replay_s", t)
+            replay = replace(replay, prior=n_prior)
+            if not replay.old_best_correct:  # the old best is a finalist only if it works
+                req = replace(req, previous_knobs=None)
+            elif req.previous_knobs is None:
+                req = replace(req, previous_knobs=dict(req.replay[0]))
+        stop_reason = search.run()
+        stats_.update(search.stats)
+        t = time.perf_counter()
+        entries = search.journal.trials
+        fin = run_finals(req, entries, runner, builder)  # 5
+        lap("finals_s", t)
+        # The records of finalists that are not search trials (the default or the
+        # previous best winning) are made from their schedules.
+        extra: dict[str, dict[str, Any]] = {}
+        for r in fin.results:
+            if r.finalist.role != "search" and r is fin.winner:
+                sch = schedule_config(template, wl, r.finalist.knobs, req.target)
+                extra[r.finalist.role] = search.record_json(sch)
+    finally:
+        if builder is not None:
+            builder.close()
+        runner.close()
+    flop = search.flop
+    a = assemble(entries, fin, extra, flop, noise,
+                 full=lambda knobs: full_knobs(template, wl, knobs, req.target))
+    records, best, baseline, previous, top, final_json, verdict = (
+        a.records, a.best, a.baseline, a.previous, a.top, a.final_results, a.previous_verdict)
+    from .gpubuild import gpu_resources
+
+    gpu = gpu_resources(template, name, req.target, best.knobs)
+    devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
+    stats_["devices_used"] = float(len(devices))
+    stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()))
+    stats_["total_s"] = time.perf_counter() - t_start
+    return TuneOutcome(
+        workload_name=name,
+        records=records,
+        best=best,
+        baseline=baseline,
+        top=tuple(top[:TOP_N]),
+        trials=Trials(
+            requested=req.trials,
+            run=len(entries),
+            valid=len(entries) - sum(e["error"] is not None for e in entries),
+            failed=sum(e["error"] is not None for e in entries),
+            stop_reason=stop_reason,
+            stop_detail=search.stop_detail,
+            budget_note=req.budget_note,
+            failures=failure_kinds(entries),
+        ),
+        curve=tuple(search.progress.curve),
+        space_size=search.space_size,
+        design_spaces=search.n_spaces,
+        noise_check=noise,
+        workload_json=list(search.workload_json),
+        flop=flop,
+        stats=stats_,
+        devices=devices,
+        previous=previous,
+        previous_verdict=verdict,
+        best_source=fin.winner.finalist.role,
+        final_results=tuple(final_json),
+        replay=replay,
+        gpu=gpu,
+    )

@@ -1,0 +1,111 @@
+"""A template's workload, resolved once: its declared parameters, its IRModule (the
+template's `compute()`) and FLOP count (`Workload`). Its TVM target is
+`tvmsetup.make_target`'s, one object per target dict in a process.
+
+A re-tune resolves each (entry, workload) once and hands the object down: the
+correctness checks, the baseline, the search, the finals, the log and the first run
+of the history take these facts from it. The functions here, and those of
+`builder.py`, `measure.py` and `numerics.py` that take a workload, take a name or a
+`Workload` (`resolve`).
+
+Nothing here imports TVM at module level; `tvmsetup` does, when a module is computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from ..core.errors import TemplateError
+from ..core.template import call_with_workload, template_name
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """One workload of a template on one target, resolved once: its declared parameters,
+    and on first use its IRModule (the template's `compute()`) and FLOP count, kept. A
+    re-tune builds one per (entry, workload) and hands it down, so the checks, the
+    baseline, the search, the finals and the log take these facts from one place
+    instead of calling `compute()` at every step. Every
+    function here that takes a workload name takes one of these too (`resolve`)."""
+
+    template: ModuleType
+    name: str
+    params: Mapping[str, Any]
+    target: Mapping[str, Any] | None = None
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def mod(self) -> Any:
+        """The workload as MetaSchedule keys it (see `workload_module`)."""
+        if "mod" not in self._cache:
+            self._cache["mod"] = _compute_module(self.template, self.params)
+        return self._cache["mod"]
+
+    @property
+    def flops(self) -> float:
+        """The FLOP count of the workload as declared (`measure.flop_count`)."""
+        if "flops" not in self._cache:
+            from . import measure
+
+            self._cache["flops"] = measure.flop_count(self.mod)
+        return self._cache["flops"]
+
+
+def resolve(template: ModuleType, workload: str | Workload,
+            target: Mapping[str, Any] | None = None) -> Workload:
+    """`workload` itself when it is resolved already (of this template), else the named
+    workload of `template` resolved for `target`."""
+    if isinstance(workload, Workload):
+        if workload.template is not template:
+            raise TemplateError(f"workload {workload.name!r} was resolved for "
+                                f"{template_name(workload.template)}, not {template_name(template)}")
+        return workload
+    return Workload(template, workload, workload_params(template, workload), target)
+
+
+def name_of(workload: str | Workload) -> str:
+    """The workload's name, resolved or not."""
+    return workload.name if isinstance(workload, Workload) else workload
+
+
+def workload_params(template: ModuleType, workload_name: str | Workload) -> dict[str, Any]:
+    """The parameters of `workload_name` as the template declares them."""
+    if isinstance(workload_name, Workload):
+        return dict(workload_name.params)
+    workloads = getattr(template, "WORKLOADS", None) or {}
+    if workload_name not in workloads:
+        raise TemplateError(
+            f"{template_name(template)}: no workload {workload_name!r}; "
+            f"WORKLOADS has {', '.join(workloads) or '(none)'}"
+        )
+    return dict(workloads[workload_name])
+
+
+def workload_module(template: ModuleType, workload_name: str | Workload) -> Any:
+    """The workload as MetaSchedule keys it: an IRModule with one `main` PrimFunc.
+
+    Normalised exactly as `TuneContext` normalises a PrimFunc (global symbol `main`,
+    `tirx.noalias`), so `database.query_schedule(workload_module(...), ...)` finds
+    the records a tune committed.
+    """
+    if isinstance(workload_name, Workload):
+        return resolve(template, workload_name).mod
+    return _compute_module(template, workload_params(template, workload_name))
+
+
+def _compute_module(template: ModuleType, params: Mapping[str, Any]) -> Any:
+    from . import tvmsetup
+
+    tvm = tvmsetup.load()
+    func = call_with_workload(template.compute, dict(params))
+    if isinstance(func, tvm.ir.IRModule):
+        return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        raise TemplateError(
+            f"{template.__name__}.compute() returned {type(func).__name__}; return a PrimFunc "
+            "(te.create_prim_func([...]) or a TVMScript @T.prim_func)"
+        )
+    return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
