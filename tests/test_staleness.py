@@ -726,9 +726,9 @@ def templates_parsed(root: Path, monkeypatch: pytest.MonkeyPatch, **kw: object
                      ) -> tuple[Report, list[str]]:
     """The report, and the templates `check` parsed (a spy on the one parsing function)."""
     parsed: list[str] = []
-    real = staleness.run.read_checked_template
+    real = staleness.templates.read_checked_template
     monkeypatch.setattr(
-        staleness.run, "read_checked_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
+        staleness.templates, "read_checked_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
     )
     try:
         return report_of(root, **kw), parsed
@@ -870,9 +870,9 @@ def test_changed_since_reports_what_checking_everything_would(
     shutil.copytree(_all_ops, root, symlinks=True)
     SINCE_EDITS[edit_name](root)
     parsed: list[str] = []
-    real = staleness.run.read_checked_template
+    real = staleness.templates.read_checked_template
     monkeypatch.setattr(
-        staleness.run, "read_checked_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
+        staleness.templates, "read_checked_template", lambda p, c: (parsed.append(p.stem), real(p, c))[1]
     )
     # The pre-filter alone (--rehash: no template is trusted on its recorded sources)...
     fast = _summary(report_of(root, changed_since="HEAD", rehash=True))

@@ -23,7 +23,7 @@ from .orphans import find_orphans, find_renamed
 from .prscope import pr_candidates, touched
 from .rules import Checker
 from .select import select_entries
-from .templates import CheckedTemplate, read_checked_template, target_space
+from .templates import CheckedTemplate, parse_workers, read_checked_templates, target_space
 from .tvmversion import installed_tvm_version, major_minor
 
 
@@ -178,12 +178,15 @@ def find_stale(
     noted: dict[Note, list[str]] = {}  # a read check reports -> the operators that run it
     missing: list[tuple[str, TargetConfig, Fingerprint, str]] = []  # entries with no log
     with _gc_deferred():
+        # First what each entry's manifest records; then the templates that an entry
+        # cannot take from its record, parsed together (over the cores when many);
+        # then the rules.
+        todo: list[tuple[str, str, TargetConfig, LogSet, tuple, CheckedTemplate | None]] = []
         for op in sorted(templates):
             if want_ops is not None and op not in want_ops:
                 continue
             if candidates is not None and op not in candidates:
                 continue
-            parsed: CheckedTemplate | None = None  # parsed when an entry cannot trust its record
             rel = cache.rel(templates[op])
             for target in config.targets_for(op):
                 if want_targets is not None and target.name not in want_targets:
@@ -191,35 +194,44 @@ def find_stale(
                 logset = LogSet.of(logs_path, op, target.name)
                 read = checker.read(logset)
                 tpl = checker.recorded(read[0], rel, target, op) if read[0] is not None else None
-                if tpl is None:
-                    parsed = parsed or read_checked_template(templates[op], cache)
-                    tpl = parsed
-                manifest, reasons = checker.check(tpl, target, logset, read)
-                sizes, invalid = target_space(tpl, target)
-                if invalid is not None:
-                    reasons.insert(0, invalid)
-                entry = Entry(
-                    op,
-                    target.name,
-                    tpl.rel,
-                    tpl.line,
-                    tuple(reasons),
-                    manifest,
-                    logset,
-                    sizes,
-                    as_of,
-                )
-                if changed is None or config_changed or touched(entry, tpl, changed, cache):
-                    entries.append(entry)
-                    if parsed is not None and parsed.decl is not None:
-                        advice += _space_advice(entry, target, parsed.decl)
-                    for n in tpl.notes:
-                        ops = noted.setdefault(n, [])
-                        if op not in ops:
-                            ops.append(op)
-                    if manifest is None and reasons and reasons[0].code == MISSING \
-                            and tpl.fingerprint is not None:
-                        missing.append((op, target, tpl.fingerprint, tpl.rel))
+                todo.append((op, rel, target, logset, read, tpl))
+        unparsed = [templates[op] for op in dict.fromkeys(op for op, *_, tpl in todo if tpl is None)]
+        parsed_all = read_checked_templates(unparsed, cache, workers=parse_workers(len(unparsed)))
+        parsed: CheckedTemplate | None = None  # once an entry of the op could not trust its record
+        last_op = None
+        for op, _rel, target, logset, read, recorded in todo:
+            if op != last_op:
+                parsed, last_op = None, op
+            if recorded is None:
+                parsed = parsed_all[templates[op]]
+            tpl = recorded if recorded is not None else parsed
+            assert tpl is not None
+            manifest, reasons = checker.check(tpl, target, logset, read)
+            sizes, invalid = target_space(tpl, target)
+            if invalid is not None:
+                reasons.insert(0, invalid)
+            entry = Entry(
+                op,
+                target.name,
+                tpl.rel,
+                tpl.line,
+                tuple(reasons),
+                manifest,
+                logset,
+                sizes,
+                as_of,
+            )
+            if changed is None or config_changed or touched(entry, tpl, changed, cache):
+                entries.append(entry)
+                if parsed is not None and parsed.decl is not None:
+                    advice += _space_advice(entry, target, parsed.decl)
+                for n in tpl.notes:
+                    ops = noted.setdefault(n, [])
+                    if op not in ops:
+                        ops.append(op)
+                if manifest is None and reasons and reasons[0].code == MISSING \
+                        and tpl.fingerprint is not None:
+                    missing.append((op, target, tpl.fingerprint, tpl.rel))
     warnings += list(dict.fromkeys(advice))
     warnings += _read_warnings(config, noted)
     kept: list[str] = []

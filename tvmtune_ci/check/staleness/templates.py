@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import multiprocessing
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,55 @@ def read_checked_template(path: Path, cache: SourceCache) -> CheckedTemplate:
         rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads),
         fp.files, fp.notes,
     )
+
+
+# Parsing and fingerprinting costs ~1.2 ms per template (Zen 5). A pull request that
+# edits a helper every template imports, or `check --rehash`, parses them all: from
+# this many on, they are split over the runner's cores. Forked workers share what the
+# cache parsed before (helpers are parsed once per worker); the results come back
+# pickled. 1,000 templates: 1.23 s in one process, 0.76 s in two (Zen 5, 2 cores).
+PARALLEL_MIN = 200
+
+
+def parse_workers(n_templates: int) -> int:
+    """How many processes parse `n_templates`: 1 below PARALLEL_MIN, where fork is not
+    available, or on one core; else one per core this process may run on, at most 4."""
+    if n_templates < PARALLEL_MIN or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 4, n_templates // (PARALLEL_MIN // 2)))
+
+
+_WORKER_CACHE: SourceCache | None = None  # the parent's, inherited by a forked worker
+
+
+def _read_chunk(paths: Sequence[Path]) -> list[CheckedTemplate]:
+    assert _WORKER_CACHE is not None
+    return [read_checked_template(p, _WORKER_CACHE) for p in paths]
+
+
+def read_checked_templates(
+    paths: Sequence[Path], cache: SourceCache, *, workers: int = 1
+) -> dict[Path, CheckedTemplate]:
+    """`read_checked_template` of each path, in `workers` forked processes (1: here).
+    The same results either way: a template's errors are in its CheckedTemplate."""
+    if workers <= 1 or len(paths) < 2:
+        return {p: read_checked_template(p, cache) for p in paths}
+    global _WORKER_CACHE
+    chunks = [list(paths[i::workers]) for i in range(workers)]  # interleaved: even sizes
+    _WORKER_CACHE = cache
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_read_chunk, chunks)
+    except OSError:  # no processes to fork (a limit): parse them here
+        return {p: read_checked_template(p, cache) for p in paths}
+    finally:
+        _WORKER_CACHE = None
+    got = {p: r for chunk, rs in zip(chunks, results, strict=True) for p, r in zip(chunk, rs, strict=True)}
+    return {p: got[p] for p in paths}
 
 
 def recorded_template(rel: str, src: sources.Sources) -> CheckedTemplate:
