@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-import multiprocessing
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,7 +114,11 @@ PARALLEL_MIN = 200
 def parse_workers(n_templates: int) -> int:
     """How many processes parse `n_templates`: 1 below PARALLEL_MIN, where fork is not
     available, or on one core; else one per core this process may run on, at most 4."""
-    if n_templates < PARALLEL_MIN or "fork" not in multiprocessing.get_all_start_methods():
+    if n_templates < PARALLEL_MIN:
+        return 1
+    import multiprocessing  # here: 7 ms of every check's start otherwise
+
+    if "fork" not in multiprocessing.get_all_start_methods():
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
@@ -139,6 +142,8 @@ def read_checked_templates(
     The same results either way: a template's errors are in its CheckedTemplate."""
     if workers <= 1 or len(paths) < 2:
         return {p: read_checked_template(p, cache) for p in paths}
+    import multiprocessing
+
     global _WORKER_CACHE
     chunks = [list(paths[i::workers]) for i in range(workers)]  # interleaved: even sizes
     _WORKER_CACHE = cache
