@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core.errors import HostError, StaleLogError, UsageError
+from .check.staleness import find_stale
+from .core.config import load_config
+from .core.errors import CorruptFileError, HostError, StaleLogError, UsageError
+from .core.records import read_log
+from .core.targets import canonical_target, parse_legacy_string
+from .core.template import import_template, read_template
+from .tune import tvmsetup
+from .tune.builder import build_config
+from .tune.hostcheck import check_host
 
 
 class FallbackWarning(UserWarning):
@@ -41,7 +49,6 @@ class Best:
 
 
 def _target_dict(target: Any) -> dict[str, Any]:
-    from .core.targets import canonical_target, parse_legacy_string
 
     if isinstance(target, Mapping):
         return canonical_target(dict(target))
@@ -66,8 +73,6 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
     StaleLogError listing every reason instead of falling back in silence.
     `allow_fallback=True` returns the default configuration (knobs {}) with a
     FallbackWarning. `root`: the repository (default: found from the cwd)."""
-    from .check.staleness import find_stale
-    from .core.config import load_config
 
     config = load_config(Path(root) if root is not None else None)
     want = _target_dict(target)
@@ -101,7 +106,6 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
     warnings.warn(message + "\nBUILDING THE DEFAULT (UNTUNED) CONFIGURATION because allow_fallback=True", FallbackWarning, stacklevel=3)
     wl = workload
     if wl is None:
-        from .core.template import read_template
 
         decl = read_template(config.operators_path / f"{operator}.py")
         wl = next(iter(decl.workloads))
@@ -119,7 +123,6 @@ def _check_runs_here(best: Best, allow_foreign_host: bool) -> None:
     """HostError before anything is built for a target this machine cannot run."""
     if allow_foreign_host:
         return
-    from .tune.hostcheck import check_host
 
     try:
         check_host(best.target, advice=_FOREIGN_ADVICE)
@@ -135,9 +138,6 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
     mcpu needs AVX-512 and this CPU has none). `allow_foreign_host=True` builds
     anyway, for cross-compiling: the result must not be called on this machine.
     """
-    from .core.config import load_config
-    from .core.template import import_template
-    from .tune.builder import build_config
 
     best = best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
     _check_runs_here(best, allow_foreign_host)
@@ -152,9 +152,6 @@ def load_database(log_path: Path) -> Any:
     `db.query_schedule(workload_module(template, name), target, name)` then returns the
     best schedule of that workload (look up with the target the log was tuned for).
     """
-    from .core.errors import CorruptFileError
-    from .core.records import read_log
-    from .tune import tvmsetup
 
     ms = tvmsetup.ms()
     path = Path(log_path)

@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any
 from .budget import floor_of
 from .check import sources
 from .check.fingerprint import Fingerprint, SourceCache
+from .check.renames import renamed_history
 from .check.sources import Sources
 from .check.staleness import Entry, find_stale, installed_tvm_version, major_minor
+from .core import history
 from .core import lock as _lock
 from .core.config import Config, TargetConfig
 from .core.errors import LockError, TvmtuneError
@@ -56,6 +58,15 @@ from .core.targetinfo import target_facts
 from .core.template import Knob, TemplateDecl, check_imported_agrees, import_template, read_template
 from .publish.readme import render_curve, render_readme
 from .publish.swap import Published, check_publishable, publish
+from .tune import priors
+from .tune.builder import make_builder
+from .tune.devices import preflight
+from .tune.hostcheck import check_host, host_description
+from .tune.measure import workload_bytes
+from .tune.runners import make_runner
+from .tune.search import WARMUP_SAMPLES
+from .tune.tuner import TuneRequest, tune_workload
+from .tune.workload import resolve
 
 if TYPE_CHECKING:
     from .tune.tuner import TuneOutcome
@@ -129,7 +140,6 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
     skipped = replay_skipped(entry)
     if entry.manifest is None and skipped is None:
         # No log: a renamed (and edited) template's is in its old folder (renames.py).
-        from .check.renames import renamed_history
 
         renamed = renamed_history(config, entry.operator, target, entry.template_file, say)
         if renamed is not None:
@@ -147,7 +157,6 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
 def replay_plan(config: Config, entry: Entry) -> list[str]:
     """What `retune` would replay, in words, without TVM (for --dry-run): per workload
     the knob diff and how many old configurations map."""
-    from .core import history
 
     lines: list[str] = []
     target_cfg = config.target(entry.target_name)
@@ -222,7 +231,6 @@ def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads:
     """The replayed log's records as (knobs, latency) per workload, for the cost model's
     prior (`priors.py`); {} with a line saying why when they cannot be read."""
 
-    from .tune import priors
 
     try:
         with tempfile.TemporaryDirectory(prefix="tvmtune-prior-") as scratch:
@@ -359,7 +367,6 @@ class Job:
 
 def check_host_step(job: Job) -> Job:
     """A target this machine cannot measure is refused before anything else."""
-    from .tune.hostcheck import check_host
 
     check_host(job.target.target, remote=job.target.rpc is not None)
     return job
@@ -368,7 +375,6 @@ def check_host_step(job: Job) -> Job:
 def preflight_step(job: Job) -> Job:
     """An RPC target: the tracker can serve the devices, sessions can hold a measurement."""
     if job.target.rpc is not None:
-        from .tune.devices import preflight
 
         preflight(job.target.rpc, job.config.measure)
     return job
@@ -416,7 +422,6 @@ def load_step(job: Job) -> Job:
 
 def history_step(job: Job) -> Job:
     """Which log is replayed (if any), its KNOBS declaration, and its records."""
-    from .core import history
 
     hist, hist_path, hist_from = history_source(job.config, job.entry, job.target, job.say)
     if hist is None:
@@ -431,7 +436,6 @@ def history_step(job: Job) -> Job:
 def tune_step(job: Job) -> Job:
     """Tune every workload (the tuner's steps: correctness, baseline, search with the
     history replay, finals), with the target's thread count."""
-    from .tune.workload import resolve
 
     outcomes, results = {}, {}
     assert job.template is not None
@@ -451,10 +455,6 @@ def tune_step(job: Job) -> Job:
 def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
-    from .core import history
-    from .tune import priors
-    from .tune.measure import workload_bytes
-    from .tune.tuner import TuneRequest, tune_workload
 
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
     assert tpl is not None
@@ -506,7 +506,6 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         budget_note=note,
     ))
     if job.budget is not None:
-        from .tune.search import WARMUP_SAMPLES
 
         took = time.monotonic() - t0
         job.budget.finish((entry.operator, target.name, wname), took, floor_of(
@@ -537,8 +536,6 @@ def first_run_step(job: Job) -> Job:
     the calibration kernels measured in turns, as every later `remeasure` measures them,
     so that the band a README states is of one kind of measurement from the start."""
     from .remeasure import RunItem, measure_runs
-    from .tune.builder import make_builder
-    from .tune.runners import make_runner
 
     assert job.template is not None
     item = RunItem(job.entry.operator, job.template.module,
@@ -557,7 +554,6 @@ def first_run_step(job: Job) -> Job:
 
 def manifest_step(job: Job) -> Job:
     """The new set's log bytes and manifest (provenance), not yet written."""
-    from .tune.hostcheck import host_description
 
     entry, target, tpl = job.entry, job.target, job.template
     assert tpl is not None

@@ -22,10 +22,22 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
-from .core import runs, stats
+from .check.staleness import installed_tvm_version
+from .core import lock, runs, stats
 from .core.config import Config, TargetConfig
 from .core.errors import HostError, LockError
-from .core.manifest import Manifest
+from .core.fsutil import canonical_json
+from .core.manifest import Manifest, read_manifest, seal_files
+from .core.template import import_template
+from .pipeline import measure_threads, tvm_threads
+from .publish.readme import render_readme
+from .publish.swap import publish, recover
+from .tune import calibration
+from .tune.builder import make_builder, schedule_config
+from .tune.devices import preflight
+from .tune.hostcheck import check_host, host_description
+from .tune.measure import interleave
+from .tune.runners import make_runner
 
 Say = Callable[[str], None]
 
@@ -75,11 +87,6 @@ def measure_runs(
     """One run of the history of each item (log sets of one target): every best and the
     calibration kernels in turns for measure.history_s seconds in all, so each kernel's
     visits are spread over the whole run; operator -> its Run."""
-    from .check.staleness import installed_tvm_version
-    from .tune import calibration
-    from .tune.builder import schedule_config
-    from .tune.hostcheck import host_description
-    from .tune.measure import interleave
 
     cal = calibration.kernels(target.target) or []
     names: list[tuple[str, str]] = []
@@ -126,7 +133,6 @@ class Remeasured:
 def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
     """HostError when this machine is not the one the history was measured on: its
     band says nothing of another CPU (a runner replaced under the same labels)."""
-    from .tune.hostcheck import host_description
 
     here = host_description()
     mine = f"{here.get('cpu', '?')} x{here.get('cores', '?')}"
@@ -206,12 +212,6 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
     history with it, and with `record` append the run to each set's runs.jsonl and
     republish its manifest and README atomically (under the folder's lock). HostError
     when this host cannot run the target or is not the machine a history was measured on."""
-    from .core import lock
-    from .core.template import import_template
-    from .pipeline import measure_threads, tvm_threads
-    from .tune.builder import make_builder
-    from .tune.hostcheck import check_host
-    from .tune.runners import make_runner
 
     target = config.target(entries[0].target_name)
     assert all(e.target_name == target.name for e in entries)
@@ -222,7 +222,6 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
         if target.rpc is None:
             check_same_machine(e.manifest, histories[e.operator])
     if target.rpc is not None:
-        from .tune.devices import preflight
 
         preflight(target.rpc, config.measure)
     items = [RunItem(e.operator, import_template(config.root / e.template_file, config.root),
@@ -257,10 +256,6 @@ def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]
     Hold the folder's lock. The manifest is read again here: a re-tune that published
     meanwhile has its own history, and the run is not appended to a set it did not
     measure (CorruptFileError or a changed best say so)."""
-    from .core.fsutil import canonical_json
-    from .core.manifest import read_manifest, seal_files
-    from .publish.readme import render_readme
-    from .publish.swap import publish, recover
 
     recover(logset.folder)
     manifest = read_manifest(logset.manifest)
