@@ -181,7 +181,7 @@ def find_stale(
         # First what each entry's manifest records; then the templates that an entry
         # cannot take from its record, parsed together (over the cores when many);
         # then the rules.
-        todo: list[tuple[str, str, TargetConfig, LogSet, tuple, CheckedTemplate | None]] = []
+        todo: list[tuple[str, TargetConfig, LogSet, tuple, CheckedTemplate | None]] = []
         for op in sorted(templates):
             if want_ops is not None and op not in want_ops:
                 continue
@@ -194,12 +194,12 @@ def find_stale(
                 logset = LogSet.of(logs_path, op, target.name)
                 read = checker.read(logset)
                 tpl = checker.recorded(read[0], rel, target, op) if read[0] is not None else None
-                todo.append((op, rel, target, logset, read, tpl))
+                todo.append((op, target, logset, read, tpl))
         unparsed = [templates[op] for op in dict.fromkeys(op for op, *_, tpl in todo if tpl is None)]
         parsed_all = read_checked_templates(unparsed, cache, workers=parse_workers(len(unparsed)))
         parsed: CheckedTemplate | None = None  # once an entry of the op could not trust its record
         last_op = None
-        for op, _rel, target, logset, read, recorded in todo:
+        for op, target, logset, read, recorded in todo:
             if op != last_op:
                 parsed, last_op = None, op
             if recorded is None:
