@@ -49,7 +49,6 @@ class Best:
 
 
 def _target_dict(target: Any) -> dict[str, Any]:
-
     if isinstance(target, Mapping):
         return canonical_target(dict(target))
     if isinstance(target, str):
@@ -73,7 +72,6 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
     StaleLogError listing every reason instead of falling back in silence.
     `allow_fallback=True` returns the default configuration (knobs {}) with a
     FallbackWarning. `root`: the repository (default: found from the cwd)."""
-
     config = load_config(Path(root) if root is not None else None)
     want = _target_dict(target)
     matches = [t for t in config.targets if t.target == want]
@@ -106,7 +104,6 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
     warnings.warn(message + "\nBUILDING THE DEFAULT (UNTUNED) CONFIGURATION because allow_fallback=True", FallbackWarning, stacklevel=3)
     wl = workload
     if wl is None:
-
         decl = read_template(config.operators_path / f"{operator}.py")
         wl = next(iter(decl.workloads))
     return Best(operator, wl, want, {}, None, None, True)
@@ -123,7 +120,6 @@ def _check_runs_here(best: Best, allow_foreign_host: bool) -> None:
     """HostError before anything is built for a target this machine cannot run."""
     if allow_foreign_host:
         return
-
     try:
         check_host(best.target, advice=_FOREIGN_ADVICE)
     except HostError as e:
@@ -138,7 +134,6 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
     mcpu needs AVX-512 and this CPU has none). `allow_foreign_host=True` builds
     anyway, for cross-compiling: the result must not be called on this machine.
     """
-
     best = best_config(operator, target=target, workload=workload, root=root, allow_fallback=allow_fallback)
     _check_runs_here(best, allow_foreign_host)
     config = load_config(Path(root) if root is not None else None)
@@ -152,7 +147,6 @@ def load_database(log_path: Path) -> Any:
     `db.query_schedule(workload_module(template, name), target, name)` then returns the
     best schedule of that workload (look up with the target the log was tuned for).
     """
-
     ms = tvmsetup.ms()
     path = Path(log_path)
     log = read_log(path)

@@ -140,7 +140,6 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
     skipped = replay_skipped(entry)
     if entry.manifest is None and skipped is None:
         # No log: a renamed (and edited) template's is in its old folder (renames.py).
-
         renamed = renamed_history(config, entry.operator, target, entry.template_file, say)
         if renamed is not None:
             return renamed[0], renamed[1], None
@@ -157,7 +156,6 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
 def replay_plan(config: Config, entry: Entry) -> list[str]:
     """What `retune` would replay, in words, without TVM (for --dry-run): per workload
     the knob diff and how many old configurations map."""
-
     lines: list[str] = []
     target_cfg = config.target(entry.target_name)
     hist, _, from_target = history_source(config, entry, target_cfg, lines.append)
@@ -367,7 +365,6 @@ class Job:
 
 def check_host_step(job: Job) -> Job:
     """A target this machine cannot measure is refused before anything else."""
-
     check_host(job.target.target, remote=job.target.rpc is not None)
     return job
 
@@ -375,7 +372,6 @@ def check_host_step(job: Job) -> Job:
 def preflight_step(job: Job) -> Job:
     """An RPC target: the tracker can serve the devices, sessions can hold a measurement."""
     if job.target.rpc is not None:
-
         preflight(job.target.rpc, job.config.measure)
     return job
 
@@ -422,7 +418,6 @@ def load_step(job: Job) -> Job:
 
 def history_step(job: Job) -> Job:
     """Which log is replayed (if any), its KNOBS declaration, and its records."""
-
     hist, hist_path, hist_from = history_source(job.config, job.entry, job.target, job.say)
     if hist is None:
         return job
@@ -436,7 +431,6 @@ def history_step(job: Job) -> Job:
 def tune_step(job: Job) -> Job:
     """Tune every workload (the tuner's steps: correctness, baseline, search with the
     history replay, finals), with the target's thread count."""
-
     outcomes, results = {}, {}
     assert job.template is not None
     names = list(job.template.decl.workloads)
@@ -455,7 +449,6 @@ def tune_step(job: Job) -> Job:
 def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
-
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
     assert tpl is not None
     decl, wl = tpl.decl, tpl.decl.workloads[wname]
@@ -506,7 +499,6 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         budget_note=note,
     ))
     if job.budget is not None:
-
         took = time.monotonic() - t0
         job.budget.finish((entry.operator, target.name, wname), took, floor_of(
             took, outcome.stats, WARMUP_SAMPLES, job.config.measure.history_s / max(1, len(decl.workloads))))
@@ -554,7 +546,6 @@ def first_run_step(job: Job) -> Job:
 
 def manifest_step(job: Job) -> Job:
     """The new set's log bytes and manifest (provenance), not yet written."""
-
     entry, target, tpl = job.entry, job.target, job.template
     assert tpl is not None
     date = _dt.date.today().isoformat()

@@ -87,7 +87,6 @@ def measure_runs(
     """One run of the history of each item (log sets of one target): every best and the
     calibration kernels in turns for measure.history_s seconds in all, so each kernel's
     visits are spread over the whole run; operator -> its Run."""
-
     cal = calibration.kernels(target.target) or []
     names: list[tuple[str, str]] = []
     schs = []
@@ -133,7 +132,6 @@ class Remeasured:
 def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
     """HostError when this machine is not the one the history was measured on: its
     band says nothing of another CPU (a runner replaced under the same labels)."""
-
     here = host_description()
     mine = f"{here.get('cpu', '?')} x{here.get('cores', '?')}"
     theirs = history[-1].machine if history else f"{manifest.host.get('cpu', '?')} x{manifest.host.get('cores', '?')}"
@@ -212,7 +210,6 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
     history with it, and with `record` append the run to each set's runs.jsonl and
     republish its manifest and README atomically (under the folder's lock). HostError
     when this host cannot run the target or is not the machine a history was measured on."""
-
     target = config.target(entries[0].target_name)
     assert all(e.target_name == target.name for e in entries)
     check_host(target.target, remote=target.rpc is not None)
@@ -222,7 +219,6 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
         if target.rpc is None:
             check_same_machine(e.manifest, histories[e.operator])
     if target.rpc is not None:
-
         preflight(target.rpc, config.measure)
     items = [RunItem(e.operator, import_template(config.root / e.template_file, config.root),
                      {w: r.best.knobs for w, r in e.manifest.results.items()}) for e in entries]
@@ -256,7 +252,6 @@ def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]
     Hold the folder's lock. The manifest is read again here: a re-tune that published
     meanwhile has its own history, and the run is not appended to a set it did not
     measure (CorruptFileError or a changed best say so)."""
-
     recover(logset.folder)
     manifest = read_manifest(logset.manifest)
     if {w: dict(r.best.knobs) for w, r in manifest.results.items()} != {w: dict(k) for w, k in knobs.items()}:

@@ -385,7 +385,6 @@ class ReplayReport:
 
     def sentences(self) -> list[str]:
         """The report in words (README, commit message, console)."""
-
         out = [f"knobs: {self.knob_diff.sentence()}"]
         if self.from_target:  # not this target's own history: say whose it is
             out.insert(0, f"seeded from the {self.from_target} log {self.source} (seed-from)")

@@ -177,7 +177,6 @@ def read_runs(folder: Path, files: Mapping[str, str]) -> list[Run]:
 
 def read_runs_bytes(folder: Path, files: Mapping[str, str]) -> bytes:
     """runs.jsonl's bytes, checked against the manifest's sha256 (b"" when it names none)."""
-
     expected = files.get(RUNS_NAME)
     if expected is None:
         return b""
@@ -346,18 +345,29 @@ def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> d
 
 
 def _far(points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tuple[str, float]]] | None,
-         far: float) -> tuple[float, str | None] | None:
+         far: float) -> tuple[float, str | None, float] | None:
     """When the latest run is more than `far` from the median of the runs before it: its
     jump, and the calibration kernel that was off as far the same way in that run (the
-    runner, not the kernel), if one was. None for a run within `far`."""
+    runner, not the kernel) with that kernel's jump, if one was. None for a run within
+    `far`."""
     if len(points) < 2:
         return None
     jump = points[-1][1] / statistics.median(v for _, v in points[:-1])
     if abs(jump - 1) <= far:
         return None
     cal = runner_jump(runner or {}, points[-1][0])
-    return jump, next((k for k, j in sorted(cal.items())
-                       if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far), None)
+    kind = next((k for k, j in sorted(cal.items())
+                 if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far), None)
+    return jump, kind, cal[kind] if kind is not None else math.nan
+
+
+def _drift_at_once(workload: str, points: Sequence[tuple[str, float]], jump: float,
+                   far: float) -> Verdict:
+    d = "slower" if jump > 1 else "faster"
+    return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
+                   f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
+                   "band seen, reported at once", band_of(points[:-1]), points[-1][1], jump,
+                   len(points), d)
 
 
 def at_once(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
@@ -368,12 +378,7 @@ def at_once(workload: str, points: Sequence[tuple[str, float]], *, far: float = 
     found = _far(points, runner, far)
     if found is None or found[1] is not None:
         return None
-    jump = found[0]
-    d = "slower" if jump > 1 else "faster"
-    return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
-                   f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
-                   "band seen, reported at once", band_of(points[:-1]), points[-1][1], jump,
-                   len(points), d)
+    return _drift_at_once(workload, points, found[0], far)
 
 
 def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
@@ -397,14 +402,12 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
     if n == 0:
         return Verdict(workload, "inconclusive", "no run has measured it yet", runs=0)
     latest = points[-1][1]
-    now = at_once(workload, points, runner=runner, far=far)
-    if now is not None:
-        return now
     found = _far(points, runner, far)
-    if found is not None:  # far, but a calibration kernel was off as far: the runner
-        jump, kind = found
-        assert kind is not None
-        cal = runner_jump(runner or {}, points[-1][0])[kind]
+    if found is not None:
+        jump, kind, cal = found
+        if kind is None:
+            return _drift_at_once(workload, points, jump, far)
+        # Far, but a calibration kernel was off as far the same way: the runner.
         note = (f" The latest run was {_words(jump)} the median before it, and the "
                 f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel.")
         v = judge(workload, points, far=math.inf)
@@ -434,11 +437,6 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
 
 
 # --------------------------------------------------------------------------- README helpers
-
-
-def _fmt(seconds: float) -> str:
-
-    return fmt_latency(seconds)
 
 
 def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
@@ -472,7 +470,7 @@ def runner_band(runs: Sequence[Run]) -> str | None:
         band = band_of(pts)
         assert band is not None
         spread = f"±{band.halfwidth:.1%} over {band.runs} runs" if band.runs > 1 else "1 run"
-        parts.append(f"the {kind}-bound calibration kernel {_fmt(band.median)} ({spread}; within a "
+        parts.append(f"the {kind}-bound calibration kernel {fmt_latency(band.median)} ({spread}; within a "
                      f"run its slowest 1-s stretch was up to {modes:.2f}x its fastest)")
     return "; ".join(parts) or None
 
@@ -529,8 +527,8 @@ def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
         cells = []
         for w in workloads:
             v = value(r, w)
-            cells.append("-" if v is None else _fmt(v))
-        cells += [_fmt(r.calibration[k].fast_s) if k in r.calibration else "-" for k in kinds]
+            cells.append("-" if v is None else fmt_latency(v))
+        cells += [fmt_latency(r.calibration[k].fast_s) if k in r.calibration else "-" for k in kinds]
         by = f"{r.by} (left out: {skip[r.at]})" if r.at in skip else r.by
         out.append(f"| {r.at} | {by} | {r.machine} | " + " | ".join(cells) + " |")
     return out

@@ -79,7 +79,6 @@ def problem(recorded: int) -> str | None:
     tvmtune-ci, and the fix; None when it reads it as written."""
     if recorded == TEMPLATE_API:
         return None
-
     if recorded > TEMPLATE_API:
         return (f"written with template API {recorded} by a newer tvmtune-ci; this tvmtune-ci "
                 f"({__version__}) reads template API {TEMPLATE_API} and cannot decode it: "

@@ -160,7 +160,6 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
     """The README of a log set: the result first (best, speedup, knobs, the run-to-run
     band), then per workload the trials, history, finals and top table, the curve, and
     the provenance folded at the end. `runs`: the set's run history (runs.py)."""
-
     tj = target_json(m.target)
     precision = m.measure.get("precision")
     arch = f" ({m.target.get('arch')})" if m.target.get("kind") == "cuda" else ""
@@ -252,7 +251,6 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
                    "equal": "equal within noise"}.get(r.previous_verdict or "", "not compared")
         lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
     if r.history is not None:
-
         seeded = r.history.get("from_target")
         head = (f"seeded from the {seeded} log `{r.history.get('source', '?')}` (seed-from)"
                 if seeded else f"the template was edited since `{r.history.get('source', '?')}`")
