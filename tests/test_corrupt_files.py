@@ -152,6 +152,18 @@ def test_a_symlinked_log_folder_is_not_followed(repo: Path, tmp_path: Path) -> N
     assert code == "log_modified" and file == FOLDER and "symbolic link" in detail
 
 
+def test_a_symlinked_operator_folder_is_not_followed(repo: Path, tmp_path: Path) -> None:
+    folder = repo / "tuning_logs/matmul"
+    elsewhere = tmp_path / "elsewhere"
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere)
+    report = report_of(repo)
+    for e in report.entries:
+        ((code, detail, file),) = [(r.code, r.detail, r.file) for r in e.reasons]
+        assert code == "log_modified" and file == "tuning_logs/matmul" and "symbolic link" in detail
+    assert report.orphans == ()  # a link to a folder is a folder to the orphan scan
+
+
 # --------------------------------------------------------------------------- values that lie
 
 

@@ -360,3 +360,26 @@ def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
     assert "#### Re-tuned after a template edit: history replay" in text
     assert f"**matmul/avx2/{wl}**" in text and "4 computed the right result" in text
     assert "old best on the new template: 2 ms ± 1.0%; equal within noise" in text
+
+
+def test_check_pauses_the_collector_and_resumes_it(cli, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """No cyclic collection over the report while check builds and prints it (40-70 ms
+    at 2,000 entries, bench_check), and the collector back on after, also when the
+    command fails: a process that runs check in-process keeps collecting."""
+    import gc
+
+    from tvmtune_ci.check import selection
+
+    seen = []
+    real = selection.report_from_args
+
+    def spy(args):  # noqa: ANN001, ANN202
+        seen.append(gc.isenabled())
+        return real(args)
+
+    monkeypatch.setattr("tvmtune_ci.commands.check.report_from_args", spy)
+    assert gc.isenabled()
+    code, _, _ = cli("check")
+    assert code == 0 and seen == [False] and gc.isenabled()
+    code, _, err = cli("check", "--as-of", "yesterday")
+    assert code == 2 and "as-of" in err and gc.isenabled()

@@ -29,7 +29,7 @@ from ..check.staleness import (
     Report,
 )
 from ..ci import md_escape
-from ..core import templateapi
+from ..core import gcpause, templateapi
 from ..core.config import Config
 
 JSON_FORMAT = 1
@@ -72,8 +72,10 @@ def render_text(report: Report, out: TextIO) -> None:
     print(summary_line(report), file=out)
 
 
-def render_json(report: Report) -> str:
-    data = {
+def report_json(report: Report) -> dict[str, Any]:
+    """`check --format json`'s document (rendered once: at 2,000 entries the indented
+    encoder is a tenth of the command's time)."""
+    return {
         "format": JSON_FORMAT,
         "entries": [
             {
@@ -94,7 +96,6 @@ def render_json(report: Report) -> str:
         # Entries whose template was not parsed: git vouched for its recorded sources.
         "templates_trusted": report.templates_trusted,
     }
-    return json.dumps(data, indent=2)
 
 
 def annotation_site(e: Entry) -> tuple[str, int]:
@@ -250,6 +251,13 @@ def exit_code(report: Report, config: Config, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The report is dropped (with _run's frame) before the collector resumes, so it
+    # is never scanned: a short-lived command needs no collection of it.
+    with gcpause.paused():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     config, report = report_from_args(args)
     code = exit_code(report, config, args)
     fmt = args.format or ("github" if ci.on_github() else "text")
@@ -260,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         if any(not b.ok and not b.skipped for b in builds):
             code = 1
     if fmt == "json":
-        data = json.loads(render_json(report))
+        data = report_json(report)
         if getattr(args, "build", False):
             data["builds"] = [b.to_json() for b in builds]
         print(json.dumps(data, indent=2))

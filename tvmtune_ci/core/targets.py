@@ -7,6 +7,7 @@ canonical dicts, never strings: a flag that differs is a different target.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -65,6 +66,7 @@ def target_json(target: dict[str, Any]) -> str:
     return json.dumps(canonical_target(target), sort_keys=True)
 
 
+@functools.lru_cache(maxsize=8192)  # check asks it for every entry, several times
 def slug(name: str) -> str:
     """A folder/file-safe form of a target or operator name."""
     s = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")

@@ -3,6 +3,7 @@ whose old folder fits (`adopt`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,40 +24,48 @@ def find_orphans(
     if not logs.is_dir():
         return []
     known = {slug(op): {t.slug for t in config.targets_for(op)} for op in templates}
+    logs_rel = cache.rel(logs)
     out = []
-    for d in sorted(logs.iterdir()):
-        if not d.is_dir() or d.name.startswith("."):
-            continue
-        rel = cache.rel(d)
-        if d.name not in known and config.kept(d.name):
+    # scandir's entries know their type (no stat per folder, no Path per name): this
+    # runs over every log folder on every check.
+    for op_name, op_dir in _folders(logs):
+        rel = f"{logs_rel}/{op_name}"
+        if op_name not in known and config.kept(op_name):
             kept.append(f"{rel}/")
             continue
-        if d.name not in known:
+        if op_name not in known:
             out.append(
                 Reason(
                     ORPHANED,
-                    f"{rel}/ holds logs of operator {d.name!r}, which has no template "
-                    f"{config.operators_dir}/{d.name}.py; "
+                    f"{rel}/ holds logs of operator {op_name!r}, which has no template "
+                    f"{config.operators_dir}/{op_name}.py; "
                     "delete the folder or restore the template",
                     rel,
                 )
             )
             continue
-        for t in sorted(d.iterdir()):
-            if t.is_dir() and not t.name.startswith(".") and t.name not in known[d.name]:
-                if config.kept(d.name, t.name):
-                    kept.append(f"{rel}/{t.name}/")
+        for t_name, _ in _folders(op_dir):
+            if t_name not in known[op_name]:
+                if config.kept(op_name, t_name):
+                    kept.append(f"{rel}/{t_name}/")
                     continue
                 out.append(
                     Reason(
                         ORPHANED,
-                        f"{rel}/{t.name}/ holds logs for target {t.name!r}, which is not "
-                        f"configured for {d.name}; "
+                        f"{rel}/{t_name}/ holds logs for target {t_name!r}, which is not "
+                        f"configured for {op_name}; "
                         "delete the folder or add the target to tvmtune.yaml",
-                        f"{rel}/{t.name}",
+                        f"{rel}/{t_name}",
                     )
                 )
     return out
+
+
+def _folders(path: str | Path) -> list[tuple[str, str]]:
+    """(name, path) of the folders in `path` (symlinks to folders too, as Path.is_dir
+    says), hidden ones left out, sorted by name."""
+    with os.scandir(path) as it:
+        return sorted((e.name, e.path) for e in it if not e.name.startswith(".") and e.is_dir())
 
 
 def find_renamed(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,12 @@ FUTURE_SLACK = datetime.timedelta(days=1)
 
 def _symlinked_folder(logset: LogSet) -> Path | None:
     """The log folder or its operator folder when it is a symlink (it could lead anywhere)."""
-    for d in (logset.folder, logset.folder.parent):
-        if d.is_symlink():
-            return d
+    # os.path on the string: asked for every entry of every check.
+    folder = str(logset.folder)
+    if os.path.islink(folder):
+        return logset.folder
+    if os.path.islink(os.path.dirname(folder)):
+        return logset.folder.parent
     return None
 
 
@@ -369,6 +373,7 @@ class Checker:
 
     def _files(self, logset: LogSet, manifest: Manifest, folder: str) -> list[Reason]:
         out = []
+        top = logset.folder.as_posix()
         for name, expected, what in [
             (manifest.log, manifest.log_sha256, "log"),
             *((n, h, "file") for n, h in sorted(manifest.files.items())),
@@ -385,15 +390,15 @@ class Checker:
                     )
                 )
                 continue
-            path = logset.folder / name
             blob = manifest.log_git_blob if what == "log" else manifest.files_git_blob.get(name, "")
-            if blob and self.index().get(path.as_posix()) == blob:
+            if blob and self.index().get(f"{top}/{name}") == blob:
                 # Committed (or staged), unmodified, and the very blob the manifest
                 # recorded: git has hashed these bytes already; reading 0.2-1 MB per log
                 # again is most of `check`'s time on a real repository.
                 if what == "log":
                     self.trusted += 1
                 continue
+            path = logset.folder / name
             try:
                 data = read_regular_file(path, MAX_LOG_BYTES)
             except FileNotFoundError:

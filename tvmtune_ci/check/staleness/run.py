@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
+from ...core import gcpause
 from ...core.config import Config, TargetConfig
 from ...core.errors import ConfigError
 from ...core.git import read as git_read
@@ -90,20 +89,6 @@ def _check_folders(config: Config) -> None:
     )
 
 
-@contextlib.contextmanager
-def _gc_deferred() -> Iterator[None]:
-    # The loop allocates millions of short-lived AST nodes, freed by reference
-    # counting (SourceCache.forget breaks the one cycle); collecting during it
-    # rescans the growing report again and again. One collection after is cheaper.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 # --------------------------------------------------------------------------- API
 
 
@@ -177,7 +162,9 @@ def find_stale(
     advice: list[str] = []
     noted: dict[Note, list[str]] = {}  # a read check reports -> the operators that run it
     missing: list[tuple[str, TargetConfig, Fingerprint, str]] = []  # entries with no log
-    with _gc_deferred():
+    # The loop allocates millions of short-lived AST nodes, freed by reference counting
+    # (SourceCache.forget breaks the one cycle): no collection while it runs.
+    with gcpause.paused():
         # First what each entry's manifest records; then the templates that an entry
         # cannot take from its record, parsed together (over the cores when many);
         # then the rules.
