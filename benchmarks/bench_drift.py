@@ -112,7 +112,8 @@ def analyse1(path: Path, publish_at: int) -> None:
             print(f"- {e['operator']}/{w}, verdicts replayed with this checkout's rule after each of "
                   f"the {len(st)} runs (the re-tune's first): {st.count('drift')} drift, "
                   f"{st.count('stable')} stable, {st.count('inconclusive')} inconclusive; left out "
-                  f"as disturbed: {len(R.disturbed(history))}")
+                  f"as disturbed: {len(R.disturbed(history, w))} (the runner disturbed in "
+                  f"{len(R.disturbed(history))})")
     print()
     # The last run's history holds every run (the re-tune's first).
     last = recs[-1]

@@ -148,31 +148,25 @@ def judge_all(manifest: Manifest, history: Sequence[runs.Run]) -> tuple[runs.Ver
 
 
 def judge_history(history: Sequence[runs.Run], workload: str) -> runs.Verdict:
-    """The verdict on one workload, without the runs the runner disturbed (said); but a
-    latest run the runner disturbed that is still a change far beyond any band, which
-    its calibration kernels do not explain (one ran 0.6x its median, faster, while the
-    kernel ran 60x slower: a real swap on a runner whose memory-bound kernel is bimodal),
-    is reported at once."""
-    skip = runs.disturbed(history)
+    """The verdict on one workload, without the runs in which the runner's disturbance
+    moved it (`runs.disturbed`, said). A disturbed run whose figure the runner does not
+    explain stays in: a change far beyond any band in it is reported at once, and the
+    verdict says the runner was disturbed in that run too."""
+    skip = runs.disturbed(history, workload)
     kept = [r for r in history if r.at not in skip]
-
-    def runner_of(rs: Sequence[runs.Run]) -> dict[str, list[tuple[str, float]]]:
-        return {k: [(r.at, r.calibration[k].fast_s) for r in rs if k in r.calibration]
-                for k in ("compute", "memory")}
-
-    if history and history[-1].at in skip:
-        now = [*kept, history[-1]]
-        far = runs.at_once(workload, runs.series(now, workload), runner=runner_of(now))
-        if far is not None:
-            return replace(far, sentence=far.sentence + f" (the runner was disturbed in this run: "
-                           f"{skip[history[-1].at]}, which does not explain it)")
-    v = runs.judge(workload, runs.series(kept, workload), runner=runner_of(kept))
+    runner = {k: [(r.at, r.calibration[k].fast_s) for r in kept if k in r.calibration]
+              for k in ("compute", "memory")}
+    v = runs.judge(workload, runs.series(kept, workload), runner=runner)
     if skip:
         n = len(skip)
         first = next(iter(skip.items()))
-        note = (f" ({n} run{'s' if n > 1 else ''} left out: the runner was disturbed, e.g. "
-                f"{first[0][:16]}: {first[1]})")
-        v = replace(v, sentence=v.sentence + note)
+        v = replace(v, sentence=v.sentence + (
+            f" ({n} run{'s' if n > 1 else ''} left out: the runner was disturbed, e.g. "
+            f"{first[0][:16]}: {first[1]})"))
+    latest = runs.disturbed(history).get(history[-1].at) if history else None
+    if v.drifted and latest is not None and history[-1].at not in skip:
+        v = replace(v, sentence=v.sentence + f" (the runner was disturbed in the latest run: "
+                    f"{latest}, which does not explain this kernel's figure)")
     return v
 
 

@@ -308,27 +308,66 @@ def _words(ratio: float) -> str:
     return f"{ratio:.3f}x" + (" (slower)" if ratio > 1 else " (faster)" if ratio < 1 else "")
 
 
-def disturbed(runs: Sequence[Run], far: float = FAR) -> dict[str, str]:
-    """The runs the runner itself disturbed, with why: a calibration kernel (fixed code,
-    measured in the same run) more than `far` off its median over the history. Such a
-    run says how busy the runner was, not how fast the kernel is, so it is left out of
-    the bands and the verdicts (a re-tune measured while other jobs shared the runner
-    was found 2x slow on every kernel, calibration included)."""
-    out: dict[str, str] = {}
+def _explains(move: float, runner_move: float, far: float) -> bool:
+    """Whether the runner's move in a run (a calibration kernel's figure over its usual
+    one) accounts for a kernel's `move` in the same run: divided out, the kernel is
+    within `far` of its usual figure. The one test of "the runner, not the kernel",
+    for the bands (`disturbed`) and for the drift reported at once (`judge`)."""
+    return (move - 1) * (runner_move - 1) > 0 and abs(move / runner_move - 1) <= far
+
+
+def _runner_moves(runs: Sequence[Run], far: float) -> dict[str, dict[str, float]]:
+    """Per run (its `at`): each calibration kernel that was more than `far` off its median
+    over the history in it, with its figure over that median (a kernel needs 3 runs for
+    a median that one odd run cannot pull)."""
+    out: dict[str, dict[str, float]] = {}
     for kind in ("compute", "memory"):
         pts = [(r.at, r.calibration[kind].fast_s) for r in runs if kind in r.calibration]
         if len(pts) < 3:
             continue
         med = statistics.median(v for _, v in pts)
         for at, v in pts:
-            if abs(v / med - 1) > far and at not in out:
-                out[at] = f"the {kind}-bound calibration kernel ran {_words(v / med)} its median"
+            if abs(v / med - 1) > far:
+                out.setdefault(at, {})[kind] = v / med
+    return out
+
+
+def disturbed(runs: Sequence[Run], workload: str | None = None, far: float = FAR) -> dict[str, str]:
+    """The runs the runner itself disturbed, with why: a calibration kernel (fixed code,
+    measured in the same run) more than `far` off its median over the history.
+
+    With `workload`, only the runs in which that workload's figure moved with the runner
+    (`_explains`: its figure over its own median, divided by the kernel's move, within
+    `far` of 1). Such a figure says how busy the runner was, not how fast the kernel
+    is, so it is left out of the workload's band and verdict (a re-tune measured while
+    other jobs shared the runner came out 2x slow on every kernel, calibration
+    included). A figure the runner's move does not explain stays: the kernel measured
+    as usual while a calibration kernel was off (a bimodal memory-bound kernel), or it
+    moved far more, or the other way (a real change in a disturbed run: `judge`'s
+    at-once rule sees it)."""
+    moves = _runner_moves(runs, far)
+    if not moves:
+        return {}
+    own: dict[str, float] = {}
+    if workload is not None:
+        pts = series(runs, workload)
+        if not pts:
+            return {}
+        med = statistics.median(v for _, v in pts)
+        own = {at: v / med for at, v in pts}
+    out: dict[str, str] = {}
+    for r in runs:
+        for kind, move in moves.get(r.at, {}).items():
+            if workload is None or (r.at in own and _explains(own[r.at], move, far)):
+                out[r.at] = f"the {kind}-bound calibration kernel ran {_words(move)} its median"
+                break
     return out
 
 
 def steady_series(runs: Sequence[Run], workload: str, figure: str = FIGURE) -> list[tuple[str, float]]:
-    """`series` without the runs the runner disturbed (`disturbed`)."""
-    skip = disturbed(runs)
+    """`series` without the runs in which the runner's disturbance moved this workload
+    (`disturbed`)."""
+    skip = disturbed(runs, workload)
     return [(at, v) for at, v in series(runs, workload, figure) if at not in skip]
 
 
@@ -356,8 +395,7 @@ def _far(points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tupl
     if abs(jump - 1) <= far:
         return None
     cal = runner_jump(runner or {}, points[-1][0])
-    kind = next((k for k, j in sorted(cal.items())
-                 if (j - 1) * (jump - 1) > 0 and abs(jump / j - 1) <= far), None)
+    kind = next((k for k, j in sorted(cal.items()) if _explains(jump, j, far)), None)
     return jump, kind, cal[kind] if kind is not None else math.nan
 
 
@@ -451,7 +489,7 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
         need = MIN_REF + PERSIST - len(pts)
         return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known "
                              f"after {need} more")
-    out = len(disturbed(runs))
+    out = len(disturbed(runs, workload))
     left = f"; {out} left out: the runner was disturbed" if out else ""
     return band.median, (f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to "
                          f"{band.last}{left})")
@@ -514,7 +552,8 @@ def noise_warning(runs: Sequence[Run], workloads: Sequence[str], search_precisio
 
 
 def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
-    """One row per run: when, by what, each workload's figure and the calibration kernels'."""
+    """One row per run: when, by what (and whether the runner was disturbed), each
+    workload's figure (marked when its band leaves it out) and the calibration kernels'."""
     if not runs:
         return []
     kinds = sorted({k for r in runs for k in r.calibration})
@@ -522,13 +561,14 @@ def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
            "", "| run | by | machine | " + " | ".join(f"`{w}`" for w in workloads)
            + "".join(f" | {k} calibration" for k in kinds) + " |",
            "|---|---|---|" + "---|" * (len(workloads) + len(kinds))]
-    skip = disturbed(runs)
+    runner = disturbed(runs)
+    skip = {w: disturbed(runs, w) for w in workloads}
     for r in runs:
         cells = []
         for w in workloads:
             v = value(r, w)
-            cells.append("-" if v is None else fmt_latency(v))
+            cells.append("-" if v is None else fmt_latency(v) + (" (left out)" if r.at in skip[w] else ""))
         cells += [fmt_latency(r.calibration[k].fast_s) if k in r.calibration else "-" for k in kinds]
-        by = f"{r.by} (left out: {skip[r.at]})" if r.at in skip else r.by
+        by = f"{r.by} (runner disturbed: {runner[r.at]})" if r.at in runner else r.by
         out.append(f"| {r.at} | {by} | {r.machine} | " + " | ".join(cells) + " |")
     return out
