@@ -408,17 +408,6 @@ def _drift_at_once(workload: str, points: Sequence[tuple[str, float]], jump: flo
                    len(points), d)
 
 
-def at_once(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
-            runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict | None:
-    """The drift reported at once (`judge`'s first rule), or None: the latest run more
-    than `far` from the median of the runs before it, and no calibration kernel off in
-    the same direction by as much in that run."""
-    found = _far(points, runner, far)
-    if found is None or found[1] is not None:
-        return None
-    return _drift_at_once(workload, points, found[0], far)
-
-
 def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
           runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict:
     """Decide on one workload's series of (date, figure), oldest first (lower: faster).
