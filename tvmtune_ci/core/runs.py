@@ -469,7 +469,8 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
 def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
     """The README's headline of a workload: the median of the headline figure over the
     runs, and in words how far the runs spread (or how many more a band needs)."""
-    pts = steady_series(runs, workload)
+    skip = disturbed(runs, workload)
+    pts = [(at, v) for at, v in series(runs, workload) if at not in skip]
     if not pts:
         return None, "no run yet"
     band = band_of(pts)
@@ -478,8 +479,7 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
         need = MIN_REF + PERSIST - len(pts)
         return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known "
                              f"after {need} more")
-    out = len(disturbed(runs, workload))
-    left = f"; {out} left out: the runner was disturbed" if out else ""
+    left = f"; {len(skip)} left out: the runner was disturbed" if skip else ""
     return band.median, (f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to "
                          f"{band.last}{left})")
 

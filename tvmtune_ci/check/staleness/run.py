@@ -184,13 +184,10 @@ def find_stale(
                 todo.append((op, target, logset, read, tpl))
         unparsed = [templates[op] for op in dict.fromkeys(op for op, *_, tpl in todo if tpl is None)]
         parsed_all = read_checked_templates(unparsed, cache, workers=parse_workers(len(unparsed)))
-        parsed: CheckedTemplate | None = None  # once an entry of the op could not trust its record
-        last_op = None
         for op, target, logset, read, recorded in todo:
-            if op != last_op:
-                parsed, last_op = None, op
-            if recorded is None:
-                parsed = parsed_all[templates[op]]
+            # Parsed when an entry of the op could not trust its record: its space advice
+            # then holds for every target of the op.
+            parsed = parsed_all.get(templates[op])
             tpl = recorded if recorded is not None else parsed
             assert tpl is not None
             manifest, reasons = checker.check(tpl, target, logset, read)
