@@ -539,8 +539,13 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     # At 128^3 the default is ~0.85 ms against the best's ~10 us.
     src = SMALL_MM.replace('"s64": {"M": 64, "N": 64, "K": 64', '"s128": {"M": 128, "N": 128, "K": 128')
     assert src != SMALL_MM
-    root = make_repo(tmp_path, config=(tuned[0] / "tvmtune.yaml").read_text(),
-                     files={"operators/mm.py": src}, operators=False)
+    # Runs of 8 s, not the fixture's 3: the headline is the fastest 1-s stretch, and with
+    # three stretches a run on a shared machine could miss every fast one. CI saw a 3-s
+    # run, nothing changed, measure this ~10 us parallel kernel 1.36x its median while
+    # both calibration kernels ran as usual: a far run, reported at once.
+    config = (tuned[0] / "tvmtune.yaml").read_text().replace("history_s: 3}", "history_s: 8}")
+    assert "history_s: 8}" in config
+    root = make_repo(tmp_path, config=config, files={"operators/mm.py": src}, operators=False)
     assert run_cli(root, "retune").returncode == 0
     commit_all(root, "tuned")
     base = manifest_at(root / FOLDER)["results"]["s128"]
