@@ -15,7 +15,9 @@ on the unedited templates). For each edit, on the same workload, budget and seed
   cost model, hold them). The old best is a finalist.
 - prior: warm, and the cost model also trained before the first batch on the old
   log's other records (`priors.py`: decoded with the unedited template, mapped into
-  the edited space, labelled with their old latencies). What `retune` does.
+  the edited space, labelled with their old latencies), the region the edit opened
+  probed next to the old best, and the search not run when the edit changed none of
+  the old log's programs (`Search.stands_on`). What `retune` does.
 - cold2 (`--arms cold2,...`): cold with the next seed, the yardstick for how far
   apart two cold runs of one edit land.
 
@@ -202,16 +204,24 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
         diff = history.knob_diff(old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target,
                                  old_names=sorted({k for c in old for k in c}))
         prior: tuple[tuple[dict[str, Any], float], ...] = ()
+        programs: tuple[tuple[dict[str, Any], str], ...] = ()
+        decode_s = 0.0  # what retune pays before the tuner: the old log read in a child process
         if any(a.startswith("prior") for a in arms):  # the unedited template is this checkout's
+            t0 = time.perf_counter()
             recs = priors.decode_records(ROOT, manifest.template_file, folder / manifest.log,
                                          manifest.target, [edit.workload])  # as it was tuned
             prior = priors.prior_for(recs.get(edit.workload, []), tmpl.KNOBS,
                                      tmpl.WORKLOADS[edit.workload], target,
                                      [m.knobs for m in mapped])
+            if not args.cross:  # another target's log never stands for this one (pipeline)
+                programs = priors.old_programs(recs.get(edit.workload, []), tmpl.KNOBS,
+                                               tmpl.WORKLOADS[edit.workload], target)
+            decode_s = time.perf_counter() - t0
         print(f"\n## {i}. {edit.name}: {edit.what} ({edit.operator}/{edit.workload})", flush=True)
         print(f"knobs: {diff.sentence()}; {len(old)} old configuration(s) -> {len(mapped)} "
               f"mapped, {sum(not m.reset for m in mapped)} whole; prior: {len(prior)} more "
-              "old record(s) mapped", flush=True)
+              f"old record(s) mapped, read in {decode_s:.1f} s (counted in every prior arm's seconds)",
+              flush=True)
         outs: dict[str, Any] = {}
         secs: dict[str, float] = {}
         for arm in arms:
@@ -223,15 +233,22 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
                 early_stop=config.early_stop, measure=config.measure,
                 replay=tuple(m.knobs for m in mapped) if mode in ("warm", "prior") else (),
                 prior=prior if mode == "prior" else (),
+                # As retune passes them: the region the edit opened is probed, and the
+                # old search stands when no program changed.
+                old_knobs=tuple(old_decl) if mode == "prior" and old_decl is not None and mapped else None,
+                old_programs=programs if mode == "prior" else (),
             )
             mode = arm
             t0 = time.perf_counter()
             outs[mode] = tune_workload(req)
-            secs[mode] = time.perf_counter() - t0
+            secs[mode] = time.perf_counter() - t0 + (decode_s if mode.startswith("prior") else 0.0)
             o = outs[mode]
+            phases = ", ".join(f"{k.removesuffix('_s')} {o.stats[k]:.1f}" for k in
+                               ("correctness_s", "baseline_s", "setup_s", "replay_s", "search_s", "finals_s")
+                               if o.stats.get(k))
             print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_detail or o.trials.stop_reason}) "
-                  f"in {secs[mode]:.0f} s; best {stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}",
-                  flush=True)
+                  f"in {secs[mode]:.0f} s ({phases}); best "
+                  f"{stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
         cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
         # Every arm's best side by side, interleaved (drift hits all alike).

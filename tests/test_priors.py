@@ -10,6 +10,7 @@ import pytest
 from tvmtune_ci.core.manifest import read_manifest
 from tvmtune_ci.core.template import define_knob, define_split
 from tvmtune_ci.tune import priors
+from tvmtune_ci.tune.space import knobs_key
 
 WORKLOAD = {"M": 64, "N": 64}
 KNOBS = [define_split("tile_i", "M", parts=2, max_factor=16), define_knob("unroll", [0, 16, 64])]
@@ -18,18 +19,33 @@ TARGET = {"kind": "llvm", "num-cores": 2}
 
 def test_records_map_into_the_new_space_distinct_fastest_first_without_the_replayed() -> None:
     records = [
-        ({"tile_i": [8, 8], "unroll": 16}, 3e-3),
-        ({"tile_i": [8, 8], "unroll": 16, "gone": 1}, 2e-3),  # the same point now: faster kept
-        ({"tile_i": [32, 2], "unroll": 64}, 1e-3),  # the replayed one: measured again
-        ({"tile_i": [2, 32], "unroll": 0}, 5e-3),  # 32 > max_factor: repaired, still kept
-        ({"other": 1}, 1e-4),  # keeps no knob: only the default, not evidence
-        ({"tile_i": [4, 16], "unroll": 0}, 0.0),  # no latency
+        ({"tile_i": [8, 8], "unroll": 16}, 3e-3, "p1"),
+        ({"tile_i": [8, 8], "unroll": 16, "gone": 1}, 2e-3, "p2"),  # the same point now: faster kept
+        ({"tile_i": [32, 2], "unroll": 64}, 1e-3, "p3"),  # the replayed one: measured again
+        ({"tile_i": [2, 32], "unroll": 0}, 5e-3, "p4"),  # 32 > max_factor: repaired, still kept
+        ({"other": 1}, 1e-4, "p5"),  # keeps no knob: only the default, not evidence
+        ({"tile_i": [4, 16], "unroll": 0}, 0.0, "p6"),  # no latency
     ]
     out = priors.prior_for(records, KNOBS, WORKLOAD, TARGET,
                            exclude=[{"tile_i": [32, 2], "unroll": 64}])
     assert [secs for _, secs in out] == [2e-3, 5e-3]
     assert out[0][0] == {"tile_i": [8, 8], "unroll": 16}
     assert out[1][0]["unroll"] == 0 and out[1][0]["tile_i"][1] <= 16
+
+
+def test_old_programs_key_each_old_configuration_and_blank_the_ones_the_edit_repaired() -> None:
+    records = [
+        ({"tile_i": [8, 8], "unroll": 16}, 3e-3, "p1"),
+        ({"tile_i": [8, 8], "unroll": 16}, 2e-3, "p1"),  # measured twice: one program
+        ({"tile_i": [2, 32], "unroll": 0}, 5e-3, "p4"),  # 32 > max_factor: repaired
+        ({"tile_i": [4, 16], "unroll": 0, "gone": 1}, 4e-3, "p5"),  # a knob removed: kept whole
+        ({"tile_i": [16, 4]}, 4e-3, "p6"),  # unroll new to it: the default, a new program
+    ]
+    out = dict((knobs_key(kv), key) for kv, key in priors.old_programs(records, KNOBS, WORKLOAD, TARGET))
+    assert out.pop(knobs_key({"tile_i": [8, 8], "unroll": 16})) == "p1"
+    assert out.pop(knobs_key({"tile_i": [4, 16], "unroll": 0})) in ("p5", "")  # "" if [2, 32] repaired to it
+    assert out.pop(knobs_key({"tile_i": [16, 4], "unroll": 0})) == ""
+    assert set(out.values()) <= {""}  # [2, 32], wherever it was repaired to
 
 
 def test_a_log_git_cannot_read_costs_the_prior_with_a_reason(tmp_path: Path) -> None:

@@ -541,6 +541,46 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     assert warm.replay is not None and warm.replay.probes == 0  # the space did not change
 
 
+def _old_programs(template, out) -> tuple[tuple[dict, str], ...]:  # noqa: ANN001
+    """What `priors.old_programs` gives a re-tune: every old record's configuration with
+    the key of the program the old template made of it."""
+    from tvmtune_ci.tune.builder import program_key, schedule_config
+
+    return tuple((dict(r["knobs"]), program_key(schedule_config(template, "m64", r["knobs"], TARGET)))
+                 for r in out.records if r["latency_s"] is not None)
+
+
+@pytest.mark.slow
+def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_after_one_that_did(
+        tmp_path: Path) -> None:
+    """A no-op edit with the old log's programs known: the replay re-measures the old
+    best, the edit opened no knob values and every old configuration makes the same
+    module, so no search is run. The same knobs with one schedule step added (the outer
+    loop parallel) make other programs: the search runs."""
+    old_tpl = make_template(tmp_path, "mm_old")
+    old = tune_workload(request(old_tpl, tmp_path / "old", trials=32, early_stop=EarlyStop(patience=2)))
+    replay, prior = _old_log(old)
+    programs = _old_programs(old_tpl, old)
+    assert len(programs) >= 24
+    noop = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
+    warm = tune_workload(request(noop, tmp_path / "noop", trials=160, replay=replay, prior=prior,
+                                 old_knobs=tuple(old_tpl.KNOBS), old_programs=programs,
+                                 early_stop=EarlyStop(patience=2)))
+    assert warm.trials.stop_reason == "history_unchanged", warm.trials
+    assert warm.trials.stop_detail.startswith(f"the edit changed none of the {len(programs)} programs")
+    # Not one trial of its own (trial 0: a winning finalist the search did not measure).
+    assert [r for r in warm.records if r["trial"] > 0 and r.get("source") != "replay"] == []
+    assert warm.trials.run == sum(r.get("source") == "replay" for r in warm.records) > 0
+    assert warm.previous is not None  # the old best, a finalist
+
+    parallel = make_template(tmp_path, "mm_parallel", extra="sch.parallel(i0)\n")
+    searched = tune_workload(request(parallel, tmp_path / "parallel", trials=48, replay=replay,
+                                     prior=prior, old_knobs=tuple(old_tpl.KNOBS),
+                                     old_programs=programs, early_stop=EarlyStop(patience=2)))
+    assert searched.trials.stop_reason != "history_unchanged", searched.trials
+    assert any(r.get("source") not in ("replay", "new_region") for r in searched.records)
+
+
 # A 128^3 matmul for the tests whose premise is a speed difference: at 64^3 a parallel
 # kernel's few microseconds are dominated by barrier waits on a shared-core runner (CI:
 # the vectorised and the scalar best both ran ~17 us), at 128^3 compute dominates.

@@ -226,10 +226,9 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
 
 def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads: list[str],
                  say: Say) -> dict[str, list[Any]]:
-    """The replayed log's records as (knobs, latency) per workload, for the cost model's
-    prior (`priors.py`); {} with a line saying why when they cannot be read."""
-
-
+    """The replayed log's records as (knobs, latency, program key) per workload, for the
+    cost model's prior and the check whether the old search stands (`priors.py`); {} with
+    a line saying why when they cannot be read."""
     try:
         with tempfile.TemporaryDirectory(prefix="tvmtune-prior-") as scratch:
             return priors.old_records(root, manifest_path, manifest, workloads, Path(scratch))
@@ -242,8 +241,6 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
                   from_target: str | None = None) -> Any:
     """The history report of one workload: the replay's counts and the old best's
     place in the finals (it was the "previous" finalist when it still worked)."""
-
-
     rs = outcome.replay
     resets = Counter(name for m in mapped for name in m.reset)
     old = outcome.previous if rs is not None and rs.old_best_correct else None
@@ -260,7 +257,8 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
         old_best_s=old.latency_s if old is not None else None,
         old_best_rel=old.rel_halfwidth if old is not None else None,
         verdict=outcome.previous_verdict if old is not None else None,
-        seeded=bool(rs and rs.measured),
+        # No search to seed when the old one stood (Search.stands_on).
+        seeded=bool(rs and rs.measured) and outcome.trials.stop_reason != "history_unchanged",
         prior=rs.prior if rs else 0,
         from_target=from_target,
         probes=rs.probes if rs else 0,
@@ -334,7 +332,7 @@ class History:
     manifest_path: Path
     from_target: str | None  # None: this entry's own log
     old_knobs: tuple[Knob, ...] | None  # the KNOBS it was tuned with (None: unknown)
-    records: dict[str, list[Any]]  # workload -> its records as (knobs, latency)
+    records: dict[str, list[Any]]  # workload -> its records as (knobs, latency, program key)
 
 
 @dataclass(frozen=True)
@@ -495,6 +493,10 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
                                [m.knobs for m in mapped]) if hist is not None else (),
         old_knobs=(tuple(hist.old_knobs) if hist is not None and hist.old_knobs is not None and mapped
                    else None),
+        # Another target's programs are other kernels whatever their modules: only this
+        # target's own log can stand for the edited template.
+        old_programs=(priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
+                      if hist is not None and hist.from_target is None else ()),
         time_budget_s=budget_s,
         budget_note=note,
     ))

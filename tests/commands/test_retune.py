@@ -685,6 +685,34 @@ def test_a_template_edit_replays_the_old_configurations_first(
 
 
 @pytest.mark.slow
+def test_an_edit_that_changed_no_kernel_stops_after_the_replay_and_says_why(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A dead statement in schedule(): the fingerprint changes, no program does. The old
+    template (from git, in the priors' child process) and the new one make the same
+    module of every old record, and no knob value opened: the replay re-measures the
+    old best and the search is not run; the manifest, README and commit say why."""
+    root = _copy(tuned[0], tmp_path)
+    _edit_template(root, '    b = sch.get_sblock("C")\n',
+                   '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    assert "template_changed" in run_cli(root, "check").stdout
+    r = run_cli(root, "retune", "--trials", "24", "--commit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = manifest_at(root / FOLDER)
+    t = m["trials"]["s64"]
+    assert t["stop_reason"] == "history_unchanged", t
+    assert t["stop_detail"].startswith("the edit changed none of the ")
+    h = m["results"]["s64"]["history"]
+    assert t["run"] == h["measured"] == h["offered"]  # the replay only
+    assert not h["seeded"] and h["verdict"] in ("faster", "equal", "slower")  # no search to seed
+    readme = (root / FOLDER / "README.md").read_text()
+    assert "stopped because the edit changed none of the " in readme
+    assert "the search started from them" not in readme
+    assert "the edit changed none of the " in git(root, "log", "-1", "--format=%B")
+    assert run_cli(root, "check").returncode == 0
+
+
+@pytest.mark.slow
 def test_an_edit_that_invalidates_every_old_configuration_searches_cold_and_says_so(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:

@@ -114,6 +114,12 @@ class TuneRequest:
     # The KNOBS of the template the old log was tuned with, when known: the region the
     # edit opened is probed next to the old best after the replay (`history.probes`).
     old_knobs: tuple[Any, ...] | None = None
+    # Every record of the old log (this target's own) as (its configuration in this knob
+    # space, the key of the program the old template made of it; "" for one the edit
+    # repaired): `priors.old_programs`. When this template makes the same programs and
+    # the edit opened no knob values (`old_knobs` known), the old search stands and the
+    # search stops after the replay (`Search.stands_on`).
+    old_programs: tuple[tuple[dict[str, Any], str], ...] = ()
     # A share of a time budget (`retune --budget`, budget.py): the search stops when
     # tune_workload has run this long less what the finals need; never before its
     # warm-up (search.WARMUP_SAMPLES trials of its own).

@@ -192,6 +192,15 @@ def schedule_config(
     return sch
 
 
+def program_key(sch: Any) -> str:
+    """The scheduled module's structural hash: equal for the same program whatever the
+    template's source looked like (names, comments, dead statements), and the same in
+    every process. `priors` keys the old log's records by it, the re-tune compares."""
+    import tvm_ffi
+
+    return str(tvm_ffi.structural_hash(sch.mod))
+
+
 def build_config(
     template: ModuleType,
     workload_name: str | Workload,

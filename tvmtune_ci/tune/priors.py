@@ -14,6 +14,12 @@ that holds the old log into a temporary folder and decoded in a child process
 (`python -m tvmtune_ci.tune.priors`), so that its modules never mix with the new
 template's in this process. Whatever goes wrong here (no git, a template that no
 longer imports, a timeout) costs the prior, never the re-tune: `PriorError` says why.
+
+The child also keys each record by the program the old template made of it
+(`builder.program_key`, the scheduled module's structural hash). When the new template
+makes the same program of every one, and opens no knob values, the edit changed
+nothing the old search measured, and a re-tune may stop after its replay
+(`old_programs`, `Search.stands_on`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from typing import Any
 
 from ..core.errors import TvmtuneError
 from ..core.manifest import Manifest
+
+# One record of the old log: its configuration (the old template's knobs), its latency,
+# and the key of the program the old template made of it ("" when it no longer
+# schedules).
+OldRecord = tuple[dict[str, Any], float, str]
 
 # A decode that takes longer than this is given up (the prior is optional).
 DECODE_TIMEOUT_S = 300.0
@@ -83,9 +94,9 @@ def checkout_old(root: Path, commit: str, manifest: Manifest, dest: Path) -> Pat
 def decode_records(
     old_root: Path, template_file: str, log_path: Path, target: Mapping[str, Any],
     workloads: Sequence[str], *, timeout_s: float = DECODE_TIMEOUT_S,
-) -> dict[str, list[tuple[dict[str, Any], float]]]:
-    """{workload: [(knobs, latency_s), ...]} of the log's valid records, decoded with
-    the template at `old_root/template_file` in a child process."""
+) -> dict[str, list[OldRecord]]:
+    """{workload: [(knobs, latency_s, program key), ...]} of the log's valid records,
+    decoded with the template at `old_root/template_file` in a child process."""
     arg = json.dumps({"root": str(old_root), "template": template_file, "log": str(log_path),
                       "target": dict(target), "workloads": list(workloads)})
     # This package importable in the child even when it is not installed; after the old
@@ -106,14 +117,14 @@ def decode_records(
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError) as e:
         raise PriorError(f"decoding {log_path.name}: no result from the child process") from e
-    return {w: [(dict(k), float(s)) for k, s in rows] for w, rows in out.items()}
+    return {w: [(dict(k), float(s), str(p)) for k, s, p in rows] for w, rows in out.items()}
 
 
 def old_records(
     root: Path, manifest_path: Path, manifest: Manifest, workloads: Sequence[str],
     scratch: Path,
-) -> dict[str, list[tuple[dict[str, Any], float]]]:
-    """The old log's valid records as (knobs, latency) per workload, read with the
+) -> dict[str, list[OldRecord]]:
+    """The old log's valid records as (knobs, latency, program key) per workload, read with the
     template as it was committed with that log (checked out under `scratch`).
 
     Only a log decoded with this tvmtune-ci's template API: its traces name knobs by
@@ -135,7 +146,7 @@ def old_records(
 
 
 def prior_for(
-    records: Sequence[tuple[Mapping[str, Any], float]], knobs: Sequence[Any],
+    records: Sequence[OldRecord], knobs: Sequence[Any],
     workload: Mapping[str, Any], target: Mapping[str, Any], exclude: Sequence[Mapping[str, Any]],
 ) -> tuple[tuple[dict[str, Any], float], ...]:
     """The records mapped into the new knob space (`history.map_config`), distinct
@@ -146,7 +157,7 @@ def prior_for(
 
     skip = {key(kv) for kv in exclude}
     best: dict[str, tuple[dict[str, Any], float]] = {}
-    for kv, secs in records:
+    for kv, secs, _ in records:
         m = map_config(kv, knobs, workload, target)
         k = key(m.knobs)
         if not m.kept or k in skip or not secs > 0:
@@ -156,19 +167,41 @@ def prior_for(
     return tuple(sorted(best.values(), key=lambda x: x[1]))
 
 
+def old_programs(
+    records: Sequence[OldRecord], knobs: Sequence[Any], workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+) -> tuple[tuple[dict[str, Any], str], ...]:
+    """Every old record as (its configuration in the new knob space, the key of the
+    program the old template made of it), distinct. One the edit had to repair (a knob
+    reset, new or no longer valid) has the key "": the edit changed that configuration,
+    so the old search's measurement of it does not stand."""
+    from ..core.history import map_config
+    from .space import knobs_key as key
+
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    for kv, _, program in records:
+        m = map_config(kv, knobs, workload, target)
+        if m.reset:  # whatever else maps here, the edit moved this one
+            out[key(m.knobs)] = (m.knobs, "")
+        else:
+            out.setdefault(key(m.knobs), (m.knobs, program))
+    return tuple(out.values())
+
+
 def _main(argv: Sequence[str]) -> int:
     """Child process: decode a log's records with the template under `root`."""
     args = json.loads(argv[0])
     root = Path(args["root"])
     from ..core.records import read_log, record_is_valid
     from ..core.template import import_template
+    from .builder import program_key, schedule_config
     from .measure import full_knobs
     from .space import decode_knobs, design_space_infos
 
     template = import_template(root / args["template"], root)
     log = read_log(Path(args["log"]))
     target = args["target"]
-    out: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    out: dict[str, list[OldRecord]] = {}
     for w in args["workloads"]:
         entry = log["workloads"].get(w)
         if entry is None or w not in getattr(template, "WORKLOADS", {}):
@@ -182,7 +215,12 @@ def _main(argv: Sequence[str]) -> int:
                 _, kv = decode_knobs(rec[0], spaces, template.KNOBS)
             except TvmtuneError:  # a record of another design space: skipped
                 continue
-            rows.append((full_knobs(template, w, kv, target), float(rec[1][0])))
+            knobs = full_knobs(template, w, kv, target)
+            try:
+                program = program_key(schedule_config(template, w, knobs, target))
+            except Exception:  # noqa: BLE001 - no program to compare; the prior still has the record
+                program = ""
+            rows.append((knobs, float(rec[1][0]), program))
     print(json.dumps(out))
     return 0
 

@@ -294,6 +294,10 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                     if found:
                         p = search.replay(found, source="new_region")
                         replay = replace(replay, probes=p.measured)
+                    elif req.old_programs and replay.old_best_correct:
+                        # No knob value opened: if no program changed either, the old
+                        # search stands (the replay re-measured its best on this template).
+                        search.stands_on(req.old_programs)
                 t = lap("replay_s", t)
             replay = replace(replay, prior=n_prior)
             if not replay.old_best_correct:  # the old best is a finalist only if it works
