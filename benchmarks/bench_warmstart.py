@@ -17,7 +17,7 @@ on the unedited templates). For each edit, on the same workload, budget and seed
   log's other records (`priors.py`: decoded with the unedited template, mapped into
   the edited space, labelled with their old latencies), the region the edit opened
   probed next to the old best, and the search not run when the edit changed none of
-  the old log's programs (`Search.stands_on`). What `retune` does.
+  the old log's programs (`search.old_search_stands`). What `retune` does.
 - cold2 (`--arms cold2,...`): cold with the next seed, the yardstick for how far
   apart two cold runs of one edit land.
 

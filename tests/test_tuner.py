@@ -572,6 +572,9 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
     assert [r for r in warm.records if r["trial"] > 0 and r.get("source") != "replay"] == []
     assert warm.trials.run == sum(r.get("source") == "replay" for r in warm.records) > 0
     assert warm.previous is not None  # the old best, a finalist
+    # No noise check before the finals: the finals' default was it.
+    assert warm.noise_check is None and warm.baseline.stage == "finals"
+    assert "baseline_s" not in warm.stats or warm.stats["baseline_s"] < 0.05
 
     parallel = make_template(tmp_path, "mm_parallel", extra="sch.parallel(i0)\n")
     searched = tune_workload(request(parallel, tmp_path / "parallel", trials=48, replay=replay,

@@ -257,7 +257,7 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
         old_best_s=old.latency_s if old is not None else None,
         old_best_rel=old.rel_halfwidth if old is not None else None,
         verdict=outcome.previous_verdict if old is not None else None,
-        # No search to seed when the old one stood (Search.stands_on).
+        # No search to seed when the old one stood (search.old_search_stands).
         seeded=bool(rs and rs.measured) and outcome.trials.stop_reason != "history_unchanged",
         prior=rs.prior if rs else 0,
         from_target=from_target,

@@ -118,7 +118,7 @@ class TuneRequest:
     # space, the key of the program the old template made of it; "" for one the edit
     # repaired): `priors.old_programs`. When this template makes the same programs and
     # the edit opened no knob values (`old_knobs` known), the old search stands and the
-    # search stops after the replay (`Search.stands_on`).
+    # search stops after the replay (`search.old_search_stands`).
     old_programs: tuple[tuple[dict[str, Any], str], ...] = ()
     # A share of a time budget (`retune --budget`, budget.py): the search stops when
     # tune_workload has run this long less what the finals need; never before its
@@ -146,7 +146,9 @@ class TuneOutcome:
     curve: tuple[tuple[int, float], ...]  # (trial index, best-so-far GFLOPS), 1-based
     space_size: int  # points in all design spaces together
     design_spaces: int
-    noise_check: Measured  # the default configuration before the search (noise check)
+    # The default configuration before the search (noise check); None when the old
+    # search stood and the finals' default was the noise check.
+    noise_check: Measured | None
     workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
     flop: float = 0.0
     # Timings and counts (seconds): correctness_s, baseline_s, setup_s, first_trial_s,

@@ -19,7 +19,7 @@ The child also keys each record by the program the old template made of it
 (`builder.program_key`, the scheduled module's structural hash). When the new template
 makes the same program of every one, and opens no knob values, the edit changed
 nothing the old search measured, and a re-tune may stop after its replay
-(`old_programs`, `Search.stands_on`).
+(`old_programs`, `search.old_search_stands`).
 """
 
 from __future__ import annotations

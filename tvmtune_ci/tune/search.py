@@ -91,6 +91,42 @@ def failure_kinds(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def old_search_stands(req: TuneRequest, wl: Any) -> str | None:
+    """Why the old log's search still stands on the edited template, in words; None when
+    it does not. It stands when the edit opened no knob values (the old declaration is
+    known: `history.probes` finds none) and this template makes the same program of every
+    old record as the old template did (`req.old_programs`, `priors.old_programs`),
+    compared up to the first that differs. Then a search would measure the same programs
+    in the same space again. What the edit changed (a dead statement, a renamed
+    variable, a helper's other function) changed no kernel; an edit of a loop order, an
+    annotation or the computation changes the programs, and the search runs.
+
+    The check sees the programs the old search measured, not the points it never
+    sampled: an edit that changes only those (a branch on a knob combination no record
+    holds) is not seen. Measured (bench_warmstart): after a no-op edit the warm stop rule
+    still searched 24-192 trials, because its own search had to match the replayed old
+    best; on a fast CPU the search is most of a re-tune's seconds."""
+    from ..core.history import probes
+    from .builder import program_key, schedule_config
+
+    if not (req.replay and req.old_programs and req.old_knobs is not None):
+        return None
+    if probes(req.replay[0], req.old_knobs, req.template.KNOBS, dict(wl.params), req.target, limit=1):
+        return None  # values the old search never saw
+    for kv, key in req.old_programs:
+        if not key:
+            return None  # a configuration the edit repaired
+        try:
+            sch = schedule_config(req.template, wl, kv, req.target)
+        except (TuningError, TemplateError):
+            return None
+        if program_key(sch) != key:
+            return None
+    return (f"the edit changed none of the {len(req.old_programs)} programs the old log measured "
+            "(each old configuration makes the same module as before) and opened no knob "
+            "values: the old search stands; the replay and the finals re-measured its best")
+
+
 def _rand_state(seed: int, done: int) -> int:
     """The TuneContext seed: the request's, moved on by the trials a resume starts from
     (so a resumed search does not replay the first run's random draws)."""
@@ -211,8 +247,8 @@ class Search:
         self.matched_at: int | None = None  # own trials when the search matched it
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
-        # Why the old log's search still stands on the edited template (`stands_on`):
-        # then the search is not run. None: it is.
+        # Why the old log's search still stands on the edited template
+        # (`old_search_stands`, set by the tuner): then the search is not run.
         self.stands: str | None = None
 
     @property
@@ -457,42 +493,6 @@ class Search:
                                 f"the noise (±{band:.1%}) and none was measured")
             return True
         return False
-
-    def stands_on(self, old: Sequence[tuple[Mapping[str, Any], str]]) -> str | None:
-        """Whether the edit changed any program the old log's search measured: this
-        template's program of each old record (`old`: its configuration here, the key of
-        the old template's program of it, `priors.old_programs`) against the old one, up
-        to the first that differs. When none does, the old search stands: on the same
-        space (the caller checks that the edit opened no knob values) it would measure
-        the same programs again. What the edit changed (a comment the fingerprint keeps, a
-        dead statement, a helper's other function) changed no kernel; an edit that
-        changes a loop order, an annotation or the computation changes the programs and
-        keeps the search. Then `stands` says so in words, and `run()` does not search.
-
-        Measured (bench_warmstart): after a no-op edit the warm rule still searched 24-192
-        trials, because its own search had to match the replayed old best, and on a fast
-        CPU the search is most of a re-tune's seconds."""
-        from .builder import program_key, schedule_config
-
-        t0 = time.perf_counter()
-        try:
-            for kv, key in old:
-                if not key:
-                    return None
-                try:
-                    sch = schedule_config(self.req.template, self.wl, kv, self.req.target)
-                except (TuningError, TemplateError):
-                    return None
-                if program_key(sch) != key:
-                    return None
-        finally:
-            self._time("stands_s", t0)
-        if not old:
-            return None
-        self.stands = (f"the edit changed none of the {len(old)} programs the old log measured "
-                       "(each old configuration makes the same module as before) and opened no "
-                       "knob values: the old search stands, and the replay re-measured its best")
-        return self.stands
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
         """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""

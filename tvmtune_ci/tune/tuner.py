@@ -6,7 +6,10 @@
 2. `measure_baseline`: the noise check; the default configuration's latency.
 3. the search (`search.Search`): a history replay and the old log's records first
    when the template was edited, then MetaSchedule's `EvolutionarySearch` with an
-   `XGBModel`, batch by batch, resumable from its journal (`journal.py`).
+   `XGBModel`, batch by batch, resumable from its journal (`journal.py`). When the
+   edit changed none of the programs the old log measured (`old_search_stands`),
+   the replay only: the old search stands, and the finals' default is the noise
+   check (step 2 is not run).
 4. the finals (`measure.finals`): the search's top `finalists`, the default
    configuration and the previous best (when given) re-measured in interleaved
    rounds; the winner is chosen on that data and its numerics checked. A previous
@@ -36,7 +39,7 @@ from .builder import make_builder
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
 from .numerics import check_correct
 from .runners import make_runner
-from .search import Search, failure_kinds
+from .search import Search, failure_kinds, old_search_stands
 from .space import knobs_key
 from .workload import resolve
 
@@ -135,6 +138,22 @@ def run_finals(
 
 
 
+def usable_in_finals(results: Sequence[FinalResult], measure: Any, where: str) -> None:
+    """The noise check of a run that had none before the finals (its old search stood):
+    the default's interval in the finals, within `measure.usable_precision`, or
+    TuningError as `measure_baseline` would have raised."""
+    d = next((r for r in results if r.finalist.role == "default"), None)
+    est = d.estimate if d is not None else None
+    if est is not None and est.rel_halfwidth <= measure.usable_precision:
+        return
+    reached = "nothing" if est is None else f"±{est.rel_halfwidth:.1%} in {est.n} samples"
+    raise TuningError(
+        f"runner too noisy: the default configuration of {where} reached only {reached} in the "
+        f"finals, worse than measure.usable_precision ±{measure.usable_precision:.1%}; run on an "
+        "idle runner (stop other jobs; `tvmtune-ci retune` alone on a dedicated self-hosted "
+        "runner), or give it more time: raise measure.time_cap_s in tvmtune.yaml")
+
+
 @dataclass(frozen=True)
 class Assembled:
     """The finals turned into what the log and the manifest say (`assemble`)."""
@@ -150,7 +169,7 @@ class Assembled:
 
 def assemble(
     entries: Sequence[dict[str, Any]], fin: _FinalsOutcome, extra: Mapping[str, Any], flop: float,
-    noise: Measured, full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+    noise: Measured | None, full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
 ) -> Assembled:
     """Plain data work after the finals: the search's trials put on the finals' scale,
     the finalists' records given their finals estimates (a search finalist tied with a
@@ -214,6 +233,7 @@ def assemble(
     assert best is not None
     if baseline is None:  # the default could not be measured in the finals
         baseline = noise
+    assert baseline is not None  # without a noise check, usable_in_finals saw the default
     # On the finals' scale, as the log ranks them; the search's own number kept.
     search_top = [
         Measured(full(e["knobs"]), e["latency_s"] * scale,
@@ -268,7 +288,12 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         builder = make_builder(str(Path(req.work_dir) / "artifacts"))
         check_correct(template, wl, req.target, rpc=req.rpc)  # 1
         t = lap("correctness_s", t_start)
-        noise = measure_baseline(
+        # An edit that changed no program the old log measured: its search stands, and no
+        # search runs. The finals measure the default anyway, so they are its noise check
+        # (the one before the search costs a slow default ~11 samples: 11 s at 1024^3).
+        stands = old_search_stands(req, wl)
+        t = lap("stands_s", t)
+        noise = None if stands else measure_baseline(
             template, wl, req.target, req.measure, runner=runner, warn=req.warn
         )  # 2
         t = lap("baseline_s", t)
@@ -294,22 +319,25 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                     if found:
                         p = search.replay(found, source="new_region")
                         replay = replace(replay, probes=p.measured)
-                    elif req.old_programs and replay.old_best_correct:
-                        # No knob value opened: if no program changed either, the old
-                        # search stands (the replay re-measured its best on this template).
-                        search.stands_on(req.old_programs)
                 t = lap("replay_s", t)
             replay = replace(replay, prior=n_prior)
             if not replay.old_best_correct:  # the old best is a finalist only if it works
                 req = replace(req, previous_knobs=None)
             elif req.previous_knobs is None:
                 req = replace(req, previous_knobs=dict(req.replay[0]))
+        if stands and replay is not None and replay.old_best_correct and not search.resumed:
+            search.stands = stands
+        elif noise is None:  # it did not stand after all (the old best computes wrong now)
+            noise = measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+            t = lap("baseline_s", t)
         stop_reason = search.run()
         stats_.update(search.stats)
         t = time.perf_counter()
         entries = search.journal.trials
         fin = run_finals(req, entries, runner, builder)  # 5
         lap("finals_s", t)
+        if noise is None:
+            usable_in_finals(fin.results, req.measure, f"{template_name(template)}/{name}")
         # The records of finalists that are not search trials (the default or the
         # previous best winning) are made from their schedules.
         extra: dict[str, dict[str, Any]] = {}
