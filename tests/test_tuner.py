@@ -660,6 +660,22 @@ def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     assert got_tied == tied
 
 
+def test_without_a_noise_check_before_them_the_finals_default_must_be_usable() -> None:
+    """A run whose old search stood had no noise check before the finals: the default's
+    interval there decides, with measure.usable_precision as the limit."""
+    from dataclasses import replace
+
+    from tvmtune_ci.tune.tuner import usable_in_finals
+
+    usable_in_finals([_final("search", 1.0), _final("default", 2.0, rel=0.2)], FAST, "mm/m64")
+    with pytest.raises(TuningError, match=r"runner too noisy: the default configuration of mm/m64 "
+                                          r"reached only ±60.0% in 50 samples in the finals"):
+        usable_in_finals([_final("search", 1.0), _final("default", 2.0, rel=0.6)],
+                         replace(FAST, usable_precision=0.25), "mm/m64")
+    with pytest.raises(TuningError, match="reached only nothing in the finals"):
+        usable_in_finals([_final("search", 1.0), _final("default", 2.0, error="timeout")], FAST, "mm/m64")
+
+
 def _trial(i: int, a: int, latency: float | None) -> dict:
     return {"trial": i, "batch": 1, "space": 0, "knobs": {"a": a}, "latency_s": latency,
             "error": None if latency is not None else "build failed", "device": "local",
