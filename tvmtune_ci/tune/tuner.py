@@ -137,7 +137,6 @@ def run_finals(
             ]
 
 
-
 def usable_in_finals(results: Sequence[FinalResult], measure: Any, where: str) -> None:
     """The noise check of a run that had none before the finals (its old search stood):
     the default's interval in the finals, within `measure.usable_precision`, or
