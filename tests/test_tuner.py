@@ -181,6 +181,19 @@ def test_outcome_is_complete_and_best_beats_baseline(tuned) -> None:
     assert out.stats["first_trial_s"] < out.stats["total_s"]
 
 
+def test_a_replayed_old_best_that_no_longer_works_leaves_the_noise_check_to_the_default(
+        tuned, tmp_path: Path) -> None:
+    """The old best's knob value is gone from the edited template: it is not measured,
+    so the default is sampled before the search as in a cold run."""
+    template, out, _ = tuned
+    gone = dict(out.best.knobs, unroll=7)
+    warm = tune_workload(request(template, tmp_path / "warm", trials=8,
+                                 replay=(gone, dict(out.best.knobs))))
+    assert warm.replay is not None and not warm.replay.old_best_correct
+    assert warm.noise_check is not None and warm.noise_check.stage == "single"
+    assert warm.noise_check.knobs == warm.baseline.knobs
+
+
 def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> None:
     """Knob names read back from a trace give the same program the search measured."""
     import tvm
@@ -539,6 +552,9 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     own = sum(r.get("source") != "replay" for r in warm.records)
     assert own <= 96, own  # 60% of the budget
     assert warm.replay is not None and warm.replay.probes == 0  # the space did not change
+    # Its noise check was the replayed old best: the default was not sampled before the search.
+    assert warm.noise_check is not None and warm.noise_check.stage == "replay"
+    assert warm.stats["baseline_s"] < 0.05 and warm.baseline.stage == "finals"
 
 
 def _old_programs(template, out) -> tuple[tuple[dict, str], ...]:  # noqa: ANN001
@@ -572,9 +588,11 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
     assert [r for r in warm.records if r["trial"] > 0 and r.get("source") != "replay"] == []
     assert warm.trials.run == sum(r.get("source") == "replay" for r in warm.records) > 0
     assert warm.previous is not None  # the old best, a finalist
-    # No noise check before the finals: the finals' default was it.
-    assert warm.noise_check is None and warm.baseline.stage == "finals"
-    assert "baseline_s" not in warm.stats or warm.stats["baseline_s"] < 0.05
+    # The noise check was the old best as the replay measured it; the default was sampled
+    # only in the finals.
+    assert warm.noise_check is not None and warm.noise_check.stage == "replay"
+    assert warm.noise_check.knobs == warm.previous.knobs and warm.baseline.stage == "finals"
+    assert warm.stats["baseline_s"] < 0.05
 
     parallel = make_template(tmp_path, "mm_parallel", extra="sch.parallel(i0)\n")
     searched = tune_workload(request(parallel, tmp_path / "parallel", trials=48, replay=replay,
@@ -660,20 +678,19 @@ def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     assert got_tied == tied
 
 
-def test_without_a_noise_check_before_them_the_finals_default_must_be_usable() -> None:
-    """A run whose old search stood had no noise check before the finals: the default's
-    interval there decides, with measure.usable_precision as the limit."""
+def test_a_retune_with_history_checks_the_noise_on_the_replayed_old_best() -> None:
+    """Its interval within measure.usable_precision: the noise check, stage `replay`;
+    wider, or not measured: None (the default is sampled as in a cold run)."""
     from dataclasses import replace
 
-    from tvmtune_ci.tune.tuner import usable_in_finals
+    from tvmtune_ci.tune.tuner import replay_noise_check
 
-    usable_in_finals([_final("search", 1.0), _final("default", 2.0, rel=0.2)], FAST, "mm/m64")
-    with pytest.raises(TuningError, match=r"runner too noisy: the default configuration of mm/m64 "
-                                          r"reached only ±60.0% in 50 samples in the finals"):
-        usable_in_finals([_final("search", 1.0), _final("default", 2.0, rel=0.6)],
-                         replace(FAST, usable_precision=0.25), "mm/m64")
-    with pytest.raises(TuningError, match="reached only nothing in the finals"):
-        usable_in_finals([_final("search", 1.0), _final("default", 2.0, error="timeout")], FAST, "mm/m64")
+    loose = replace(FAST, usable_precision=0.25)
+    got = replay_noise_check(Estimate(1e-3, 0.98e-3, 1.02e-3, 30), {"x": 1}, 2e6, loose)
+    assert got is not None and got.stage == "replay" and got.knobs == {"x": 1} and got.n == 30
+    assert got.latency_s == 1e-3 and got.gflops == pytest.approx(2.0)
+    assert replay_noise_check(Estimate(1e-3, 0.4e-3, 1.6e-3, 30), {"x": 1}, 2e6, loose) is None
+    assert replay_noise_check(None, {"x": 1}, 2e6, loose) is None
 
 
 def _trial(i: int, a: int, latency: float | None) -> dict:

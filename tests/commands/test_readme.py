@@ -66,20 +66,27 @@ def test_readme_killed_while_publishing_leaves_a_whole_set_and_the_rerun_finishe
 
 
 def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
-    """The default configuration before the search and in the finals: within the noise,
-    or beyond both intervals (then the README says which numbers still hold)."""
+    """The noise check before the search against the same configuration in the finals:
+    within the noise, or beyond both intervals (then the README says which numbers still
+    hold). A re-tune with history checked the noise on the old best, in its replay."""
     from tvmtune_ci.core.manifest import Measured
     from tvmtune_ci.publish.readme import _drift
 
-    knobs = {"tile": [4, 4]}
+    knobs, old_best = {"tile": [4, 4]}, {"tile": [16, 1]}
 
-    def m(lat: float, rel: float = 0.01) -> Measured:
-        return Measured(knobs, lat, None, lat * (1 - rel), lat * (1 + rel), 20, "finals")
+    def m(lat: float, rel: float = 0.01, kv: dict = knobs) -> Measured:
+        return Measured(kv, lat, None, lat * (1 - rel), lat * (1 + rel), 20, "finals")
 
-    quiet = _drift(m(1e-3), m(1.002e-3))
-    assert "measured 1 ms ± 1.0% before the search" in quiet and "(1.00x): within the noise" in quiet
-    moved = _drift(m(1e-3), m(1.3e-3))
+    default = m(1.002e-3)
+    quiet = _drift(m(1e-3), [default, None], default)
+    assert "the default configuration measured 1 ms ± 1.0% before the search" in quiet
+    assert "(1.00x): within the noise" in quiet
+    moved = _drift(m(1e-3), [m(1.3e-3)], m(1.3e-3))
     assert "(1.30x): beyond both intervals, this runner changed speed during the run" in moved
     assert "the speedup and the ranking are measured side by side" in moved
-    assert _drift(None, m(1e-3)) == ""
-    assert _drift(Measured({"tile": [16, 1]}, 1e-3), m(1e-3)) == ""  # not the same configuration
+    assert _drift(None, [default], default) == ""
+    assert _drift(m(1e-3, kv={"tile": [8, 2]}), [default], default) == ""  # not in the finals
+    # The old best: replayed before the search, the previous best in the finals.
+    warm = _drift(m(2e-4, kv=old_best), [default, m(2.1e-4, kv=old_best)], default)
+    assert warm.startswith("runner drift: the old best measured 200 us ± 1.0% in the history replay, "
+                           "before the search, and 210 us ± 1.0% in the finals (1.05x)"), warm

@@ -78,16 +78,22 @@ def _facts_sentence(facts: dict[str, Any]) -> str:
             f"lanes), {regs} vector registers")
 
 
-def _drift(start: Measured | None, end: Measured) -> str:
+def _drift(start: Measured | None, finals: Sequence[Measured | None], default: Measured) -> str:
     """How far the runner's speed moved during the run, in words ("" if unknown): the
-    default configuration before the search against the same in the finals."""
-    if start is None or start.latency_s <= 0 or not start.knobs == end.knobs:
+    noise check before the search (the default configuration, or in a re-tune with
+    history the old best as its replay measured it) against the same configuration in
+    the finals (the first of `finals` with its knobs)."""
+    if start is None or start.latency_s <= 0:
+        return ""
+    end = next((m for m in finals if m is not None and m.knobs == start.knobs), None)
+    if end is None:
         return ""
     ratio = end.latency_s / start.latency_s
     apart = (start.ci_lo_s is not None and end.ci_lo_s is not None and start.ci_hi_s is not None
              and end.ci_hi_s is not None and (end.ci_lo_s > start.ci_hi_s or end.ci_hi_s < start.ci_lo_s))
-    said = (f"runner drift: the default configuration measured {_lat(start)} before the search "
-            f"and {_lat(end)} in the finals ({ratio:.2f}x)")
+    what, when = (("the default configuration", "before the search") if start.knobs == default.knobs
+                  else ("the old best", "in the history replay, before the search,"))
+    said = f"runner drift: {what} measured {_lat(start)} {when} and {_lat(end)} in the finals ({ratio:.2f}x)"
     if apart:
         return (said + ": beyond both intervals, this runner changed speed during the run. The "
                 "latencies above hold for the minutes of the finals; the speedup and the ranking "
@@ -243,7 +249,7 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
                      f"{g.get('registers_per_block', 0):,} registers per block ({g.get('registers')} "
                      f"per thread x {g.get('threads')} threads), {g.get('spill_bytes', 0)} bytes "
                      "spilled")
-    drift = _drift(r.noise_check, r.baseline)
+    drift = _drift(r.noise_check, (r.baseline, r.previous_best, r.best), r.baseline)
     if drift:
         lines.append(f"- {drift}")
     if r.previous_best is not None and r.history is None:

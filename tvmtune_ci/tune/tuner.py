@@ -3,13 +3,13 @@
 `tune_workload(req)` runs these steps, each a function of its own:
 
 1. `check_correct`: the default configuration against `reference` (TuningError first).
-2. `measure_baseline`: the noise check; the default configuration's latency.
+2. the noise check: `measure_baseline` samples the default configuration; a re-tune
+   with history takes the old best as its replay measured it (`replay_noise_check`).
 3. the search (`search.Search`): a history replay and the old log's records first
    when the template was edited, then MetaSchedule's `EvolutionarySearch` with an
    `XGBModel`, batch by batch, resumable from its journal (`journal.py`). When the
    edit changed none of the programs the old log measured (`old_search_stands`),
-   the replay only: the old search stands, and the finals' default is the noise
-   check (step 2 is not run).
+   the replay only: the old search stands.
 4. the finals (`measure.finals`): the search's top `finalists`, the default
    configuration and the previous best (when given) re-measured in interleaved
    rounds; the winner is chosen on that data and its numerics checked. A previous
@@ -137,20 +137,19 @@ def run_finals(
             ]
 
 
-def usable_in_finals(results: Sequence[FinalResult], measure: Any, where: str) -> None:
-    """The noise check of a run that had none before the finals (its old search stood):
-    the default's interval in the finals, within `measure.usable_precision`, or
-    TuningError as `measure_baseline` would have raised."""
-    d = next((r for r in results if r.finalist.role == "default"), None)
-    est = d.estimate if d is not None else None
-    if est is not None and est.rel_halfwidth <= measure.usable_precision:
-        return
-    reached = "nothing" if est is None else f"±{est.rel_halfwidth:.1%} in {est.n} samples"
-    raise TuningError(
-        f"runner too noisy: the default configuration of {where} reached only {reached} in the "
-        f"finals, worse than measure.usable_precision ±{measure.usable_precision:.1%}; run on an "
-        "idle runner (stop other jobs; `tvmtune-ci retune` alone on a dedicated self-hosted "
-        "runner), or give it more time: raise measure.time_cap_s in tvmtune.yaml")
+def replay_noise_check(
+    est: stats.Estimate | None, knobs: Mapping[str, Any], flop: float, measure: Any
+) -> Measured | None:
+    """The noise check of a re-tune with history: the old best as its replay measured it,
+    before the search, when its interval is within `measure.usable_precision` (else None:
+    the default is sampled as in a cold run). The search judges candidates near the old
+    best, so the noise around it is the one that matters; the default, often far slower,
+    costs a 1024^3 matmul ~11 s of samples (bench_warmstart, Zen 4) and is measured in
+    the finals anyway."""
+    if est is None or not est.rel_halfwidth <= measure.usable_precision:
+        return None
+    stopped = "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap"
+    return measured(knobs, est, flop, "replay", stopped)
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ class Assembled:
 
     records: list[Trial]  # every trial on the finals' scale, plus a winner not searched
     best: Measured
-    baseline: Measured  # the default in the finals (else the noise check's)
+    baseline: Measured  # the default in the finals (else the noise check's, when it was the default)
     previous: Measured | None
     top: list[Measured]  # best first, the other finalists, then the search's on the finals' scale
     final_results: tuple[dict[str, Any], ...]
@@ -230,9 +229,12 @@ def assemble(
             e["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
             e["record"] = [e["record"][0], [value], *e["record"][2:]]
     assert best is not None
-    if baseline is None:  # the default could not be measured in the finals
-        baseline = noise
-    assert baseline is not None  # without a noise check, usable_in_finals saw the default
+    if baseline is None and noise is not None and noise.knobs == full(None):
+        baseline = noise  # the default could not be measured in the finals
+    if baseline is None:
+        raise TuningError("the default configuration could not be measured in the finals: "
+                          + "; ".join(str(r.error)[:200] for r in fin.results
+                                      if r.finalist.role == "default"))
     # On the finals' scale, as the log ranks them; the search's own number kept.
     search_top = [
         Measured(full(e["knobs"]), e["latency_s"] * scale,
@@ -288,17 +290,18 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         check_correct(template, wl, req.target, rpc=req.rpc)  # 1
         t = lap("correctness_s", t_start)
         # An edit that changed no program the old log measured: its search stands, and no
-        # search runs. The finals measure the default anyway, so they are its noise check
-        # (the one before the search costs a slow default ~11 samples: 11 s at 1024^3).
+        # search runs (the replay and the finals re-measure its best).
         stands = old_search_stands(req, wl)
         t = lap("stands_s", t)
-        noise = None if stands else measure_baseline(
-            template, wl, req.target, req.measure, runner=runner, warn=req.warn
-        )  # 2
-        t = lap("baseline_s", t)
         search = Search(req, builder, runner, t_start)  # 3 + 4
         t = lap("setup_s", t)
         stats_["resumed"] = float(search.resumed)
+        # A re-tune with history takes its noise check from the replay (the old best);
+        # a cold run, or a resumed one (its replay is in the journal), samples the default.
+        noise = None if req.replay and not search.resumed else measure_baseline(
+            template, wl, req.target, req.measure, runner=runner, warn=req.warn
+        )  # 2
+        t = lap("baseline_s", t)
         # The old log's other records teach the cost model before anything is measured
         # (also on a resume: the model is not saved).
         n_prior = search.train_prior(req.prior) if req.prior else 0
@@ -324,19 +327,20 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                 req = replace(req, previous_knobs=None)
             elif req.previous_knobs is None:
                 req = replace(req, previous_knobs=dict(req.replay[0]))
-        if stands and replay is not None and replay.old_best_correct and not search.resumed:
-            search.stands = stands
-        elif noise is None:  # it did not stand after all (the old best computes wrong now)
+        if noise is None and replay is not None and replay.old_best_correct:
+            noise = replay_noise_check(search.old_best, full_knobs(template, wl, req.replay[0], req.target),
+                                       search.flop, req.measure)
+        if noise is None:  # the old best computes wrong now, or its replay was too noisy
             noise = measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
             t = lap("baseline_s", t)
+        if stands and replay is not None and replay.old_best_correct and not search.resumed:
+            search.stands = stands
         stop_reason = search.run()
         stats_.update(search.stats)
         t = time.perf_counter()
         entries = search.journal.trials
         fin = run_finals(req, entries, runner, builder)  # 5
         lap("finals_s", t)
-        if noise is None:
-            usable_in_finals(fin.results, req.measure, f"{template_name(template)}/{name}")
         # The records of finalists that are not search trials (the default or the
         # previous best winning) are made from their schedules.
         extra: dict[str, dict[str, Any]] = {}
