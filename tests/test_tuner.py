@@ -567,6 +567,29 @@ def _old_programs(template, out) -> tuple[tuple[dict, str], ...]:  # noqa: ANN00
 
 
 @pytest.mark.slow
+def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm rule waits for a batch the cost model expects nothing from; a model
+    that always expects a gain (here: told so, at its output) must not make a warm run
+    longer than a cold one: the cold rule (patience batches without a measured gain,
+    after its warm-up) ends it, and the README says both."""
+    from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
+
+    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=32,
+                                early_stop=EarlyStop(patience=2)))
+    replay, prior = _old_log(old)
+    monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 1.0)
+    edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
+    warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
+                                 early_stop=EarlyStop(patience=2, min_improvement=0.05)))
+    assert warm.trials.stop_reason == "early_stop", warm.trials
+    assert warm.trials.stop_detail.startswith("matched the old best after "), warm.trials
+    assert "then 2 batches without a gain beyond the noise (early stop" in warm.trials.stop_detail
+    own = sum(r.get("source") != "replay" for r in warm.records)
+    assert WARMUP_SAMPLES <= own < 400, own  # the warm-up, then 2 batches (the last one in it counts)
+
+
+@pytest.mark.slow
 def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_after_one_that_did(
         tmp_path: Path) -> None:
     """A no-op edit with the old log's programs known: the replay re-measures the old

@@ -98,9 +98,11 @@ class WorkloadResult:
     best_source: str = "search"
     # History replay after a template edit (history.ReplayReport.to_json()), or None.
     history: dict[str, Any] | None = None
-    # The default configuration measured before the search (the noise check), minutes
-    # before `baseline` (the same configuration in the finals): how far this runner's
-    # speed moved during the run. None in manifests written before it was recorded.
+    # The noise check before the search: the default configuration (stage "single"),
+    # minutes before `baseline` (the same configuration in the finals), or in a re-tune
+    # with history the old best as its replay measured it (stage "replay"), minutes
+    # before `previous_best`: how far this runner's speed moved during the run. None in
+    # manifests written before it was recorded.
     noise_check: Measured | None = None
     # Bytes one run moves at the least (its buffers: measure.workload_bytes); 0 when not
     # recorded. GB/s = bytes_moved / latency.

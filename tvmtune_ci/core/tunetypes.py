@@ -146,8 +146,8 @@ class TuneOutcome:
     curve: tuple[tuple[int, float], ...]  # (trial index, best-so-far GFLOPS), 1-based
     space_size: int  # points in all design spaces together
     design_spaces: int
-    # The default configuration before the search (noise check); None when the old
-    # search stood and the finals' default was the noise check.
+    # The noise check before the search: the default configuration (stage "single"), or
+    # in a re-tune with history the old best as the replay measured it (stage "replay").
     noise_check: Measured | None
     workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
     flop: float = 0.0

@@ -242,9 +242,10 @@ class Search:
         self.stats: dict[str, float] = {}
         self.batches = 0
         # A re-tune with history: the old best on the new template, as the replay
-        # measured it (None: a cold search, which keeps the cold rule).
+        # measured it (None: a cold search, which has only the cold rule).
         self.old_best: stats.Estimate | None = None
         self.matched_at: int | None = None  # own trials when the search matched it
+        self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
         # Why the old log's search still stands on the edited template
@@ -400,10 +401,13 @@ class Search:
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
-            if self.old_best is not None:
-                if self._warm_stop(improved, gain):
-                    return "matched_history"
-                continue
+            if self.old_best is not None and self._warm_stop(improved, gain):
+                return "matched_history"
+            # The cold rule, in a re-tune with history too: there it is the ceiling, so a
+            # warm run never searches longer than a cold one would. Without it the warm
+            # rule alone ran 116 and 196 trials where its model kept expecting gains
+            # beyond the noise and cold stopped at 64-96 (bench_warmstart, Zen 4 run E,
+            # Xeon run B).
             # Batches before the cost model has WARMUP_SAMPLES valid trials are a random
             # search; they do not count toward patience. Replayed trials (history) do
             # not count either: a search seeded near the old best cannot beat it
@@ -421,6 +425,12 @@ class Search:
                 self.progress.stale_batches += 1
             patience = req.early_stop.patience
             if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+                if self.matched_at is not None:
+                    self.stop_detail = (
+                        f"matched the old best after {self.matched_at} trials of its own; then "
+                        f"{patience} batch{'es' if patience > 1 else ''} without a gain beyond the "
+                        "noise (early stop, the cold run's rule), though the cost model still "
+                        "expected one")
                 return "early_stop"
         return "budget"
 
@@ -471,7 +481,9 @@ class Search:
         the replayed old best as the match (no own match needed when the edit opened no
         knob values) was tried on a Zen 5 and not kept: 0.65x cold's seconds, but one
         seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
-        4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C)."""
+        4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C). The cold rule
+        still applies (`_loop`): a model that keeps expecting gains cannot make a warm
+        run longer than a cold one."""
         assert self.old_best is not None
         req = self.req
         own = self._own_best()
@@ -482,11 +494,11 @@ class Search:
         band = self._band(best) if best is not None else req.measure.search_precision
         flat = gain is not None and gain < band
         if improved or self.matched_at is None or not flat:
-            self.progress.stale_batches = 0
+            self.warm_stale = 0
         else:
-            self.progress.stale_batches += 1
+            self.warm_stale += 1
         patience = min(req.early_stop.patience, WARM_PATIENCE)
-        if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
+        if patience > 0 and self.warm_stale >= patience and self.done < req.trials:
             batches = f"for {patience} batches" if patience > 1 else "for a batch"
             self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own; "
                                 f"{batches} the cost model expected no gain beyond "
