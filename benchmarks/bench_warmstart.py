@@ -261,6 +261,9 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             runner.close()
             builder.close()
         est = {r.finalist.key: r.estimate for r in fin}
+        print("  re-measured side by side: " + ", ".join(
+            f"{a} {stats.fmt_latency(est[a].value, est[a].rel_halfwidth)}" if est.get(a) is not None
+            else f"{a} not measured" for a in arms), flush=True)
         row: dict[str, Any] = {
             "edit": edit.name, "what": edit.what, "entry": f"{edit.operator}/{edit.workload}",
             "old": len(old), "mapped": len(mapped), "whole": sum(not m.reset for m in mapped),

@@ -701,6 +701,27 @@ def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     assert got_tied == tied
 
 
+def test_the_warm_rule_matches_the_old_best_with_the_searchs_own_proposals_only() -> None:
+    """Neither the replay nor the probes of an opened region (the old best with one knob
+    moved) count as the search matching the old best; a failed or raced trial neither."""
+    from types import SimpleNamespace
+
+    from tvmtune_ci.tune.search import Search
+
+    def entry(lat: float, source: str | None = None, **kw: object) -> dict:
+        e = {"error": None, "latency_s": lat, "ci": [lat * 0.99, lat * 1.01], "n": 20,
+             "stage": "search", **kw}
+        return {**e, "source": source} if source else e
+
+    def own(*trials: dict) -> float | None:
+        got = Search._own_best(SimpleNamespace(journal=SimpleNamespace(trials=list(trials))))
+        return None if got is None else got.value
+
+    assert own(entry(1.0, "replay"), entry(1.01, "new_region")) is None
+    assert own(entry(1.0, "replay"), entry(1.01, "new_region"), entry(1.3)) == 1.3
+    assert own(entry(1.3), entry(0.5, stage="probe"), entry(0.4, error="wrong result")) == 1.3
+
+
 def test_a_retune_with_history_checks_the_noise_on_the_replayed_old_best() -> None:
     """Its interval within measure.usable_precision: the noise check, stage `replay`;
     wider, or not measured: None (the default is sampled as in a cold run)."""

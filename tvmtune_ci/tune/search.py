@@ -437,8 +437,13 @@ class Search:
     # ---- the stop rule of a re-tune with history
 
     def _own_best(self) -> stats.Estimate | None:
+        """The best of the search's own proposals: not the replay, nor the probes of an
+        opened region (the old best with one knob moved, equal to it within the noise
+        by construction). Counting the probes let the softmax new-candidate edit
+        'match' after its first batch and stop at 21 trials; two of three such stops
+        ended slower than cold (bench_warmstart runs D and F, Zen 4)."""
         ests = [_entry_estimate(e) for e in self.journal.trials
-                if e["error"] is None and e.get("source") != "replay"]
+                if e["error"] is None and e.get("source") is None]
         return min((e for e in ests if e is not None), key=lambda e: e.value, default=None)
 
     def _band(self, a: stats.Estimate) -> float:
