@@ -782,6 +782,25 @@ def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
     assert len(a.records) == 4  # the winner was searched: nothing added
 
 
+def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only_if_it_was_the_default(
+) -> None:
+    """The default lost in the finals (a timeout): its noise check stands in when that was
+    the default; a re-tune with history checked the noise on the old best, so the speedup
+    is unknown and it says what to do."""
+    from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.tune.tuner import assemble
+
+    entries = [_trial(1, 1, 1.0)]
+    lost = FinalResult(Finalist("default", None, "default"), None, error="timeout after 30 s")
+    fin = _fin_of([_finalist("search", 1, 0.9), lost])
+    a = assemble(entries, fin, {}, 2e9, Measured({}, 3.2, None, stage="single"), full=lambda k: dict(k or {}))
+    assert a.baseline.latency_s == 3.2
+    with pytest.raises(TuningError, match=r"could not be measured in the finals \(timeout after 30 s\).*"
+                                          r"re-run `tvmtune-ci retune` on an idle runner"):
+        assemble(entries, fin, {}, 2e9, Measured({"a": 1}, 0.95, None, stage="replay"),
+                 full=lambda k: dict(k or {}))
+
+
 def test_assembling_a_kept_previous_best_logs_its_record_and_the_tie() -> None:
     from tvmtune_ci.core.manifest import Measured
     from tvmtune_ci.tune.tuner import assemble

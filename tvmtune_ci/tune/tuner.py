@@ -232,9 +232,14 @@ def assemble(
     if baseline is None and noise is not None and noise.knobs == full(None):
         baseline = noise  # the default could not be measured in the finals
     if baseline is None:
-        raise TuningError("the default configuration could not be measured in the finals: "
-                          + "; ".join(str(r.error)[:200] for r in fin.results
-                                      if r.finalist.role == "default"))
+        # A re-tune with history sampled the old best, not the default, before the search.
+        raise TuningError(
+            "the default configuration ran in the correctness check but could not be measured "
+            "in the finals ("
+            + "; ".join(str(r.error)[:200] for r in fin.results if r.finalist.role == "default")
+            + "), so the speedup over it is unknown and nothing is written; re-run "
+            "`tvmtune-ci retune` on an idle runner, or raise measure.timeout_s in tvmtune.yaml "
+            "if it timed out")
     # On the finals' scale, as the log ranks them; the search's own number kept.
     search_top = [
         Measured(full(e["knobs"]), e["latency_s"] * scale,
