@@ -144,8 +144,8 @@ def replay_noise_check(
     before the search, when its interval is within `measure.usable_precision` (else None:
     the default is sampled as in a cold run). The search judges candidates near the old
     best, so the noise around it is the one that matters; the default, often far slower,
-    costs a 1024^3 matmul ~11 s of samples (bench_warmstart, Zen 4) and is measured in
-    the finals anyway."""
+    took a 1024^3 matmul 3.5-12 s (bench_warmstart runs D and E, Zen 4) and is measured
+    in the finals anyway."""
     if est is None or not est.rel_halfwidth <= measure.usable_precision:
         return None
     stopped = "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap"
