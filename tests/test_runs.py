@@ -136,6 +136,33 @@ def test_the_headline_is_the_median_over_the_runs_with_their_spread() -> None:
     assert "up to 1.33x its fastest" in noise
 
 
+def test_the_headline_divides_the_runners_own_speed_out() -> None:
+    """The Zen 4's hour (docs/measurement.md): the whole runner slowed by ~5% in its last
+    runs, the compute calibration kernel with every kernel, and the absolute figure left
+    the band its first runs had published. At the runner's usual speed (the figure over
+    the calibration kernel measured in turns with it, times that kernel's median) the
+    slowdown is divided out; the band says how far the absolute figure spread too, and
+    a target without calibration kernels publishes the absolute figure."""
+
+    def at(i: int, best: float, cal: float) -> runs.Run:
+        r = run(i, best)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
+                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+
+    history = [at(i, 1.0 + 0.005 * (i % 2), 0.3) for i in range(8)]
+    history += [at(i, 1.05 * (1.0 + 0.005 * (i % 2)), 0.3 * 1.05) for i in range(8, 13)]
+    value, words = runs.headline(history, "w")
+    assert value == pytest.approx(0.98, rel=1e-3)  # the fastest stretch at the usual speed
+    assert words.startswith("runs spread ±0.5% (13 runs,"), words
+    assert "as measured, without the runner's speed divided out: ±5.0%" in words
+    assert runs.band_of(runs.series(history, "w")).halfwidth > 0.04  # the absolute figure
+    # No calibration kernels (a target without them): the absolute figure, no second band.
+    bare = [runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {}, 0) for r in history]
+    value, words = runs.headline(bare, "w")
+    assert value == pytest.approx(runs.band_of(runs.series(bare, "w")).median)
+    assert "as measured" not in words and words.startswith("runs spread ±5.0%")
+
+
 def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fixes() -> None:
     quiet = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]  # ±1%, calibration modes 1.33x
     assert runs.noise_warning(quiet, ["w"], search_precision=0.5) is None

@@ -194,10 +194,16 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
         misses += precision_misses(wname, r, precision)
     lines += ["", "Chosen knobs:", "", "| workload | knobs |", "|---|---|"]
     lines += [f"| `{w}` | {_knobs_inline(m.results[w].best)} |" for w in sorted(m.results)]
+    usual = (" at the runner's usual speed: in each run, over the compute calibration kernel's "
+             "figure (measured in turns with it), times that kernel's median over the runs")
+    then = ("; then how far the latency as measured moved, the runner's own speed included (what "
+            "`remeasure`'s drift verdict judges)")
     lines += ["", "**Best on this runner**: the best's latency in its fastest 1-s stretch of a "
-              "run (lower quartile), the median over the runs in `runs.jsonl`; **run to run**: how "
-              "far that figure moved between runs on this runner, measured (`tvmtune-ci remeasure "
-              "--record` adds a run): the figure to expect when you measure it there. "
+              "run (lower quartile)" + (usual if any("compute" in r.calibration for r in runs) else "")
+              + "; the median over the runs in `runs.jsonl`. **Run to run**: how far "
+              "that figure moved between runs on this runner, measured (`tvmtune-ci remeasure "
+              "--record` adds a run): the figure to expect when you measure it there"
+              + (then if any("compute" in r.calibration for r in runs) else "") + ". "
               "**This run's finals**: the lower quartile ± half its 95% interval in the re-tune's "
               "interleaved finals, in whatever speed the runner had then; **vs default**: the "
               "speedup over the default configuration in those same finals, its bounds from the two "
