@@ -42,15 +42,15 @@ sys.path.insert(0, str(ROOT))
 from tvmtune_ci.core import runs as R  # noqa: E402
 
 
-def histories() -> dict[str, list[R.Run]]:
+def histories(root: Path = ROOT, raw: bool = True) -> dict[str, list[R.Run]]:
     """runner/operator -> its history, oldest first: every committed set with runs, and
     each bench_drift raw file's last phase-1 history (sets measured in scratch clones)."""
     out: dict[str, list[R.Run]] = {}
-    for path in sorted(ROOT.glob("tuning_logs/*/*/runs.jsonl")):
+    for path in sorted(root.glob("tuning_logs/*/*/runs.jsonl")):
         runs = R.parse_runs(path.read_bytes(), path)
         if len(runs) > 1:
             out[f"{path.parent.name}/{path.parent.parent.name}"] = runs
-    for path in sorted((ROOT / "benchmarks/results").glob("bench_drift*_raw.jsonl")):
+    for path in sorted((ROOT / "benchmarks/results").glob("bench_drift*_raw.jsonl") if raw else ()):
         last: dict[str, list[R.Run]] = {}
         for line in path.read_text().splitlines():
             rec = json.loads(line)
@@ -101,13 +101,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--publish-at", type=int, default=8, help="runs a README's band rests on")
     ap.add_argument("--later", type=int, default=5, help="later runs whose median must land inside")
+    ap.add_argument("--root", type=Path, default=None,
+                    help="only the histories of this clone's tuning_logs (e.g. bench_drift's, after "
+                    "fresh runs: --publish-at the runs its READMEs were published from)")
     args = ap.parse_args()
     cands = ("p25", "fast", "corrected", "chosen", "steadier")
     print(f"# headline figures: published after {args.publish_at} runs, the median of the next "
           f"{args.later} inside that band? rolling windows over every history")
     total = {c: [0, 0] for c in cands}
     first_total = {c: [0, 0] for c in cands}
-    for key, runs in histories().items():
+    found = histories(args.root, raw=False) if args.root else histories()
+    for key, runs in found.items():
         workloads = sorted({w for r in runs for w in r.workloads})
         for wl in workloads:
             res = []

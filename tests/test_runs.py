@@ -156,6 +156,8 @@ def test_the_headline_divides_the_runners_own_speed_out() -> None:
     assert words.startswith("runs spread ±0.5% (13 runs,"), words
     assert "as measured, without the runner's speed divided out: ±5.0%" in words
     assert runs.band_of(runs.series(history, "w")).halfwidth > 0.04  # the absolute figure
+    # `status` shows the band of the same series as the README's headline.
+    assert runs.band_of(runs.headline_series(history, "w")).halfwidth == pytest.approx(0.005, rel=0.01)
     # No calibration kernels (a target without them): the absolute figure, no second band.
     bare = [runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {}, 0) for r in history]
     value, words = runs.headline(bare, "w")

@@ -48,15 +48,16 @@ def read_histories(report: Report) -> list[History]:
 
 
 def band_cell(e: Entry, history: History) -> str:
-    """The widest run-to-run band of the entry's workloads (runs.py), or how many runs
-    the history has while it is too short for one."""
-    from ..core.runs import MIN_REF, PERSIST, band_of, steady_series
+    """The widest run-to-run band of the entry's workloads' headline figure, as their
+    README states it (runs.py), or how many runs the history has while it is too short
+    for one."""
+    from ..core.runs import MIN_REF, PERSIST, band_of, headline_series
 
     if e.manifest is None or history is None:
         return "-"
     if isinstance(history, CorruptFileError):
         return "? (runs.jsonl)"
-    bands = [band_of(steady_series(history, w)) for w in e.manifest.workloads]
+    bands = [band_of(headline_series(history, w)) for w in e.manifest.workloads]
     counts = [b.runs if b else 0 for b in bands]
     if not counts or min(counts) < MIN_REF + PERSIST:
         n = min(counts, default=0)

@@ -484,6 +484,16 @@ def usual_speed_series(runs: Sequence[Run], workload: str) -> list[tuple[str, fl
     return [(at, v * usual) for at, v in series(runs, workload, "fast_vs_compute")]
 
 
+def headline_series(runs: Sequence[Run], workload: str) -> list[tuple[str, float]]:
+    """The series the README's headline and its band rest on: the runs the runner did
+    not disturb (`disturbed`), at the runner's usual speed where they measured the
+    compute calibration kernel, else as measured."""
+    skip = disturbed(runs, workload)
+    kept = [r for r in runs if r.at not in skip]
+    usual = usual_speed_series(kept, workload)
+    return usual if usual is not None else series(kept, workload)
+
+
 def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
     """The README's headline of a workload: the median over the runs of the kernel at the
     runner's usual speed (`usual_speed_series`; the absolute fastest-stretch figure on a
@@ -494,7 +504,7 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
     kept = [r for r in runs if r.at not in skip]
     absolute = series(kept, workload)
     usual = usual_speed_series(kept, workload)
-    pts = usual if usual is not None else absolute
+    pts = headline_series(runs, workload)
     if not pts:
         return None, "no run yet"
     band = band_of(pts)
