@@ -87,6 +87,26 @@ def test_a_reference_with_its_inputs_swapped_gets_the_order_and_a_hint(tmp_path:
     assert "swapping" not in str(info.value)
 
 
+def test_a_replay_computes_the_reference_once_and_a_reference_may_write_its_inputs(tmp_path: Path) -> None:
+    """A history replay checks ten or more configurations of one workload: reference()
+    runs once on the seeded inputs, not once per configuration. It runs on copies, so
+    one that writes into its inputs (here: zeroes A after using it) neither makes the
+    kernel see other inputs nor spoils the next check."""
+    from tvmtune_ci.core.template import import_template
+
+    path = write_template(tmp_path, "mm_counted", reference="_count(A, B)")
+    path.write_text(path.read_text() + "\n\nCALLS = []\n\n\ndef _count(A, B):\n"
+                    "    CALLS.append(1)\n    C = A @ B\n    A[...] = 0\n    return C\n")
+    counted = import_template(path, tmp_path)
+    numerics.check_correct(counted, "m64", TARGET)
+    numerics.check_correct(counted, "m64", TARGET, GOOD)
+    numerics.check_correct(counted, "m64", TARGET, {**GOOD, "unroll": 0})
+    assert len(counted.CALLS) == 1
+    numerics.check_correct(counted, "m32", TARGET)  # another workload: its own inputs
+    numerics.check_correct(counted, "m64", TARGET, seed=1)  # other inputs
+    assert len(counted.CALLS) == 3
+
+
 def test_reference_with_wrong_arity(tmp_path: Path) -> None:
     bad = make_template(tmp_path, "mm_arity", reference="(A @ B, A @ B)")
     with pytest.raises(TemplateError, match="returned 2 array"):
