@@ -165,6 +165,26 @@ def test_the_headline_divides_the_runners_own_speed_out() -> None:
     assert "as measured" not in words and words.startswith("runs spread ±5.0%")
 
 
+def test_a_new_run_is_read_against_the_readmes_headline_and_band() -> None:
+    """What `remeasure` prints for a reader checking the README: the new run's figure at
+    the runner's usual speed of the runs before it, against their headline and band."""
+
+    def at(i: int, best: float, cal: float) -> runs.Run:
+        r = run(i, best)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
+                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+
+    before = [at(i, 1.0 + 0.01 * (i % 3), 0.3) for i in range(8)]  # headline 0.9898, ±1.0%
+    said = runs.against_headline(before, at(8, 1.05, 0.3 * 1.05), "w")  # the runner 5% slower
+    assert said is not None and said.startswith("at the runner's usual speed 980 ms, 0.990x")
+    assert said.endswith("inside its band (±1.0%, 8 runs)"), said
+    said = runs.against_headline(before, at(8, 1.05, 0.3), "w")  # the kernel 5% slower
+    assert said is not None and "1.040x" in said and "outside its band" in said, said
+    said = runs.against_headline(before[:3], at(3, 1.0, 0.3), "w")
+    assert said is not None and said.endswith("(it rests on 3 runs: no band yet)"), said
+    assert runs.against_headline([], at(0, 1.0, 0.3), "w") is None
+
+
 def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fixes() -> None:
     quiet = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]  # ±1%, calibration modes 1.33x
     assert runs.noise_warning(quiet, ["w"], search_precision=0.5) is None

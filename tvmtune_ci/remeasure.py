@@ -180,6 +180,9 @@ def describe(r: Remeasured) -> list[str]:
                                     f"({stats.fmt_latency(f.p25_s)} over the run); ")
         word = {"drift": "DRIFT", "stable": "stable", "inconclusive": "inconclusive"}[v.state]
         line = f"{r.operator}/{r.target}/{v.workload}: {now}{word}: {v.sentence}"
+        readme = runs.against_headline(r.history[:-1], r.run, v.workload)
+        if readme:
+            line += f"; {readme}"
         if v.drifted:
             line += "; " + runner_sentence(r.history)
         out.append(line)

@@ -487,6 +487,8 @@ def test_remeasure_with_a_short_history_is_inconclusive_and_writes_nothing(
     far = "reported at once" in r.stdout
     assert r.returncode == int(far), r.stdout + r.stderr
     assert far or "inconclusive: 6 more runs needed" in r.stdout, r.stdout
+    # A reader checking the README: this run against its headline, which one run makes.
+    assert "x the README's headline" in r.stdout and "(it rests on 1 run: no band yet)" in r.stdout, r.stdout
     assert _set(root) == before  # without --record nothing is written
     j = run_cli(root, "remeasure", "--format", "json")
     (res,) = json.loads(j.stdout)["results"]
@@ -584,6 +586,7 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     assert f"::warning file={FOLDER}/README.md,title=tuning log drifted::mm/host/s128" in r.stdout
     assert "DRIFT" in r.stdout and "slower" in r.stdout and "1 of 1 bests drifted" in r.stdout
     assert "the compute calibration kernel measured" in r.stdout  # the runner's own speed
+    assert "x the README's headline" in r.stdout and "outside its band" in r.stdout, r.stdout
 
 
 def test_remeasure_refuses_another_machine_and_skips_a_stale_entry(

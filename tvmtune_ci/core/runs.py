@@ -475,13 +475,46 @@ def usual_speed_series(runs: Sequence[Run], workload: str) -> list[tuple[str, fl
     median of the next 5 landed inside this figure's band in 47 of 50 windows, the
     absolute figure's in 35. None when a run of the workload lacks the compute kernel
     (a target without calibration kernels)."""
+    usual = usual_speed(runs, workload)
+    if usual is None:
+        return None
+    return [(at, v * usual) for at, v in series(runs, workload, "fast_vs_compute")]
+
+
+def usual_speed(runs: Sequence[Run], workload: str) -> float | None:
+    """The compute calibration kernel's median figure over the runs that measured
+    `workload`: the runner's usual speed, the scale of `usual_speed_series`. None when
+    one of those runs lacks it."""
     pts = series(runs, workload)
     ats = {at for at, _ in pts}
     cal = [r.calibration["compute"].fast_s for r in runs if r.at in ats and "compute" in r.calibration]
     if not pts or len(cal) != len(pts):
         return None
-    usual = statistics.median(cal)
-    return [(at, v * usual) for at, v in series(runs, workload, "fast_vs_compute")]
+    return statistics.median(cal)
+
+
+def against_headline(before: Sequence[Run], run: Run, workload: str) -> str | None:
+    """This run's figure as the README's headline states it (at the runner's usual
+    speed of the runs `before` it) against that headline and its band: what a reader who
+    re-measures the kernel sees. None when `run` did not measure the workload or no run
+    before it did."""
+    f = run.workloads.get(workload)
+    pts = headline_series(before, workload)
+    if f is None or not pts:
+        return None
+    skip = disturbed(before, workload)
+    usual = usual_speed([r for r in before if r.at not in skip], workload)
+    cal = run.calibration.get("compute")
+    now = f.fast_s * usual / cal.fast_s if usual is not None and cal is not None else f.fast_s
+    how = "at the runner's usual speed" if usual is not None and cal is not None else "as measured"
+    band = band_of(pts)
+    assert band is not None
+    ratio = now / band.median
+    said = f"{how} {fmt_latency(now)}, {ratio:.3f}x the README's headline {fmt_latency(band.median)}"
+    if band.runs < MIN_REF + PERSIST:
+        return f"{said} (it rests on {band.runs} run{'s' if band.runs != 1 else ''}: no band yet)"
+    where = "inside" if abs(ratio - 1) <= band.halfwidth else "outside"
+    return f"{said}: {where} its band (±{band.halfwidth:.1%}, {band.runs} runs)"
 
 
 def headline_series(runs: Sequence[Run], workload: str) -> list[tuple[str, float]]:
