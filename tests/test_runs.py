@@ -183,6 +183,12 @@ def test_a_new_run_is_read_against_the_readmes_headline_and_band() -> None:
     said = runs.against_headline(before[:3], at(3, 1.0, 0.3), "w")
     assert said is not None and said.endswith("(it rests on 3 runs: no band yet)"), said
     assert runs.against_headline([], at(0, 1.0, 0.3), "w") is None
+    # A run without the compute calibration kernel cannot divide the runner's speed out:
+    # its figure as measured is not compared with a headline at the usual speed.
+    bare = runs.Run(before[0].at, "remeasure", before[0].host, "0.27.0", 90.0,
+                    {"w": kf(1.05)}, {"memory": kf(3.0)}, 1)
+    said = runs.against_headline(before, bare, "w")
+    assert said is not None and said.startswith("as measured 1.029 s; not compared"), said
 
 
 def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fixes() -> None:

@@ -499,16 +499,22 @@ def against_headline(before: Sequence[Run], run: Run, workload: str) -> str | No
     re-measures the kernel sees. None when `run` did not measure the workload or no run
     before it did."""
     f = run.workloads.get(workload)
-    pts = headline_series(before, workload)
-    if f is None or not pts:
+    basis = _headline_basis(before, workload)
+    if f is None or not basis.points:
         return None
-    skip = disturbed(before, workload)
-    usual = usual_speed([r for r in before if r.at not in skip], workload)
-    cal = run.calibration.get("compute")
-    now = f.fast_s * usual / cal.fast_s if usual is not None and cal is not None else f.fast_s
-    how = "at the runner's usual speed" if usual is not None and cal is not None else "as measured"
-    band = band_of(pts)
+    band = band_of(basis.points)
     assert band is not None
+    cal = run.calibration.get("compute")
+    if basis.usual is not None and cal is None:
+        # The headline divides the runner's speed out; this run cannot: comparing its
+        # figure as measured with it would mix the two.
+        return (f"as measured {fmt_latency(f.fast_s)}; not compared with the README's headline "
+                f"{fmt_latency(band.median)}: this run did not measure the compute calibration "
+                "kernel the headline divides the runner's speed out with")
+    if basis.usual is not None and cal is not None:
+        now, how = f.fast_s * basis.usual / cal.fast_s, "at the runner's usual speed"
+    else:
+        now, how = f.fast_s, "as measured"
     ratio = now / band.median
     said = f"{how} {fmt_latency(now)}, {ratio:.3f}x the README's headline {fmt_latency(band.median)}"
     if band.runs < MIN_REF + PERSIST:
@@ -517,14 +523,32 @@ def against_headline(before: Sequence[Run], run: Run, workload: str) -> str | No
     return f"{said}: {where} its band (±{band.halfwidth:.1%}, {band.runs} runs)"
 
 
+@dataclass(frozen=True)
+class _Basis:
+    """What the README's headline of one workload rests on."""
+
+    points: list[tuple[str, float]]  # its series (date, figure), oldest first
+    absolute: list[tuple[str, float]]  # the same runs' figures as measured
+    usual: float | None  # the runner's usual speed when `points` divide it out, else None
+    left_out: int  # runs left out: the runner was disturbed
+
+
+def _headline_basis(runs: Sequence[Run], workload: str) -> _Basis:
+    skip = disturbed(runs, workload)
+    kept = [r for r in runs if r.at not in skip]
+    absolute = series(kept, workload)
+    usual = usual_speed(kept, workload)
+    if usual is None:
+        return _Basis(absolute, absolute, None, len(skip))
+    pts = [(at, v * usual) for at, v in series(kept, workload, "fast_vs_compute")]
+    return _Basis(pts, absolute, usual, len(skip))
+
+
 def headline_series(runs: Sequence[Run], workload: str) -> list[tuple[str, float]]:
     """The series the README's headline and its band rest on: the runs the runner did
     not disturb (`disturbed`), at the runner's usual speed where they measured the
     compute calibration kernel, else as measured."""
-    skip = disturbed(runs, workload)
-    kept = [r for r in runs if r.at not in skip]
-    usual = usual_speed_series(kept, workload)
-    return usual if usual is not None else series(kept, workload)
+    return _headline_basis(runs, workload).points
 
 
 def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
@@ -533,11 +557,8 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
     target without calibration kernels), and in words how far the runs spread, and how
     far the absolute figure spread (what `remeasure`'s verdict judges), or how many more
     runs a band needs."""
-    skip = disturbed(runs, workload)
-    kept = [r for r in runs if r.at not in skip]
-    absolute = series(kept, workload)
-    usual = usual_speed_series(kept, workload)
-    pts = headline_series(runs, workload)
+    basis = _headline_basis(runs, workload)
+    pts = basis.points
     if not pts:
         return None, "no run yet"
     band = band_of(pts)
@@ -546,11 +567,11 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
         need = MIN_REF + PERSIST - len(pts)
         return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known "
                              f"after {need} more")
-    left = f"; {len(skip)} left out: the runner was disturbed" if skip else ""
+    left = f"; {basis.left_out} left out: the runner was disturbed" if basis.left_out else ""
     words = (f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to "
              f"{band.last}{left})")
-    if usual is not None:
-        raw = band_of(absolute)
+    if basis.usual is not None:
+        raw = band_of(basis.absolute)
         assert raw is not None
         words += f"; as measured, without the runner's speed divided out: ±{raw.halfwidth:.1%}"
     return band.median, words
