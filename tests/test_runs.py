@@ -191,6 +191,29 @@ def test_a_new_run_is_read_against_the_readmes_headline_and_band() -> None:
     assert said is not None and said.startswith("as measured 1.029 s; not compared"), said
 
 
+def test_faster_runs_the_runners_speed_explains_are_no_drift_but_a_faster_kernel_is() -> None:
+    """As on a Zen 4 (zen4-avx2-2c, 2026-12-03): half the reference runs in a whole-run
+    slow mode (the kernel and the compute calibration kernel 1.25x) put the median
+    between the modes; three runs at the usual speed then read faster than the band.
+    Over the calibration kernel the kernel did not move: stable, saying why. A kernel
+    that got faster with the runner as usual is still a drift; a slower one always is."""
+
+    def judged(kernel: list[float], cal: list[float]) -> runs.Verdict:
+        pts = [(f"2026-12-03T{i:02d}:00:00Z", v) for i, v in enumerate(kernel)]
+        return runs.judge("w", pts, runner={"compute": [(at, c) for (at, _), c in zip(pts, cal)]})
+
+    slow = 1.25
+    ref = [1.0, slow, 1.02, 1.24, 1.01, 1.26, 1.03, slow]
+    ref_cal = [0.3 * (v if v > 1.2 else 1.0) for v in ref]
+    v = judged(ref + [0.98, 0.985, 0.98], ref_cal + [0.3] * 3)
+    assert v.state == "stable" and v.ratio is not None and v.ratio < 0.88, v
+    assert "and so was the runner: over the compute calibration kernel" in v.sentence, v.sentence
+    v = judged(ref + [0.85, 0.86, 0.85], ref_cal + [0.3] * 3)
+    assert v.state == "drift" and v.direction == "faster", v
+    v = judged(ref + [1.5, 1.5, 1.5], ref_cal + [0.375] * 3)  # the runner slower: still drift
+    assert v.state == "drift" and v.direction == "slower", v
+
+
 def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fixes() -> None:
     quiet = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]  # ±1%, calibration modes 1.33x
     assert runs.noise_warning(quiet, ["w"], search_precision=0.5) is None

@@ -424,6 +424,8 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
       needed.
     - "drift" when each of the last PERSIST runs lies beyond MARGIN x the reference
       band on the same side (a persistent change, not one odd run); else "stable".
+      Faster runs that the runner's speed explains (`_faster_with_runner`: over the
+      compute calibration kernel the kernel did not move) are "stable", saying so.
     """
     n = len(points)
     if n == 0:
@@ -454,6 +456,12 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
     edge = max(MARGIN * band.halfwidth, MIN_CHANGE)
     if all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent):
         d = "slower" if recent[-1] > 1 else "faster"
+        with_runner = _faster_with_runner(points, runner) if d == "faster" else None
+        if with_runner is not None:
+            return Verdict(workload, "stable",
+                           f"faster than the band of the {len(ref)} runs before (now "
+                           f"{_words(ratio)} their median, beyond their ±{band.halfwidth:.1%}), "
+                           f"and so was the runner: {with_runner}", band, latest, ratio, n)
         return Verdict(workload, "drift",
                        f"the last {PERSIST} runs are all {d} than the band of the {len(ref)} "
                        f"runs before them (beyond {MARGIN:g} x their ±{band.halfwidth:.1%} around "
@@ -461,6 +469,36 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
     return Verdict(workload, "stable",
                    f"within the band: now {_words(ratio)} the median of {len(ref)} earlier "
                    f"runs, which spread ±{band.halfwidth:.1%}", band, latest, ratio, n)
+
+
+def _faster_with_runner(points: Sequence[tuple[str, float]],
+                        runner: Mapping[str, Sequence[tuple[str, float]]] | None) -> str | None:
+    """Why a workload's last PERSIST runs, faster than its band, are the runner's speed
+    and not a faster kernel, in words; None when they are not, or it cannot be told.
+
+    The figure over the compute calibration kernel measured in turns with it (the
+    runner's speed in each run divided out) against the same split of runs: when the
+    last PERSIST are not all beyond its band, the kernel did not change. Only for
+    faster runs: a slower runner is a slower kernel to whoever runs it (a process given
+    less CPU, which the verdict must report), while a faster one asks nothing of anyone.
+    Seen on a Zen 4 (bench_drift, zen4-avx2-2c, 2026-12-03): 3 of the first 8 runs in a
+    whole-run slow mode (every kernel and the calibration 1.24x) put the median between
+    two modes, and 3 later runs at usual speed read 0.80x, "faster" beyond ±17.8%;
+    over the calibration kernel they were 0.97x, within ±19%."""
+    cal = dict((runner or {}).get("compute", ()))
+    if any(at not in cal for at, _ in points):
+        return None
+    over = [(at, v / cal[at]) for at, v in points]
+    n = len(over)
+    band = band_of(over[: n - PERSIST])
+    if band is None:
+        return None
+    recent = [v / band.median for _, v in over[n - PERSIST:]]
+    if all(r < 1 - max(MARGIN * band.halfwidth, MIN_CHANGE) for r in recent):
+        return None
+    return (f"over the compute calibration kernel measured in turns with it the kernel is now "
+            f"{_words(recent[-1])} the median of those runs, within their ±{band.halfwidth:.1%}: "
+            "no change of the kernel")
 
 
 # --------------------------------------------------------------------------- README helpers
