@@ -49,10 +49,10 @@ from .core.fsutil import sha256_bytes
 from .core.git.read import blob_id, last_commit
 from .core.history import ReplayReport
 from .core.layout import LogSet
-from .core.manifest import Manifest, WorkloadResult, encode, read_manifest, seal_files
+from .core.manifest import MANIFEST_FORMAT, Manifest, WorkloadResult, encode, read_manifest, seal_files
 from .core.reasons import Code
 from .core.records import make_log, render_log
-from .core.runs import RUNS_NAME, encode_runs, parse_runs
+from .core.runs import RUNS_NAME, encode_runs, parse_runs, read_runs
 from .core.stats import ESTIMATOR, fmt_latency
 from .core.targetinfo import target_facts
 from .core.template import Knob, TemplateDecl, check_imported_agrees, import_template, read_template
@@ -358,6 +358,8 @@ class Job:
     files: dict[str, bytes] = field(default_factory=dict)  # the set's log, results, manifest
     history_runs: tuple[Any, ...] = ()  # the new set's run history (runs.Run)
     budget: Any = None  # budget.Budget shared by the entries of one `retune --budget`
+    carry: bool = True  # whether a set whose programs an edit left alone is carried forward
+    carried: str | None = None  # why the set was carried forward (carry_step), in words
     published: Published | None = None
 
 
@@ -426,9 +428,105 @@ def history_step(job: Job) -> Job:
                                         history.old_declaration(root, hist), records))
 
 
+def carry_refusal(job: Job) -> str | None:
+    """Why the previous set cannot be carried forward onto the edited template without
+    TVM (None: the programs decide, `carry_step`)."""
+    entry, hist = job.entry, job.history
+    codes = {r.code for r in entry.reasons}
+    if not job.carry:
+        return "--no-carry"
+    if codes != {Code.TEMPLATE_CHANGED}:
+        return None if not codes else "not only the template changed (" + ", ".join(sorted(codes)) + ")"
+    if entry.manifest is None or hist is None or hist.from_target is not None:
+        return "the previous log is not replayed"
+    if entry.manifest.format < 4:
+        return f"the previous log is of manifest format {entry.manifest.format}"
+    if hist.old_knobs is None:
+        return "the previous template's knobs are unknown"
+    assert job.template is not None
+    if dict(job.template.decl.workloads) != dict(entry.manifest.workloads):
+        return "the workloads differ"
+    missing = [w for w in job.template.decl.workloads if not hist.records.get(w)]
+    if missing:
+        return f"the previous log's records of {', '.join(missing)} could not be read"
+    return None
+
+
+def carry_step(job: Job) -> Job:
+    """A template edit that changed no kernel: the previous set is carried forward.
+
+    When the only reason the set is stale is the template's edit, and for every workload
+    the edited template opens no knob values and makes the same program of every
+    configuration the old log measured or its manifest publishes (the records, best,
+    default, top table; `search.programs_unchanged`), with the same default
+    configuration, then everything the set states still describes these kernels: the
+    log's records, the finals, the run history. Measuring them again would re-measure
+    the same programs (after a no-op edit the tuner's replay and finals took 16-26 s on a
+    Zen 4, the history run 120 s more). The manifest is re-stamped with the new
+    fingerprint and says so (`carried`); the log, results and run history stay as they
+    are, and their date stays the date they were measured, so the age rule still counts
+    from it. `retune --no-carry` measures anyway."""
+    refusal = carry_refusal(job)
+    if refusal is not None or not job.entry.reasons:
+        if refusal is not None and refusal != "--no-carry" and job.history is not None:
+            job.say(f"not carried forward: {refusal}")
+        return job
+    from .tune.measure import full_knobs
+    from .tune.search import programs_unchanged
+
+    entry, target, tpl, hist = job.entry, job.target, job.template, job.history
+    old = entry.manifest
+    assert tpl is not None and hist is not None and old is not None and hist.old_knobs is not None
+    t0 = time.monotonic()
+    counts = {}
+    for w in tpl.decl.workloads:
+        params, wl = tpl.decl.workloads[w], resolve(tpl.module, w, target.target)
+        result = old.results[w]
+        published = [m for m in (result.best, result.baseline, result.previous_best, *result.top)
+                     if m is not None]
+        mapped = [history.map_config(m.knobs, tpl.decl.knobs, params, target.target) for m in published]
+        if any(m.knobs != p.knobs for m, p in zip(mapped, published)):
+            job.say(f"{w}: not carried forward: the edit changed the knobs of a configuration the "
+                    "set publishes")
+            return job
+        if full_knobs(tpl.module, wl, None, target.target) != result.baseline.knobs:
+            job.say(f"{w}: not carried forward: the edit changed the default configuration")
+            return job
+        programs = priors.old_programs(hist.records[w], tpl.decl.knobs, params, target.target)
+        with tvm_threads(job.threads):
+            same = programs_unchanged(tpl.module, wl, target.target, result.best.knobs,
+                                      hist.old_knobs, programs)
+        if not same:
+            job.say(f"{w}: not carried forward: the edit changed a program the old log measured, "
+                    "or opened knob values")
+            return job
+        counts[w] = len(programs)
+    n = sum(counts.values())
+    sentence = (f"the template edit changed none of the {n} programs the log measured or publishes "
+                f"({', '.join(f'{w}: {c}' for w, c in counts.items())}; each configuration makes the "
+                "same module as before), nor the default configuration, and opened no knob values: "
+                f"the set measured on {old.tuned_on} still describes these kernels")
+    manifest = replace(
+        old, fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
+        template_commit=_git_commit_of(job.config.root, tpl.path), sources=tpl.sources.to_json(),
+        results=dict(old.results), format=MANIFEST_FORMAT,
+        carried={"on": _dt.date.today().isoformat(), "from_fingerprint": old.fingerprint,
+                 "sentence": sentence},
+    )
+    manifest, encoded = encode(manifest)
+    job.say(f"carried forward: {sentence}")
+    if job.budget is not None:
+        took = time.monotonic() - t0
+        for w in tpl.decl.workloads:
+            job.budget.finish((entry.operator, target.name, w), took / len(counts), took / len(counts))
+    return replace(job, carried=sentence, manifest=manifest, files=encoded)
+
+
 def tune_step(job: Job) -> Job:
     """Tune every workload (the tuner's steps: correctness, baseline, search with the
     history replay, finals), with the target's thread count."""
+    if job.carried is not None:
+        return job
     outcomes, results = {}, {}
     assert job.template is not None
     names = list(job.template.decl.workloads)
@@ -531,6 +629,8 @@ def first_run_step(job: Job) -> Job:
     so that the band a README states is of one kind of measurement from the start."""
     from .remeasure import RunItem, measure_runs
 
+    if job.carried is not None:  # its history goes on: the same programs
+        return job
     assert job.template is not None
     item = RunItem(job.entry.operator, job.template.module,
                    {w: r.best.knobs for w, r in job.results.items()}, job.workloads)
@@ -548,6 +648,8 @@ def first_run_step(job: Job) -> Job:
 
 def manifest_step(job: Job) -> Job:
     """The new set's log bytes and manifest (provenance), not yet written."""
+    if job.carried is not None:  # carry_step wrote them
+        return job
     entry, target, tpl = job.entry, job.target, job.template
     assert tpl is not None
     date = _dt.date.today().isoformat()
@@ -578,6 +680,12 @@ def write_step(job: Job) -> Job:
     """Archive the old set as .bak and publish the new one atomically; the resume
     journal is no longer needed."""
     assert job.manifest is not None
+    if job.carried is not None:
+        # Nothing was measured: the log and the run history stay, no .bak of them.
+        folder = job.entry.logset.folder
+        history = read_runs(folder, job.manifest.files)
+        files = {**job.files, "README.md": render_readme(job.manifest, history).encode()}
+        return replace(job, published=publish(folder, files, archive=False))
     published = write_set(job.entry.logset, job.manifest, job.files)
     shutil.rmtree(job.entry.logset.work_dir, ignore_errors=True)
     return replace(job, published=published)
@@ -585,20 +693,21 @@ def write_step(job: Job) -> Job:
 
 # The re-tune of one entry, in order (nox-style: a tuple of steps, each Job -> Job).
 BEFORE_LOCK = (check_host_step, preflight_step)
-UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, tune_step,
+UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, carry_step, tune_step,
               first_run_step, manifest_step, write_step)
 
 
 def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
                  say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None,
-                 budget: Any = None) -> RetuneResult:
+                 budget: Any = None, carry: bool = True) -> RetuneResult:
     """Re-tune one stale entry end to end: `BEFORE_LOCK`, then `UNDER_LOCK` while
-    holding the folder's lock. Returns what was published."""
+    holding the folder's lock. Returns what was published. `carry`: a set whose
+    programs the template's edit left alone is carried forward (`carry_step`)."""
     target = config.target(entry.target_name)
     job = Job(config, entry, target,
               trials=trials if trials is not None else config.trials_for(entry.operator),
               seed=seed if seed is not None else config.seed, say=say, progress=progress,
-              threads=measure_threads(target), budget=budget)
+              threads=measure_threads(target), budget=budget, carry=carry)
     for step in BEFORE_LOCK:
         job = step(job)
     with _lock.hold(entry.logset.lock, f"{entry.operator}/{entry.target_name}"):
@@ -616,6 +725,10 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
     body = []
     for r in results:
         m = r.manifest
+        if m.carried:
+            parts.append(f"{m.operator} on {m.target_name} carried forward")
+            body.append(f"- {m.operator}/{m.target_name}: carried forward unmeasured: {m.carried['sentence']}")
+            continue
         parts.append(f"{m.operator} on {m.target_name}")
         for w, res in sorted(m.results.items()):
             if res.history is not None:
@@ -631,7 +744,7 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
             body.append(f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}{budget}), "
                         f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
                         f"{res.speedup:.1f}x vs default{prev}")
-    total = sum(sum(t.run for t in r.manifest.trials.values()) for r in results)
+    total = sum(sum(t.run for t in r.manifest.trials.values()) for r in results if not r.manifest.carried)
     speed = min((s for r in results for s in r.speedups().values()), default=1.0)
     head = f"tvmtune: re-tune {', '.join(parts)} ({total} trials, {speed:.1f}x vs default)"
     return head + "\n\n" + "\n".join(body) + ("\n\nLatencies: lower quartile of the samples ± half its 95% interval. "

@@ -684,6 +684,7 @@ def test_a_template_edit_replays_the_old_configurations_first(
     body = git(root, "log", "-1", "--format=%B")
     assert "mm/host/s64: history: knobs: changed unroll" in body
     assert "old best on the new template" in body
+    assert "carried" not in m  # a knob value opened: measured, not carried forward
     assert run_cli(root, "check").returncode == 0
 
 
@@ -699,9 +700,10 @@ def test_an_edit_that_changed_no_kernel_stops_after_the_replay_and_says_why(
     _edit_template(root, '    b = sch.get_sblock("C")\n',
                    '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
     assert "template_changed" in run_cli(root, "check").stdout
-    r = run_cli(root, "retune", "--trials", "24", "--commit")
+    r = run_cli(root, "retune", "--trials", "24", "--commit", "--no-carry")
     assert r.returncode == 0, r.stdout + r.stderr
     m = manifest_at(root / FOLDER)
+    assert "carried" not in m
     t = m["trials"]["s64"]
     assert t["stop_reason"] == "history_unchanged", t
     assert t["stop_detail"].startswith("the edit changed none of the ")
@@ -713,6 +715,39 @@ def test_an_edit_that_changed_no_kernel_stops_after_the_replay_and_says_why(
     assert "the search started from them" not in readme
     assert "the edit changed none of the " in git(root, "log", "-1", "--format=%B")
     assert run_cli(root, "check").returncode == 0
+
+
+@pytest.mark.slow
+def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """The same dead statement, by default: nothing is measured. The log, its results
+    and its run history stay byte for byte (no .bak: nothing was replaced), the manifest
+    is re-stamped with the new fingerprint and says why, keeping the date the set was
+    measured; README, commit and `check` agree. `--all` (the yearly re-tune) measures."""
+    root = _copy(tuned[0], tmp_path)
+    before, old = _set(root), manifest_at(root / FOLDER)
+    _edit_template(root, '    b = sch.get_sblock("C")\n',
+                   '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    r = run_cli(root, "retune", "--commit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mm/host/s64: carried forward, 0 trials" in r.stdout, r.stdout
+    after = _set(root)
+    assert set(after) == set(before)
+    assert {n for n in after if after[n] != before[n]} == {"manifest.json", "README.md"}
+    m = manifest_at(root / FOLDER)
+    assert m["format"] == 5 and m["tuned_on"] == old["tuned_on"] and m["log"] == old["log"]
+    assert m["fingerprint"] != old["fingerprint"]
+    assert m["carried"]["from_fingerprint"] == old["fingerprint"]
+    assert m["carried"]["sentence"].startswith("the template edit changed none of the ")
+    assert f"Carried forward on {m['carried']['on']} onto the edited template" in (root / FOLDER / "README.md").read_text()
+    assert "carried forward unmeasured: the template edit changed none" in git(root, "log", "-1", "--format=%B")
+    assert run_cli(root, "check").returncode == 0
+    # The next edit of the same template replays the carried set as any other.
+    _edit_template(root, '    _unused = None  # a no-op edit\n', '    _unused = 1  # another\n')
+    r = run_cli(root, "retune", "--all", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "carried forward" not in r.stdout and "carried" not in manifest_at(root / FOLDER)
 
 
 @pytest.mark.slow

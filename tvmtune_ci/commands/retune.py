@@ -26,6 +26,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", default=None, metavar="DURATION", help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), heaviest first")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="search seed (default: from tvmtune.yaml)")
     p.add_argument("--as-of", default=None, metavar="YYYY-MM-DD", help="date that decides expiry (default: today)")
+    p.add_argument("--no-carry", action="store_true", help="re-tune an entry even when its template's edit changed no program (by default its set is carried forward unmeasured; --all implies this)")
     p.add_argument("--dry-run", action="store_true", help="print what would be re-tuned and stop")
     p.add_argument("--commit", action="store_true", help="commit exactly the files the re-tune wrote")
     p.add_argument("--push", action="store_true", help="push the commit(s), rebasing onto a moved remote (implies --commit)")
@@ -131,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
             try:
                 r = retune_entry(config, e, trials=args.trials, seed=args.seed, say=print,
-                                 progress=progress, budget=budget)
+                                 progress=progress, budget=budget,
+                                 carry=not (args.no_carry or args.all))
             except TvmtuneError as err:
                 for b in bars:
                     b.close()
@@ -143,9 +145,17 @@ def run(args: argparse.Namespace) -> int:
             results.append(r)
             for w, res in sorted(r.manifest.results.items()):
                 t = r.manifest.trials[w]
+                if r.manifest.carried:
+                    print(f"{e.operator}/{e.target_name}/{w}: carried forward, 0 trials: best "
+                          f"{res.best.latency_s * 1e3:.4g} ms as measured on {r.manifest.tuned_on}")
+                    continue
                 print(f"{e.operator}/{e.target_name}/{w}: best {res.best.latency_s * 1e3:.4g} ms "
                       f"({res.speedup:.1f}x vs default), {t.run} trials ({t.stop_reason}), knobs {res.best.knobs}")
-            print(f"wrote {r.published.folder / r.manifest.log} (+ manifest.json, README.md, curve.png)")
+            if r.manifest.carried:
+                print(f"re-stamped {r.published.folder / 'manifest.json'} (+ README.md); the log and "
+                      "its run history are unchanged")
+            else:
+                print(f"wrote {r.published.folder / r.manifest.log} (+ manifest.json, README.md, curve.png)")
             if commit:
                 from ..publish.gitwrite import commit_paths
 

@@ -37,8 +37,10 @@ from .templateapi import TEMPLATE_API, UNRECORDED
 # ids (files_git_blob); `sources` records what the template's fingerprint was
 # computed from (sources.py). `check` reads a ~5 KB manifest and parses no template
 # when git vouches for them. Formats 1-3 read (results inline).
-MANIFEST_FORMAT = 4
-READ_FORMATS = (1, 2, 3, 4)
+# 5: `carried`: the set was carried forward unmeasured onto an edited template that
+# makes the same programs (pipeline.carry_step); {} when it was tuned. Format 4 reads.
+MANIFEST_FORMAT = 5
+READ_FORMATS = (1, 2, 3, 4, 5)
 MANIFEST_NAME = "manifest.json"
 RESULTS_NAME = "results.json"
 RESULTS_FORMAT = 1
@@ -180,14 +182,21 @@ class Manifest:
     # Optional in format 4: a manifest written before it was recorded reads as
     # templateapi.UNRECORDED.
     template_api: int = TEMPLATE_API
+    # Format 5: when a re-tune carried this set forward onto an edited template instead
+    # of measuring it again (pipeline.carry_step): {"on": date, "from_fingerprint": the
+    # template's fingerprint it was tuned with, "sentence": why, in words}. {}: tuned.
+    carried: dict[str, Any] = field(default_factory=dict)
     format: int = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
         """manifest.json's content; from format 4 without the results (results_json)."""
         if self.format < 4:
-            return asdict(replace(self, results=dict(self.results)))
-        d = asdict(replace(self, results={}))
-        del d["results"]
+            d = asdict(replace(self, results=dict(self.results)))
+        else:
+            d = asdict(replace(self, results={}))
+            del d["results"]
+        if not self.carried:  # written only when carried: a format-4 set re-sealed stays format 4
+            del d["carried"]
         return d
 
     def results_json(self) -> dict[str, Any]:
@@ -214,6 +223,7 @@ class Manifest:
         try:
             d = dict(data)
             d.setdefault("template_api", UNRECORDED)
+            d.setdefault("carried", {})
             d["trials"] = {w: Trials(**t) for w, t in d["trials"].items()}
             if fmt >= 4:
                 expected = d["files"][RESULTS_NAME]
@@ -542,6 +552,13 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
         _need(commit is None or isinstance(commit, str), "template_commit", commit, "a string or null")
         api = data.get("template_api", UNRECORDED)
         _need(_is_int(api) and api >= 1, "template_api", api, "an integer >= 1")
+        carried = data.get("carried", {})
+        _need(fmt is not None and fmt >= 5 or carried == {}, "carried", carried,
+              "absent before format 5")
+        if carried != {}:
+            for key in ("on", "from_fingerprint", "sentence"):
+                _need(isinstance(_obj(carried, "carried").get(key), str), f"carried.{key}",
+                      carried.get(key), "a string")
     except _Shape as e:
         raise CorruptFileError(
             f"{path}: manifest field {e}; the manifest was edited by hand or truncated: "

@@ -178,6 +178,10 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
         f"Tuned on {m.tuned_on} with TVM {m.tvm_version}, seed {m.seed}: log [`{m.log}`]({m.log}), "
         f"provenance in [`manifest.json`](manifest.json) (details at the end).",
         "",
+        *([f"Carried forward on {m.carried['on']} onto the edited template (fingerprint "
+           f"`{m.carried['from_fingerprint'][:12]}` before, `{m.fingerprint[:12]}` now), not "
+           f"measured again: {m.carried['sentence']}. To measure it anyway: `tvmtune-ci retune "
+           f"{m.operator} --target {m.target_name} --no-carry`.", ""] if m.carried else []),
         "| workload | best on this runner | run to run | vs default | throughput | this run's finals |",
         "|---|---|---|---|---|---|",
     ]

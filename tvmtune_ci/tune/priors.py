@@ -16,10 +16,12 @@ template's in this process. Whatever goes wrong here (no git, a template that no
 longer imports, a timeout) costs the prior, never the re-tune: `PriorError` says why.
 
 The child also keys each record by the program the old template made of it
-(`builder.program_key`, the scheduled module's structural hash). When the new template
-makes the same program of every one, and opens no knob values, the edit changed
-nothing the old search measured, and a re-tune may stop after its replay
-(`old_programs`, `search.old_search_stands`).
+(`builder.program_key`, the scheduled module's structural hash), and the configurations
+the old manifest publishes (its best, default and top table), which the log may not
+hold, as records with no latency. When the new template makes the same program of
+every one, and opens no knob values, the edit changed nothing the old search measured,
+and a re-tune may stop after its replay (`old_programs`, `search.old_search_stands`),
+or carry the old set forward unmeasured (`pipeline.carry_step`).
 """
 
 from __future__ import annotations
@@ -94,11 +96,15 @@ def checkout_old(root: Path, commit: str, manifest: Manifest, dest: Path) -> Pat
 def decode_records(
     old_root: Path, template_file: str, log_path: Path, target: Mapping[str, Any],
     workloads: Sequence[str], *, timeout_s: float = DECODE_TIMEOUT_S,
+    published: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, list[OldRecord]]:
     """{workload: [(knobs, latency_s, program key), ...]} of the log's valid records,
-    decoded with the template at `old_root/template_file` in a child process."""
+    decoded with the template at `old_root/template_file` in a child process; then the
+    configurations of `published` (per workload, knob values of the old template) as
+    records with latency 0 (not measured in the log: no label for the prior)."""
     arg = json.dumps({"root": str(old_root), "template": template_file, "log": str(log_path),
-                      "target": dict(target), "workloads": list(workloads)})
+                      "target": dict(target), "workloads": list(workloads),
+                      "published": {w: [dict(k) for k in ks] for w, ks in (published or {}).items()}})
     # This package importable in the child even when it is not installed; after the old
     # tree (the child's cwd, first on its path), so its `operators` are the old ones.
     here = str(Path(__file__).resolve().parents[1])
@@ -142,7 +148,23 @@ def old_records(
         raise PriorError(f"{manifest_path}: no commit holds it or its template")
     old_root = checkout_old(root, commit, manifest, scratch)
     return decode_records(old_root, manifest.template_file, manifest_path.parent / manifest.log,
-                          manifest.target, workloads)
+                          manifest.target, workloads, published=published_configs(manifest, workloads))
+
+
+def published_configs(manifest: Manifest, workloads: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The configurations a manifest publishes per workload (best, default, previous best,
+    top table), distinct: what a set carried forward would still claim about them."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for w in workloads:
+        r = manifest.results.get(w)
+        if r is None:
+            continue
+        seen: list[dict[str, Any]] = []
+        for m in (r.best, r.baseline, r.previous_best, *r.top):
+            if m is not None and m.knobs not in seen:
+                seen.append(dict(m.knobs))
+        out[w] = seen
+    return out
 
 
 def prior_for(
@@ -221,6 +243,18 @@ def _main(argv: Sequence[str]) -> int:
             except Exception:  # noqa: BLE001 - no program to compare; the prior still has the record
                 program = ""
             rows.append((knobs, float(rec[1][0]), program))
+    for w, configs in args.get("published", {}).items():
+        if w not in getattr(template, "WORKLOADS", {}):
+            continue
+        rows = out.setdefault(w, [])
+        for kv in configs:
+            knobs = dict(kv)
+            try:
+                knobs = full_knobs(template, w, kv, target)
+                program = program_key(schedule_config(template, w, knobs, target))
+            except Exception:  # noqa: BLE001 - no program: the set cannot be carried forward
+                program = ""
+            rows.append((knobs, 0.0, program))
     print(json.dumps(out))
     return 0
 

@@ -106,25 +106,39 @@ def old_search_stands(req: TuneRequest, wl: Any) -> str | None:
     holds) is not seen. Measured (bench_warmstart): after a no-op edit the warm stop rule
     still searched 24-192 trials, because its own search had to match the replayed old
     best; on a fast CPU the search is most of a re-tune's seconds."""
-    from ..core.history import probes
-    from .builder import program_key, schedule_config
-
     if not (req.replay and req.old_programs and req.old_knobs is not None):
         return None
-    if probes(req.replay[0], req.old_knobs, req.template.KNOBS, dict(wl.params), req.target, limit=1):
-        return None  # values the old search never saw
-    for kv, key in req.old_programs:
-        if not key:
-            return None  # a configuration the edit repaired
-        try:
-            sch = schedule_config(req.template, wl, kv, req.target)
-        except (TuningError, TemplateError):
-            return None
-        if program_key(sch) != key:
-            return None
+    if not programs_unchanged(req.template, wl, req.target, req.replay[0], req.old_knobs,
+                              req.old_programs):
+        return None
     return (f"the edit changed none of the {len(req.old_programs)} programs the old log measured "
             "(each old configuration makes the same module as before) and opened no knob "
             "values: the old search stands; the replay and the finals re-measured its best")
+
+
+def programs_unchanged(template: Any, wl: Any, target: Mapping[str, Any], old_best: Mapping[str, Any],
+                       old_knobs: Sequence[Any], old_programs: Sequence[tuple[dict[str, Any], str]]) -> bool:
+    """Whether the edited `template` opens no knob values next to the old best (mapped
+    into its space; `history.probes`) and makes the same program of every old
+    configuration as the old template did (`priors.old_programs`: "" for one the edit
+    repaired), compared up to the first that differs."""
+    from ..core.history import probes
+    from .builder import program_key, schedule_config
+
+    if not old_programs:
+        return False
+    if probes(old_best, old_knobs, template.KNOBS, dict(wl.params), target, limit=1):
+        return False  # values the old search never saw
+    for kv, key in old_programs:
+        if not key:
+            return False  # a configuration the edit repaired
+        try:
+            sch = schedule_config(template, wl, kv, target)
+        except (TuningError, TemplateError):
+            return False
+        if program_key(sch) != key:
+            return False
+    return True
 
 
 def _rand_state(seed: int, done: int) -> int:
