@@ -439,7 +439,7 @@ def carry_refusal(job: Job) -> str | None:
         return None if not codes else "not only the template changed (" + ", ".join(sorted(codes)) + ")"
     if entry.manifest is None or hist is None or hist.from_target is not None:
         return "the previous log is not replayed"
-    if entry.manifest.format < 4:
+    if entry.manifest.format < 2:  # fixed-repeat means, not this measurement layer's figures
         return f"the previous log is of manifest format {entry.manifest.format}"
     if hist.old_knobs is None:
         return "the previous template's knobs are unknown"
@@ -506,8 +506,13 @@ def carry_step(job: Job) -> Job:
                 f"({', '.join(f'{w}: {c}' for w, c in counts.items())}; each configuration makes the "
                 "same module as before), nor the default configuration, and opened no knob values: "
                 f"the set measured on {old.tuned_on} still describes these kernels")
+    log = (entry.logset.folder / old.log).read_bytes()
+    if sha256_bytes(log) != old.log_sha256:
+        job.say(f"not carried forward: {old.log} changed since it was read")
+        return job
     manifest = replace(
-        old, fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
+        old, log_git_blob=blob_id(log),  # a set from before format 3 had none
+        fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
         template_commit=_git_commit_of(job.config.root, tpl.path), sources=tpl.sources.to_json(),
         results=dict(old.results), format=MANIFEST_FORMAT,
         carried={"on": _dt.date.today().isoformat(), "from_fingerprint": old.fingerprint,

@@ -717,15 +717,33 @@ def test_an_edit_that_changed_no_kernel_stops_after_the_replay_and_says_why(
     assert run_cli(root, "check").returncode == 0
 
 
+def _as_format_2(root: Path) -> None:
+    """The set rewritten as a format-2 manifest (results inline, no git blob ids), as
+    this repository's oldest committed sets are, and committed."""
+    folder = root / FOLDER
+    m = manifest_at(folder)
+    m.update(format=2, log_git_blob="")
+    del m["files"]["results.json"], m["files_git_blob"]
+    (folder / "results.json").unlink()
+    (folder / "manifest.json").write_text(json.dumps(m))
+    commit_all(root, "a format-2 set")
+    assert run_cli(root, "check").returncode == 0
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", [5, 2])
 def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
-    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, fmt: int
 ) -> None:
     """The same dead statement, by default: nothing is measured. The log, its results
     and its run history stay byte for byte (no .bak: nothing was replaced), the manifest
     is re-stamped with the new fingerprint and says why, keeping the date the set was
-    measured; README, commit and `check` agree. `--all` (the yearly re-tune) measures."""
+    measured; README, commit and `check` agree. A format-2 set (results inline) is
+    carried as format 5, its results moved to results.json. `--all` (the yearly
+    re-tune) measures."""
     root = _copy(tuned[0], tmp_path)
+    if fmt == 2:
+        _as_format_2(root)
     before, old = _set(root), manifest_at(root / FOLDER)
     _edit_template(root, '    b = sch.get_sblock("C")\n',
                    '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
@@ -733,9 +751,11 @@ def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mm/host/s64: carried forward, 0 trials" in r.stdout, r.stdout
     after = _set(root)
-    assert set(after) == set(before)
-    assert {n for n in after if after[n] != before[n]} == {"manifest.json", "README.md"}
+    new = {"results.json"} if fmt == 2 else set()
+    assert set(after) == set(before) | new
+    assert {n for n in after if after.get(n) != before.get(n)} == {"manifest.json", "README.md", *new}
     m = manifest_at(root / FOLDER)
+    assert m["results"] == old["results"]
     assert m["format"] == 5 and m["tuned_on"] == old["tuned_on"] and m["log"] == old["log"]
     assert m["fingerprint"] != old["fingerprint"]
     assert m["carried"]["from_fingerprint"] == old["fingerprint"]
@@ -743,6 +763,8 @@ def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
     assert f"Carried forward on {m['carried']['on']} onto the edited template" in (root / FOLDER / "README.md").read_text()
     assert "carried forward unmeasured: the template edit changed none" in git(root, "log", "-1", "--format=%B")
     assert run_cli(root, "check").returncode == 0
+    if fmt == 2:
+        return
     # The next edit of the same template replays the carried set as any other.
     _edit_template(root, '    _unused = None  # a no-op edit\n', '    _unused = 1  # another\n')
     r = run_cli(root, "retune", "--all", "--trials", "8")
