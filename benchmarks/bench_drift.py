@@ -275,7 +275,7 @@ def pick_slower(base: Path, cfg: Any, target: Any, folders: list[Path], wanted: 
     for folder in folders:
         op = folder.parent.name
         template = import_template(base / cfg.operators_dir / f"{op}.py", base)
-        res_all = json.loads((folder / "results.json").read_text())["results"]
+        res_all = _results_of(folder)
         for w, res in sorted(res_all.items()):
             key = f"{op}/{w}"
             if key not in wanted:
@@ -399,6 +399,11 @@ def swap_best(folder: Path, workload: str, knobs: dict[str, Any]) -> None:
     from tvmtune_ci.core.git.read import blob_id
 
     m = json.loads((folder / "manifest.json").read_text())
+    if m["format"] < 4:  # results inline in the manifest
+        res = m["results"][workload]
+        res["best"] = {**res["best"], "knobs": knobs}
+        (folder / "manifest.json").write_text(json.dumps(m))
+        return
     data = json.loads((folder / "results.json").read_text())
     res = data["results"][workload]
     res["best"] = {**res["best"], "knobs": knobs}
@@ -406,6 +411,14 @@ def swap_best(folder: Path, workload: str, knobs: dict[str, Any]) -> None:
     (folder / "results.json").write_bytes(raw)
     m["files"]["results.json"], m["files_git_blob"]["results.json"] = sha256_bytes(raw), blob_id(raw)
     (folder / "manifest.json").write_text(json.dumps(m))
+
+
+def _results_of(folder: Path) -> dict[str, Any]:
+    """A set's results: in results.json from manifest format 4, inline before."""
+    m = json.loads((folder / "manifest.json").read_text())
+    if m["format"] < 4:
+        return m["results"]
+    return json.loads((folder / "results.json").read_text())["results"]
 
 
 def main() -> int:

@@ -462,7 +462,7 @@ def carry_step(job: Job) -> Job:
     configuration, then everything the set states still describes these kernels: the
     log's records, the finals, the run history. Measuring them again would re-measure
     the same programs (after a no-op edit the tuner's replay and finals took 16-26 s on a
-    Zen 4, the history run 120 s more). The manifest is re-stamped with the new
+    Zen 4, the history run `measure.history_s` more). The manifest is re-stamped with the new
     fingerprint and says so (`carried`); the log, results and run history stay as they
     are, and their date stays the date they were measured, so the age rule still counts
     from it. `retune --no-carry` measures anyway."""
@@ -482,10 +482,8 @@ def carry_step(job: Job) -> Job:
     for w in tpl.decl.workloads:
         params, wl = tpl.decl.workloads[w], resolve(tpl.module, w, target.target)
         result = old.results[w]
-        published = [m for m in (result.best, result.baseline, result.previous_best, *result.top)
-                     if m is not None]
-        mapped = [history.map_config(m.knobs, tpl.decl.knobs, params, target.target) for m in published]
-        if any(m.knobs != p.knobs for m, p in zip(mapped, published)):
+        if any(history.map_config(k, tpl.decl.knobs, params, target.target).knobs != k
+               for k in priors.published_configs(old, [w])[w]):
             job.say(f"{w}: not carried forward: the edit changed the knobs of a configuration the "
                     "set publishes")
             return job
