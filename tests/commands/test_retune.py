@@ -86,7 +86,7 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert set(files) == {"manifest.json", "results.json", "runs.jsonl", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
     m = manifest_of(files)
-    assert m["format"] == 4 and m["log"] == log_name and m["target"] == TARGET
+    assert m["format"] == 5 and "carried" not in m and m["log"] == log_name and m["target"] == TARGET
     # The blob id git gives the log: `check` trusts git's index for it once committed.
     git_id = subprocess.run(["git", "hash-object", "--", str(root / FOLDER / log_name)],
                             capture_output=True, text=True, check=True).stdout.strip()
