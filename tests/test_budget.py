@@ -95,6 +95,41 @@ def test_a_finished_items_floor_is_all_but_its_search_plus_its_warm_up() -> None
     assert budget.floor_estimate(2.0, 0.4, 5, 32, 10.0) == pytest.approx(2 * 9 + 12.8 + 10)
 
 
+def test_past_its_share_an_item_goes_on_while_its_gradient_beats_the_items_after_it() -> None:
+    """1000 s, floors of 100 s: the 0.60 item's share is 460 s. Past it, the next batch
+    (20 s) is worth it only if the item's weighted gain per second beats the best guess
+    for an item after it at the end of its share: mm/b, 0.25 / (100 + 220 x 0.25/0.40) =
+    0.105% of the end-to-end time per s. The same gain goes further on a heavier item;
+    a flat search stops; the floors of the items after it are never spent."""
+    b = budget.Budget(1000.0, dict(ITEMS), floor_s=100.0)
+    a = ("mm", "t", "a")
+    assert b.share(a)[0] == pytest.approx(460.0)
+    b.start -= 460.0
+    more, why = b.go_on(a, 460.0, 0.005, 20.0)  # 0.6 x 0.5%/s = 0.3%/s
+    assert more and "beat mm/b's 6.3% of the end-to-end time per min" in why, why
+    more, why = b.go_on(a, 460.0, 0.0015, 20.0)  # 0.6 x 0.15%/s = 0.09%/s
+    assert not more and "fell below mm/b's" in why, why
+    assert not b.go_on(a, 460.0, 0.0, 20.0)[0]
+    # The same gain per second on the 0.10 item (after a and b): beaten by d's guess?
+    # d: 0.05 / (100 + pool): no; c's 0.1 x 0.0015 = 0.015%/s is below it.
+    b.finish(a, 460.0, 100.0)
+    b.finish(("mm", "t", "b"), 200.0, 100.0)
+    b.start -= 200.0 + 150.0
+    c = ("sm", "t", "c")
+    assert not b.go_on(c, 150.0, 0.0015, 20.0)[0]
+    assert b.go_on(c, 150.0, 0.01, 20.0)[0]
+    # Only d's floor is left beyond the next batch: c stops whatever it gains.
+    b.start -= 80.0  # 110 s left
+    more, why = b.go_on(c, 230.0, 0.5, 20.0)
+    assert not more and "were the floors of the 1 item(s) after it" in why, why
+    # The last item: no other use for the seconds, but a flat search is not worth them.
+    b.finish(c, 230.0, 100.0)
+    d = ("sm", "t", "d")
+    b.start += 200.0
+    assert b.go_on(d, 100.0, 0.001, 20.0)[0]
+    assert not b.go_on(d, 100.0, 0.0, 20.0)[0]
+
+
 def test_a_budget_split_between_runner_jobs_follows_their_weights() -> None:
     assert budget.split(3600, {"a": [0.5, 0.25], "b": [0.25]}) == {"a": 2700, "b": 900}
 

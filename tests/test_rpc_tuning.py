@@ -313,3 +313,43 @@ def test_retune_command_through_rpc_devices(rpc_fleet, tmp_path: Path) -> None: 
     commit_all(root, "tuned")
     check = run_cli(root, "check")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.slow
+def test_a_set_whose_devices_are_gone_is_carried_forward_after_an_edit_that_changed_no_kernel(
+        rpc_fleet, tmp_path: Path) -> None:  # noqa: F811
+    """A carry forward measures nothing, so it needs no device: with the tracker and its
+    servers gone, a dead statement in the template still carries the set forward (exit
+    0, `check` fresh); an edit that opens a knob value must be measured, and the
+    tracker's refusal stands (exit 9), the set untouched."""
+    fleet: RpcFleet = rpc_fleet(servers=2)
+    config = CONFIG.format(target=json.dumps(TARGET), tracker=fleet.tracker, key=DEFAULT_KEY)
+    root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
+    r = run_cli(root, "retune", "--commit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fleet.close()
+    folder = root / "tuning_logs" / "mm" / "host"
+    log = json.loads((folder / "manifest.json").read_text())["log"]
+    before = (folder / log).read_bytes()
+
+    def edit(old: str, new: str) -> None:
+        path = root / "operators/mm.py"
+        path.write_text(path.read_text().replace(old, new))
+        commit_all(root, "edit the template")
+
+    edit('    b = sch.get_sblock("C")\n', '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    r = run_cli(root, "retune", "--commit")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "trying to carry the set forward first, which measures nothing" in r.stdout, r.stdout
+    assert "mm/host/s64: carried forward, 0 trials" in r.stdout, r.stdout
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["carried"]["sentence"].startswith("the template edit changed none of the ")
+    assert (folder / log).read_bytes() == before
+    assert run_cli(root, "check").returncode == 0
+    # A knob value opened: it must be measured, and there is nothing to measure on.
+    edit('define_knob("unroll", [0, 16])', 'define_knob("unroll", [0, 16, 64])')
+    manifest = (folder / "manifest.json").read_bytes()
+    r = run_cli(root, "retune", "--commit")
+    assert r.returncode == 9, r.stdout + r.stderr
+    assert "not carried forward" in r.stdout and "tracker" in r.stderr, r.stdout + r.stderr
+    assert (folder / "manifest.json").read_bytes() == manifest and (folder / log).read_bytes() == before

@@ -44,12 +44,19 @@ from .check.staleness import Entry, find_stale, installed_tvm_version, major_min
 from .core import history
 from .core import lock as _lock
 from .core.config import Config, TargetConfig
-from .core.errors import LockError, TvmtuneError
+from .core.errors import DeviceError, HostError, LockError, TvmtuneError
 from .core.fsutil import sha256_bytes
 from .core.git.read import blob_id, last_commit
 from .core.history import ReplayReport
 from .core.layout import LogSet
-from .core.manifest import MANIFEST_FORMAT, Manifest, WorkloadResult, encode, read_manifest, seal_files
+from .core.manifest import (
+    MANIFEST_FORMAT,
+    Manifest,
+    WorkloadResult,
+    encode,
+    read_manifest,
+    seal_files,
+)
 from .core.reasons import Code
 from .core.records import make_log, render_log
 from .core.runs import RUNS_NAME, encode_runs, parse_runs, read_runs
@@ -361,18 +368,53 @@ class Job:
     carry: bool = True  # whether a set whose programs an edit left alone is carried forward
     carried: str | None = None  # why the set was carried forward (carry_step), in words
     published: Published | None = None
+    # Why this machine cannot measure the target, held back while a carry forward (which
+    # measures nothing) is tried; raised if the set is not carried (`refused_step`).
+    refusal: TvmtuneError | None = None
+
+
+def _may_carry(job: Job) -> bool:
+    """Whether the set could be carried forward, from what is known before the lock: a
+    template edit is the only reason it is stale (`carry_refusal` decides the rest)."""
+    e = job.entry
+    return (job.carry and {r.code for r in e.reasons} == {Code.TEMPLATE_CHANGED}
+            and e.manifest is not None and e.manifest.format >= 2)
+
+
+def _refuse_unless_carried(job: Job, err: TvmtuneError) -> Job:
+    if not _may_carry(job):
+        raise err
+    job.say(f"{err}; only the template changed: trying to carry the set forward first, "
+            "which measures nothing")
+    return replace(job, refusal=err)
 
 
 def check_host_step(job: Job) -> Job:
-    """A target this machine cannot measure is refused before anything else."""
-    check_host(job.target.target, remote=job.target.rpc is not None)
+    """A target this machine cannot measure is refused before anything else, unless
+    only its template changed: a carry forward measures nothing, so any machine that
+    can schedule the template for the target can carry the set (another CPU's)."""
+    try:
+        check_host(job.target.target, remote=job.target.rpc is not None)
+    except HostError as err:
+        return _refuse_unless_carried(job, err)
     return job
 
 
 def preflight_step(job: Job) -> Job:
-    """An RPC target: the tracker can serve the devices, sessions can hold a measurement."""
-    if job.target.rpc is not None:
-        preflight(job.target.rpc, job.config.measure)
+    """An RPC target: the tracker can serve the devices, sessions can hold a measurement
+    (held back, as the host check is, while a carry forward is tried)."""
+    if job.target.rpc is not None and job.refusal is None:
+        try:
+            preflight(job.target.rpc, job.config.measure)
+        except DeviceError as err:
+            return _refuse_unless_carried(job, err)
+    return job
+
+
+def refused_step(job: Job) -> Job:
+    """Not carried forward: the host check's or the tracker's refusal stands."""
+    if job.refusal is not None and job.carried is None:
+        raise job.refusal
     return job
 
 
@@ -600,6 +642,9 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
                       if hist is not None and hist.from_target is None else ()),
         time_budget_s=budget_s,
         budget_note=note,
+        budget_more=(None if job.budget is None else _budget_more(
+            job.budget, (entry.operator, target.name, wname),
+            job.config.measure.history_s / max(1, len(decl.workloads)))),
     ))
     if job.budget is not None:
         took = time.monotonic() - t0
@@ -624,6 +669,14 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         bytes_moved=workload_bytes(tpl.module, resolved),
         gpu=outcome.gpu,
     )
+
+
+def _budget_more(budget: Any, item: tuple[str, str, str], history_s: float) -> Any:
+    """The search's question past its share (TuneRequest.budget_more), asked of the
+    budget with the item's part of its set's history run added to what it needs."""
+    def more(spent_s: float, gain_per_s: float, need_s: float) -> tuple[bool, str]:
+        return budget.go_on(item, spent_s + history_s, gain_per_s, need_s + history_s)
+    return more
 
 
 def first_run_step(job: Job) -> Job:
@@ -696,8 +749,8 @@ def write_step(job: Job) -> Job:
 
 # The re-tune of one entry, in order (nox-style: a tuple of steps, each Job -> Job).
 BEFORE_LOCK = (check_host_step, preflight_step)
-UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, carry_step, tune_step,
-              first_run_step, manifest_step, write_step)
+UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, carry_step, refused_step,
+              tune_step, first_run_step, manifest_step, write_step)
 
 
 def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,

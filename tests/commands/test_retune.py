@@ -898,6 +898,8 @@ def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     heavy, light = m["trials"]["s64"], m["trials"]["s32"]
     # Its share ends its search, unless its small space runs out first (a fast runner).
     assert heavy["stop_reason"] in ("time_budget", "space_exhausted"), heavy
+    if heavy["stop_reason"] == "time_budget":  # the budget was asked, past the share: why it stopped
+        assert "; then its gradient " in heavy["stop_detail"] or "floors of the 1 item" in heavy["stop_detail"], heavy
     assert "weight 0.75 of the 1.00" in heavy["budget_note"]
     assert "weight 0.25 of the 0.25" in light["budget_note"]
     assert "its floor (" in light["budget_note"]

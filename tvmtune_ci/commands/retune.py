@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  budget: {fmt_duration(budget.total_s)} across {len(order)} workloads, heaviest first: "
               + ", ".join(f"{o}/{t}/{w} {budget.weights[(o, t, w)]:.2f}" for o, t, w in order))
     if args.dry_run:
-        return dry_run_verdict(config, entries)
+        return dry_run_verdict(config, entries, carry=not (args.no_carry or args.all))
     if not entries:
         print("nothing to re-tune: every log is fresh")
         return 0
@@ -212,7 +212,7 @@ def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
         m.time_cap_s, m.search_cap_s, m.finalists, WARMUP_SAMPLES, history))
 
 
-def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
+def dry_run_verdict(config: Config, entries: list[Entry], *, carry: bool = True) -> int:
     """What a real run would stop at before tuning, with its exit code: a template that
     cannot be read (2), a target this host cannot run (5). 0 when it would start."""
     from ..check.staleness import TEMPLATE_INVALID
@@ -233,7 +233,15 @@ def dry_run_verdict(config: Config, entries: list[Entry]) -> int:
 
             check_host(target.target, remote=target.rpc is not None)
         except HostError as err:
-            _report(e, f"would stop before any trial: {err}")
+            from ..core.reasons import Code
+
+            if carry and {r.code for r in e.reasons} == {Code.TEMPLATE_CHANGED}:
+                # The run tries a carry forward first (it measures nothing): only the
+                # programs tell, which a dry run does not build.
+                _report(e, f"would stop before any trial unless the set is carried forward (only its "
+                           f"template changed; an edit that changed no program needs no measuring): {err}")
+            else:
+                _report(e, f"would stop before any trial: {err}")
             codes.append(err.exit_code)
         except ImportError:
             print(f"  {e.operator}/{e.target_name}: host not checked (TVM is not installed)")

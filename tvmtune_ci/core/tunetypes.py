@@ -125,6 +125,10 @@ class TuneRequest:
     # warm-up (search.WARMUP_SAMPLES trials of its own).
     time_budget_s: float | None = None
     budget_note: str = ""  # the share, in words (README, commit)
+    # Past its share, asked before each batch: (seconds the item will have taken with
+    # its finals, the search's gain per second over its last batches, the seconds one
+    # more batch needs) -> (go on?, why in words). `Budget.go_on`; None: stop at the share.
+    budget_more: Callable[[float, float, float], tuple[bool, str]] | None = None
     # The workload resolved once (a `workload.Workload` of `template`, `workload_name`
     # and `target`): its parameters, module and FLOPs. None: tune_workload
     # resolves it.

@@ -54,6 +54,9 @@ WARMUP_SAMPLES = 32
 # Flat batches after matching the old best before a re-tune with history stops
 # (`Search._warm_stop`; early_stop.patience, if smaller, wins).
 WARM_PATIENCE = 1
+# Batches whose gain per second is a search's backward gradient past its share of a
+# time budget (TVM auto_scheduler's task scheduler: backward_window_size=3).
+BACKWARD_BATCHES = 3
 
 
 # --------------------------------------------------------------------------- helpers
@@ -255,6 +258,11 @@ class Search:
             self.progress.add(entry["trial"], _entry_estimate(entry), self.flop, entry["knobs"])
         self.stats: dict[str, float] = {}
         self.batches = 0
+        # (when, the best's latency) after each batch of the search: its gradient under
+        # a time budget; and how many batches the budget gave it past its share, and why
+        # it stopped there.
+        self.marks: list[tuple[float, float]] = []
+        self.budget_extra, self.budget_why = 0, ""
         # A re-tune with history: the old best on the new template, as the replay
         # measured it (None: a cold search, which has only the cold rule).
         self.old_best: stats.Estimate | None = None
@@ -390,13 +398,36 @@ class Search:
         if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
             return False
         finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
-        return time.perf_counter() - self.t_start + finals_s >= req.time_budget_s
+        now = time.perf_counter()
+        if now - self.t_start + finals_s < req.time_budget_s:
+            return False
+        if req.budget_more is None or len(self.marks) < 2:
+            return True
+        # Past its share: the budget decides, batch by batch, from the gain per second
+        # of the last BACKWARD_BATCHES batches (Ansor's backward window) whether the
+        # search still pays more than its seconds would in the items after it.
+        (t0, b0), (t1, b1) = self.marks[-1 - min(BACKWARD_BATCHES, len(self.marks) - 1)], self.marks[-1]
+        gain = (b0 - b1) / b1 / (t1 - t0) if t1 > t0 and b1 > 0 else 0.0
+        batch_s = t1 - self.marks[-2][0]
+        more, why = req.budget_more(now - self.t_start + finals_s, gain, batch_s + finals_s)
+        self.budget_why = why
+        if more:
+            self.budget_extra += 1
+        return not more
+
+    def _budget_detail(self) -> str:
+        detail = f"its share of the time budget was spent ({self.req.budget_note})"
+        if self.budget_why:
+            went_on = (f"it went on for {self.budget_extra} batch{'es' if self.budget_extra != 1 else ''} "
+                       "while its gradient beat the items after it; " if self.budget_extra else "")
+            detail += f"; {went_on}then {self.budget_why}"
+        return detail
 
     def _loop(self) -> str:
         req, empty = self.req, 0
         while self.done < req.trials:
             if self._out_of_time():
-                self.stop_detail = f"its share of the time budget was spent ({req.budget_note})"
+                self.stop_detail = self._budget_detail()
                 return "time_budget"
             if self.done >= self.space_size:
                 return "space_exhausted"
@@ -412,6 +443,8 @@ class Search:
             prev_best = self.progress.best
             gain = self._predicted_gain(picked) if self.old_best is not None else None
             self._measure(picked)
+            if self.progress.best is not None:
+                self.marks.append((time.perf_counter(), self.progress.best.value))
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
