@@ -4,6 +4,10 @@
     python benchmarks/bench_tuner.py --trials 128 --stock-trials 64
     python benchmarks/bench_tuner.py --stock-equal-time   # stock measures as long as ours
     python benchmarks/bench_tuner.py --skip-stock         # ours only
+    python benchmarks/bench_tuner.py --template conv2d --workload resnet50_3x3 --skip-stock
+
+Ours prints where a search trial's seconds went (proposing, building, exporting,
+loading, measuring, the cost model), largest first.
 
 What is compared: trials per minute, per-trial time and the whole-call overhead
 multiple (per-trial time over the compile + measure floor) of `tune_workload`
@@ -86,16 +90,47 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         9: 2.262, 10: 2.228}
 
 
-def bench_template(workload: str) -> types.ModuleType:
-    """`operators.matmul` with one more workload (same knobs, schedule, reference)."""
-    import operators.matmul as matmul
+def bench_template(workload: str, template: str = "matmul") -> types.ModuleType:
+    """`operators.<template>`; for matmul, one more workload `mN` when it has none of
+    that name (same knobs, schedule, reference)."""
+    import importlib
 
+    mod = importlib.import_module(f"operators.{template}")
+    if workload in mod.WORKLOADS:
+        return mod
+    if template != "matmul" or not workload.lstrip("m").isdigit():
+        raise SystemExit(f"operators/{template}.py has no workload {workload!r} "
+                         f"(it has {', '.join(mod.WORKLOADS)}); mN works for matmul only")
     m = types.ModuleType("matmul")
-    m.__dict__.update({k: v for k, v in vars(matmul).items() if not k.startswith("__")})
-    m.__file__ = matmul.__file__
+    m.__dict__.update({k: v for k, v in vars(mod).items() if not k.startswith("__")})
+    m.__file__ = mod.__file__
     n = int(workload.lstrip("m"))
-    m.WORKLOADS = {**matmul.WORKLOADS, workload: {"M": n, "N": n, "K": n, "dtype": "float32"}}
+    m.WORKLOADS = {**mod.WORKLOADS, workload: {"M": n, "N": n, "K": n, "dtype": "float32"}}
     return m
+
+
+# Where a search trial's seconds go (tune_workload's stats), in the order they happen.
+BREAKDOWN = (
+    ("propose (evolutionary search)", "search_generate_s"),
+    ("build (lowering + LLVM)", "search_compile_s"),
+    ("export (.so)", "search_export_s"),
+    ("load in the worker", "search_load_s"),
+    ("measure (samples)", "search_eval_s"),
+    ("cost model update", "search_cost_model_s"),
+    ("cost model predict (warm rule)", "search_predict_s"),
+)
+
+
+def breakdown(st: dict[str, float]) -> list[tuple[str, float, float]]:
+    """(part, ms per search trial, share of the search's seconds), largest first; "the
+    rest" is what no part timed (the runner's IPC, the journal, the database, the
+    strategy's bookkeeping)."""
+    n = max(1.0, st.get("search_trials", 1.0))
+    total = st.get("search_s", 0.0)
+    rows = [(name, st.get(key, 0.0)) for name, key in BREAKDOWN if st.get(key)]
+    rows.append(("the rest (IPC, journal, database)", max(0.0, total - sum(s for _, s in rows))))
+    return sorted(((name, s / n * 1e3, s / total if total else math.nan) for name, s in rows),
+                  key=lambda r: -r[1])
 
 
 def mean_rel_halfwidth(secs: list[float]) -> float:
@@ -200,7 +235,7 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     _stamp_runner(runner, calls, p["launch"], tag)
     # tune_workload makes its runner inside; hand it the started, stamped one.
     tuner_mod.make_runner = lambda m, rpc=None: runner
-    tmpl = bench_template(p["workload"])
+    tmpl = bench_template(p["workload"], p["template"])
     events: list[Any] = []
     req = TuneRequest(
         template=tmpl,
@@ -273,7 +308,7 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     clock.mark("worker_start")
     calls: list[dict[str, Any]] = []
     _stamp_runner(runner, calls, p["launch"], lambda inp: {"search": True})
-    tmpl = bench_template(p["workload"])
+    tmpl = bench_template(p["workload"], p["template"])
     wl = tmpl.WORKLOADS[p["workload"]]
     mod = workload_module(tmpl, p["workload"])
     space = ms.space_generator.ScheduleFn(
@@ -404,7 +439,9 @@ def print_side(name: str, res: dict[str, Any], f: dict[str, float]) -> None:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--workload", default="m512", help="mN: an N x N x N fp32 matmul")
+    p.add_argument("--template", default="matmul", help="one of operators/ (default matmul)")
+    p.add_argument("--workload", default="m512",
+                   help="a workload of the template, or for matmul mN: an N x N x N fp32 matmul")
     p.add_argument("--trials", type=int, default=64, help="our trial budget")
     p.add_argument("--stock-trials", type=int, default=None, help="default: --trials")
     p.add_argument("--batch-size", type=int, default=16, help="ours (stock: tune_tir's 64)")
@@ -447,11 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci.core.config import MeasureOptions
 
     measure = MeasureOptions()
-    tmpl = bench_template(args.workload)
+    tmpl = bench_template(args.workload, args.template)
     scratch = Path(tempfile.mkdtemp(prefix="bench-tuner-"))
-    common = {"workload": args.workload, "target": target, "seed": args.seed}
+    common = {"workload": args.workload, "template": args.template, "target": target, "seed": args.seed}
     print(
-        f"# tvmtune-ci tuner benchmark: {args.workload} fp32 matmul (operators/matmul.py's "
+        f"# tvmtune-ci tuner benchmark: {args.template}/{args.workload} (operators/{args.template}.py's "
         f"schedule), target {json.dumps(target)}"
     )
     print(
@@ -493,6 +530,10 @@ def main(argv: list[str] | None = None) -> int:
             f"  compile per trial (lowering + LLVM object code, in-process builder): "
             f"{_ms(compile_floor)} (the floor's compile part, both sides)"
         )
+        n = st.get("search_trials", 0.0)
+        print(f"  where a search trial's {_ms(st['search_s'] / max(1.0, n))} went ({n:.0f} trials, "
+              "largest first): " + " | ".join(f"{name} {ms:.0f} ms ({share:.0%})"
+                                              for name, ms, share in breakdown(st)))
         b = ours["best"]
         print(
             f"best (from the finals): {b['latency_s'] * 1e3:.3f} ms {_pct(b['rel'])} = "
