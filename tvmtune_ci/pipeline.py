@@ -373,16 +373,17 @@ class Job:
     refusal: TvmtuneError | None = None
 
 
-def _may_carry(job: Job) -> bool:
-    """Whether the set could be carried forward, from what is known before the lock: a
-    template edit is the only reason it is stale (`carry_refusal` decides the rest)."""
-    e = job.entry
-    return (job.carry and {r.code for r in e.reasons} == {Code.TEMPLATE_CHANGED}
-            and e.manifest is not None and e.manifest.format >= 2)
+def may_carry(entry: Entry, carry: bool = True) -> bool:
+    """Whether a run would try to carry the set forward, from what is known before the
+    lock and without TVM: carrying is on, a template edit is the only reason the set is
+    stale, and its manifest records the programs (format 2). `carry_refusal` decides the
+    rest, from the programs."""
+    return (carry and {r.code for r in entry.reasons} == {Code.TEMPLATE_CHANGED}
+            and entry.manifest is not None and entry.manifest.format >= 2)
 
 
 def _refuse_unless_carried(job: Job, err: TvmtuneError) -> Job:
-    if not _may_carry(job):
+    if not may_carry(job.entry, job.carry):
         raise err
     job.say(f"{err}; only the template changed: trying to carry the set forward first, "
             "which measures nothing")

@@ -876,6 +876,33 @@ def test_dry_run_exits_as_the_real_run_would(tmp_path: Path) -> None:
     assert not (root / "tuning_logs").exists()
 
 
+def test_the_run_and_its_dry_run_try_a_carry_forward_by_one_rule() -> None:
+    """`pipeline.may_carry`, which the run (before it refuses a target it cannot measure)
+    and the dry run (in what it says it would do) both ask: carrying is on, a template
+    edit is the only reason, and the manifest records the programs (format 2 on)."""
+    from dataclasses import replace
+
+    from tvmtune_ci.check.staleness.model import Entry, Reason
+    from tvmtune_ci.core.layout import LogSet
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.reasons import Code
+    from tvmtune_ci.pipeline import may_carry
+
+    repo = Path(__file__).resolve().parents[2]
+    real = read_manifest(repo / "tuning_logs/matmul/zen4-2c/manifest.json")
+    edit = Reason(Code.TEMPLATE_CHANGED, "operators/matmul.py changed")
+
+    def entry(manifest: Any, *reasons: Reason) -> Entry:
+        return Entry("matmul", "zen4-2c", "operators/matmul.py", 1, reasons, manifest,
+                     LogSet.of(Path("tuning_logs"), "matmul", "zen4-2c"), {})
+
+    assert real.format >= 2 and may_carry(entry(real, edit))
+    assert not may_carry(entry(real, edit), carry=False)  # --no-carry, --all
+    assert not may_carry(entry(replace(real, format=1), edit))  # no programs recorded
+    assert not may_carry(entry(None, edit))
+    assert not may_carry(entry(real, edit, Reason(Code.TVM_CHANGED, "0.26 -> 0.27")))
+
+
 @pytest.mark.slow
 def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     """retune --budget: the heavier workload goes first with its floor and the larger

@@ -233,9 +233,9 @@ def dry_run_verdict(config: Config, entries: list[Entry], *, carry: bool = True)
 
             check_host(target.target, remote=target.rpc is not None)
         except HostError as err:
-            from ..core.reasons import Code
+            from ..pipeline import may_carry
 
-            if carry and {r.code for r in e.reasons} == {Code.TEMPLATE_CHANGED}:
+            if may_carry(e, carry):
                 # The run tries a carry forward first (it measures nothing): only the
                 # programs tell, which a dry run does not build.
                 _report(e, f"would stop before any trial unless the set is carried forward (only its "

@@ -388,21 +388,22 @@ class Search:
             )
         return reason
 
-    def _out_of_time(self) -> bool:
-        """The item's share of a time budget is spent, less what its finals need (one
-        time cap per finalist, the default and the previous best); never before its
-        warm-up (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start
-        of a search's curve, which a budget gives every item (budget.py)."""
+    def _budget_gate(self) -> tuple[bool, str]:
+        """Whether the item's share of a time budget stops the search now, and the budget's
+        words when it was asked. The share is spent less what its finals need (one time cap
+        per finalist, the default and the previous best); never before its warm-up
+        (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start of a
+        search's curve, which a budget gives every item (budget.py)."""
         req = self.req
         own = sum(e.get("source") != "replay" for e in self.journal.trials)
         if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
-            return False
+            return False, ""
         finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
         now = time.perf_counter()
         if now - self.t_start + finals_s < req.time_budget_s:
-            return False
+            return False, ""
         if req.budget_more is None or len(self.marks) < 2:
-            return True
+            return True, ""
         # Past its share: the budget decides, batch by batch, from the gain per second
         # of the last BACKWARD_BATCHES batches (Ansor's backward window) whether the
         # search still pays more than its seconds would in the items after it.
@@ -410,10 +411,7 @@ class Search:
         gain = (b0 - b1) / b1 / (t1 - t0) if t1 > t0 and b1 > 0 else 0.0
         batch_s = t1 - self.marks[-2][0]
         more, why = req.budget_more(now - self.t_start + finals_s, gain, batch_s + finals_s)
-        self.budget_why = why
-        if more:
-            self.budget_extra += 1
-        return not more
+        return not more, why
 
     def _budget_detail(self) -> str:
         detail = f"its share of the time budget was spent ({self.req.budget_note})"
@@ -426,7 +424,10 @@ class Search:
     def _loop(self) -> str:
         req, empty = self.req, 0
         while self.done < req.trials:
-            if self._out_of_time():
+            stop, why = self._budget_gate()
+            if why:  # asked past the share: it went on this batch, or stops here
+                self.budget_why, self.budget_extra = why, self.budget_extra + (not stop)
+            if stop:
                 self.stop_detail = self._budget_detail()
                 return "time_budget"
             if self.done >= self.space_size:
