@@ -54,6 +54,10 @@ WARMUP_SAMPLES = 32
 # Flat batches after matching the old best before a re-tune with history stops
 # (`Search._warm_stop`; early_stop.patience, if smaller, wins).
 WARM_PATIENCE = 1
+# A cold search measures this many of its first proposal before building the rest:
+# the first trial came after a whole batch's builds (16 x 115-212 ms, bench_tuner).
+# The rest are the next batch; nothing more is proposed until they are measured.
+FIRST_BATCH = 4
 # Batches whose gain per second is a search's backward gradient past its share of a
 # time budget (TVM auto_scheduler's task scheduler: backward_window_size=3).
 BACKWARD_BATCHES = 3
@@ -270,6 +274,7 @@ class Search:
         self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
+        self._queued: list[tuple[Any, int, dict[str, Any]]] = []  # proposed, not yet measured
         # Why the old log's search still stands on the edited template
         # (`old_search_stands`, set by the tuner): then the search is not run.
         self.stands: str | None = None
@@ -560,7 +565,12 @@ class Search:
         return False
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
-        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
+        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted.
+        A cold search's first proposal is measured in two batches (FIRST_BATCH, then the
+        rest), so that its first trial does not wait for every build of the batch."""
+        if self._queued:
+            picked, self._queued = self._queued[: self.req.trials - self.done], []
+            return picked
         t0 = time.perf_counter()
         cands = self.ctx.generate_measure_candidates()
         self._time("search_generate_s", t0)
@@ -576,6 +586,8 @@ class Search:
         picked = picked[: self.req.trials - self.done]
         if not picked:
             self.ctx.notify_runner_results([], [])
+        elif self.batches == 0 and self.old_best is None and not self.resumed:
+            picked, self._queued = picked[:FIRST_BATCH], picked[FIRST_BATCH:]
         return picked
 
     def replay(self, configs: Sequence[Mapping[str, Any]], source: str = "replay") -> ReplayStats:
