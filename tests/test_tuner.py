@@ -412,6 +412,27 @@ def test_a_builder_that_cannot_start_does_not_leak_the_runner_worker(tmp_path: P
     assert not alive, [p.cmdline() for p in alive]
 
 
+def test_the_workloads_of_a_set_share_one_measuring_worker_that_the_caller_closes(
+    tuned, tmp_path: Path
+) -> None:
+    """A runner handed in (the pipeline's, one per set) measures each workload in the
+    same worker process, whose TVM import (~2 s) is paid once, and is left open for
+    the next workload; without one, tune_workload makes and closes its own."""
+    from tvmtune_ci.tune.runners import make_runner
+
+    template = tuned[0]
+    runner = make_runner(FAST)
+    try:
+        pid = runner.pool.submit(os.getpid).result()
+        for i in range(2):
+            out = tune_workload(request(template, tmp_path / f"w{i}", trials=4, batch_size=4,
+                                        runner=runner))
+            assert out.trials.valid == 4 and out.stats["device_retries"] == 0
+        assert runner.pool.submit(os.getpid).result() == pid  # open, and never restarted
+    finally:
+        runner.close()
+
+
 def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: Path) -> None:
     """The old log's records (knobs, latency) teach the cost model with the new
     template's programs as features: afterwards it ranks those programs as their

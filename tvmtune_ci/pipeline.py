@@ -72,6 +72,7 @@ from .tune.hostcheck import check_host, host_description
 from .tune.measure import workload_bytes
 from .tune.runners import make_runner
 from .tune.search import WARMUP_SAMPLES
+from .tune.runners import make_runner
 from .tune.tuner import TuneRequest, tune_workload
 from .tune.workload import resolve
 
@@ -583,12 +584,18 @@ def tune_step(job: Job) -> Job:
         names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))
                    if (job.entry.operator, job.target.name, w) in order else len(order))
     with tvm_threads(job.threads):
-        for wname in names:
-            outcomes[wname], results[wname] = tune_one(job, wname)
+        # One runner for the set's workloads: its worker (TVM's import) starts once, with
+        # the target's thread count, and measures each workload in turn.
+        runner = make_runner(job.config.measure, job.target.rpc)
+        try:
+            for wname in names:
+                outcomes[wname], results[wname] = tune_one(job, wname, runner)
+        finally:
+            runner.close()
     return replace(job, outcomes=outcomes, results=results)
 
 
-def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
+def tune_one(job: Job, wname: str, runner: Any = None) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
@@ -646,6 +653,7 @@ def tune_one(job: Job, wname: str) -> tuple[TuneOutcome, WorkloadResult]:
         budget_more=(None if job.budget is None else _budget_more(
             job.budget, (entry.operator, target.name, wname),
             job.config.measure.history_s / max(1, len(decl.workloads)))),
+        runner=runner,
     ))
     if job.budget is not None:
         took = time.monotonic() - t0

@@ -133,6 +133,10 @@ class TuneRequest:
     # and `target`): its parameters, module and FLOPs. None: tune_workload
     # resolves it.
     workload: Any = None
+    # A runner (`runners.make_runner(measure, rpc)`) the caller shares between the
+    # workloads of a set and closes: its worker process (TVM's import, ~2 s) starts
+    # once. None: tune_workload makes its own and closes it.
+    runner: Any = None
 
 
 @dataclass(frozen=True)

@@ -286,7 +286,13 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         stats_[key] = now - t0
         return now
 
-    runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
+    own_runner = req.runner is None
+    if own_runner:
+        runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
+    else:
+        runner = req.runner
+        runner.set_options(req.measure)
+    retries0 = len(getattr(runner, "retries", None) or ())
     builder = None
     try:
         # Built libraries live in work_dir (each is deleted once measured), so a killed
@@ -356,7 +362,8 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     finally:
         if builder is not None:
             builder.close()
-        runner.close()
+        if own_runner:
+            runner.close()
     flop = search.flop
     a = assemble(entries, fin, extra, flop, noise,
                  full=lambda knobs: full_knobs(template, wl, knobs, req.target))
@@ -367,7 +374,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     gpu = gpu_resources(template, name, req.target, best.knobs)
     devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
     stats_["devices_used"] = float(len(devices))
-    stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()))
+    stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()) - retries0)
     stats_["total_s"] = time.perf_counter() - t_start
     return TuneOutcome(
         workload_name=name,
