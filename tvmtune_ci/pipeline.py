@@ -72,7 +72,6 @@ from .tune.hostcheck import check_host, host_description
 from .tune.measure import workload_bytes
 from .tune.runners import make_runner
 from .tune.search import WARMUP_SAMPLES
-from .tune.runners import make_runner
 from .tune.tuner import TuneRequest, tune_workload
 from .tune.workload import resolve
 
