@@ -225,9 +225,9 @@ def measure_baseline(
 
     It asks whether this runner can rank the search's contenders, which are sampled to
     `search_precision`; the finals re-measure the default to `precision`, beside the
-    winner. Sampling the default to `precision` here took 9.4-13.6 s of a slow default
-    (55-283 ms a run: conv2d, a 1024^3 matmul) before the first trial, and sampling on
-    toward `search_precision` a usable runner 10.5 s (bench_tuner, Zen 4)."""
+    winner. A slow default (55-283 ms a run: conv2d, a 1024^3 matmul) sampled toward
+    `precision` held the first trial back 9-13 s; sampled on toward `search_precision`
+    on a runner already usable, 10.5 s (bench_tuner, Zen 4)."""
     workload_name = resolve(template, workload_name, target)
     where = f"{template_name(template)}/{workload_name.name}"
     flop = workload_flops(template, workload_name)
