@@ -206,7 +206,6 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     clock.mark("intrin_import")
     from dataclasses import replace
 
-    import tvmtune_ci.tune.tuner as tuner_mod
     from tvmtune_ci.core.config import EarlyStop, MeasureOptions
     from tvmtune_ci.tune.runners import make_runner
     from tvmtune_ci.tune.runners.local import worker_ping as _worker_ping
@@ -233,8 +232,6 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
         }
 
     _stamp_runner(runner, calls, p["launch"], tag)
-    # tune_workload makes its runner inside; hand it the started, stamped one.
-    tuner_mod.make_runner = lambda m, rpc=None: runner
     tmpl = bench_template(p["workload"], p["template"])
     events: list[Any] = []
     req = TuneRequest(
@@ -248,9 +245,13 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
         measure=measure,
         work_dir=Path(p["work_dir"]),
         on_batch=events.append,
+        runner=runner,  # the started, stamped one (tune_workload leaves it open)
     )
     clock.mark("call_start")
-    out = tune_workload(req)
+    try:
+        out = tune_workload(req)
+    finally:
+        runner.close()
     clock.mark("call_end")
 
     def rel(e: dict[str, Any]) -> float:

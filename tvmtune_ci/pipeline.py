@@ -594,7 +594,7 @@ def tune_step(job: Job) -> Job:
     return replace(job, outcomes=outcomes, results=results)
 
 
-def tune_one(job: Job, wname: str, runner: Any = None) -> tuple[TuneOutcome, WorkloadResult]:
+def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
