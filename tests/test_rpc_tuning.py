@@ -8,6 +8,7 @@ winner among themselves; what is checked is who measured what and how the run en
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import replace
@@ -170,7 +171,7 @@ def test_losing_a_device_mid_run_retries_on_the_other_and_finishes(
 
 
 def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_path: Path) -> None:  # noqa: F811
-    """Both servers killed after batch 1 (search.FIRST_BATCH: 4 of the first 8 proposed):
+    """Both servers killed after batch 1 (search.FIRST_BATCH: 4 random draws):
     batch 2 cannot measure anything, so the run stops with a TuningError (no log of
     failures); the journal keeps batch 1."""
     fleet: RpcFleet = rpc_fleet(servers=2)
@@ -187,7 +188,7 @@ def test_every_device_lost_stops_cleanly(rpc_fleet, small_mm: ModuleType, tmp_pa
         _tune(small_mm, tmp_path / "work", rpc, quick, on_batch=on_batch)
     msg = str(err.value)
     assert f"key {DEFAULT_KEY!r} at tracker {fleet.tracker}" in msg
-    assert "all 4 measurements of a batch (after 4 trials) failed" in msg
+    assert re.search(r"all [1-8] measurements of a batch \(after 4 trials\) failed", msg), msg
     assert "no server" in msg and "tvmtune-ci devices" in msg
     # The first failures find the tracker empty; the rest of the batch fails at once.
     assert time.monotonic() - t0 < 60

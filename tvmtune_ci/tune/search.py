@@ -54,9 +54,11 @@ WARMUP_SAMPLES = 32
 # Flat batches after matching the old best before a re-tune with history stops
 # (`Search._warm_stop`; early_stop.patience, if smaller, wins).
 WARM_PATIENCE = 1
-# A cold search measures this many of its first proposal before building the rest:
-# the first trial came after a whole batch's builds (16 x 115-212 ms, bench_tuner).
-# The rest are the next batch; nothing more is proposed until they are measured.
+# A cold search's first batch: this many configurations drawn at random from the design
+# spaces (MetaSchedule's ReplayTrace: 0.01 s), not the evolutionary proposal. Before
+# the cost model has data its scores are random, so evolving 128 programs for them
+# (0.6-1.6 s on this repository's templates, Zen 4) and building a whole batch of 16
+# (115-212 ms each, bench_tuner) only delayed the first measured trial.
 FIRST_BATCH = 4
 # Batches whose gain per second is a search's backward gradient past its share of a
 # time budget (TVM auto_scheduler's task scheduler: backward_window_size=3).
@@ -274,7 +276,8 @@ class Search:
         self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
-        self._queued: list[tuple[Any, int, dict[str, Any]]] = []  # proposed, not yet measured
+        self.prior_records = 0  # old-log records the cost model was trained on (train_prior)
+        self._drawn = False  # the batch _candidates gave last was _first_batch's
         # Why the old log's search still stands on the edited template
         # (`old_search_stands`, set by the tuner): then the search is not run.
         self.stands: str | None = None
@@ -353,6 +356,7 @@ class Search:
             t0 = time.perf_counter()
             self.cost_model.update(self.ctx, cands, results)
             self._time("prior_s", t0)
+        self.prior_records += len(cands)
         return len(cands)
 
     # ---- the loop
@@ -448,7 +452,7 @@ class Search:
             empty = 0
             prev_best = self.progress.best
             gain = self._predicted_gain(picked) if self.old_best is not None else None
-            self._measure(picked)
+            self._measure(picked, notify=not self._drawn)
             if self.progress.best is not None:
                 self.marks.append((time.perf_counter(), self.progress.best.value))
             improved = self.progress.improved_since(
@@ -565,30 +569,58 @@ class Search:
         return False
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
-        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted.
-        A cold search's first proposal is measured in two batches (FIRST_BATCH, then the
-        rest), so that its first trial does not wait for every build of the batch."""
-        if self._queued:
-            picked, self._queued = self._queued[: self.req.trials - self.done], []
-            return picked
+        """The next batch, as (candidate, design space, knobs); None: exhausted. A cold
+        search's first batch is `_first_batch`; every other the strategy's proposal."""
+        self._drawn = False
+        if self._cold_start():
+            picked = self._first_batch()
+            if picked:
+                self._drawn = True
+                return picked
         t0 = time.perf_counter()
         cands = self.ctx.generate_measure_candidates()
         self._time("search_generate_s", t0)
         if cands is None:
             return None
+        picked = self._unseen(cands)[: self.req.trials - self.done]
+        if not picked:
+            self.ctx.notify_runner_results([], [])
+        return picked
+
+    def _cold_start(self) -> bool:
+        """Nothing measured, resumed, replayed or learned yet: the cost model's scores
+        would be random."""
+        return (self.batches == 0 and self.done == 0 and self.old_best is None
+                and not self.resumed and self.prior_records == 0)
+
+    def _unseen(self, cands: Sequence[Any]) -> list[tuple[Any, int, dict[str, Any]]]:
         picked = []
         for c in cands:
             sidx, kv = decode_knobs(plain(c.sch.trace.as_json()), self.spaces, self.knobs)
             key = knobs_key(kv)
-            if key not in self.seen:  # else measured before a resume: not again
+            if key not in self.seen:  # else measured before (a resume, a duplicate draw)
                 self.seen.add(key)
                 picked.append((c, sidx, kv))
-        picked = picked[: self.req.trials - self.done]
-        if not picked:
-            self.ctx.notify_runner_results([], [])
-        elif self.batches == 0 and self.old_best is None and not self.resumed:
-            picked, self._queued = picked[:FIRST_BATCH], picked[FIRST_BATCH:]
         return picked
+
+    def _first_batch(self) -> list[tuple[Any, int, dict[str, Any]]]:
+        """FIRST_BATCH configurations drawn at random from the design spaces, with the
+        template's postprocessors (constraints included), seeded from the context's
+        random state. Measured as search trials, but not told to the evolutionary
+        strategy (it did not propose them); its population is seeded from the database,
+        which holds them."""
+        t0 = time.perf_counter()
+        draw = self.ms.search_strategy.ReplayTrace()
+        draw._initialize_with_tune_context(self.ctx)
+        n = min(FIRST_BATCH, self.req.trials - self.done)
+        draw.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=self.schedules,
+                        database=self.db, cost_model=self.cost_model)
+        try:
+            cands = draw.generate_measure_candidates() or []
+        finally:
+            draw.post_tuning()
+        self._time("search_generate_s", t0)
+        return self._unseen(cands)
 
     def replay(self, configs: Sequence[Mapping[str, Any]], source: str = "replay") -> ReplayStats:
         """The history replay, before the search: each configuration is checked against
