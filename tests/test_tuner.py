@@ -440,6 +440,60 @@ def test_the_workloads_of_a_set_share_one_measuring_worker_that_the_caller_close
         runner.close()
 
 
+def test_a_worker_started_before_tvm_is_imported_is_the_first_runners_worker(
+    tuned, tmp_path: Path
+) -> None:
+    """`retune` starts the measuring worker's process before it imports TVM
+    (`prestart_worker`); the first runner adopts it and measures in it, and closing
+    the runner ends it. One that died first is not adopted: the runner starts its own."""
+    from tvmtune_ci.tune.runners import local, make_runner
+
+    local.prestart_worker()
+    proc = local._prestarted[-1][0]
+    runner = make_runner(FAST)
+    try:
+        assert runner.prestarted and not local._prestarted
+        assert runner.pool.submit(os.getpid).result() == proc.pid
+        out = tune_workload(request(tuned[0], tmp_path / "w", trials=4, batch_size=4, runner=runner))
+        assert out.trials.valid == 4 and out.stats["device_retries"] == 0
+        assert runner.pool.submit(os.getpid).result() == proc.pid
+    finally:
+        runner.close()
+    assert proc.wait(30) is not None
+
+    local.prestart_worker()
+    dead = local._prestarted[-1][0]
+    dead.kill()
+    dead.wait(30)
+    runner = make_runner(FAST)
+    try:
+        assert not runner.prestarted and not local._prestarted
+        assert runner.pool.submit(os.getpid).result() not in (dead.pid, os.getpid())
+    finally:
+        runner.close()
+
+
+def test_a_prestarted_worker_nobody_adopts_exits_with_its_parent() -> None:
+    """A run that measured nothing (every set carried forward) leaves no process: the
+    worker sees its pipe close when the parent exits."""
+    import psutil
+
+    code = ("from tvmtune_ci.tune.runners import local; local.prestart_worker(); "
+            "print(local._prestarted[0][0].pid)")
+    pid = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, timeout=60).stdout)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the unadopted worker {pid} outlived its parent by 60 s")
+
+
 def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: Path) -> None:
     """The old log's records (knobs, latency) teach the cost model with the new
     template's programs as features: afterwards it ranks those programs as their
