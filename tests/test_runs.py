@@ -200,7 +200,7 @@ def test_faster_runs_the_runners_speed_explains_are_no_drift_but_a_faster_kernel
 
     def judged(kernel: list[float], cal: list[float]) -> runs.Verdict:
         pts = [(f"2026-12-03T{i:02d}:00:00Z", v) for i, v in enumerate(kernel)]
-        return runs.judge("w", pts, runner={"compute": [(at, c) for (at, _), c in zip(pts, cal)]})
+        return runs.judge("w", pts, runner={"compute": [(at, c) for (at, _), c in zip(pts, cal, strict=True)]})
 
     slow = 1.25
     ref = [1.0, slow, 1.02, 1.24, 1.01, 1.26, 1.03, slow]
