@@ -662,7 +662,10 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     after its warm-up) ends it, and the README says both."""
     from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
 
-    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=32,
+    # A short old search (12 trials), so that the warm one's own matches its best: the
+    # point here is what happens after the match. With 32, one of two CI runs after the
+    # first-batch change found an old best the warm search did not match in 45 trials.
+    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12,
                                 early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
     monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 1.0)
