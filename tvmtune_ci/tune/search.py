@@ -276,8 +276,6 @@ class Search:
         self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
-        self.prior_records = 0  # old-log records the cost model was trained on (train_prior)
-        self._drawn = False  # the batch _candidates gave last was _first_batch's
         # Why the old log's search still stands on the edited template
         # (`old_search_stands`, set by the tuner): then the search is not run.
         self.stands: str | None = None
@@ -356,7 +354,6 @@ class Search:
             t0 = time.perf_counter()
             self.cost_model.update(self.ctx, cands, results)
             self._time("prior_s", t0)
-        self.prior_records += len(cands)
         return len(cands)
 
     # ---- the loop
@@ -441,7 +438,11 @@ class Search:
                 return "time_budget"
             if self.done >= self.space_size:
                 return "space_exhausted"
-            picked = self._candidates()
+            # A cold search's first batch is drawn, not proposed; the strategy is not told.
+            picked = self._first_batch() if self._cold_start() else []
+            drawn = bool(picked)
+            if not drawn:
+                picked = self._candidates()
             if picked is None:
                 return "space_exhausted"
             if not picked:
@@ -452,7 +453,7 @@ class Search:
             empty = 0
             prev_best = self.progress.best
             gain = self._predicted_gain(picked) if self.old_best is not None else None
-            self._measure(picked, notify=not self._drawn)
+            self._measure(picked, notify=not drawn)
             if self.progress.best is not None:
                 self.marks.append((time.perf_counter(), self.progress.best.value))
             improved = self.progress.improved_since(
@@ -569,14 +570,7 @@ class Search:
         return False
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
-        """The next batch, as (candidate, design space, knobs); None: exhausted. A cold
-        search's first batch is `_first_batch`; every other the strategy's proposal."""
-        self._drawn = False
-        if self._cold_start():
-            picked = self._first_batch()
-            if picked:
-                self._drawn = True
-                return picked
+        """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
         t0 = time.perf_counter()
         cands = self.ctx.generate_measure_candidates()
         self._time("search_generate_s", t0)
@@ -588,10 +582,9 @@ class Search:
         return picked
 
     def _cold_start(self) -> bool:
-        """Nothing measured, resumed, replayed or learned yet: the cost model's scores
-        would be random."""
-        return (self.batches == 0 and self.done == 0 and self.old_best is None
-                and not self.resumed and self.prior_records == 0)
+        """Nothing measured (resumed, replayed) and nothing learned (the old log's records):
+        the cost model's scores would be random."""
+        return self.done == 0 and getattr(self.cost_model, "data_size", 0) == 0
 
     def _unseen(self, cands: Sequence[Any]) -> list[tuple[Any, int, dict[str, Any]]]:
         picked = []
