@@ -179,7 +179,13 @@ def test_outcome_is_complete_and_best_beats_baseline(tuned) -> None:
     assert out.best.ci_lo_s <= out.best.latency_s <= out.best.ci_hi_s
     # TVM ranks the log's records by run_secs: the best is first.
     assert min(r["record"][1][0] for r in out.records if not r["error"]) == out.best.latency_s
-    assert out.baseline.stage == "finals" and out.noise_check.stage == "single"
+    assert out.baseline.stage == "finals"
+    # The noise check was the best contender of the first batch (the 4 drawn): the slow
+    # default was not sampled before the search, only in the finals.
+    nc = out.noise_check
+    first4 = [r["knobs"] for r in out.records if 1 <= r["trial"] <= 4 and r["error"] is None]
+    assert nc.stage == "first_batch" and nc.knobs in first4 and nc.n >= 1, nc
+    assert out.stats["baseline_s"] < 0.05, out.stats
     roles = [f["role"] for f in out.final_results]
     assert roles.count("default") == 1 and roles.count("search") == 3
     assert out.workload_json and len(out.workload_json) == 2
@@ -827,6 +833,46 @@ def test_a_retune_with_history_checks_the_noise_on_the_replayed_old_best() -> No
     assert got.latency_s == 1e-3 and got.gflops == pytest.approx(2.0)
     assert replay_noise_check(Estimate(1e-3, 0.4e-3, 1.6e-3, 30), {"x": 1}, 2e6, loose) is None
     assert replay_noise_check(None, {"x": 1}, 2e6, loose) is None
+
+
+def test_a_cold_run_checks_the_noise_on_its_first_batchs_best() -> None:
+    """Its interval within measure.usable_precision: the noise check, stage `first_batch`,
+    with a warning between search_precision and usable_precision; wider, or nothing
+    valid in the batch: None (the default is sampled, which stops a runner too noisy)."""
+    from dataclasses import replace
+
+    from tvmtune_ci.tune.tuner import first_batch_noise_check
+
+    loose = replace(FAST, search_precision=0.05, usable_precision=0.25)
+    said: list[str] = []
+    got = first_batch_noise_check(Estimate(1e-3, 0.98e-3, 1.02e-3, 30), {"x": 1}, 2e6, loose,
+                                  said.append, "mm/m64")
+    assert got is not None and got.stage == "first_batch" and got.knobs == {"x": 1}
+    assert got.stopped == "converged" and got.n == 30 and got.gflops == pytest.approx(2.0)
+    assert said == []
+    got = first_batch_noise_check(Estimate(1e-3, 0.9e-3, 1.1e-3, 30), {"x": 1}, 2e6, loose,
+                                  said.append, "mm/m64")
+    assert got is not None and got.stopped == "time_cap"
+    assert len(said) == 1 and said[0].startswith("mm/m64: noisy runner: the best of the search's "
+                                                 "first batch reached ±10.0%"), said
+    assert first_batch_noise_check(Estimate(1e-3, 0.4e-3, 1.6e-3, 30), {"x": 1}, 2e6, loose) is None
+    assert first_batch_noise_check(None, None, 2e6, loose) is None
+
+
+def test_a_first_batch_too_noisy_to_rank_falls_back_to_the_default_and_its_verdict(
+        tmp_path: Path) -> None:
+    """No runner reaches ±0.0001%: the first batch's best is not a noise check, so the
+    default is sampled, and the runner is refused after the first batch, naming the
+    default, the precision reached and the fix."""
+    from dataclasses import replace
+
+    template = make_template(tmp_path, "mm_noisy")
+    events: list = []
+    strict = replace(FAST, search_precision=1e-6, usable_precision=1e-6, time_cap_s=0.2)
+    with pytest.raises(TuningError, match=r"runner too noisy: the default configuration of "
+                                          r"mm_noisy/m64 reached only ±[0-9.]+%.*run on an idle runner"):
+        tune_workload(request(template, tmp_path / "work", measure=strict, on_batch=events.append))
+    assert [e.trials_done for e in events] == [4]  # stopped after the first batch
 
 
 def _trial(i: int, a: int, latency: float | None) -> dict:

@@ -69,6 +69,8 @@ def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
     """The noise check before the search against the same configuration in the finals:
     within the noise, or beyond both intervals (then the README says which numbers still
     hold). A re-tune with history checked the noise on the old best, in its replay."""
+    from dataclasses import replace
+
     from tvmtune_ci.core.manifest import Measured
     from tvmtune_ci.publish.readme import _drift
 
@@ -90,3 +92,9 @@ def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
     warm = _drift(m(2e-4, kv=old_best), [default, m(2.1e-4, kv=old_best)], default)
     assert warm.startswith("runner drift: the old best measured 200 us ± 1.0% in the history replay, "
                            "before the search, and 210 us ± 1.0% in the finals (1.05x)"), warm
+    # A cold run: the best of the search's first batch, when it reached the finals.
+    first = replace(m(5e-4, kv=old_best), stage="first_batch")
+    cold = _drift(first, [default, None, m(4e-4), m(5.5e-4, kv=old_best)], default)
+    assert cold.startswith("runner drift: the best of the first batch measured 500 us ± 1.0% in the "
+                           "search's first batch and 550 us ± 1.0% in the finals (1.10x)"), cold
+    assert _drift(first, [default, None, m(4e-4)], default) == ""  # not a finalist

@@ -60,7 +60,8 @@ class Measured:
     ci_hi_s: float | None = None
     n: int = 0  # samples behind the estimate
     # Where it was measured: "finals" (interleaved rounds), "search", "probe" (raced:
-    # measured slow after the first samples), "single" (measured alone).
+    # measured slow after the first samples), "single" (measured alone), "replay" (a
+    # history replay), "first_batch" (a cold search's first batch: a noise check).
     stage: str = ""
     # A search/probe entry beside finals is shown on the finals' scale (as the log
     # ranks it): latency_s = search_s x the scale; search_s is the search's own number.
@@ -100,11 +101,13 @@ class WorkloadResult:
     best_source: str = "search"
     # History replay after a template edit (history.ReplayReport.to_json()), or None.
     history: dict[str, Any] | None = None
-    # The noise check before the search: the default configuration (stage "single"),
-    # minutes before `baseline` (the same configuration in the finals), or in a re-tune
+    # The noise check: the default configuration before the search (stage "single"),
+    # minutes before `baseline` (the same configuration in the finals); in a re-tune
     # with history the old best as its replay measured it (stage "replay"), minutes
-    # before `previous_best`: how far this runner's speed moved during the run. None in
-    # manifests written before it was recorded.
+    # before `previous_best`; in a cold run since 2026-12-03 the best of the search's
+    # first batch (stage "first_batch"), in the finals only if it is a finalist. Against
+    # the finals: how far this runner's speed moved during the run. None in manifests
+    # written before it was recorded.
     noise_check: Measured | None = None
     # Bytes one run moves at the least (its buffers: measure.workload_bytes); 0 when not
     # recorded. GB/s = bytes_moved / latency.

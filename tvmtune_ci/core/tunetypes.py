@@ -154,8 +154,9 @@ class TuneOutcome:
     curve: tuple[tuple[int, float], ...]  # (trial index, best-so-far GFLOPS), 1-based
     space_size: int  # points in all design spaces together
     design_spaces: int
-    # The noise check before the search: the default configuration (stage "single"), or
-    # in a re-tune with history the old best as the replay measured it (stage "replay").
+    # The noise check: in a cold run the best of the search's first batch (stage
+    # "first_batch"), in a re-tune with history the old best as the replay measured it
+    # (stage "replay"), else the default configuration before the search (stage "single").
     noise_check: Measured | None
     workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
     flop: float = 0.0

@@ -36,6 +36,7 @@ _MEASURED = {
     "search": "search",
     "probe": "probe (raced)",
     "single": "alone",
+    "first_batch": "the search's first batch",
 }
 
 
@@ -80,9 +81,10 @@ def _facts_sentence(facts: dict[str, Any]) -> str:
 
 def _drift(start: Measured | None, finals: Sequence[Measured | None], default: Measured) -> str:
     """How far the runner's speed moved during the run, in words ("" if unknown): the
-    noise check before the search (the default configuration, or in a re-tune with
-    history the old best as its replay measured it) against the same configuration in
-    the finals (the first of `finals` with its knobs)."""
+    noise check (the default configuration before the search; in a re-tune with history
+    the old best as its replay measured it; in a cold run the best of the search's first
+    batch) against the same configuration in the finals (the first of `finals` with its
+    knobs; a first batch's best that did not reach the finals says nothing)."""
     if start is None or start.latency_s <= 0:
         return ""
     end = next((m for m in finals if m is not None and m.knobs == start.knobs), None)
@@ -92,6 +94,8 @@ def _drift(start: Measured | None, finals: Sequence[Measured | None], default: M
     apart = (start.ci_lo_s is not None and end.ci_lo_s is not None and start.ci_hi_s is not None
              and end.ci_hi_s is not None and (end.ci_lo_s > start.ci_hi_s or end.ci_hi_s < start.ci_lo_s))
     what, when = (("the default configuration", "before the search") if start.knobs == default.knobs
+                  else ("the best of the first batch", "in the search's first batch")
+                  if start.stage == "first_batch"
                   else ("the old best", "in the history replay, before the search,"))
     said = f"runner drift: {what} measured {_lat(start)} {when} and {_lat(end)} in the finals ({ratio:.2f}x)"
     if apart:
@@ -259,7 +263,8 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
                      f"{g.get('registers_per_block', 0):,} registers per block ({g.get('registers')} "
                      f"per thread x {g.get('threads')} threads), {g.get('spill_bytes', 0)} bytes "
                      "spilled")
-    drift = _drift(r.noise_check, (r.baseline, r.previous_best, r.best), r.baseline)
+    drift = _drift(r.noise_check, (r.baseline, r.previous_best, r.best,
+                                   *(c for c in r.top if c.stage == "finals")), r.baseline)
     if drift:
         lines.append(f"- {drift}")
     if r.previous_best is not None and r.history is None:

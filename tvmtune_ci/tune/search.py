@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,6 +279,9 @@ class Search:
         # Why the old log's search still stands on the edited template
         # (`old_search_stands`, set by the tuner): then the search is not run.
         self.stands: str | None = None
+        # Called once, after the first batch this process measures: a cold run takes its
+        # noise check from that batch's best contender (`tuner.first_batch_noise_check`).
+        self.after_first_batch: Callable[[], None] | None = None
 
     @property
     def done(self) -> int:
@@ -454,6 +457,9 @@ class Search:
             prev_best = self.progress.best
             gain = self._predicted_gain(picked) if self.old_best is not None else None
             self._measure(picked, notify=not drawn)
+            if self.after_first_batch is not None:
+                hook, self.after_first_batch = self.after_first_batch, None
+                hook()
             if self.progress.best is not None:
                 self.marks.append((time.perf_counter(), self.progress.best.value))
             improved = self.progress.improved_since(

@@ -3,8 +3,10 @@
 `tune_workload(req)` runs these steps, each a function of its own:
 
 1. `check_correct`: the default configuration against `reference` (TuningError first).
-2. the noise check: `measure_baseline` samples the default configuration; a re-tune
-   with history takes the old best as its replay measured it (`replay_noise_check`).
+2. the noise check: can this runner rank the search's contenders? A cold run takes
+   the best contender of the search's first batch (`first_batch_noise_check`), a
+   re-tune with history the old best as its replay measured it (`replay_noise_check`);
+   short of `usable_precision`, or on a resume, `measure_baseline` samples the default.
 3. the search (`search.Search`): a history replay and the old log's records first
    when the template was edited, then MetaSchedule's `EvolutionarySearch` with an
    `XGBModel`, batch by batch, resumable from its journal (`journal.py`). When the
@@ -150,6 +152,32 @@ def replay_noise_check(
         return None
     stopped = "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap"
     return measured(knobs, est, flop, "replay", stopped)
+
+
+def first_batch_noise_check(
+    est: stats.Estimate | None, knobs: Mapping[str, Any] | None, flop: float, measure: Any,
+    warn: Callable[[str], None] | None = None, where: str = "",
+) -> Measured | None:
+    """The noise check of a cold run: the best contender of the search's first batch
+    (sampled to `measure.search_precision`, none raced: there is no incumbent yet), when
+    its interval is within `measure.usable_precision` (else None: the default is sampled,
+    which samples on and stops a runner too noisy to rank). Sampling the default first
+    held the first trial back by 2.5 s (conv2d, 55-128 ms a run) and 5.8 s (a 1024^3
+    matmul, 283-312 ms) on a Zen 4 (bench_first_trial run 2), and the contenders are
+    nearer what the search ranks; the finals measure the default anyway. Between
+    `search_precision` and `usable_precision`, `warn` is told and tuning goes on."""
+    if est is None or knobs is None or not est.rel_halfwidth <= measure.usable_precision:
+        return None
+    converged = est.rel_halfwidth <= measure.search_precision
+    if not converged and warn is not None:
+        warn(
+            f"{where}: noisy runner: the best of the search's first batch reached "
+            f"±{est.rel_halfwidth:.1%}, short of measure.search_precision "
+            f"±{measure.search_precision:.1%}, the precision the search ranks at; tuning goes on "
+            f"(within measure.usable_precision ±{measure.usable_precision:.1%}; the finals "
+            "decide side by side)"
+        )
+    return measured(knobs, est, flop, "first_batch", "converged" if converged else "time_cap")
 
 
 @dataclass(frozen=True)
@@ -307,11 +335,12 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         search = Search(req, builder, runner, t_start)  # 3 + 4
         t = lap("setup_s", t)
         stats_["resumed"] = float(search.resumed)
-        # A re-tune with history takes its noise check from the replay (the old best);
-        # a cold run, or a resumed one (its replay is in the journal), samples the default.
-        noise = None if req.replay and not search.resumed else measure_baseline(
+        # The noise check (2): a resumed run (its first batch and replay are in the
+        # journal) samples the default; a re-tune with history takes the replay's old
+        # best, a cold run its first batch's best contender (below).
+        noise = measure_baseline(
             template, wl, req.target, req.measure, runner=runner, warn=req.warn
-        )  # 2
+        ) if search.resumed else None
         t = lap("baseline_s", t)
         # The old log's other records teach the cost model before anything is measured
         # (also on a resume: the model is not saved).
@@ -341,12 +370,27 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         if noise is None and replay is not None and replay.old_best_correct:
             noise = replay_noise_check(search.old_best, full_knobs(template, wl, req.replay[0], req.target),
                                        search.flop, req.measure)
-        if noise is None:  # the old best computes wrong now, or its replay was too noisy
+        if noise is None and req.replay:  # the old best computes wrong now, or its replay was too noisy
             noise = measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
             t = lap("baseline_s", t)
         if stands and replay is not None and replay.old_best_correct and not search.resumed:
             search.stands = stands
+
+        def first_batch_noise() -> None:
+            nonlocal noise
+            t0 = time.perf_counter()
+            p = search.progress
+            noise = first_batch_noise_check(
+                p.best, full_knobs(template, wl, p.best_knobs, req.target) if p.best_knobs else None,
+                search.flop, req.measure, req.warn, f"{template_name(template)}/{name}"
+            ) or measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+            stats_["baseline_s"] = stats_.get("baseline_s", 0.0) + time.perf_counter() - t0
+
+        if noise is None:
+            search.after_first_batch = first_batch_noise
         stop_reason = search.run()
+        if noise is None:  # the search measured nothing (a zero budget, an exhausted space)
+            noise = measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
         stats_.update(search.stats)
         t = time.perf_counter()
         entries = search.journal.trials
