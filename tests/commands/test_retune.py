@@ -492,6 +492,7 @@ def test_remeasure_with_a_short_history_is_inconclusive_and_writes_nothing(
     far = "reported at once" in r.stdout
     assert r.returncode == int(far), r.stdout + r.stderr
     assert far or "inconclusive: 6 more runs needed" in r.stdout, r.stdout
+    assert "inconclusive: inconclusive" not in r.stdout, r.stdout  # the word once
     # A reader checking the README: this run against its headline, which one run makes.
     assert "x the README's headline" in r.stdout and "(it rests on 1 run: no band yet)" in r.stdout, r.stdout
     assert _set(root) == before  # without --record nothing is written

@@ -119,11 +119,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     carry = not (args.no_carry or args.all)
-    if any(config.target(e.target_name).rpc is None and not may_carry(e, carry) for e in entries):
+    local = [e for e in entries if config.target(e.target_name).rpc is None and not may_carry(e, carry)]
+    if local:
         # Its TVM import (2 s) runs beside ours, not after it: the first trial comes sooner.
+        # With the threads the first such entry measures with (TVM reads them on import).
+        from ..pipeline import measure_threads
         from ..tune.runners.local import prestart_worker
 
-        prestart_worker()
+        prestart_worker(measure_threads(config.target(local[0].target_name)))
     commit = args.commit or args.push
     results = []
     committed = []

@@ -446,7 +446,7 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
     if len(ref) < MIN_REF:
         need = MIN_REF + PERSIST - n
         return Verdict(workload, "inconclusive",
-                       f"inconclusive: {need} more run{'s' if need > 1 else ''} needed "
+                       f"{need} more run{'s' if need > 1 else ''} needed "
                        f"({n} so far; a band rests on {MIN_REF} runs and a change must last "
                        f"{PERSIST})", band_of(points), latest, None, n)
     band = band_of(ref)

@@ -63,11 +63,13 @@ def _kill_pool_workers(pool: Any) -> None:
 
 
 # A worker process started before this process imported TVM (`prestart_worker`), with
-# the parent's ends of its pipes: (process, reader, writer). Taken by the first runner.
-_prestarted: list[tuple[subprocess.Popen[bytes], Any, Any]] = []
+# the parent's ends of its pipes and the TVM_NUM_THREADS it was started with:
+# (process, reader, writer, threads). Taken by the first runner whose worker would get
+# the same TVM_NUM_THREADS.
+_prestarted: list[tuple[subprocess.Popen[bytes], Any, Any, str | None]] = []
 
 
-def prestart_worker() -> None:
+def prestart_worker(threads: int | None = None) -> None:
     """Start the measuring worker's process now, before this process imports TVM.
 
     The worker's own TVM import (1.5-2.6 s on a 2-core Zen 4) then runs beside this
@@ -75,15 +77,25 @@ def prestart_worker() -> None:
     does not wait for it. The process is TVM's `PopenWorker` command, started as
     `PopenWorker._start` starts it; the first local runner adopts it. Not adopted (the
     run measured nothing), it sees its pipe close when this process exits, and exits.
-    Idempotent; imports nothing of TVM."""
+    Idempotent; imports nothing of TVM.
+
+    `threads`: the TVM_NUM_THREADS the first measurement will run with
+    (`pipeline.tvm_threads`, which sets it only around an entry's tuning). TVM sizes its
+    pool when it loads, so a worker started without it measured a 2-core target on one
+    thread: 2x slower (softmax attn_512, Zen 3), and the run's history, measured
+    in-process with the pipeline's setting, disagreed with its finals. A runner adopts
+    it only if its worker would get the same TVM_NUM_THREADS (`_adopt_prestarted`)."""
     if _prestarted:
         return
+    env = dict(os.environ)
+    if threads is not None:
+        env["TVM_NUM_THREADS"] = str(threads)
     main_read, worker_write = os.pipe()
     worker_read, main_write = os.pipe()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tvm.exec.popen_worker", str(worker_read), str(worker_write)],
-            pass_fds=(worker_read, worker_write), stderr=subprocess.DEVNULL,
+            pass_fds=(worker_read, worker_write), stderr=subprocess.DEVNULL, env=env,
         )
     except OSError:  # no process to start: the runner starts its own later
         os.close(main_read)
@@ -92,15 +104,18 @@ def prestart_worker() -> None:
     finally:
         os.close(worker_read)  # the worker's ends: its own now
         os.close(worker_write)
-    _prestarted.append((proc, os.fdopen(main_read, "rb"), os.fdopen(main_write, "wb")))
+    _prestarted.append((proc, os.fdopen(main_read, "rb"), os.fdopen(main_write, "wb"),
+                        env.get("TVM_NUM_THREADS")))
 
 
 def _adopt_prestarted(pool: Any) -> bool:
     """Give a `PopenPoolExecutor` of one worker the prestarted process as that worker
-    (its one thread's `PopenWorker`). False: none prestarted, or it has died."""
-    if not _prestarted:
+    (its one thread's `PopenWorker`). False: none prestarted, it has died, or it was
+    started with another TVM_NUM_THREADS than a worker started now would inherit (it
+    is left for a runner that matches, or exits with this process)."""
+    if not _prestarted or _prestarted[-1][3] != os.environ.get("TVM_NUM_THREADS"):
         return False
-    proc, reader, writer = _prestarted.pop()
+    proc, reader, writer, _ = _prestarted.pop()
     if proc.poll() is not None:
         reader.close()
         writer.close()
