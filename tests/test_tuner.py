@@ -446,8 +446,29 @@ def test_the_workloads_of_a_set_share_one_measuring_worker_that_the_caller_close
         runner.close()
 
 
+@pytest.fixture
+def no_prestarted(monkeypatch: pytest.MonkeyPatch):
+    """No worker left prestarted by an earlier test in this process (a retune that
+    stopped before measuring leaves its own: `prestart_worker` is then a no-op), and
+    TVM's default threads; the same afterwards."""
+    from tvmtune_ci.tune.runners import local
+
+    def clear() -> None:
+        while local._prestarted:
+            proc, reader, writer, _ = local._prestarted.pop()
+            proc.kill()
+            proc.wait(30)
+            reader.close()
+            writer.close()
+
+    clear()
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    yield
+    clear()
+
+
 def test_a_worker_started_before_tvm_is_imported_is_the_first_runners_worker(
-    tuned, tmp_path: Path
+    tuned, tmp_path: Path, no_prestarted: None
 ) -> None:
     """`retune` starts the measuring worker's process before it imports TVM
     (`prestart_worker`); the first runner adopts it and measures in it, and closing
@@ -480,34 +501,29 @@ def test_a_worker_started_before_tvm_is_imported_is_the_first_runners_worker(
 
 
 def test_a_prestarted_worker_measures_with_the_runs_threads_or_is_not_adopted(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, no_prestarted: None) -> None:
     """TVM sizes a process's thread pool from TVM_NUM_THREADS, which `retune` sets only
     around an entry's tuning (pipeline.tvm_threads). A worker started before that must
     be given it (2-core targets measured on one thread, 2x slower, before it was), and
     a runner whose worker would get another value starts its own."""
     from tvmtune_ci.tune.runners import local, make_runner
 
-    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
     local.prestart_worker(2)
     proc = local._prestarted[-1][0]
+    runner = make_runner(FAST)  # TVM's default threads here: not the prestarted one
     try:
-        runner = make_runner(FAST)  # TVM's default threads here: not the prestarted one
-        try:
-            assert not runner.prestarted and len(local._prestarted) == 1
-            assert runner.pool.submit(os.getenv, "TVM_NUM_THREADS").result() is None
-        finally:
-            runner.close()
-        monkeypatch.setenv("TVM_NUM_THREADS", "2")  # as tvm_threads sets it for num-cores 2
-        runner = make_runner(FAST)
-        try:
-            assert runner.prestarted and not local._prestarted
-            assert runner.pool.submit(os.getpid).result() == proc.pid
-            assert runner.pool.submit(os.getenv, "TVM_NUM_THREADS").result() == "2"
-        finally:
-            runner.close()
+        assert not runner.prestarted and len(local._prestarted) == 1
+        assert runner.pool.submit(os.getenv, "TVM_NUM_THREADS").result() is None
     finally:
-        while local._prestarted:
-            local._prestarted.pop()[0].kill()
+        runner.close()
+    monkeypatch.setenv("TVM_NUM_THREADS", "2")  # as tvm_threads sets it for num-cores 2
+    runner = make_runner(FAST)
+    try:
+        assert runner.prestarted and not local._prestarted
+        assert runner.pool.submit(os.getpid).result() == proc.pid
+        assert runner.pool.submit(os.getenv, "TVM_NUM_THREADS").result() == "2"
+    finally:
+        runner.close()
 
 
 def test_a_prestarted_worker_nobody_adopts_exits_with_its_parent() -> None:
