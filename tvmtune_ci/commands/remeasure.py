@@ -76,9 +76,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{s}: stale, not re-measured (re-tune it: tvmtune-ci retune)")
         n = sum(len(r.verdicts) for r in done)
         states = [v.state for r in done for v in r.verdicts]
+        short = states.count("inconclusive")
         print(f"{states.count('drift')} of {n} bests drifted" if drifted else
-              f"no drift in {n} bests: {states.count('stable')} stable, "
-              f"{states.count('inconclusive')} inconclusive (too few runs yet)")
+              f"no drift in {n} bests: {states.count('stable')} stable, {short} inconclusive"
+              + (" (too few runs yet)" if short else ""))
         if args.format == "github":
             rows = "\n".join(f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
                              f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"
