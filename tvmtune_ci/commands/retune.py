@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     local = [e for e in entries if config.target(e.target_name).rpc is None and not may_carry(e, carry)]
     if local:
         # Its TVM import (2 s) runs beside ours, not after it: the first trial comes sooner.
-        # With the threads the first such entry measures with (TVM reads them on import).
+        # With the threads the first such entry measures with: its environment is fixed now.
         from ..pipeline import measure_threads
         from ..tune.runners.local import prestart_worker
 

@@ -81,9 +81,10 @@ def prestart_worker(threads: int | None = None) -> None:
 
     `threads`: the TVM_NUM_THREADS the first measurement will run with
     (`pipeline.tvm_threads`, which sets it only around an entry's tuning). TVM sizes its
-    pool when it loads, so a worker started without it measured a 2-core target on one
-    thread: 2x slower (softmax attn_512, Zen 3), and the run's history, measured
-    in-process with the pipeline's setting, disagreed with its finals. A runner adopts
+    thread pool from the environment the worker started with, so one started without it
+    measured a 2-core target on one thread: 2x slower (softmax attn_512, Zen 3), and the
+    run's history, measured in-process with the pipeline's setting, disagreed with its
+    finals. A runner adopts
     it only if its worker would get the same TVM_NUM_THREADS (`_adopt_prestarted`)."""
     if _prestarted:
         return
