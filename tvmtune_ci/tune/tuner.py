@@ -139,19 +139,26 @@ def run_finals(
             ]
 
 
+def _noise_check(est: stats.Estimate | None, knobs: Mapping[str, Any] | None, flop: float,
+                 measure: Any, stage: str) -> Measured | None:
+    """A contender's estimate as the noise check, when its interval is within
+    `measure.usable_precision` (else None: the default is sampled, which samples on and
+    stops a runner too noisy to rank)."""
+    if est is None or knobs is None or not est.rel_halfwidth <= measure.usable_precision:
+        return None
+    stopped = "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap"
+    return measured(knobs, est, flop, stage, stopped)
+
+
 def replay_noise_check(
     est: stats.Estimate | None, knobs: Mapping[str, Any], flop: float, measure: Any
 ) -> Measured | None:
     """The noise check of a re-tune with history: the old best as its replay measured it,
-    before the search, when its interval is within `measure.usable_precision` (else None:
-    the default is sampled as in a cold run). The search judges candidates near the old
-    best, so the noise around it is the one that matters; the default, often far slower,
-    took a 1024^3 matmul 3.5-12 s (bench_warmstart runs D and E, Zen 4) and is measured
-    in the finals anyway."""
-    if est is None or not est.rel_halfwidth <= measure.usable_precision:
-        return None
-    stopped = "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap"
-    return measured(knobs, est, flop, "replay", stopped)
+    before the search. The search judges candidates near the old best, so the noise
+    around it is the one that matters; the default, often far slower, took a 1024^3
+    matmul 3.5-12 s (bench_warmstart runs D and E, Zen 4) and is measured in the finals
+    anyway."""
+    return _noise_check(est, knobs, flop, measure, "replay")
 
 
 def first_batch_noise_check(
@@ -159,17 +166,15 @@ def first_batch_noise_check(
     warn: Callable[[str], None] | None = None, where: str = "",
 ) -> Measured | None:
     """The noise check of a cold run: the best contender of the search's first batch
-    (sampled to `measure.search_precision`, none raced: there is no incumbent yet), when
-    its interval is within `measure.usable_precision` (else None: the default is sampled,
-    which samples on and stops a runner too noisy to rank). Sampling the default first
-    held the first trial back by 2.5 s (conv2d, 55-128 ms a run) and 5.8 s (a 1024^3
-    matmul, 283-312 ms) on a Zen 4 (bench_first_trial run 2), and the contenders are
-    nearer what the search ranks; the finals measure the default anyway. Between
-    `search_precision` and `usable_precision`, `warn` is told and tuning goes on."""
-    if est is None or knobs is None or not est.rel_halfwidth <= measure.usable_precision:
-        return None
-    converged = est.rel_halfwidth <= measure.search_precision
-    if not converged and warn is not None:
+    (sampled to `measure.search_precision`, none raced: there is no incumbent yet).
+    Sampling the default first held the first trial back by 2.5 s (conv2d, 55-128 ms a
+    run) and 5.8 s (a 1024^3 matmul, 283-312 ms) on a Zen 4 (bench_first_trial run 2),
+    and the contenders are nearer what the search ranks; the finals measure the default
+    anyway. Between `search_precision` and `usable_precision`, `warn` is told and tuning
+    goes on."""
+    got = _noise_check(est, knobs, flop, measure, "first_batch")
+    if got is not None and got.stopped == "time_cap" and warn is not None:
+        assert est is not None
         warn(
             f"{where}: noisy runner: the best of the search's first batch reached "
             f"±{est.rel_halfwidth:.1%}, short of measure.search_precision "
@@ -177,7 +182,7 @@ def first_batch_noise_check(
             f"(within measure.usable_precision ±{measure.usable_precision:.1%}; the finals "
             "decide side by side)"
         )
-    return measured(knobs, est, flop, "first_batch", "converged" if converged else "time_cap")
+    return got
 
 
 @dataclass(frozen=True)
@@ -338,9 +343,10 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         # The noise check (2): a resumed run (its first batch and replay are in the
         # journal) samples the default; a re-tune with history takes the replay's old
         # best, a cold run its first batch's best contender (below).
-        noise = measure_baseline(
-            template, wl, req.target, req.measure, runner=runner, warn=req.warn
-        ) if search.resumed else None
+        def sample_default() -> Measured:
+            return measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+
+        noise = sample_default() if search.resumed else None
         t = lap("baseline_s", t)
         # The old log's other records teach the cost model before anything is measured
         # (also on a resume: the model is not saved).
@@ -371,7 +377,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             noise = replay_noise_check(search.old_best, full_knobs(template, wl, req.replay[0], req.target),
                                        search.flop, req.measure)
         if noise is None and req.replay:  # the old best computes wrong now, or its replay was too noisy
-            noise = measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+            noise = sample_default()
             t = lap("baseline_s", t)
         if stands and replay is not None and replay.old_best_correct and not search.resumed:
             search.stands = stands
@@ -383,14 +389,14 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             noise = first_batch_noise_check(
                 p.best, full_knobs(template, wl, p.best_knobs, req.target) if p.best_knobs else None,
                 search.flop, req.measure, req.warn, f"{template_name(template)}/{name}"
-            ) or measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+            ) or sample_default()
             stats_["baseline_s"] = stats_.get("baseline_s", 0.0) + time.perf_counter() - t0
 
         if noise is None:
             search.after_first_batch = first_batch_noise
         stop_reason = search.run()
         if noise is None:  # the search measured nothing (a zero budget, an exhausted space)
-            noise = measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+            noise = sample_default()
         stats_.update(search.stats)
         t = time.perf_counter()
         entries = search.journal.trials
