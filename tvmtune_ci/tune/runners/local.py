@@ -257,6 +257,10 @@ def local_runner_class() -> Any:
             return futures
 
         def close(self) -> None:
+            # A worker still starting (closed before any measurement: a builder that
+            # could not start) has its process but not yet its pipes, and the pool's
+            # shutdown fails on it (AttributeError '_writer', CI): let it finish first.
+            self._started()
             self.pool.shutdown()
 
     return WorkerRunner
