@@ -116,6 +116,25 @@ def test_a_persistent_change_beyond_the_band_is_drift_and_one_odd_run_is_not() -
     assert runs.judge("w", pts([*ref, 0.85, 0.86, 0.84])).direction == "faster"
 
 
+def test_a_latest_run_beyond_the_band_is_not_called_within_it_until_the_next_runs_tell() -> None:
+    """bench_drift, Zen 3: a swapped-in 1.12x kernel read 1.21x and 1.20x the band's
+    median, and the verdict said "stable: within the band". Beyond it, not yet for
+    PERSIST runs: inconclusive (exit 0), saying how many more runs tell."""
+    ref = [1.0, 1.02, 0.98, 1.01, 1.0, 1.01, 0.99]
+    one = runs.judge("w", pts([*ref, 1.21]))
+    assert one.state == "inconclusive" and not one.drifted and one.ratio == pytest.approx(1.21 / 1.0)
+    assert one.sentence.startswith("beyond the band in the last run: now 1.210x (slower) the median")
+    assert one.sentence.endswith("a change must last 3 runs: 2 more runs will tell"), one.sentence
+    two = runs.judge("w", pts([*ref, 1.21, 1.20]))
+    assert two.state == "inconclusive" and "in the last 2 runs" in two.sentence
+    assert two.sentence.endswith("1 more run will tell")
+    assert runs.judge("w", pts([*ref, 1.21, 1.20, 1.15])).drifted
+    back = runs.judge("w", pts([*ref, 1.21, 1.20, 1.0]))
+    assert back.state == "stable" and back.sentence.startswith("within the band")
+    faster = runs.judge("w", pts([*ref, 0.8]))
+    assert faster.state == "inconclusive" and "(faster)" in faster.sentence
+
+
 def test_the_verdict_and_the_run_serialise() -> None:
     v = runs.judge("w", pts([1.0, 1.02, 0.98, 1.01, 1.0, 1.15, 1.16, 1.14]))
     d = json.loads(json.dumps(v.to_json()))

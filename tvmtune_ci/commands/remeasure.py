@@ -2,8 +2,9 @@
 
 One run per fresh entry (the best, the default and the calibration kernels in turns);
 the verdict comes from the entry's run history with that run (`runs.judge`), never from
-one run alone: "inconclusive" while the history is too short to have a band, "stable"
-inside it, "drift" for a persistent change beyond it (or one far beyond any band seen).
+one run alone: "inconclusive" while the history is too short to have a band or the
+latest run lies beyond it for fewer runs than a change must last, "stable" inside it,
+"drift" for a persistent change beyond it (or one far beyond any band seen).
 `--record` appends the run to the set's `runs.jsonl` and republishes its manifest and
 README (the monthly workflow commits them with `--commit --push`).
 
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         short = states.count("inconclusive")
         print(f"{states.count('drift')} of {n} bests drifted" if drifted else
               f"no drift in {n} bests: {states.count('stable')} stable, {short} inconclusive"
-              + (" (too few runs yet)" if short else ""))
+              + (" (more runs needed)" if short else ""))
         if args.format == "github":
             rows = "\n".join(f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
                              f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"

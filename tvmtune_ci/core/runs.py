@@ -30,6 +30,7 @@ which were disturbed); split, each would re-decide that.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -279,8 +280,9 @@ def band_of(points: Sequence[tuple[str, float]]) -> Band | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the history says of one workload's figure: "inconclusive" (too few runs),
-    "stable", or "drift" (`direction` "slower"/"faster"), with the band it rests on."""
+    """What the history says of one workload's figure: "inconclusive" (too few runs, or
+    the latest beyond the band for fewer runs than a change must last), "stable", or
+    "drift" (`direction` "slower"/"faster"), with the band it rests on."""
 
     workload: str
     state: str
@@ -423,7 +425,9 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
       MIN_REF of them the verdict is "inconclusive" and says how many more runs are
       needed.
     - "drift" when each of the last PERSIST runs lies beyond MARGIN x the reference
-      band on the same side (a persistent change, not one odd run); else "stable".
+      band on the same side (a persistent change, not one odd run); "inconclusive" when
+      the latest lies beyond it but not yet all PERSIST (it says how many more runs
+      tell); else "stable".
       Faster runs that the runner's speed explains (`_faster_with_runner`: over the
       compute calibration kernel the kernel did not move) are "stable", saying so.
     """
@@ -466,6 +470,17 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
                        f"the last {PERSIST} runs are all {d} than the band of the {len(ref)} "
                        f"runs before them (beyond {MARGIN:g} x their ±{band.halfwidth:.1%} around "
                        f"their median; now {_words(ratio)})", band, latest, ratio, n, d)
+    beyond = sum(1 for _ in itertools.takewhile(
+        lambda r: r > 1 + edge if ratio > 1 else r < 1 - edge, reversed(recent)))
+    if beyond:
+        # Not (yet) a lasting change, but not "within the band" either: the next runs
+        # tell (bench_drift: a swapped 1.12x kernel read 1.21x, 1.20x, then drift).
+        more = PERSIST - beyond
+        return Verdict(workload, "inconclusive",
+                       f"beyond the band in the last {'run' if beyond == 1 else f'{beyond} runs'}: now "
+                       f"{_words(ratio)} the median of {len(ref)} earlier runs, which spread "
+                       f"±{band.halfwidth:.1%}; a change must last {PERSIST} runs: {more} more "
+                       f"run{'s' if more > 1 else ''} will tell", band, latest, ratio, n)
     return Verdict(workload, "stable",
                    f"within the band: now {_words(ratio)} the median of {len(ref)} earlier "
                    f"runs, which spread ±{band.halfwidth:.1%}", band, latest, ratio, n)
