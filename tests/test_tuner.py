@@ -695,6 +695,10 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     # Its noise check was the replayed old best: the default was not sampled before the search.
     assert warm.noise_check is not None and warm.noise_check.stage == "replay"
     assert warm.stats["baseline_s"] < 0.05 and warm.baseline.stage == "finals"
+    # The replayed old best ran in the finals once, as the previous best, and has one record.
+    roles = [f["role"] for f in warm.final_results if f["knobs"] == warm.previous.knobs]
+    assert roles == ["previous"], warm.final_results
+    assert sum(r["knobs"] == replay[0] for r in warm.records) == 1
 
 
 def _old_programs(template, out) -> tuple[tuple[dict, str], ...]:  # noqa: ANN001
@@ -984,6 +988,37 @@ def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only
                                           r"re-run `tvmtune-ci retune` on an idle runner"):
         assemble(entries, fin, {}, 2e9, Measured({"a": 1}, 0.95, None, stage="replay"),
                  full=lambda k: dict(k or {}))
+
+
+def test_assembling_a_replayed_previous_best_gives_its_own_record_the_finals_figure() -> None:
+    """A re-tune with history measured its old best in the finals once, as the previous
+    best, under the key of its replayed trial: that record takes the finals' figure (no
+    second record of it), it stays in the top table when it loses, and the verdict
+    compares the search's other finalists with it."""
+    from dataclasses import replace as dc_replace
+
+    from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.tune.space import knobs_key
+    from tvmtune_ci.tune.tuner import assemble
+
+    entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.1), _trial(3, 3, 2.0)]
+
+    def prev(value: float) -> FinalResult:
+        r = _finalist("previous", 1, value)
+        return dc_replace(r, finalist=dc_replace(r.finalist, key=knobs_key({"a": 1})))
+
+    for kept in (True, False):
+        fin = _fin_of([_finalist("search", 2, 1.2 if kept else 0.8), _finalist("default", None, 3.0),
+                       prev(1.05)])
+        assert fin.winner.finalist.role == ("previous" if kept else "search")
+        a = assemble(entries, fin, {}, 2e9, Measured({}, 3.2, None), full=lambda k: dict(k or {}))
+        assert len(a.records) == 3  # nothing added: the previous best was a replayed trial
+        old = next(r for r in a.records if r["knobs"] == {"a": 1})
+        assert old["latency_s"] == 1.05 and old["stage"] == "finals" and "scale" not in old
+        assert a.previous is not None and a.previous.latency_s == 1.05
+        assert a.previous_verdict == ("slower" if kept else "faster")
+        assert sorted(m.latency_s for m in a.top[:2]) == ([1.05, 1.2] if kept else [0.8, 1.05])
+        assert a.best.knobs == ({"a": 1} if kept else {"a": 2})
 
 
 def test_assembling_a_kept_previous_best_logs_its_record_and_the_tie() -> None:

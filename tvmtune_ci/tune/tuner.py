@@ -111,10 +111,21 @@ def run_finals(
     keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
     if not keys:
         raise _all_failed(where, entries)
+    prev_key = "previous"
+    if req.previous_knobs is not None:
+        # A re-tune with history replayed the old best as a search trial: measured once
+        # here, as the previous best, not twice (the same kernel took a finalist's
+        # share of the finals, and the verdict compared it with itself). The verdict
+        # then asks the question it is for: did the search find anything better?
+        prev_full = full_knobs(template, wl, req.previous_knobs, req.target)
+        same = [k for k in keys if full_knobs(template, wl, by_key[k]["knobs"], req.target) == prev_full]
+        if same and len(keys) > 1:
+            keys.remove(same[0])
+            prev_key = same[0]
     finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
-        finalists.append(Finalist("previous", dict(req.previous_knobs), "previous"))
+        finalists.append(Finalist("previous", dict(req.previous_knobs), prev_key))
     results = finals(template, wl, req.target, finalists, req.measure,
                      runner=runner, builder=builder)
     while True:
@@ -130,7 +141,7 @@ def run_finals(
             check_correct(template, wl, req.target, winner.finalist.knobs, rpc=req.rpc)
             return _FinalsOutcome(results, winner, tied)
         except TuningError as err:
-            if winner.finalist.role == "search":
+            if winner.finalist.key in by_key:  # a search trial (or the replayed previous best)
                 e = by_key.pop(winner.finalist.key)
                 e["error"], e["latency_s"] = f"wrong result: {err}", None
             results = [
@@ -215,11 +226,12 @@ def assemble(
     # (the winner's finals estimate / the best search estimate among the finalists).
     # It was ranked below every finalist by the search, so it stays below the winner.
     assert fin.winner.estimate is not None
+    # A finalist with a record: a search trial, or the previous best replayed as one
+    # (run_finals measured it once, as the previous best).
     searched = [rec_by_key[r.finalist.key]["latency_s"] for r in fin.results
-                if r.finalist.role == "search" and r.finalist.key in rec_by_key
-                and rec_by_key[r.finalist.key]["latency_s"] is not None]
+                if r.finalist.key in rec_by_key and rec_by_key[r.finalist.key]["latency_s"] is not None]
     scale = fin.winner.estimate.value / min(searched) if searched else 1.0
-    final_keys = {r.finalist.key for r in fin.results if r.finalist.role == "search"}
+    final_keys = {r.finalist.key for r in fin.results if r.finalist.key in rec_by_key}
     for e in records:
         if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
             e["measured_s"], e["scale"] = e["latency_s"], scale
@@ -242,7 +254,8 @@ def assemble(
             previous = m
         if r is fin.winner:
             best = m
-        if f.role == "search" or r is fin.winner:
+        e = rec_by_key.get(f.key)
+        if e is not None or r is fin.winner:
             finals_measured.append(m)
         # The log's value of a finalist is its finals estimate; one tied with a kept
         # previous best is logged at the kept value, so TVM's ranking keeps it too.
@@ -250,7 +263,6 @@ def assemble(
         if i in fin.tied:
             assert fin.winner.estimate is not None
             value = fin.winner.estimate.value
-        e = rec_by_key.get(f.key) if f.role == "search" else None
         if e is None and r is fin.winner:
             e = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
                  "device": None, "record": extra[f.role]}
@@ -403,10 +415,11 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         fin = run_finals(req, entries, runner, builder)  # 5
         lap("finals_s", t)
         # The records of finalists that are not search trials (the default or the
-        # previous best winning) are made from their schedules.
+        # previous best winning, unless replayed) are made from their schedules.
         extra: dict[str, dict[str, Any]] = {}
+        searched = {knobs_key(e["knobs"]) for e in entries}
         for r in fin.results:
-            if r.finalist.role != "search" and r is fin.winner:
+            if r.finalist.role != "search" and r is fin.winner and r.finalist.key not in searched:
                 sch = schedule_config(template, wl, r.finalist.knobs, req.target)
                 extra[r.finalist.role] = search.record_json(sch)
     finally:
