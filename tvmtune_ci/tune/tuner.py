@@ -117,11 +117,15 @@ def run_finals(
         # here, as the previous best, not twice (the same kernel took a finalist's
         # share of the finals, and the verdict compared it with itself). The verdict
         # then asks the question it is for: did the search find anything better?
+        # Its record is found among all the trials (it need not be in the search's top);
+        # at least one search finalist stays: the verdict compares one with it.
         prev_full = full_knobs(template, wl, req.previous_knobs, req.target)
-        same = [k for k in keys if full_knobs(template, wl, by_key[k]["knobs"], req.target) == prev_full]
-        if same and len(keys) > 1:
-            keys.remove(same[0])
-            prev_key = same[0]
+        same = next((k for k, e in by_key.items()
+                     if full_knobs(template, wl, e["knobs"], req.target) == prev_full), None)
+        if same is not None and (same not in keys or len(keys) > 1):
+            if same in keys:
+                keys.remove(same)
+            prev_key = same
     finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
