@@ -190,10 +190,12 @@ def first_batch_noise_check(
     got = _noise_check(est, knobs, flop, measure, "first_batch")
     if got is not None and got.stopped == "time_cap" and warn is not None:
         assert est is not None
+        # As many decimals as tell the two apart ("±3.0%, short of ±3.0%" read as a bug).
+        d = next((d for d in (1, 2, 3) if f"{est.rel_halfwidth:.{d}%}" != f"{measure.search_precision:.{d}%}"), 3)
         warn(
             f"{where}: noisy runner: the best of the search's first batch reached "
-            f"±{est.rel_halfwidth:.1%}, short of measure.search_precision "
-            f"±{measure.search_precision:.1%}, the precision the search ranks at; tuning goes on "
+            f"±{est.rel_halfwidth:.{d}%}, short of measure.search_precision "
+            f"±{measure.search_precision:.{d}%}, the precision the search ranks at; tuning goes on "
             f"(within measure.usable_precision ±{measure.usable_precision:.1%}; the finals "
             "decide side by side)"
         )
