@@ -116,7 +116,6 @@ BREAKDOWN = (
     ("build (lowering + LLVM)", "search_compile_s"),
     ("export (.so)", "search_export_s"),
     ("load in the worker", "search_load_s"),
-    ("fill the arguments (random data)", "search_alloc_s"),
     ("measure (samples)", "search_eval_s"),
     ("cost model update", "search_cost_model_s"),
     ("cost model predict (warm rule)", "search_predict_s"),

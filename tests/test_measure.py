@@ -149,50 +149,6 @@ def test_measure_config_fills_defaults(template, runner) -> None:
     assert runner.timings and runner.timings[-1].eval_s > 0
 
 
-def test_the_worker_fills_a_signatures_arguments_once(template) -> None:
-    # Filling a kernel's arguments with random data cost more than a finals visit's
-    # samples (m1024: 50-90 ms on a Zen 3): the worker fills them once per signature.
-    r = runners.make_runner(FAST)
-    try:
-        def reused(workload: str, knobs: dict | None = GOOD) -> bool:
-            n = len(r.timings)
-            measure.measure_config(template, workload, TARGET, knobs, FAST, runner=r)
-            assert len(r.timings) == n + 1
-            return r.timings[-1].args_reused
-
-        assert not reused("m64")
-        assert reused("m64") and reused("m64", None)  # another kernel of the same shapes
-        assert not reused("m32", None)
-        assert reused("m64")
-        assert r.timings[0].alloc_s > 0
-    finally:
-        r.close()
-
-
-def test_the_worker_keeps_the_arguments_of_the_latest_few_signatures() -> None:
-    import tvm
-
-    from tvmtune_ci.tune.runners import local
-
-    local._ARGS.clear()
-    dev = tvm.runtime.device("cpu", 0)
-
-    def info(n: int) -> list[list[object]]:
-        return [["TENSOR", "float32", [n, 8]], ["TENSOR", "float32", [n, 8]]]
-
-    try:
-        first, reused = local._worker_args(dev, "llvm", info(1))
-        assert not reused and local._worker_args(dev, "llvm", info(1)) == (first, True)
-        assert not local._worker_args(dev, "llvm", [["TENSOR", "float64", [1, 8]]] * 2)[1]
-        for n in range(2, local.ARGS_KEEP + 1):
-            assert not local._worker_args(dev, "llvm", info(n))[1]
-        assert len(local._ARGS) == local.ARGS_KEEP
-        assert not local._worker_args(dev, "llvm", info(1))[1]  # the oldest went first
-        assert local._worker_args(dev, "llvm", info(local.ARGS_KEEP))[1]
-    finally:
-        local._ARGS.clear()
-
-
 def test_bad_knob_values_are_rejected(template) -> None:
     with pytest.raises(TemplateError, match="product is 64"):
         split_knobs(template, "m64", {"tile_i": [8, 4]})

@@ -26,8 +26,6 @@ class RunTiming:
     load_s: float  # locally: dlopen; over RPC: upload + remote load + argument allocation
     eval_s: float  # the time evaluator call: warm-up + number x repeat runs (+ calibration)
     session_s: float = 0.0  # over RPC: the tracker handing out a server + opening the session
-    alloc_s: float = 0.0  # locally: filling the arguments with random data (0 when reused)
-    args_reused: bool = False  # locally: the worker's arguments of this signature were reused
 
 
 @dataclass(frozen=True)

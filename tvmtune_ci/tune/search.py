@@ -393,7 +393,6 @@ class Search:
                     "search_export_s": float(sum(self.builder.export_s[n_built:])),
                     "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
                     "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
-                    "search_alloc_s": float(sum(x.alloc_s for x in self.runner.timings[n_runs:])),
                 }
             )
         return reason

@@ -2,8 +2,7 @@
 
 `WorkerRunner` (`local_runner_class()`) is a MetaSchedule `Runner`: TVM's
 `PopenPoolExecutor` with one worker, as the stock `LocalRunner`, that loads each built
-library, fills its arguments with random data (once per signature: `_worker_args`) and
-samples it (`sampling.sample_loop`).
+library, fills its arguments with random data and samples it (`sampling.sample_loop`).
 A kernel that crashes or outlives `timeout_s` kills only the worker, which restarts on
 the next measurement. TVM's pool times out *inside* the worker, so a stopped or wedged
 worker would never answer: `wait_or_kill` bounds every wait from the parent side.
@@ -11,10 +10,8 @@ worker would never answer: `wait_or_kill` bounds every wait from the parent side
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import functools
-import json
 import os
 import subprocess
 import sys
@@ -151,41 +148,14 @@ def wait_or_kill(pool: Any, future: Any, limit_s: float) -> Any:
     return future.result()
 
 
-# The worker's argument tensors, by device and argument list (shapes, dtypes): random
-# inputs filled once and reused by every later kernel of that signature. A workload's
-# candidates, finalists and history runs all share one; the finals visit each kernel
-# many times, and filling m1024's three 4-MiB arrays with random data took 50-90 ms on
-# a Zen 3 (vocab_32k's two 16-MiB ones 140-300 ms), more than a visit's samples. A kernel
-# only writes its outputs, which every run overwrites, as the time evaluator's own
-# repeated runs do. The few most recent signatures are kept (the workloads of a set
-# share one worker, in turn).
-_ARGS: collections.OrderedDict[str, Any] = collections.OrderedDict()
-ARGS_KEEP = 4
-
-
-def _worker_args(dev: Any, device: str, args_info: list[Any]) -> tuple[Any, bool]:
-    """(the argument tensors of this signature, whether they were reused)."""
-    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
-
-    key = json.dumps([device, args_info], sort_keys=True)
-    args = _ARGS.pop(key, None)
-    reused = args is not None
-    if args is None:
-        while len(_ARGS) >= ARGS_KEEP:  # freed before the new ones are filled
-            _ARGS.popitem(last=False)
-        args = default_alloc_argument(dev, args_info, 1)[0]
-    _ARGS[key] = args
-    return args, reused
-
-
 def _worker_measure(
     artifact_path: str, device: str, args_info: list[Any], policy: dict[str, Any]
-) -> tuple[dict[str, Any], float, float, float, bool]:
-    """Runs in the runner's worker process: load, fill (or reuse) arguments,
-    `sample_loop`. (sampling's output, load_s, eval_s, alloc_s, arguments reused)"""
+) -> tuple[dict[str, Any], float, float]:
+    """Runs in the runner's worker process: load, fill arguments, `sample_loop`."""
     import time as _time
 
     import tvm
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_alloc_argument
 
     t0 = _time.perf_counter()
     if device == "cuda":  # the library holds CUDA source: the builder's cubin, by the hook
@@ -196,7 +166,7 @@ def _worker_measure(
     t1 = _time.perf_counter()
     # A target kind is not a device name: tvm.runtime.device("llvm") raises.
     dev = tvm.runtime.device("cpu" if device in ("llvm", "c") else device, 0)
-    args, reused = _worker_args(dev, device, args_info)
+    args = default_alloc_argument(dev, args_info, 1)[0]
     pre = "cache_flush_cpu_non_first_arg" if policy.get("cache_flush") else ""
 
     def evaluator_for(number: int, repeat: int, min_repeat_ms: int) -> Any:
@@ -208,7 +178,7 @@ def _worker_measure(
     dev.sync()
     t2 = _time.perf_counter()
     out = sample_loop(evaluator_for, args, policy)
-    return out, t1 - t0, _time.perf_counter() - t2, t2 - t1, reused
+    return out, t1 - t0, _time.perf_counter() - t2
 
 
 @functools.cache  # one class per process: TVM registers it by name
@@ -267,12 +237,12 @@ def local_runner_class() -> Any:
                 )
                 res, err = None, None
                 try:
-                    out, load_s, eval_s, alloc_s, reused = wait_or_kill(self.pool, fut, limit_s)
+                    out, load_s, eval_s = wait_or_kill(self.pool, fut, limit_s)
                     res = out["samples"]
                     self._info[str(inp.artifact_path)] = Sampled(
                         out["number"], out["raced"], out["converged"]
                     )
-                    self.timings.append(RunTiming(load_s, eval_s, alloc_s=alloc_s, args_reused=reused))
+                    self.timings.append(RunTiming(load_s, eval_s))
                 except WorkerHung as e:
                     err = f"WorkerRunner: {e}"
                 except TimeoutError:
