@@ -763,6 +763,11 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
     assert warm.noise_check is not None and warm.noise_check.stage == "replay"
     assert warm.noise_check.knobs == warm.previous.knobs and warm.baseline.stage == "finals"
     assert warm.stats["baseline_s"] < 0.05
+    # The old finals ranked these same programs: this one re-measures the old best (a
+    # fresh figure) and the default (the speedup), not the old runners-up again.
+    assert [f["role"] for f in warm.final_results] == ["default", "previous"], warm.final_results
+    assert warm.previous_verdict is None
+    assert sum(r["knobs"] == replay[0] for r in warm.records) == 1
 
     parallel = make_template(tmp_path, "mm_parallel", extra="sch.parallel(i0)\n")
     searched = tune_workload(request(parallel, tmp_path / "parallel", trials=48, replay=replay,
@@ -770,6 +775,7 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
                                      old_programs=programs, early_stop=EarlyStop(patience=2)))
     assert searched.trials.stop_reason != "history_unchanged", searched.trials
     assert any(r.get("source") not in ("replay", "new_region") for r in searched.records)
+    assert "search" in [f["role"] for f in searched.final_results], searched.final_results
 
 
 # A 128^3 matmul for the tests whose premise is a speed difference: at 64^3 a parallel

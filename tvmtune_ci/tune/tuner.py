@@ -15,7 +15,8 @@
 4. the finals (`measure.finals`): the search's top `finalists`, the default
    configuration and the previous best (when given) re-measured in interleaved
    rounds; the winner is chosen on that data and its numerics checked. A previous
-   best that is equal within noise is kept.
+   best that is equal within noise is kept. When the old search stands, the previous
+   best and the default only (`run_finals`).
 5. the outcome: the log's records (each on the finals' scale), the top table, the
    curve and the verdict on the previous best.
 
@@ -99,11 +100,20 @@ def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int
 
 
 def run_finals(
-    req: TuneRequest, entries: list[Trial], runner: Any, builder: Any
+    req: TuneRequest, entries: list[Trial], runner: Any, builder: Any, *, stands: bool = False
 ) -> _FinalsOutcome:
     """The search's top `finalists`, the default and the previous best, interleaved;
     the winner's numerics checked (a wrong one becomes a failed trial and the next
-    is taken)."""
+    is taken).
+
+    When the old search stands (`stands`: the edit changed none of the programs the old
+    log measured, `search.old_search_stands`), the field is the previous best and the
+    default only. The old log's finals already ranked these same programs side by side
+    on this target; its runners-up, replayed, would only re-roll that noise (and with
+    four of them, a kept best lost to one by chance now and then). The previous best is
+    re-measured for a fresh figure and the default for the speedup. They took 13.0-16.1 s
+    of a 26-27-s no-op re-tune on a Zen 3 (bench_warmstart run H): 2 s for each of 6
+    finalists, time-capped on a noisy runner."""
     template, name = req.template, req.workload_name
     wl = req.workload if req.workload is not None else name
     where = f"{template_name(template)}/{name}"
@@ -122,10 +132,12 @@ def run_finals(
         prev_full = full_knobs(template, wl, req.previous_knobs, req.target)
         same = next((k for k, e in by_key.items()
                      if full_knobs(template, wl, e["knobs"], req.target) == prev_full), None)
-        if same is not None and (same not in keys or len(keys) > 1):
+        if same is not None and (stands or same not in keys or len(keys) > 1):
             if same in keys:
                 keys.remove(same)
             prev_key = same
+        if stands:
+            keys = []
     finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
@@ -418,7 +430,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         stats_.update(search.stats)
         t = time.perf_counter()
         entries = search.journal.trials
-        fin = run_finals(req, entries, runner, builder)  # 5
+        fin = run_finals(req, entries, runner, builder, stands=search.stands is not None)  # 5
         lap("finals_s", t)
         # The records of finalists that are not search trials (the default or the
         # previous best winning, unless replayed) are made from their schedules.
