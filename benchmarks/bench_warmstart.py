@@ -249,6 +249,13 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_detail or o.trials.stop_reason}) "
                   f"in {secs[mode]:.0f} s ({phases}); best "
                   f"{stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
+            if o.stats.get("warm_batches"):  # what kept a warm run going after its match
+                st = o.stats
+                hoped = (f"; the model expected a gain beyond the noise in {st['warm_hoped']:.0f} "
+                         f"(median +{st['warm_hoped_predicted']:.1%}), measured one in "
+                         f"{st['warm_hoped_met']:.0f} (their median measured gain "
+                         f"{st['warm_hoped_measured']:+.1%})" if st.get("warm_hoped") else "")
+                print(f"    after the match: {st['warm_batches']:.0f} batch(es) judged{hoped}", flush=True)
         cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
         # Every arm's best side by side, interleaved (drift hits all alike).

@@ -701,6 +701,22 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     assert sum(r["knobs"] == replay[0] for r in warm.records) == 1
 
 
+def test_the_warm_rules_hopes_are_counted_by_its_own_band() -> None:
+    """A batch counts as a hope when the model's gain reached that batch's band, and as
+    met when the measured gain did too; the medians are over the hopes only."""
+    from types import SimpleNamespace
+
+    from tvmtune_ci.tune.search import Search
+
+    judged = [(0.10, 0.03, 0.04), (0.05, 0.03, -0.01), (0.02, 0.03, 0.20), (0.04, 0.05, 0.0)]
+    got = Search.warm_hopes(SimpleNamespace(warm_judged=judged))  # type: ignore[arg-type]
+    assert got == {"warm_batches": 4.0, "warm_hoped": 2.0, "warm_hoped_met": 1.0,
+                   "warm_hoped_predicted": pytest.approx(0.075), "warm_hoped_measured": pytest.approx(0.015)}
+    assert Search.warm_hopes(SimpleNamespace(warm_judged=[])) == {}  # type: ignore[arg-type]
+    none_hoped = Search.warm_hopes(SimpleNamespace(warm_judged=[(0.01, 0.03, 0.0)]))  # type: ignore[arg-type]
+    assert none_hoped == {"warm_batches": 1.0, "warm_hoped": 0.0, "warm_hoped_met": 0.0}
+
+
 def _old_programs(template, out) -> tuple[tuple[dict, str], ...]:  # noqa: ANN001
     """What `priors.old_programs` gives a re-tune: every old record's configuration with
     the key of the program the old template made of it."""
@@ -734,6 +750,11 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     assert "then 2 batches without a gain beyond the noise (early stop" in warm.trials.stop_detail
     own = sum(r.get("source") != "replay" for r in warm.records)
     assert WARMUP_SAMPLES <= own < 400, own  # the warm-up, then 2 batches (the last one in it counts)
+    # What kept it going, counted: every batch after the match was a hope of +100%.
+    st = warm.stats
+    assert st["warm_batches"] >= 1 and st["warm_hoped"] == st["warm_batches"], st
+    assert st["warm_hoped_predicted"] == 1.0 and 0 <= st["warm_hoped_met"] <= st["warm_hoped"], st
+    assert st["warm_hoped_measured"] < 1.0, st
 
 
 @pytest.mark.slow

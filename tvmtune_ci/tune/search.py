@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -274,6 +275,11 @@ class Search:
         self.old_best: stats.Estimate | None = None
         self.matched_at: int | None = None  # own trials when the search matched it
         self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
+        # Each batch the warm rule judged after the match: (the cost model's predicted gain
+        # of the batch's best candidate, the noise band, the gain the batch measured over
+        # the incumbent). How often the model's hope of a gain came true is what a
+        # cheaper rule would have to know (`warm_hopes`, the bench prints it).
+        self.warm_judged: list[tuple[float, float, float]] = []
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
         # Why the old log's search still stands on the edited template
@@ -393,6 +399,7 @@ class Search:
                     "search_export_s": float(sum(self.builder.export_s[n_built:])),
                     "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
                     "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
+                    **self.warm_hopes(),
                 }
             )
         return reason
@@ -456,6 +463,7 @@ class Search:
             empty = 0
             prev_best = self.progress.best
             gain = self._predicted_gain(picked) if self.old_best is not None else None
+            n0, was_matched = self.done, self.matched_at is not None
             self._measure(picked, notify=not drawn)
             if self.after_first_batch is not None:
                 hook, self.after_first_batch = self.after_first_batch, None
@@ -465,8 +473,12 @@ class Search:
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
-            if self.old_best is not None and self._warm_stop(improved, gain):
-                return "matched_history"
+            if self.old_best is not None:
+                stop = self._warm_stop(improved, gain)
+                if was_matched and gain is not None and prev_best is not None:
+                    self._judged(gain, prev_best, n0)
+                if stop:
+                    return "matched_history"
             # The cold rule, in a re-tune with history too: there it is the ceiling, so a
             # warm run never searches longer than a cold one would. Without it the warm
             # rule alone ran 116 and 196 trials where its model kept expecting gains
@@ -538,6 +550,30 @@ class Search:
         if not preds[0] > 0:
             return None
         return max(preds[1:]) / preds[0] - 1
+
+    def _judged(self, gain: float, incumbent: stats.Estimate, n0: int) -> None:
+        """Keep what the warm rule saw in the batch measured from trial `n0` on."""
+        ests = [_entry_estimate(e) for e in self.journal.trials[n0:] if e["error"] is None]
+        got = min((e.value for e in ests if e is not None), default=math.inf)
+        best = self.progress.best
+        band = self._band(best) if best is not None else self.req.measure.search_precision
+        self.warm_judged.append((gain, band, incumbent.value / got - 1))
+
+    def warm_hopes(self) -> dict[str, float]:
+        """The warm rule's batches after the match, in numbers: how many, in how many
+        the cost model expected a gain beyond the noise (which kept the run going), in
+        how many of those a gain beyond the noise was measured, and the medians of both
+        gains in those batches. {} when the rule judged none."""
+        if not self.warm_judged:
+            return {}
+        hoped = [(g, m) for g, band, m in self.warm_judged if g >= band]
+        met = sum(m >= band for g, band, m in self.warm_judged if g >= band)
+        out = {"warm_batches": float(len(self.warm_judged)), "warm_hoped": float(len(hoped)),
+               "warm_hoped_met": float(met)}
+        if hoped:
+            out["warm_hoped_predicted"] = statistics.median(g for g, _ in hoped)
+            out["warm_hoped_measured"] = statistics.median(m for _, m in hoped)
+        return out
 
     def _warm_stop(self, improved: bool, gain: float | None) -> bool:
         """A re-tune with history stops once its own search has matched the old best
