@@ -111,9 +111,10 @@ def run_finals(
     default only. The old log's finals already ranked these same programs side by side
     on this target; its runners-up, replayed, would only re-roll that noise (and with
     four of them, a kept best lost to one by chance now and then). The previous best is
-    re-measured for a fresh figure and the default for the speedup. They took 13.0-16.1 s
-    of a 26-27-s no-op re-tune on a Zen 3 (bench_warmstart run H): 2 s for each of 6
-    finalists, time-capped on a noisy runner."""
+    re-measured for a fresh figure and the default for the speedup. Six finalists took
+    13.0-13.5 s of a 26-27-s no-op re-tune on a noisy Zen 3 (bench_warmstart run H, 2 s
+    each, time-capped); these two 7.7-7.9 s in a quiet stretch, against 9.9-11.4 s for
+    six (runs I-K, docs/benchmarks.md)."""
     template, name = req.template, req.workload_name
     wl = req.workload if req.workload is not None else name
     where = f"{template_name(template)}/{name}"
