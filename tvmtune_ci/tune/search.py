@@ -474,9 +474,9 @@ class Search:
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
             if self.old_best is not None:
-                stop = self._warm_stop(improved, gain)
+                stop, band = self._warm_stop(improved, gain)
                 if was_matched and gain is not None and prev_best is not None:
-                    self._judged(gain, prev_best, n0)
+                    self._judged(gain, band, prev_best, n0)
                 if stop:
                     return "matched_history"
             # The cold rule, in a re-tune with history too: there it is the ceiling, so a
@@ -551,12 +551,11 @@ class Search:
             return None
         return max(preds[1:]) / preds[0] - 1
 
-    def _judged(self, gain: float, incumbent: stats.Estimate, n0: int) -> None:
-        """Keep what the warm rule saw in the batch measured from trial `n0` on."""
+    def _judged(self, gain: float, band: float, incumbent: stats.Estimate, n0: int) -> None:
+        """Keep what the warm rule saw (`gain` against `band`) in the batch measured from
+        trial `n0` on."""
         ests = [_entry_estimate(e) for e in self.journal.trials[n0:] if e["error"] is None]
         got = min((e.value for e in ests if e is not None), default=math.inf)
-        best = self.progress.best
-        band = self._band(best) if best is not None else self.req.measure.search_precision
         self.warm_judged.append((gain, band, incumbent.value / got - 1))
 
     def warm_hopes(self) -> dict[str, float]:
@@ -575,7 +574,7 @@ class Search:
             out["warm_hoped_measured"] = statistics.median(m for _, m in hoped)
         return out
 
-    def _warm_stop(self, improved: bool, gain: float | None) -> bool:
+    def _warm_stop(self, improved: bool, gain: float | None) -> tuple[bool, float]:
         """A re-tune with history stops once its own search has matched the old best
         within the noise and then, for one batch (`WARM_PATIENCE`), neither improved on
         the incumbent nor has a candidate the cost model expects to beat it beyond the
@@ -588,7 +587,8 @@ class Search:
         seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
         4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C). The cold rule
         still applies (`_loop`): a model that keeps expecting gains cannot make a warm
-        run longer than a cold one."""
+        run longer than a cold one. Returns whether to stop and the band it judged with
+        (`_judged` counts the batch against the same band)."""
         assert self.old_best is not None
         req = self.req
         own = self._own_best()
@@ -608,8 +608,8 @@ class Search:
             self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own; "
                                 f"{batches} the cost model expected no gain beyond "
                                 f"the noise (±{band:.1%}) and none was measured")
-            return True
-        return False
+            return True, band
+        return False, band
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
         """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""

@@ -131,14 +131,14 @@ def run_finals(
         # Its record is found among all the trials (it need not be in the search's top);
         # at least one search finalist stays: the verdict compares one with it.
         prev_full = full_knobs(template, wl, req.previous_knobs, req.target)
+        if stands:
+            keys = []
         same = next((k for k, e in by_key.items()
                      if full_knobs(template, wl, e["knobs"], req.target) == prev_full), None)
-        if same is not None and (stands or same not in keys or len(keys) > 1):
+        if same is not None and (same not in keys or len(keys) > 1):
             if same in keys:
                 keys.remove(same)
             prev_key = same
-        if stands:
-            keys = []
     finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
