@@ -205,6 +205,40 @@ def test_a_replayed_old_best_that_no_longer_works_leaves_the_noise_check_to_the_
     assert warm.noise_check.knobs == warm.baseline.knobs
 
 
+# A structural choice whose kernels build and run but compute wrong: the write cache
+# accumulates in float16 (unsafe_set_dtype), off by up to 2% against reference().
+HALF_KNOB = 'define_structure("half", [False, True])'
+HALF_CODE = 'if cfg["half"] and cfg["write_cache"]:\n    sch.unsafe_set_dtype(block, 0, "float16")\n'
+
+
+def test_the_replay_checks_the_library_it_measures_and_measures_no_wrong_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each replayed configuration is built once: its numerics are checked on the library
+    the builder made, which the runner then measures (no compile of its own per
+    configuration). One that computes wrong is counted built, not correct, and never
+    measured; the others are."""
+    import tvm
+
+    template = load_template(write_template(tmp_path, "mm_half", knobs_extra=HALF_KNOB, extra=HALF_CODE))
+    good = {"tile_i": [4, 16], "tile_j": [1, 64], "tile_k": [4, 16], "unroll": 0,
+            "write_cache": True, "half": False}
+    wrong = dict(good, half=True)
+    other = dict(good, tile_i=[8, 8])
+    compiles: list[object] = []
+    real = tvm.compile
+    monkeypatch.setattr(tvm, "compile", lambda *a, **kw: compiles.append(a) or real(*a, **kw))
+    out = tune_workload(request(template, tmp_path / "warm", trials=8, replay=(good, wrong, other)))
+    rs = out.replay
+    assert rs is not None and (rs.offered, rs.built, rs.correct, rs.measured) == (3, 3, 2, 2), rs
+    assert rs.old_best_correct and any("does not match" in f for f in rs.failures), rs
+    replayed = [r["knobs"] for r in out.records if r.get("source") == "replay"]
+    assert sorted(r["tile_i"] for r in replayed) == [[4, 16], [8, 8]], replayed
+    assert wrong not in [r["knobs"] for r in out.records]
+    # tvm.compile ran for the default's check before tuning and the winner's after the
+    # finals (not when the default won), none for the three replayed configurations.
+    assert 1 <= len(compiles) <= 2, len(compiles)
+
+
 def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> None:
     """Knob names read back from a trace give the same program the search measured."""
     import tvm

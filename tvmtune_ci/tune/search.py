@@ -158,12 +158,15 @@ def _rand_state(seed: int, done: int) -> int:
 
 
 def _run_batch(
-    cands: Sequence[Any], target: Any, builder: Any, runner: Any, ms: Any
+    cands: Sequence[Any], target: Any, builder: Any, runner: Any, ms: Any,
+    prebuilt: Sequence[Any] | None = None,
 ) -> list[tuple[Any, str | None, bool]]:
-    """Build every candidate in-process, then give all that built to the runner at once
-    (an RPC runner measures them on its devices in parallel). Per candidate, in order:
-    (RunnerResult, the device that measured it or None, whether it reached the runner)."""
-    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+    """Build every candidate in-process (unless `prebuilt` holds their BuilderResults),
+    then give all that built to the runner at once (an RPC runner measures them on its
+    devices in parallel). Per candidate, in order: (RunnerResult, the device that
+    measured it or None, whether it reached the runner). Every library is removed."""
+    built = (list(prebuilt) if prebuilt is not None
+             else builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands]))
     out: list[tuple[Any, str | None, bool]] = [
         (ms.runner.RunnerResult(None, str(b.error_msg)), None, False) for b in built
     ]
@@ -664,43 +667,77 @@ class Search:
         trained on them, and the database the evolutionary search seeds its population
         from holds them. Not told to the strategy: it did not propose them.
 
+        On this machine each configuration is built once: the check runs the library
+        the builder made, and the runner measures that same library (checking a
+        compile of its own cost a softmax replay 0.39 s a configuration, Zen 3). With
+        an RPC runner the check builds for a device of the key first, as before.
+
         `source="new_region"`: the same for the probes of the region an edit opened
         (`history.probes`); they count as the search's own trials, not the old log's."""
         from .builder import schedule_config
         from .numerics import check_correct
 
         ms, req = self.ms, self.req
-        built = correct = 0
+        where = f"{template_name(req.template)} workload {self.name!r}"
         failures: list[str] = []
-        picked: list[tuple[Any, int, dict[str, Any]]] = []
-        old_best_correct = False
-        first_key: str | None = None
-        for i, kv in enumerate(configs):
+        # Per configuration: (built, correct), or its program's key when that is decided
+        # by the build and check below (configurations that make one program, as two old
+        # ones mapped to one new point, share them).
+        status: list[tuple[bool, bool] | str] = []
+        outcome: dict[str, tuple[bool, bool]] = {}
+        fresh: list[tuple[Mapping[str, Any], Any, int, dict[str, Any], str]] = []
+        for kv in configs:
             try:
-                check_correct(req.template, self.wl, req.target, kv, rpc=req.rpc)
+                if req.rpc is not None:  # on a device of the key, with a build of its own
+                    check_correct(req.template, self.wl, req.target, kv, rpc=req.rpc)
+                sch = schedule_config(req.template, self.name, kv, req.target)
             except (TuningError, TemplateError) as e:
-                if "does not build" not in str(e) and not isinstance(e, TemplateError):
-                    built += 1
+                built_ok = "does not build" not in str(e) and not isinstance(e, TemplateError)
                 failures.append(_short(str(e)))
+                status.append((built_ok, False))
                 continue
-            built += 1
-            correct += 1
-            old_best_correct = old_best_correct or i == 0
-            sch = schedule_config(req.template, self.name, kv, req.target)
-            args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
             sidx, decoded = decode_knobs(plain(sch.trace.as_json()), self.spaces, self.knobs)
             key = knobs_key(decoded)
-            if i == 0 and source == "replay":
-                first_key = key  # the old best: what the stop rule of a warm run must match
-            if key not in self.seen:
-                self.seen.add(key)
-                picked.append((ms.MeasureCandidate(sch, args_info), sidx, decoded))
-        picked = picked[: max(0, req.trials - self.done)]
+            status.append(key)
+            if key in self.seen:  # measured before (checked then): not again
+                outcome.setdefault(key, (True, True))
+            elif key not in outcome:
+                outcome[key] = (False, False)
+                args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+                fresh.append((kv, ms.MeasureCandidate(sch, args_info), sidx, decoded, key))
+        results = self.builder.build([ms.builder.BuilderInput(c.sch.mod, self.target) for _, c, _, _, _ in fresh])
+        picked: list[tuple[Any, int, dict[str, Any]]] = []
+        prebuilt: list[Any] = []
+        for (kv, cand, sidx, decoded, key), res in zip(fresh, results, strict=True):
+            if res.error_msg:
+                failures.append(_short(f"{where}: the given configuration does not build: {res.error_msg}"))
+                continue
+            try:
+                if req.rpc is None:
+                    check_correct(req.template, self.wl, req.target, kv, library=res.artifact_path)
+            except (TuningError, TemplateError) as e:
+                failures.append(_short(str(e)))
+                outcome[key] = (True, False)
+                remove_artifact(res.artifact_path)
+                continue
+            outcome[key] = (True, True)
+            self.seen.add(key)
+            picked.append((cand, sidx, decoded))
+            prebuilt.append(res)
+        counted = [outcome[x] if isinstance(x, str) else x for x in status]
+        built = sum(b for b, _ in counted)
+        correct = sum(c for _, c in counted)
+        old_best_correct = bool(counted) and counted[0][1]
+        room = max(0, req.trials - self.done)
+        for res in prebuilt[room:]:  # over the budget: not measured
+            remove_artifact(res.artifact_path)
+        picked, prebuilt = picked[:room], prebuilt[:room]
         n0 = self.done
         if picked:
-            self._measure(picked, notify=False, source=source)
+            self._measure(picked, notify=False, source=source, prebuilt=prebuilt)
         measured = sum(e["error"] is None for e in self.journal.trials[n0:])
-        if first_key is not None:
+        if source == "replay" and old_best_correct:  # what the stop rule of a warm run must match
+            first_key = status[0]
             self.old_best = next((_entry_estimate(e) for e in self.journal.trials[n0:]
                                   if e["error"] is None and knobs_key(e["knobs"]) == first_key), None)
         return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
@@ -708,10 +745,10 @@ class Search:
 
     def _measure(
         self, picked: list[tuple[Any, int, dict[str, Any]]], *, notify: bool = True,
-        source: str = "search",
+        source: str = "search", prebuilt: Sequence[Any] | None = None,
     ) -> None:
-        """Build and run one batch, tell the strategy (unless `notify` is off: it did
-        not propose them) and the cost model, commit, journal."""
+        """Build (unless `prebuilt`) and run one batch, tell the strategy (unless
+        `notify` is off: it did not propose them) and the cost model, commit, journal."""
         ms, req = self.ms, self.req
         cands = [c for c, _, _ in picked]
         incumbent = self.progress.best_latency
@@ -719,7 +756,7 @@ class Search:
             search_policy(req.measure, req.measure.race * incumbent if incumbent else None)
         )
         try:
-            measured = _run_batch(cands, self.target, self.builder, self.runner, ms)
+            measured = _run_batch(cands, self.target, self.builder, self.runner, ms, prebuilt)
         finally:
             self.runner.set_options(req.measure)
         self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
