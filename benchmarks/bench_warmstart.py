@@ -256,6 +256,11 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
                          f"{st['warm_hoped_met']:.0f} (their median measured gain "
                          f"{st['warm_hoped_measured']:+.1%})" if st.get("warm_hoped") else "")
                 print(f"    after the match: {st['warm_batches']:.0f} batch(es) judged{hoped}", flush=True)
+            if o.stats.get("warm_side_by_side"):  # near matches re-measured beside the old best
+                st = o.stats
+                print(f"    side by side with the old best: {st['warm_side_by_side']:.0f} own best(s), "
+                      f"{st['warm_side_by_side_matched']:.0f} matched, in {st['warm_side_by_side_s']:.1f} s",
+                      flush=True)
         cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
         # Every arm's best side by side, interleaved (drift hits all alike).
