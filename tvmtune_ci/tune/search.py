@@ -558,11 +558,14 @@ class Search:
             return False
         self.side_checked.add(key)
         t0 = time.perf_counter()
-        got = finals(req.template, self.wl, req.target,
-                     [Finalist("search", dict(entry["knobs"]), key),
-                      Finalist("previous", dict(self.old_best_knobs), "previous")],
-                     replace(req.measure, precision=req.measure.search_precision),
-                     runner=self.runner, builder=self.builder)
+        try:
+            got = finals(req.template, self.wl, req.target,
+                         [Finalist("search", dict(entry["knobs"]), key),
+                          Finalist("previous", dict(self.old_best_knobs), "previous")],
+                         replace(req.measure, precision=req.measure.search_precision),
+                         runner=self.runner, builder=self.builder)
+        finally:  # the finals leave the runner set to the options they were given
+            self.runner.set_options(req.measure)
         self._time("warm_side_by_side_s", t0)
         own, old = got[0].estimate, got[1].estimate
         if own is None or old is None:
