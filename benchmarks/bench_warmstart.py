@@ -255,7 +255,9 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
                          f"(median +{st['warm_hoped_predicted']:.1%}), measured one in "
                          f"{st['warm_hoped_met']:.0f} (their median measured gain "
                          f"{st['warm_hoped_measured']:+.1%})" if st.get("warm_hoped") else "")
-                print(f"    after the match: {st['warm_batches']:.0f} batch(es) judged{hoped}", flush=True)
+                bias = (f"; its hopes overshot by a median {st['warm_hope_bias']:.1%}"
+                        if "warm_hope_bias" in st else "")
+                print(f"    after the match: {st['warm_batches']:.0f} batch(es) judged{hoped}{bias}", flush=True)
             if o.stats.get("warm_side_by_side"):  # near matches re-measured beside the old best
                 st = o.stats
                 print(f"    side by side with the old best: {st['warm_side_by_side']:.0f} own best(s), "

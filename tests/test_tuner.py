@@ -817,7 +817,9 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12,
                                 early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
-    monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 1.0)
+    # Hopes that grow tenfold a batch: beyond any discount by how far the earlier ones
+    # overshot (`_hope_bias`), so the warm rule never sees a flat batch.
+    monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 10.0 ** len(self.warm_judged))
     edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
     warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
                                  early_stop=EarlyStop(patience=2, min_improvement=0.05)))
@@ -829,8 +831,50 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     # What kept it going, counted: every batch after the match was a hope of +100%.
     st = warm.stats
     assert st["warm_batches"] >= 1 and st["warm_hoped"] == st["warm_batches"], st
-    assert st["warm_hoped_predicted"] == 1.0 and 0 <= st["warm_hoped_met"] <= st["warm_hoped"], st
+    assert st["warm_hoped_predicted"] >= 1.0 and 0 <= st["warm_hoped_met"] <= st["warm_hoped"], st
     assert st["warm_hoped_measured"] < 1.0, st
+
+
+@pytest.mark.slow
+def test_a_warm_retune_whose_model_keeps_hoping_in_vain_stops_once_its_hopes_are_discounted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that expects +100% of every batch after the match and never gets it (told
+    so, at its output) is taken at its record: after HOPE_EVIDENCE such batches its hope
+    is discounted by how far the earlier ones overshot, falls within the noise, and the
+    warm rule stops the run, long before the cold rule (8 batches after its warm-up) would."""
+    from tvmtune_ci.tune.search import HOPE_EVIDENCE, Search
+
+    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12,
+                                early_stop=EarlyStop(patience=2)))
+    replay, prior = _old_log(old)
+    monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 1.0)
+    edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
+    warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
+                                 early_stop=EarlyStop(patience=8)))
+    assert warm.trials.stop_reason == "matched_history", warm.trials
+    detail = warm.trials.stop_detail
+    assert detail.startswith("matched the old best after "), detail
+    assert "once its hope (+100.0%) was discounted by how far its hopes overshot the " in detail, detail
+    st = warm.stats
+    assert st["warm_batches"] >= HOPE_EVIDENCE and st["warm_hoped"] == st["warm_batches"], st
+    assert st["warm_hope_bias"] > 0.9, st  # +100% hoped, about nothing measured
+    own = sum(r.get("source") != "replay" for r in warm.records)
+    assert own < 96, own  # the cold rule's earliest stop: 32 trials of warm-up, 8 batches of 8
+
+
+def test_the_model_s_hopes_are_discounted_by_how_far_they_overshot_once_enough_were_judged() -> None:
+    from types import SimpleNamespace
+
+    from tvmtune_ci.tune.search import HOPE_EVIDENCE, Search
+
+    def bias(*judged: tuple[float, float, float]) -> float:
+        return Search._hope_bias(SimpleNamespace(warm_judged=list(judged)))  # type: ignore[arg-type]
+
+    over = (0.10, 0.03, -0.01)  # hoped +10%, measured 1% slower: overshot by 11%
+    assert HOPE_EVIDENCE == 2 and bias() == 0.0 and bias(over) == 0.0  # too few to judge the model by
+    assert bias(over, over) == pytest.approx(0.11)
+    assert bias(over, (0.05, 0.03, 0.04), (0.02, 0.03, 0.0)) == pytest.approx(0.02)  # the median
+    assert bias((0.02, 0.03, 0.10), (0.03, 0.03, 0.08)) == 0.0  # under-promised: no bonus
 
 
 @pytest.mark.slow

@@ -69,6 +69,12 @@ BACKWARD_BATCHES = 3
 # (1.00/1.09/1.30x, for 1-24 s: benchmarks/study_modes.py) move one figure against
 # another taken seconds apart by more than either's band (`Search._side_by_side`).
 SIDE_BY_SIDE_WITHIN = 0.35
+# Batches judged after the match before the cost model's hope is discounted by how far
+# its hopes overshot what those batches measured (`Search._hope_bias`). Its hope is the
+# largest of a batch of noisy predictions, so it is biased high: on a noisy Zen 3 the
+# model expected gains beyond the noise in 3 of 5 judged softmax batches (median
+# +13.6%, +3.9%) and one was measured (median -1.0%, +1.0%; bench_warmstart run N).
+HOPE_EVIDENCE = 2
 
 
 # --------------------------------------------------------------------------- helpers
@@ -415,6 +421,8 @@ class Search:
                     "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
                     "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
                     **self.warm_hopes(),
+                    **({"warm_hope_bias": self._hope_bias()}
+                       if len(self.warm_judged) >= HOPE_EVIDENCE else {}),
                     **({"warm_side_by_side": float(len(self.side_by_side)),
                         "warm_side_by_side_matched": float(sum(ok for _, ok in self.side_by_side))}
                        if self.side_by_side else {}),
@@ -629,6 +637,17 @@ class Search:
             out["warm_hoped_measured"] = statistics.median(m for _, m in hoped)
         return out
 
+    def _hope_bias(self) -> float:
+        """How far the cost model's predicted gains overshot the gains measured, in the
+        batches the warm rule judged after the match: the median of (predicted - measured),
+        once HOPE_EVIDENCE batches were judged; 0 before, and never below 0 (a model that
+        under-promised is not taken at more than its word). A model whose hopes come true
+        (an edit that opened a better region) keeps them; one that keeps hoping in the
+        noise stops being waited for."""
+        if len(self.warm_judged) < HOPE_EVIDENCE:
+            return 0.0
+        return max(0.0, statistics.median(g - m for g, _, m in self.warm_judged))
+
     def _warm_stop(self, improved: bool, gain: float | None) -> tuple[bool, float]:
         """A re-tune with history stops once its own search has matched the old best
         within the noise and then, for one batch (`WARM_PATIENCE`), neither improved on
@@ -642,13 +661,15 @@ class Search:
         seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
         4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C). The cold rule
         still applies (`_loop`): a model that keeps expecting gains cannot make a warm
-        run longer than a cold one. Returns whether to stop and the band it judged with
+        run longer than a cold one. After HOPE_EVIDENCE judged batches the model's hope is
+        discounted by how far its hopes overshot what was measured (`_hope_bias`). Returns whether to stop and the band it judged with
         (`_judged` counts the batch against the same band)."""
         assert self.old_best is not None
         req = self.req
         best = self.progress.best
         band = self._band(best) if best is not None else req.measure.search_precision
-        flat = gain is not None and gain < band
+        bias = self._hope_bias()
+        flat = gain is not None and gain - bias < band
         found = self._own_best() if self.matched_at is None else None
         if found is not None:
             own, entry = found
@@ -667,10 +688,15 @@ class Search:
         patience = min(req.early_stop.patience, WARM_PATIENCE)
         if patience > 0 and self.warm_stale >= patience and self.done < req.trials:
             batches = f"for {patience} batches" if patience > 1 else "for a batch"
+            discounted = ""
+            if bias > 0 and gain is not None and gain >= band:
+                n = len(self.warm_judged)
+                discounted = (f" once its hope (+{gain:.1%}) was discounted by how far its hopes "
+                              f"overshot the {n} batches before (a median {bias:.1%})")
             self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own"
                                 f"{self.match_note}; "
                                 f"{batches} the cost model expected no gain beyond "
-                                f"the noise (±{band:.1%}) and none was measured")
+                                f"the noise (±{band:.1%}){discounted} and none was measured")
             return True, band
         return False, band
 
