@@ -244,11 +244,17 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             secs[mode] = time.perf_counter() - t0 + (decode_s if mode.startswith("prior") else 0.0)
             o = outs[mode]
             phases = ", ".join(f"{k.removesuffix('_s')} {o.stats[k]:.1f}" for k in
-                               ("correctness_s", "baseline_s", "setup_s", "replay_s", "search_s", "finals_s")
+                               ("correctness_s", "baseline_s", "setup_s", "prior_s", "replay_s", "search_s", "finals_s")
                                if o.stats.get(k))
             print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_detail or o.trials.stop_reason}) "
                   f"in {secs[mode]:.0f} s ({phases}); best "
                   f"{stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
+            if o.stats.get("replay_measure_s") is not None:  # where the replay's seconds went
+                st = o.stats
+                print("    replay: " + ", ".join(f"{k.removeprefix('replay_').removesuffix('_s')} {st[k]:.1f}"
+                                                 for k in ("replay_schedule_s", "replay_build_s", "replay_check_s",
+                                                           "replay_measure_s", "replay_load_s", "replay_eval_s")
+                                                 if k in st) + " s", flush=True)
             if o.stats.get("warm_batches"):  # what kept a warm run going after its match
                 st = o.stats
                 hoped = (f"; the model expected a gain beyond the noise in {st['warm_hoped']:.0f} "

@@ -161,7 +161,8 @@ class TuneOutcome:
     workload_json: list[str] = field(default_factory=list)  # a line of database_workload.json
     flop: float = 0.0
     # Timings and counts (seconds): correctness_s, baseline_s, setup_s, first_trial_s,
-    # search_s, verify_s, total_s, compile_s, export_s, load_s, eval_s, resumed,
+    # prior_s (the cost model trained on the old log's records), replay_s, search_s,
+    # verify_s, total_s, compile_s, export_s, load_s, eval_s, resumed,
     # devices_used (distinct devices that measured a valid trial), device_retries (RPC
     # measurements measured again after their device failed).
     stats: dict[str, float] = field(default_factory=dict)

@@ -772,6 +772,8 @@ class Search:
         status: list[tuple[bool, bool] | str] = []
         outcome: dict[str, tuple[bool, bool]] = {}
         fresh: list[tuple[Mapping[str, Any], Any, int, dict[str, Any], str]] = []
+        # Where the replay's seconds go (stats replay_*_s; bench_warmstart prints them).
+        t0 = time.perf_counter()
         for kv in configs:
             try:
                 if req.rpc is not None:  # on a device of the key, with a build of its own
@@ -791,7 +793,11 @@ class Search:
                 outcome[key] = (False, False)
                 args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
                 fresh.append((kv, ms.MeasureCandidate(sch, args_info), sidx, decoded, key))
+        self._time("replay_schedule_s", t0)
+        t0 = time.perf_counter()
         results = self.builder.build([ms.builder.BuilderInput(c.sch.mod, self.target) for _, c, _, _, _ in fresh])
+        self._time("replay_build_s", t0)
+        t0 = time.perf_counter()
         picked: list[tuple[Any, int, dict[str, Any]]] = []
         prebuilt: list[Any] = []
         for (kv, cand, sidx, decoded, key), res in zip(fresh, results, strict=True):
@@ -818,9 +824,14 @@ class Search:
         for res in prebuilt[room:]:  # over the budget: not measured
             remove_artifact(res.artifact_path)
         picked, prebuilt = picked[:room], prebuilt[:room]
-        n0 = self.done
+        self._time("replay_check_s", t0)
+        n0, n_runs, t0 = self.done, len(self.runner.timings), time.perf_counter()
         if picked:
             self._measure(picked, notify=False, source=source, prebuilt=prebuilt)
+        self._time("replay_measure_s", t0)
+        for x in self.runner.timings[n_runs:]:  # of which: loading, and the evaluator's runs
+            self.stats["replay_load_s"] = self.stats.get("replay_load_s", 0.0) + x.load_s
+            self.stats["replay_eval_s"] = self.stats.get("replay_eval_s", 0.0) + x.eval_s
         measured = sum(e["error"] is None for e in self.journal.trials[n0:])
         if source == "replay" and old_best_correct:  # what the stop rule of a warm run must match
             first_key = status[0]

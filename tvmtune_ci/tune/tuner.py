@@ -382,6 +382,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         # The old log's other records teach the cost model before anything is measured
         # (also on a resume: the model is not saved).
         n_prior = search.train_prior(req.prior) if req.prior else 0
+        t = lap("prior_s", t) if req.prior else t
         replay = None
         if req.replay:
             if search.resumed:  # replayed before the interruption: in the journal
