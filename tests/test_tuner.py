@@ -116,6 +116,40 @@ BROKEN_CODE = (
 )
 
 
+def test_a_batch_builds_on_threads_and_each_result_is_its_own_inputs(tmp_path: Path) -> None:
+    """The builder builds a batch of CPU kernels on BUILD_THREADS threads: each result,
+    in order, is its own input's library or its own error. Two workloads of different
+    shapes alternate (a library handed to the other's input fails its reference check),
+    with kernels that never build among them."""
+    from tvmtune_ci.tune import builder as builder_mod
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.builder import make_builder, remove_artifact, schedule_config
+    from tvmtune_ci.tune.numerics import check_correct
+
+    assert builder_mod.BUILD_THREADS >= 2, "this test wants a machine with 2 CPUs or more"
+    template = make_template(tmp_path, "mm_threads", extra=BROKEN_CODE, knobs_extra=BROKEN_KNOB)
+    ms, tgt = tvmsetup.ms(), tvmsetup.make_target(TARGET)
+    jobs = [(wl, {"tile_i": tile, "broken": broken})
+            for broken in (False, True, False)
+            for wl, tile in (("m64", [4, 16]), ("m32", [2, 16]), ("m64", [8, 8]), ("m32", [4, 8]))]
+    inputs = [ms.builder.BuilderInput(schedule_config(template, wl, kv, TARGET).mod, tgt) for wl, kv in jobs]
+    builder = make_builder(str(tmp_path / "artifacts"))
+    try:
+        got = builder.build(inputs)
+        assert len(got) == len(jobs)
+        for (wl, kv), res in zip(jobs, got, strict=True):
+            if kv["broken"]:
+                assert res.artifact_path is None and "InProcessBuilder" in str(res.error_msg), res
+            else:
+                assert res.error_msg is None, res.error_msg
+                check_correct(template, wl, TARGET, kv, library=res.artifact_path)
+                remove_artifact(res.artifact_path)
+        # One (compile, link) figure per library built, none for a failure.
+        assert len(builder.compile_s) == len(builder.export_s) == sum(not kv["broken"] for _, kv in jobs)
+    finally:
+        builder.close()
+
+
 def request(template: ModuleType, work_dir: Path, **kw: object) -> TuneRequest:
     args: dict[str, object] = dict(
         template=template,

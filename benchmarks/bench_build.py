@@ -1,0 +1,112 @@
+"""Benchmark: a batch of kernels built on one thread against BUILD_THREADS threads.
+
+    python benchmarks/bench_build.py --target zen3-2c            # ~2 min on 2 cores
+    python benchmarks/bench_build.py --target zen4-2c --rounds 5
+
+The builder (`builder.InProcessBuilder`) lowers, compiles (LLVM) and links each
+candidate of a batch in this process. It did so one at a time, on one core while the
+runner's cores waited: 14-28% of a search trial's seconds (bench_tuner, Zen 4). TVM's
+lowering, LLVM and the linker release the GIL, and nothing is measured while a batch
+builds, so a batch now builds on `BUILD_THREADS` threads (this process's CPUs).
+
+For each operator of this repository and its first workload, the committed log in
+`tuning_logs/OP/TARGET/` gives the old configurations a replay takes (mapped into the
+template as it is now, as a re-tune does). In interleaved rounds (the starting way
+alternating), the whole set is built as one batch on one thread, then on
+BUILD_THREADS. The anchor is the one thread; printed per workload: the median seconds
+of each way over the rounds and threads / one. Every library the threads built in the
+first round is run against reference() (`check_correct(library=)`): a wrong one fails
+the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from _common import wait_idle  # benchmarks/ is the script's folder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", required=True, help="a folder name under tuning_logs/OP/ (e.g. zen3-2c)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per workload (3)")
+    p.add_argument("--wait-idle", type=float, default=60.0)
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+
+    from tvmtune_ci.core import history
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune import builder as builder_mod
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.builder import make_builder, remove_artifact, schedule_config
+    from tvmtune_ci.tune.measure import full_knobs
+    from tvmtune_ci.tune.numerics import check_correct
+
+    manifests = sorted(ROOT.glob(f"tuning_logs/*/{args.target}/manifest.json"))
+    if not manifests:
+        raise SystemExit(f"no tuning_logs/*/{args.target}/manifest.json in {ROOT}")
+    threads = builder_mod.BUILD_THREADS
+    ms = tvmsetup.ms()
+    builder = make_builder()
+    waited = wait_idle(args.wait_idle)
+    print(f"# bench_build: tuning_logs/*/{args.target}; {args.rounds} interleaved rounds per workload; "
+          f"BUILD_THREADS {threads}; waited {waited:.0f} s for idle", flush=True)
+    print(f"| workload | kernels | 1 thread: s per batch | {threads} threads: s per batch | threads / one |")
+    print("|---|---|---|---|---|")
+    totals = {1: 0.0, threads: 0.0}
+
+    def build(inputs: list, n: int) -> tuple[float, list]:  # noqa: ANN001 - TVM objects
+        builder_mod.BUILD_THREADS = n
+        try:
+            t0 = time.perf_counter()
+            got = builder.build(inputs)
+            return time.perf_counter() - t0, got
+        finally:
+            builder_mod.BUILD_THREADS = threads
+
+    try:
+        for manifest_path in manifests:
+            manifest = read_manifest(manifest_path)
+            target = dict(manifest.target)
+            tgt = tvmsetup.make_target(target)
+            template = import_template(ROOT / manifest.template_file, ROOT)
+            workload = next(iter(manifest.results), None)
+            if workload is None or workload not in template.WORKLOADS:
+                continue
+            configs = [full_knobs(template, workload, m.knobs, target) for m in history.map_all(
+                history.old_configs(manifest, workload), template.KNOBS, template.WORKLOADS[workload], target)]
+            inputs = [ms.builder.BuilderInput(schedule_config(template, workload, kv, target).mod, tgt)
+                      for kv in configs]
+            secs: dict[int, list[float]] = {1: [], threads: []}
+            for r in range(args.rounds):
+                for n in ((1, threads) if r % 2 == 0 else (threads, 1)):
+                    s, got = build(inputs, n)
+                    secs[n].append(s)
+                    for kv, res in zip(configs, got, strict=True):
+                        if res.error_msg:
+                            raise SystemExit(f"{manifest.operator}/{workload}: a build failed: {res.error_msg}")
+                        if r == 0 and n == threads:
+                            check_correct(template, workload, target, kv, library=res.artifact_path)
+                        remove_artifact(res.artifact_path)
+            one, many = statistics.median(secs[1]), statistics.median(secs[threads])
+            totals[1] += one
+            totals[threads] += many
+            print(f"| {manifest.operator}/{workload} | {len(configs)} | {one:.2f} | {many:.2f} | "
+                  f"{many / one:.2f} |", flush=True)
+    finally:
+        builder.close()
+    print(f"\nall batches: 1 thread {totals[1]:.1f} s, {threads} threads {totals[threads]:.1f} s "
+          f"(threads / one {totals[threads] / totals[1]:.2f}; medians over the rounds); every library "
+          "the threads built checked against reference()")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
