@@ -128,7 +128,11 @@ def breakdown(st: dict[str, float]) -> list[tuple[str, float, float]]:
     strategy's bookkeeping)."""
     n = max(1.0, st.get("search_trials", 1.0))
     total = st.get("search_s", 0.0)
-    rows = [(name, st.get(key, 0.0)) for name, key in BREAKDOWN if st.get(key)]
+    # Built on threads, compile and export are summed over them: the wall seconds are the share.
+    summed = {"search_compile_s", "search_export_s"} if st.get("search_build_wall_s") else set()
+    rows = [(name, st.get(key, 0.0)) for name, key in BREAKDOWN if st.get(key) and key not in summed]
+    if summed:
+        rows.append(("build + export (wall, on the builder's threads)", st["search_build_wall_s"]))
     rows.append(("the rest (IPC, journal, database)", max(0.0, total - sum(s for _, s in rows))))
     return sorted(((name, s / n * 1e3, s / total if total else math.nan) for name, s in rows),
                   key=lambda r: -r[1])
@@ -209,6 +213,10 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()  # x86 intrinsics only (the ~30 s full import is stubbed)
+    if p.get("build_threads"):  # the builder's threads per batch (1: as before 2026-12-04)
+        from tvmtune_ci.tune import builder as builder_mod
+
+        builder_mod.BUILD_THREADS = int(p["build_threads"])
     clock.mark("intrin_import")
     from dataclasses import replace
 
@@ -461,6 +469,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--mcpu", default=None, help="default: this machine's CPU")
     p.add_argument("--skip-stock", action="store_true")
+    p.add_argument("--build-threads", type=int, default=None,
+                   help="ours: threads a batch builds on (default: BUILD_THREADS, this machine's CPUs)")
     p.add_argument(
         "--wait-idle", type=float, default=300,
         help="seconds to wait at most for the 1-minute load average to drop below 0.5",
@@ -485,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()
+    from tvmtune_ci.tune.builder import BUILD_THREADS
     from tvmtune_ci.tune.hostcheck import host_target
 
     target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": 2} if args.mcpu else host_target(2)
@@ -503,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         f"early stop off; MeasureOptions defaults: sample_ms={measure.sample_ms:g}, "
         f"search_precision={measure.search_precision:.0%} within search_cap_s="
         f"{measure.search_cap_s:g}, race={measure.race:g} after probe={measure.probe}, "
-        f"precision={measure.precision:.0%} (noise check, finals of {measure.finalists}), p25"
+        f"precision={measure.precision:.0%} (noise check, finals of {measure.finalists}), p25; "
+        f"builds on {args.build_threads or BUILD_THREADS} "
+        "thread(s)"
     )
     print(
         f"# space (both): ScheduleFn over the template's {len(tmpl.KNOBS)} knobs, "
@@ -513,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         ours = run_child("ours", {**common, "trials": args.trials, "batch_size": args.batch_size,
-                                  "work_dir": str(scratch / "ours")})
+                                  "build_threads": args.build_threads, "work_dir": str(scratch / "ours")})
         st = ours["stats"]
         compile_floor = st.get("search_compile_s", 0.0) / max(1.0, st.get("search_trials", 1.0))
         fo = side_figures(ours, compile_floor)

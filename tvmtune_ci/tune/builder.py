@@ -292,6 +292,8 @@ def _builder_class() -> Any:
             self._count = 0
             self.compile_s: list[float] = []
             self.export_s: list[float] = []
+            # Each build() call's wall seconds: with threads, less than its builds' sum.
+            self.build_wall_s: list[float] = []
             self._targets: dict[str, dict[str, Any]] = {}
             # CUDA: artifact -> what ptxas reported (shared memory, registers per block).
             self.resources: dict[str, dict[str, int]] = {}
@@ -302,6 +304,7 @@ def _builder_class() -> Any:
             and nothing is measured while a batch builds (`search._run_batch`), so the
             runner's cores are free. CUDA kernels build one at a time (NVRTC's
             concurrent use is not tried here, for want of a GPU to check the results on)."""
+            t0 = time.perf_counter()
             paths = []
             for _ in build_inputs:  # named here, in order: the threads share no counter
                 self._count += 1
@@ -325,6 +328,7 @@ def _builder_class() -> Any:
                     self.compile_s.append(times[0])
                     self.export_s.append(times[1])
                 results.append(result)
+            self.build_wall_s.append(time.perf_counter() - t0)
             return results
 
         def _build_one(self, inp: Any, path: str, target: dict[str, Any]) -> tuple[Any, tuple[float, float] | None]:

@@ -400,6 +400,7 @@ class Search:
             self.stop_detail = self.stands
             return "history_unchanged"
         n_built, n_runs = len(self.builder.compile_s), len(self.runner.timings)
+        n_walls = len(getattr(self.builder, "build_wall_s", ()))
         t0 = time.perf_counter()
         self.ctx.pre_tuning(
             max_trials=req.trials - self.done,
@@ -418,6 +419,8 @@ class Search:
                     "search_trials": float(self.done - self.resumed),
                     "search_compile_s": float(sum(self.builder.compile_s[n_built:])),
                     "search_export_s": float(sum(self.builder.export_s[n_built:])),
+                    # The builds' wall seconds: the two above are summed over its threads.
+                    "search_build_wall_s": float(sum(getattr(self.builder, "build_wall_s", ())[n_walls:])),
                     "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
                     "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
                     **self.warm_hopes(),
