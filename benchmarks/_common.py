@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 
 def wait_idle(limit_s: float) -> float:
@@ -15,3 +20,38 @@ def wait_idle(limit_s: float) -> float:
     while os.getloadavg()[0] >= 0.5 and time.monotonic() - t0 < limit_s:
         time.sleep(5)
     return time.monotonic() - t0
+
+
+def replay_sets(root: Path, target: str) -> Iterator[tuple[Any, ModuleType, str, dict[str, Any], list[dict[str, Any]]]]:
+    """Per committed log set in `root/tuning_logs/*/target/` whose template has its first
+    workload: (manifest, template, workload, target dict, the old configurations a replay
+    takes, mapped into the template as it is now as a re-tune maps them). SystemExit when
+    there is no such folder."""
+    from tvmtune_ci.core import history
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.template import import_template
+    from tvmtune_ci.tune.measure import full_knobs
+
+    manifests = sorted(root.glob(f"tuning_logs/*/{target}/manifest.json"))
+    if not manifests:
+        raise SystemExit(f"no tuning_logs/*/{target}/manifest.json in {root}")
+    for manifest_path in manifests:
+        manifest = read_manifest(manifest_path)
+        tgt = dict(manifest.target)
+        template = import_template(root / manifest.template_file, root)
+        workload = next(iter(manifest.results), None)
+        if workload is None or workload not in template.WORKLOADS:
+            continue
+        configs = [full_knobs(template, workload, m.knobs, tgt) for m in history.map_all(
+            history.old_configs(manifest, workload), template.KNOBS, template.WORKLOADS[workload], tgt)]
+        yield manifest, template, workload, tgt, configs
+
+
+def replay_set_args(doc: str, argv: list[str] | None, per: str) -> argparse.Namespace:
+    """The command line of a benchmark over `replay_sets`: --target, --rounds (interleaved
+    rounds per `per`), --wait-idle."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--target", required=True, help="a folder name under tuning_logs/OP/ (e.g. zen3-2c)")
+    p.add_argument("--rounds", type=int, default=3, help=f"interleaved rounds per {per} (3)")
+    p.add_argument("--wait-idle", type=float, default=60.0)
+    return p.parse_args(argv)

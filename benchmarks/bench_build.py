@@ -21,37 +21,26 @@ the benchmark.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from _common import wait_idle  # benchmarks/ is the script's folder
+from _common import replay_set_args, replay_sets, wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", required=True, help="a folder name under tuning_logs/OP/ (e.g. zen3-2c)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per workload (3)")
-    p.add_argument("--wait-idle", type=float, default=60.0)
-    args = p.parse_args(argv)
+    args = replay_set_args(__doc__ or "", argv, "workload")
     sys.path.insert(0, str(ROOT))
 
-    from tvmtune_ci.core import history
-    from tvmtune_ci.core.manifest import read_manifest
-    from tvmtune_ci.core.template import import_template
     from tvmtune_ci.tune import builder as builder_mod
     from tvmtune_ci.tune import tvmsetup
     from tvmtune_ci.tune.builder import make_builder, remove_artifact, schedule_config
-    from tvmtune_ci.tune.measure import full_knobs
     from tvmtune_ci.tune.numerics import check_correct
 
-    manifests = sorted(ROOT.glob(f"tuning_logs/*/{args.target}/manifest.json"))
-    if not manifests:
-        raise SystemExit(f"no tuning_logs/*/{args.target}/manifest.json in {ROOT}")
+    sets = list(replay_sets(ROOT, args.target))
     threads = builder_mod.BUILD_THREADS
     ms = tvmsetup.ms()
     builder = make_builder()
@@ -72,16 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             builder_mod.BUILD_THREADS = threads
 
     try:
-        for manifest_path in manifests:
-            manifest = read_manifest(manifest_path)
-            target = dict(manifest.target)
+        for manifest, template, workload, target, configs in sets:
             tgt = tvmsetup.make_target(target)
-            template = import_template(ROOT / manifest.template_file, ROOT)
-            workload = next(iter(manifest.results), None)
-            if workload is None or workload not in template.WORKLOADS:
-                continue
-            configs = [full_knobs(template, workload, m.knobs, target) for m in history.map_all(
-                history.old_configs(manifest, workload), template.KNOBS, template.WORKLOADS[workload], target)]
             inputs = [ms.builder.BuilderInput(schedule_config(template, workload, kv, target).mod, tgt)
                       for kv in configs]
             secs: dict[int, list[float]] = {1: [], threads: []}
