@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = list(replay_sets(ROOT, args.target))
     threads = builder_mod.BUILD_THREADS
     ms = tvmsetup.ms()
-    builder = make_builder()
+    builders = {1: make_builder(threads=1), threads: make_builder(threads=threads)}
     waited = wait_idle(args.wait_idle)
     print(f"# bench_build: tuning_logs/*/{args.target}; {args.rounds} interleaved rounds per workload; "
           f"BUILD_THREADS {threads}; waited {waited:.0f} s for idle", flush=True)
@@ -52,13 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     totals = {1: 0.0, threads: 0.0}
 
     def build(inputs: list, n: int) -> tuple[float, list]:  # noqa: ANN001 - TVM objects
-        builder_mod.BUILD_THREADS = n
-        try:
-            t0 = time.perf_counter()
-            got = builder.build(inputs)
-            return time.perf_counter() - t0, got
-        finally:
-            builder_mod.BUILD_THREADS = threads
+        t0 = time.perf_counter()
+        got = builders[n].build(inputs)
+        return time.perf_counter() - t0, got
 
     try:
         for manifest, template, workload, target, configs in sets:
@@ -82,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {manifest.operator}/{workload} | {len(configs)} | {one:.2f} | {many:.2f} | "
                   f"{many / one:.2f} |", flush=True)
     finally:
-        builder.close()
+        for b in builders.values():
+            b.close()
     print(f"\nall batches: 1 thread {totals[1]:.1f} s, {threads} threads {totals[threads]:.1f} s "
           f"(threads / one {totals[threads] / totals[1]:.2f}; medians over the rounds); every library "
           "the threads built checked against reference()")

@@ -213,7 +213,9 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()  # x86 intrinsics only (the ~30 s full import is stubbed)
-    if p.get("build_threads"):  # the builder's threads per batch (1: as before 2026-12-04)
+    # The builder's threads per batch (1: as before 2026-12-04), as this fresh process's
+    # default: tune_workload makes its own builder.
+    if p.get("build_threads"):
         from tvmtune_ci.tune import builder as builder_mod
 
         builder_mod.BUILD_THREADS = int(p["build_threads"])

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
+from ..core.cpus import usable_cores
 from ..core.errors import TemplateError, TvmtuneError
 from ..core.targetinfo import scope
 from ..core.template import (
@@ -43,8 +44,8 @@ from .workload import Workload, resolve, workload_params
 # Threads a batch of CPU kernels builds on (`InProcessBuilder.build`): this process's
 # CPUs, at most 8. One build was 14-28% of a search trial's seconds, on one core while
 # the other waited (bench_tuner, Zen 4); bench_build measures the two ways side by side.
-BUILD_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                           else os.cpu_count() or 1))
+# A builder made with `threads` uses that many instead (bench_build compares the two).
+BUILD_THREADS = min(8, usable_cores())
 
 # --------------------------------------------------------------------------- fixed configs
 
@@ -284,8 +285,9 @@ def _builder_class() -> Any:
         report) fails as `resources` and is never measured.
         """
 
-        def __init__(self, artifact_dir: str | None = None) -> None:
+        def __init__(self, artifact_dir: str | None = None, threads: int | None = None) -> None:
             super().__init__()
+            self.threads = max(1, threads or BUILD_THREADS)
             self.artifact_dir = artifact_dir or tempfile.mkdtemp(prefix="tvmtune-artifacts-")
             self._own_dir = artifact_dir is None
             os.makedirs(self.artifact_dir, exist_ok=True)
@@ -300,7 +302,7 @@ def _builder_class() -> Any:
 
         def build(self, build_inputs: list[Any]) -> list[Any]:
             """Each input's library (or error), in order. CPU kernels build on
-            BUILD_THREADS threads: TVM's lowering, LLVM and the linker release the GIL,
+            `threads` threads: TVM's lowering, LLVM and the linker release the GIL,
             and nothing is measured while a batch builds (`search._run_batch`), so the
             runner's cores are free. CUDA kernels build one at a time (NVRTC's
             concurrent use is not tried here, for want of a GPU to check the results on)."""
@@ -310,7 +312,7 @@ def _builder_class() -> Any:
                 self._count += 1
                 paths.append(os.path.join(self.artifact_dir, f"k{os.getpid()}_{self._count}.so"))
             jobs = [(inp, path, self._target_dict(inp.target)) for inp, path in zip(build_inputs, paths, strict=True)]
-            threads = min(BUILD_THREADS, len(jobs))
+            threads = min(self.threads, len(jobs))
             if any(t.get("kind") == "cuda" for _, _, t in jobs):
                 threads = 1
             # One filter for all threads (catch_warnings is process-wide state): default_build
@@ -365,9 +367,10 @@ def _builder_class() -> Any:
     return InProcessBuilder
 
 
-def make_builder(artifact_dir: str | None = None) -> Any:
-    """An `InProcessBuilder` (a MetaSchedule `Builder`); call `.close()` when done."""
-    return _builder_class()(artifact_dir)
+def make_builder(artifact_dir: str | None = None, threads: int | None = None) -> Any:
+    """An `InProcessBuilder` (a MetaSchedule `Builder`) building a batch on `threads`
+    threads (None: BUILD_THREADS); call `.close()` when done."""
+    return _builder_class()(artifact_dir, threads)
 
 
 def remove_artifact(path: str | None) -> None:

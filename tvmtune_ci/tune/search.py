@@ -388,6 +388,11 @@ class Search:
 
     # ---- the loop
 
+    def _run_seconds(self, n_runs: int) -> tuple[float, float]:
+        """The runner's (loading, evaluating) seconds since its `n_runs`-th run."""
+        since = self.runner.timings[n_runs:]
+        return float(sum(x.load_s for x in since)), float(sum(x.eval_s for x in since))
+
     def _time(self, key: str, t0: float) -> None:
         self.stats[key] = self.stats.get(key, 0.0) + time.perf_counter() - t0
 
@@ -400,7 +405,7 @@ class Search:
             self.stop_detail = self.stands
             return "history_unchanged"
         n_built, n_runs = len(self.builder.compile_s), len(self.runner.timings)
-        n_walls = len(getattr(self.builder, "build_wall_s", ()))
+        n_walls = len(self.builder.build_wall_s)
         t0 = time.perf_counter()
         self.ctx.pre_tuning(
             max_trials=req.trials - self.done,
@@ -420,9 +425,8 @@ class Search:
                     "search_compile_s": float(sum(self.builder.compile_s[n_built:])),
                     "search_export_s": float(sum(self.builder.export_s[n_built:])),
                     # The builds' wall seconds: the two above are summed over its threads.
-                    "search_build_wall_s": float(sum(getattr(self.builder, "build_wall_s", ())[n_walls:])),
-                    "search_load_s": float(sum(x.load_s for x in self.runner.timings[n_runs:])),
-                    "search_eval_s": float(sum(x.eval_s for x in self.runner.timings[n_runs:])),
+                    "search_build_wall_s": float(sum(self.builder.build_wall_s[n_walls:])),
+                    **dict(zip(("search_load_s", "search_eval_s"), self._run_seconds(n_runs), strict=True)),
                     **self.warm_hopes(),
                     **({"warm_hope_bias": self._hope_bias()}
                        if len(self.warm_judged) >= HOPE_EVIDENCE else {}),
@@ -664,9 +668,10 @@ class Search:
         seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
         4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C). The cold rule
         still applies (`_loop`): a model that keeps expecting gains cannot make a warm
-        run longer than a cold one. After HOPE_EVIDENCE judged batches the model's hope is
-        discounted by how far its hopes overshot what was measured (`_hope_bias`). Returns whether to stop and the band it judged with
-        (`_judged` counts the batch against the same band)."""
+        run longer than a cold one. After HOPE_EVIDENCE judged batches the model's hope
+        is discounted by how far its hopes overshot what was measured (`_hope_bias`).
+        Returns whether to stop and the band it judged with (`_judged` counts the batch
+        against the same band)."""
         assert self.old_best is not None
         req = self.req
         best = self.progress.best
@@ -832,9 +837,9 @@ class Search:
         if picked:
             self._measure(picked, notify=False, source=source, prebuilt=prebuilt)
         self._time("replay_measure_s", t0)
-        for x in self.runner.timings[n_runs:]:  # of which: loading, and the evaluator's runs
-            self.stats["replay_load_s"] = self.stats.get("replay_load_s", 0.0) + x.load_s
-            self.stats["replay_eval_s"] = self.stats.get("replay_eval_s", 0.0) + x.eval_s
+        # Of which: loading, and the evaluator's runs (summed over the replay and the probes).
+        for key, secs in zip(("replay_load_s", "replay_eval_s"), self._run_seconds(n_runs), strict=True):
+            self.stats[key] = self.stats.get(key, 0.0) + secs
         measured = sum(e["error"] is None for e in self.journal.trials[n0:])
         if source == "replay" and old_best_correct:  # what the stop rule of a warm run must match
             first_key = status[0]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...core.config import TargetConfig
+from ...core.cpus import usable_cores
 from ...core.errors import TemplateError
 from ...core.template import TemplateDecl
 from .. import sources
@@ -120,11 +120,7 @@ def parse_workers(n_templates: int) -> int:
 
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 4, n_templates // (PARALLEL_MIN // 2)))
+    return max(1, min(usable_cores(), 4, n_templates // (PARALLEL_MIN // 2)))
 
 
 _WORKER_CACHE: SourceCache | None = None  # the parent's, inherited by a forked worker
