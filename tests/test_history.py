@@ -74,9 +74,15 @@ def test_the_report_round_trips_and_reads_well() -> None:
     r = ReplayReport(source="mm_host_2026-01-01.json", offered=3, whole=2, built=3, correct=2,
                      measured=2, knob_diff=KnobDiff(added=("pack",)), reset_counts={"pack": 1},
                      failures=("x: wrong",), old_best_s=0.001, old_best_rel=0.01, verdict="equal",
-                     seeded=True)
+                     seeded=True, finals_left_out=4)
     assert ReplayReport.from_json(r.to_json()) == r
     text = " | ".join(r.sentences())
+    assert ("4 of the search's finalists were programs mm_host_2026-01-01.json measured, which the "
+            "edit left unchanged as it did the old best's: left out of the finals") in text
+    # A report written before the field existed reads as none left out.
+    older = {k: v for k, v in r.to_json().items() if k != "finals_left_out"}
+    assert ReplayReport.from_json(older).finals_left_out == 0
+    assert "left out of the finals" not in " | ".join(ReplayReport.from_json(older).sentences())
     assert "3 old configuration(s) of mm_host_2026-01-01.json replayed: 2 with every knob kept" in text
     assert "repaired or new: pack in 1" in text and "2 computed the right result" in text
     assert "old best on the new template: 1 ms ± 1.0%; equal within noise" in text

@@ -17,7 +17,7 @@ import textwrap
 import time
 from itertools import accumulate
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -950,6 +950,55 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
     assert searched.trials.stop_reason != "history_unchanged", searched.trials
     assert any(r.get("source") not in ("replay", "new_region") for r in searched.records)
     assert "search" in [f["role"] for f in searched.final_results], searched.final_results
+    # Other programs than the old log measured, the old best's too: none left out.
+    assert searched.replay is not None and searched.replay.finals_left_out == 0
+
+
+def test_the_finals_leave_out_old_programs_only_while_the_old_best_s_program_is_unchanged(
+        tuned, tmp_path: Path) -> None:
+    """A warm run's top is mostly the replayed old configurations. When the edit left their
+    programs and the old best's unchanged, the old search already ranked them below its
+    best: the finals take only the search's new programs (at least one, the best new one
+    of the whole search, for the verdict). An edit that changed the programs keeps them all."""
+    from tvmtune_ci.tune.space import knobs_key
+    from tvmtune_ci.tune.tuner import _new_programs
+    from tvmtune_ci.tune.workload import resolve
+
+    old_tpl, out, _ = tuned
+    ranked = sorted((r for r in out.records if r["latency_s"] is not None), key=lambda r: r["latency_s"])
+    assert len(ranked) >= 20
+    # The old log measured the first 12 of these; this run's search measured all of them.
+    programs = _old_programs(old_tpl, SimpleNamespace(records=ranked[:12]))
+    prev = dict(ranked[0]["knobs"])
+
+    def entries(order: list[int]) -> list[dict]:  # this run's ranking: ranked[i] at place p
+        return [{"trial": p + 1, "knobs": dict(ranked[i]["knobs"]), "latency_s": 1e-3 * (1 + p / 100),
+                 "error": None} for p, i in enumerate(order)]
+
+    def finals_field(template: ModuleType, order: list[int], old_programs: tuple = programs
+                     ) -> tuple[list[int], int]:
+        got = entries(order)
+        by_key = {knobs_key(e["knobs"]): e for e in got}
+        index = {knobs_key(r["knobs"]): i for i, r in enumerate(ranked)}
+        keys = [knobs_key(e["knobs"]) for e in got[1:6]]  # the search's top 5, the old best aside
+        req = request(template, tmp_path, previous_knobs=prev, old_programs=old_programs)
+        kept, left_out = _new_programs(req, resolve(template, "m64", TARGET), keys, by_key, got)
+        return [index[k] for k in kept], left_out
+
+    noop = make_template(tmp_path, "mm_noop_finals", extra="_unused = None\n")
+    # Old programs 1, 2, 3 and 5 among the top: left out; the new programs 14 and 15 stay.
+    assert finals_field(noop, [0, 1, 14, 2, 15, 3, 5, 16]) == ([14, 15], 3)
+    # Only old programs in the top 5: the best new program of the whole search stays.
+    assert finals_field(noop, [0, 1, 2, 3, 4, 5, 6, 17, 13, 18]) == ([17], 5)
+    # An edit that changed every program (the outer loop parallel): the old ranking is
+    # moot, the whole top 5 stays.
+    parallel = make_template(tmp_path, "mm_parallel_finals", extra="sch.parallel(i0)\n")
+    assert finals_field(parallel, [0, 1, 14, 2, 15, 3, 5]) == ([1, 14, 2, 15, 3], 0)
+    # The edit repaired the old best alone (its program changed, "" in priors.old_programs):
+    # what the old search ranked below it says nothing of the new one.
+    repaired = ((programs[0][0], ""), *programs[1:])
+    assert programs[0][0] == prev
+    assert finals_field(noop, [0, 1, 14, 2, 15, 3, 5], repaired) == ([1, 14, 2, 15, 3], 0)
 
 
 # A 128^3 matmul for the tests whose premise is a speed difference: at 64^3 a parallel

@@ -269,6 +269,7 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
         prior=rs.prior if rs else 0,
         from_target=from_target,
         probes=rs.probes if rs else 0,
+        finals_left_out=rs.finals_left_out if rs else 0,
     )
 
 

@@ -354,6 +354,7 @@ class ReplayReport:
     prior: int = 0  # the old log's other records the cost model learned from first
     from_target: str | None = None  # seeded from this target's log (seed-from), not our own
     probes: int = 0  # points of the region the edit opened, next to the old best, measured
+    finals_left_out: int = 0  # search finalists left out: old programs the edit left unchanged
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -363,6 +364,7 @@ class ReplayReport:
             "failures": list(self.failures), "old_best_s": self.old_best_s,
             "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
             "prior": self.prior, "from_target": self.from_target, "probes": self.probes,
+            "finals_left_out": self.finals_left_out,
         }
 
     @classmethod
@@ -381,6 +383,7 @@ class ReplayReport:
             prior=int(d.get("prior", 0)),
             from_target=d.get("from_target"),
             probes=int(d.get("probes", 0)),
+            finals_left_out=int(d.get("finals_left_out", 0)),
         )
 
     def sentences(self) -> list[str]:
@@ -419,6 +422,11 @@ class ReplayReport:
             where = ("the best of the " + self.from_target + " log on this target"
                      if self.from_target else "old best on the new template")
             out.append(f"{where}: {old}" + (f"; {verdict}" if verdict else ""))
+        if self.finals_left_out:
+            out.append(f"{self.finals_left_out} of the search's finalists were programs {self.source} "
+                       "measured, which the edit left unchanged as it did the old best's: left out of "
+                       "the finals, since the old search ranked them below its best; the finals asked "
+                       "whether a program it never measured beats it")
         if self.failures:
             out.append("first failures: " + "; ".join(self.failures))
         return out

@@ -71,6 +71,9 @@ class ReplayStats:
     old_best_correct: bool = False
     prior: int = 0  # old records the cost model was trained on (TuneRequest.prior)
     probes: int = 0  # points of the region the edit opened, measured after the replay
+    # The search's finalists left out of the finals: programs the old log measured,
+    # unchanged by the edit, as the old best's (tuner._new_programs).
+    finals_left_out: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

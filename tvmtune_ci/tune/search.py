@@ -144,22 +144,26 @@ def programs_unchanged(template: Any, wl: Any, target: Mapping[str, Any], old_be
     configuration as the old template did (`priors.old_programs`: "" for one the edit
     repaired), compared up to the first that differs."""
     from ..core.history import probes
-    from .builder import program_key, schedule_config
 
     if not old_programs:
         return False
     if probes(old_best, old_knobs, template.KNOBS, dict(wl.params), target, limit=1):
         return False  # values the old search never saw
-    for kv, key in old_programs:
-        if not key:
-            return False  # a configuration the edit repaired
-        try:
-            sch = schedule_config(template, wl, kv, target)
-        except (TuningError, TemplateError):
-            return False
-        if program_key(sch) != key:
-            return False
-    return True
+    return all(same_program(template, wl, target, kv, key) for kv, key in old_programs)
+
+
+def same_program(template: Any, wl: Any, target: Mapping[str, Any], knobs: Mapping[str, Any],
+                 old_key: str) -> bool:
+    """Whether the edited `template` makes of `knobs` the program the old template made
+    (`old_key`, `builder.program_key`; "" for a configuration the edit repaired: never)."""
+    from .builder import program_key, schedule_config
+
+    if not old_key:
+        return False
+    try:
+        return program_key(schedule_config(template, wl, knobs, target)) == old_key
+    except (TuningError, TemplateError):
+        return False
 
 
 def _rand_state(seed: int, done: int) -> int:

@@ -16,7 +16,9 @@
    configuration and the previous best (when given) re-measured in interleaved
    rounds; the winner is chosen on that data and its numerics checked. A previous
    best that is equal within noise is kept. When the old search stands, the previous
-   best and the default only (`run_finals`).
+   best and the default only (`run_finals`); after other edits that left the old best's
+   program unchanged, the search's finalists that are old programs are left out
+   (`_new_programs`).
 5. the outcome: the log's records (each on the finals' scale), the top table, the
    curve and the verdict on the previous best.
 
@@ -77,6 +79,39 @@ class _FinalsOutcome:
     results: list[FinalResult]
     winner: FinalResult
     tied: set[int]  # indexes into results: equal within noise to a kept previous best
+    # The search's finalists left out as programs the old log measured (`_new_programs`).
+    left_out: int = 0
+
+
+def _new_programs(req: TuneRequest, wl: Any, keys: list[str], by_key: Mapping[str, Trial],
+                  entries: Sequence[Trial]) -> tuple[list[str], int]:
+    """The search's finalists (`keys`) less those that are programs the old log measured,
+    unchanged by the edit, and how many were left out. The old log's search and finals
+    ranked them below its best on this target; when the edit left that best's program
+    unchanged too, measuring them again only re-rolls the noise (as when the whole old
+    search stands: `run_finals`), and the finals' question is whether a program the old
+    search never measured beats it. Each finalist costs the finals up to `time_cap_s`,
+    and a warm run's top is mostly the replayed old configurations. At least one search
+    finalist stays, the verdict compares it with the previous best: the best new program
+    of the whole search, else the first finalist (the search measured only old ones)."""
+    from .search import same_program
+
+    assert req.previous_knobs is not None
+    template, target = req.template, req.target
+    old = {knobs_key(full_knobs(template, wl, kv, target)): key for kv, key in req.old_programs if key}
+
+    def measured_before(knobs: Mapping[str, Any]) -> bool:
+        key = old.get(knobs_key(full_knobs(template, wl, knobs, target)))
+        return key is not None and same_program(template, wl, target, knobs, key)
+
+    if not measured_before(req.previous_knobs):
+        return keys, 0  # the edit changed the old best's program: the old ranking is moot
+    kept = [k for k in keys if not measured_before(by_key[k]["knobs"])]
+    if not kept:
+        best_new = next((knobs_key(e["knobs"]) for e in _valid_sorted(entries)
+                         if not measured_before(e["knobs"])), None)
+        kept = [best_new] if best_new is not None else keys[:1]
+    return kept, len([k for k in keys if k not in kept])
 
 
 def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int]]:
@@ -114,7 +149,11 @@ def run_finals(
     re-measured for a fresh figure and the default for the speedup. Six finalists took
     13.0-13.5 s of a 26-27-s no-op re-tune on a noisy Zen 3 (bench_warmstart run H, 2 s
     each, time-capped); these two 7.7-7.9 s in a quiet stretch, against 9.9-11.4 s for
-    six (runs I-K, docs/benchmarks.md)."""
+    six (runs I-K, docs/benchmarks.md).
+
+    Otherwise, when the edit left the old best's program unchanged, the search's
+    finalists that are programs the old log measured are left out for the same reason
+    (`_new_programs`)."""
     template, name = req.template, req.workload_name
     wl = req.workload if req.workload is not None else name
     where = f"{template_name(template)}/{name}"
@@ -139,6 +178,9 @@ def run_finals(
             if same in keys:
                 keys.remove(same)
             prev_key = same
+    left_out = 0
+    if req.previous_knobs is not None and req.old_programs and keys:
+        keys, left_out = _new_programs(req, wl, keys, by_key, entries)
     finalists = [Finalist("search", by_key[key]["knobs"], key) for key in keys]
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
@@ -153,10 +195,10 @@ def run_finals(
                 + "; ".join(sorted({str(r.error)[:200] for r in results if r.error})[:3])
             )
         if winner.finalist.role == "default":
-            return _FinalsOutcome(results, winner, tied)
+            return _FinalsOutcome(results, winner, tied, left_out)
         try:
             check_correct(template, wl, req.target, winner.finalist.knobs, rpc=req.rpc)
-            return _FinalsOutcome(results, winner, tied)
+            return _FinalsOutcome(results, winner, tied, left_out)
         except TuningError as err:
             if winner.finalist.key in by_key:  # a search trial (or the replayed previous best)
                 e = by_key.pop(winner.finalist.key)
@@ -434,6 +476,8 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         entries = search.journal.trials
         fin = run_finals(req, entries, runner, builder, stands=search.stands is not None)  # 5
         lap("finals_s", t)
+        if replay is not None and fin.left_out:
+            replay = replace(replay, finals_left_out=fin.left_out)
         # The records of finalists that are not search trials (the default or the
         # previous best winning, unless replayed) are made from their schedules.
         extra: dict[str, dict[str, Any]] = {}
