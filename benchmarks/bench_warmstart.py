@@ -255,6 +255,10 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
                                                  for k in ("replay_schedule_s", "replay_build_s", "replay_check_s",
                                                            "replay_measure_s", "replay_load_s", "replay_eval_s")
                                                  if k in st) + " s", flush=True)
+            roles = [f["role"] for f in o.final_results]
+            left = o.replay.finals_left_out if o.replay is not None else 0
+            print(f"    finals: {len(roles)} finalist(s) ({roles.count('search')} of the search's"
+                  + (f", {left} old program(s) left out" if left else "") + ")", flush=True)
             if o.stats.get("warm_batches"):  # what kept a warm run going after its match
                 st = o.stats
                 hoped = (f"; the model expected a gain beyond the noise in {st['warm_hoped']:.0f} "
