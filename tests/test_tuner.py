@@ -942,6 +942,13 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
     assert [f["role"] for f in warm.final_results] == ["default", "previous"], warm.final_results
     assert warm.previous_verdict is None
     assert sum(r["knobs"] == replay[0] for r in warm.records) == 1
+    # The replayed runners-up were left out of the finals; whatever the replay measured
+    # them at, none is logged below the winner (TVM takes the log's first as the best).
+    from tvmtune_ci.core.records import workload_entry
+
+    first = workload_entry(warm)["records"][0]
+    assert first[1] == [warm.best.latency_s] and first[0] == next(
+        r["record"][0] for r in warm.records if r["knobs"] == warm.best.knobs)
 
     parallel = make_template(tmp_path, "mm_parallel", extra="sch.parallel(i0)\n")
     searched = tune_workload(request(parallel, tmp_path / "parallel", trials=48, replay=replay,
@@ -1203,6 +1210,33 @@ def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
     assert a.top[-1].search_s == 2.0 and a.top[-1].stage == "search"
     assert [f["role"] for f in a.final_results] == ["search", "search", "default"]
     assert len(a.records) == 4  # the winner was searched: nothing added
+
+
+def test_assembling_never_logs_a_record_left_out_of_the_finals_below_the_winner() -> None:
+    """An old program left out of the finals (`_new_programs`) may have measured faster in
+    the search than every finalist. TVM takes the log's lowest record as the best, so it
+    is logged at the winner's value at most, after the winner, and the rest keep the
+    search's order on one scale."""
+    from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.core.records import workload_entry
+    from tvmtune_ci.tune.space import knobs_key
+    from tvmtune_ci.tune.tuner import assemble
+
+    # 1: an old program, left out; 2: the old best's replayed record; 3: a new program;
+    # 4: another, not a finalist.
+    entries = [_trial(1, 1, 0.95), _trial(2, 2, 1.0), _trial(3, 3, 1.1), _trial(4, 4, 1.3)]
+    prev = _finalist("previous", 2, 1.02)
+    prev = FinalResult(Finalist("previous", {"a": 2}, key=knobs_key({"a": 2})), prev.estimate, stopped="converged")
+    fin = _fin_of([_finalist("search", 3, 1.2), _finalist("default", None, 3.0), prev])
+    assert fin.winner.finalist.role == "previous"
+    a = assemble(entries, fin, {}, 2e9, Measured({}, 3.2, None), full=lambda k: dict(k or {}))
+    by = {r["knobs"]["a"]: r for r in a.records}
+    assert by[1]["record"][1] == [pytest.approx(1.02)] and by[1]["measured_s"] == 0.95
+    assert by[4]["record"][1] == [pytest.approx(1.3 * 1.02 / 0.95)]
+    log = workload_entry(SimpleNamespace(workload_name="m", workload_json=["s", "b"], records=a.records))
+    assert log["records"][0][0] == "trace2" and log["measurements"][0]["stage"] == "finals"
+    assert [r[0] for r in log["records"]] == ["trace2", "trace1", "trace3", "trace4"]
+    assert a.top[0] is a.best and all(m.latency_s >= a.best.latency_s for m in a.top)
 
 
 def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only_if_it_was_the_default(

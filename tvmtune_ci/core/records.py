@@ -33,8 +33,10 @@ samples, seconds): TVM ranks records by the mean of run_secs, so its
 `get_top_k`/`query_schedule` rank exactly as tvmtune-ci does. A finalist's number
 comes from the interleaved finals; any other was measured by the search ("probe":
 measured slow after its first samples and not sampled further) and is logged on
-the finals' scale, `measured_s` x `scale`, so that it ranks below the winner as the
-search ranked it below the finalists. Format 1 logs (fixed-repeat
+the finals' scale, `measured_s` x `scale` (the winner's finals estimate / the best
+search estimate), so that it ranks below the winner, in the search's order; one the
+search ranked above the finalists (an old program left out of them) is logged at the
+winner's value, after it. Format 1 logs (fixed-repeat
 samples, ranked by their mean) still read.
 
 Reading a log (`read_log`) never imports TVM; the two converters do.

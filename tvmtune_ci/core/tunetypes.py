@@ -40,7 +40,7 @@ class Trial(_TrialKeys, total=False):
     stage: str | None  # "search", "probe" (raced out), "finals", "finals (tied ...)"
     source: str  # "replay" (an old log's), "new_region" (a probe of an edit); absent: the search
     measured_s: float  # the search's own figure, when `latency_s` is on the finals' scale
-    scale: float  # that scale (the winner's finals estimate / the best search figure)
+    scale: float  # that scale (the winner's finals estimate / the best search figure of all)
 
 
 @dataclass(frozen=True)

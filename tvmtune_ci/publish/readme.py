@@ -290,7 +290,7 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
         "The next configurations, measured by the search (`search`: sampled to the search's "
         "precision; `probe`: raced out after its first samples) and shown on the finals' scale "
         "as the log ranks them: the search's number x (the best's finals latency / the best "
-        "search latency among the finalists):", search, len(finals) + 1)
+        "search latency):", search, len(finals) + 1)
     return lines
 
 

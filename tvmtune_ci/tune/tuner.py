@@ -284,13 +284,13 @@ def assemble(
     # The search's numbers and the finals' come from different minutes of a machine
     # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
     # left out of the finals is logged on the finals' scale: its search estimate x
-    # (the winner's finals estimate / the best search estimate among the finalists).
-    # It was ranked below every finalist by the search, so it stays below the winner.
+    # (the winner's finals estimate / the best search estimate). The best is usually a
+    # finalist's; when it is not (an old program left out, `_new_programs`, or the old
+    # search's runners-up when it stands), that record is logged at the winner's value,
+    # after it (finals sort first at a tie): nothing left out overtakes the winner in the
+    # list TVM takes its best from, and the search's order is kept.
     assert fin.winner.estimate is not None
-    # A finalist with a record: a search trial, or the previous best replayed as one
-    # (run_finals measured it once, as the previous best).
-    searched = [rec_by_key[r.finalist.key]["latency_s"] for r in fin.results
-                if r.finalist.key in rec_by_key and rec_by_key[r.finalist.key]["latency_s"] is not None]
+    searched = [e["latency_s"] for e in records if e["error"] is None and e["latency_s"] is not None]
     scale = fin.winner.estimate.value / min(searched) if searched else 1.0
     final_keys = {r.finalist.key for r in fin.results if r.finalist.key in rec_by_key}
     for e in records:
