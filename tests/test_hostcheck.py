@@ -80,3 +80,19 @@ def test_the_host_target_is_one_this_machine_runs() -> None:
     flags = host_cpu_flags()
     for attr in target.get("mattr", []):
         assert attr.startswith("-") and _X86_FEATURES[attr[1:]] not in flags
+
+
+def test_the_host_description_names_the_cpu_s_family_and_model(tmp_path) -> None:
+    """The model name of a VM's CPU can hide its generation: vendor, family and model go
+    with it, from the first processor's block of /proc/cpuinfo."""
+    from tvmtune_ci.tune.hostcheck import host_description
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+                    "model name\t: AMD EPYC\n\nprocessor\t: 1\nvendor_id\t: Other\ncpu family\t: 1\n")
+    got = host_description(info)
+    assert got["cpu"] == "AMD EPYC" and got["cpu_id"] == "AuthenticAMD family 26 model 2"
+    info.write_text("model name\t: Some CPU\n")  # no family or model: none claimed
+    assert "cpu_id" not in host_description(info) and host_description(info)["cpu"] == "Some CPU"
+    here = host_description()  # this machine's
+    assert here["cores"] and here["cpu"]

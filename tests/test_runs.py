@@ -332,3 +332,18 @@ def test_a_disturbed_run_is_left_out_only_for_the_workloads_it_moved() -> None:
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert "runner disturbed: the compute-bound calibration kernel ran 1.500x (slower)" in cells[1]
     assert cells[3].endswith("(left out)") and not cells[4].endswith("(left out)")
+
+
+def test_one_kind_of_runner_is_one_cpu_model_cores_and_where_recorded_family_and_model() -> None:
+    """VMs of three AMD generations all call their CPU "AMD EPYC"; a Zen 4's history says
+    nothing of a Zen 5. Histories written before the family and model were recorded
+    compare by name and cores."""
+    zen4 = {"cpu": "AMD EPYC", "cores": 2, "cpu_id": "AuthenticAMD family 25 model 17"}
+    zen5 = {**zen4, "cpu_id": "AuthenticAMD family 26 model 2"}
+    older = {"cpu": "AMD EPYC", "cores": 2}
+    assert runs.same_machine(zen4, dict(zen4)) and runs.same_machine(older, zen5)
+    assert not runs.same_machine(zen4, zen5)
+    assert not runs.same_machine(older, {**older, "cores": 4})
+    assert not runs.same_machine(older, {**older, "cpu": "Intel Xeon"})
+    assert runs.machine_words(zen5) == "AMD EPYC (AuthenticAMD family 26 model 2) x2"
+    assert runs.machine_words(older) == "AMD EPYC x2"

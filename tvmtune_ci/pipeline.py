@@ -59,7 +59,7 @@ from .core.manifest import (
 )
 from .core.reasons import Code
 from .core.records import make_log, render_log
-from .core.runs import RUNS_NAME, encode_runs, parse_runs, read_runs
+from .core.runs import RUNS_NAME, encode_runs, machine_words, parse_runs, read_runs, same_machine
 from .core.stats import ESTIMATOR, fmt_latency
 from .core.targetinfo import target_facts
 from .core.template import Knob, TemplateDecl, check_imported_agrees, import_template, read_template
@@ -595,6 +595,15 @@ def tune_step(job: Job) -> Job:
     return replace(job, outcomes=outcomes, results=results)
 
 
+def old_ranking_holds(target: TargetConfig, manifest: Manifest) -> bool:
+    """Whether the previous log's ranking of its programs was measured on this kind of
+    runner (`runs.same_machine`): the old search standing after an edit, and the finals
+    leaving old programs out, rest on it. Another CPU generation ranks them otherwise (a
+    Zen 4's best 1024^3 matmul ran 1.7-1.9x slower on a Zen 5 than the Zen 5's own best;
+    bench_warmstart run R). An RPC target's devices are the runner: not this machine."""
+    return target.rpc is not None or same_machine(host_description(), manifest.host)
+
+
 def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
@@ -608,6 +617,10 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
     mapped: list[history.Mapped] = []
     diff = None
+    if hist is not None and hist.from_target is None and not old_ranking_holds(target, hist.manifest):
+        say(f"{wname}: {hist.manifest.log} was measured on {machine_words(hist.manifest.host)}, this machine "
+            f"is {machine_words(host_description())}: its search does not stand here, and its programs are "
+            "not left out of the finals")
     if hist is not None:
         old = history.old_configs(hist.manifest, wname)
         mapped = history.map_all(old, decl.knobs, wl, target.target)
@@ -645,9 +658,11 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         old_knobs=(tuple(hist.old_knobs) if hist is not None and hist.old_knobs is not None and mapped
                    else None),
         # Another target's programs are other kernels whatever their modules: only this
-        # target's own log can stand for the edited template.
+        # target's own log, measured on this kind of runner, can stand for the edited
+        # template (or rank old programs below its best in the finals).
         old_programs=(priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
-                      if hist is not None and hist.from_target is None else ()),
+                      if hist is not None and hist.from_target is None and old_ranking_holds(target, hist.manifest)
+                      else ()),
         time_budget_s=budget_s,
         budget_note=note,
         budget_more=(None if job.budget is None else _budget_more(

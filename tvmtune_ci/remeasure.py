@@ -133,12 +133,11 @@ def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
     """HostError when this machine is not the one the history was measured on: its
     band says nothing of another CPU (a runner replaced under the same labels)."""
     here = host_description()
-    mine = f"{here.get('cpu', '?')} x{here.get('cores', '?')}"
-    theirs = history[-1].machine if history else f"{manifest.host.get('cpu', '?')} x{manifest.host.get('cores', '?')}"
-    if mine != theirs:
+    theirs = history[-1].host if history else manifest.host
+    if not runs.same_machine(here, theirs):
         raise HostError(
-            f"{manifest.operator}/{manifest.target_name} was measured on {theirs}, this machine is "
-            f"{mine}: its run history is a property of that runner. Remeasure it there (its "
+            f"{manifest.operator}/{manifest.target_name} was measured on {runs.machine_words(theirs)}, this "
+            f"machine is {runs.machine_words(here)}: its run history is a property of that runner. Remeasure it there (its "
             "runs-on labels), or re-tune it here (tvmtune-ci retune --all) to start a history on this one"
         )
 

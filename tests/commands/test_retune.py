@@ -609,6 +609,15 @@ def test_remeasure_refuses_another_machine_and_skips_a_stale_entry(
     (root / FOLDER / "manifest.json").write_text(json.dumps(m))
     r = run_cli(root, "remeasure", "mm")
     assert r.returncode == 5 and "its run history is a property of that runner" in r.stderr
+    # The same model name on another generation of CPU (a VM's "AMD EPYC"): refused too.
+    other = path.read_bytes().replace(b'"cpu":"Another CPU, not ', b'"cpu":"', 1)
+    assert b'"cpu_id":"' in other  # recorded by the run that tuned it
+    other = other.replace(b'"cpu_id":"', b'"cpu_id":"family 0 model 0, not ', 1)
+    path.write_bytes(other)
+    m["files"]["runs.jsonl"], m["files_git_blob"]["runs.jsonl"] = sha256_bytes(other), blob_id(other)
+    (root / FOLDER / "manifest.json").write_text(json.dumps(m))
+    r = run_cli(root, "remeasure", "mm")
+    assert r.returncode == 5 and "family 0 model 0, not " in r.stderr, r.stdout + r.stderr
     change_function(root / "operators" / "mm.py")
     r = run_cli(root, "remeasure")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -726,6 +735,29 @@ def test_an_edit_that_changed_no_kernel_stops_after_the_replay_and_says_why(
     assert "the search started from them" not in readme
     assert "the edit changed none of the " in git(root, "log", "-1", "--format=%B")
     assert run_cli(root, "check").returncode == 0
+
+
+@pytest.mark.slow
+def test_an_old_search_measured_on_another_cpu_does_not_stand(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """The same no-op edit, but the old set was measured on another generation of CPU
+    under the same model name (its family and model differ): its ranking says nothing of
+    this runner, so the search runs and the run says why."""
+    root = _copy(tuned[0], tmp_path)
+    m = manifest_at(root / FOLDER)
+    assert m["host"].get("cpu_id"), m["host"]  # recorded by the run that tuned it
+    m["host"]["cpu_id"] = "AuthenticAMD family 0 model 0"
+    (root / FOLDER / "manifest.json").write_text(json.dumps(m))
+    commit_all(root, "the set as another generation of CPU measured it")
+    _edit_template(root, '    b = sch.get_sblock("C")\n',
+                   '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    assert "template_changed" in run_cli(root, "check").stdout
+    r = run_cli(root, "retune", "--trials", "24", "--no-carry")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(AuthenticAMD family 0 model 0) x" in r.stdout and "its search does not stand here" in r.stdout, r.stdout
+    t = manifest_at(root / FOLDER)["trials"]["s64"]
+    assert t["stop_reason"] != "history_unchanged", t
 
 
 def _as_format_2(root: Path) -> None:

@@ -101,8 +101,23 @@ class Run:
 
     @property
     def machine(self) -> str:
-        """The runner's hardware as the history compares it: CPU model and cores."""
-        return f"{self.host.get('cpu', '?')} x{self.host.get('cores', '?')}"
+        """The runner's hardware in words: CPU model (its family and model where known) and cores."""
+        return machine_words(self.host)
+
+
+def machine_words(host: Mapping[str, Any]) -> str:
+    """A host description (`hostcheck.host_description`) in words."""
+    cpu_id = host.get("cpu_id")
+    return f"{host.get('cpu', '?')}{f' ({cpu_id})' if cpu_id else ''} x{host.get('cores', '?')}"
+
+
+def same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two host descriptions are one kind of runner: the same CPU model name and
+    cores, and the same vendor, family and model where both record them (histories
+    written before `cpu_id` was recorded compare by the rest)."""
+    if (a.get("cpu"), a.get("cores")) != (b.get("cpu"), b.get("cores")):
+        return False
+    return not (a.get("cpu_id") and b.get("cpu_id") and a["cpu_id"] != b["cpu_id"])
 
 
 def _figure(d: Any, where: str) -> KernelFigure:
