@@ -338,6 +338,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.trials} trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; "
           f"old logs tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
           f"(waited {waited:.0f} s)")
+    from tvmtune_ci.tune.tvmsetup import host_cpu
+
+    here = host_cpu()
+    if target.get("mcpu") not in (None, here):
+        # Run R (docs/benchmarks.md): zen4-2c's old search stood on a Zen 5, 1.8x slower than cold.
+        print(f"# caveat: the old logs were tuned for {target['mcpu']}, this CPU is {here}: their ranking is "
+              "another CPU's, so the warm arms' bests (the old search standing, old programs left out of "
+              "the finals, the match with the old best) say nothing of the product here; seconds only")
     rows = [run_edit(edits.index(e) + 1, e, args, target_name, target) for e in picked]
     report(rows, ["cold", *arms], args.seeds)
     return 0
