@@ -292,11 +292,15 @@ def assemble(
     assert fin.winner.estimate is not None
     searched = [e["latency_s"] for e in records if e["error"] is None and e["latency_s"] is not None]
     scale = fin.winner.estimate.value / min(searched) if searched else 1.0
-    final_keys = {r.finalist.key for r in fin.results if r.finalist.key in rec_by_key}
+    # Records the finals give a figure (one that failed there keeps its search figure, scaled).
+    final_keys = {r.finalist.key for r in fin.results if r.finalist.key in rec_by_key and r.estimate is not None}
     for e in records:
         if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
             e["measured_s"], e["scale"] = e["latency_s"], scale
-            e["record"] = [e["record"][0], [e["latency_s"] * scale], *e["record"][2:]]
+            # x * (winner / x_min) is the winner's value for x_min only up to rounding
+            # (one ulp below it once in CI): never below it.
+            logged = max(e["latency_s"] * scale, fin.winner.estimate.value)
+            e["record"] = [e["record"][0], [logged], *e["record"][2:]]
     final_json: list[dict[str, Any]] = []
     finals_measured: list[Measured] = []
     best = baseline = previous = None
@@ -348,8 +352,8 @@ def assemble(
             "if it timed out")
     # On the finals' scale, as the log ranks them; the search's own number kept.
     search_top = [
-        Measured(full(e["knobs"]), e["latency_s"] * scale,
-                 gflops(flop, e["latency_s"] * scale),
+        Measured(full(e["knobs"]), e["record"][1][0],  # as logged, on the finals' scale
+                 gflops(flop, e["record"][1][0]),
                  ci_lo_s=e["ci"][0] * scale if e.get("ci") else None,
                  ci_hi_s=e["ci"][1] * scale if e.get("ci") else None,
                  n=int(e.get("n", 0)), stage=e.get("stage") or "search",
