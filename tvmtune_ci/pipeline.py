@@ -617,7 +617,10 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
     mapped: list[history.Mapped] = []
     diff = None
-    if hist is not None and hist.from_target is None and not old_ranking_holds(target, hist.manifest):
+    holds = False  # asked once per workload: it reads /proc/cpuinfo
+    if hist is not None and hist.from_target is None:
+        holds = old_ranking_holds(target, hist.manifest)
+    if hist is not None and hist.from_target is None and not holds:
         say(f"{wname}: {hist.manifest.log} was measured on {machine_words(hist.manifest.host)}, this machine "
             f"is {machine_words(host_description())}: its search does not stand here, and its programs are "
             "not left out of the finals")
@@ -661,8 +664,7 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         # target's own log, measured on this kind of runner, can stand for the edited
         # template (or rank old programs below its best in the finals).
         old_programs=(priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
-                      if hist is not None and hist.from_target is None and old_ranking_holds(target, hist.manifest)
-                      else ()),
+                      if holds and hist is not None else ()),
         time_budget_s=budget_s,
         budget_note=note,
         budget_more=(None if job.budget is None else _budget_more(
