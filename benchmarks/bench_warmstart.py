@@ -2,6 +2,9 @@
 
     python benchmarks/bench_warmstart.py                    # every edit, 96 trials each
     python benchmarks/bench_warmstart.py --edits 1,3 --trials 64
+    # old logs tuned on this CPU (what a runner re-tuning its own logs has):
+    python scripts/demo.py --dir /tmp/host-logs --trials 300
+    python benchmarks/bench_warmstart.py --repo /tmp/host-logs --trials 300
 
 Each scripted edit is a realistic change to one of this repo's templates (or its
 helper `operators/_gemm.py`), applied to a scratch copy of `operators/`. The "old
@@ -130,18 +133,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(default: the one matching this CPU)")
     p.add_argument("--cross", metavar="FROM", help="instead of the edits: each operator's "
                    "unedited template on --target, seeded from target FROM's log (seed-from)")
+    p.add_argument("--repo", type=Path, default=ROOT,
+                   help="the repository whose tvmtune.yaml, operators/ and committed logs are the "
+                   "old ones (default: this one). `scripts/demo.py --dir DIR --trials 300` makes "
+                   "one whose logs were tuned on this CPU: only there do the warm arms' old "
+                   "rankings hold")
     p.add_argument("--wait-idle", type=float, default=120.0,
                    help="wait up to this many seconds for the load average to drop below 0.5")
     return p.parse_args(argv)
 
 
-def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
+def pick_target(repo: Path, name: str | None) -> tuple[str, dict[str, Any]]:
     import tvm
 
     from tvmtune_ci.core.config import load_config
 
     host = str(tvm.target.codegen.llvm_get_system_cpu())
-    targets = {t.name: t.target for t in load_config(ROOT / "tvmtune.yaml").targets}
+    targets = {t.name: t.target for t in load_config(repo / "tvmtune.yaml").targets}
     if name is not None:
         if name not in targets:
             raise SystemExit(f"no target {name!r} in tvmtune.yaml (it has: {', '.join(targets)})")
@@ -149,16 +157,18 @@ def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
     for n, t in targets.items():
         if t.get("mcpu") == host and "mtriple" not in t:
             return n, dict(t)
-    raise SystemExit(f"no target of tvmtune.yaml is this CPU ({host}); its committed logs are "
-                     "the old logs this benchmark replays. Tune one first (add the target, "
-                     "`tvmtune-ci retune --target NAME`) or pass --target")
+    raise SystemExit(f"no target of {repo / 'tvmtune.yaml'} is this CPU ({host}); its committed "
+                     "logs are the old logs this benchmark replays. Tune some on this CPU first "
+                     "(`python scripts/demo.py --dir DIR --trials 300`, then --repo DIR) or pass "
+                     "--target")
 
 
-def load_edited(edit: Edit, scratch: Path) -> Any:
+def load_edited(edit: Edit, repo: Path, scratch: Path) -> Any:
     """The template after the edit, from a scratch copy of operators/ (its helpers too)."""
     from tvmtune_ci.core.template import import_template
 
-    shutil.copytree(ROOT / "operators", scratch / "operators")
+    shutil.copytree(repo / "operators", scratch / "operators",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     for fname, old, new in edit.changes:
         path = scratch / "operators" / fname
         text = path.read_text()
@@ -191,16 +201,17 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
     from tvmtune_ci.tune.runners import make_runner
     from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
-    config = load_config(ROOT / "tvmtune.yaml")
+    repo = args.repo
+    config = load_config(repo / "tvmtune.yaml")
     arms = [f"{a}@{k}" for a in ["cold", *args.arms.split(",")] for k in range(args.seeds)]
     scratch = Path(tempfile.mkdtemp(prefix="bench-warmstart-"))
     try:
-        tmpl = load_edited(edit, scratch)
-        folder = ROOT / "tuning_logs" / edit.operator / (args.cross or target_name)
+        tmpl = load_edited(edit, repo, scratch)
+        folder = repo / "tuning_logs" / edit.operator / (args.cross or target_name)
         manifest = read_manifest(folder / "manifest.json")
         old = history.old_configs(manifest, edit.workload)
         mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target)
-        old_decl = history.old_declaration(ROOT, manifest)
+        old_decl = history.old_declaration(repo, manifest)
         diff = history.knob_diff(old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target,
                                  old_names=sorted({k for c in old for k in c}))
         prior: tuple[tuple[dict[str, Any], float], ...] = ()
@@ -208,7 +219,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
         decode_s = 0.0  # what retune pays before the tuner: the old log read in a child process
         if any(a.startswith("prior") for a in arms):  # the unedited template is this checkout's
             t0 = time.perf_counter()
-            recs = priors.decode_records(ROOT, manifest.template_file, folder / manifest.log,
+            recs = priors.decode_records(repo, manifest.template_file, folder / manifest.log,
                                          manifest.target, [edit.workload])  # as it was tuned
             prior = priors.prior_for(recs.get(edit.workload, []), tmpl.KNOBS,
                                      tmpl.WORKLOADS[edit.workload], target,
@@ -319,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci.tune import tvmsetup
 
     tvmsetup.load()
-    target_name, target = pick_target(args.target)
+    args.repo = args.repo.resolve()
+    target_name, target = pick_target(args.repo, args.target)
     # As `retune` runs it: the kernels on the target's cores (TVM's own default is
     # half the cores it sees); the measuring worker inherits it.
     cores = target.get("num-cores")
@@ -336,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(picked)} template edits"
     print(f"# bench_warmstart: {what}, cold vs {' and '.join(arms)} re-tune, "
           f"{args.trials} trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; "
-          f"old logs tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
+          f"old logs {args.repo}/tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
           f"(waited {waited:.0f} s)")
     from tvmtune_ci.tune.tvmsetup import host_cpu
 
@@ -345,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         # Run R (docs/benchmarks.md): zen4-2c's old search stood on a Zen 5, 1.8x slower than cold.
         print(f"# caveat: the old logs were tuned for {target['mcpu']}, this CPU is {here}: their ranking is "
               "another CPU's, so the warm arms' bests (the old search standing, old programs left out of "
-              "the finals, the match with the old best) say nothing of the product here; seconds only")
+              "the finals, the match with the old best) say nothing of the product here; seconds only. "
+              "Logs of this CPU: scripts/demo.py --dir DIR --trials 300, then --repo DIR")
     rows = [run_edit(edits.index(e) + 1, e, args, target_name, target) for e in picked]
     report(rows, ["cold", *arms], args.seeds)
     return 0
