@@ -300,7 +300,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             f"{a} {stats.fmt_latency(est[a].value, est[a].rel_halfwidth)}" if est.get(a) is not None
             else f"{a} not measured" for a in arms), flush=True)
         row: dict[str, Any] = {
-            "edit": edit.name, "what": edit.what, "entry": f"{edit.operator}/{edit.workload}",
+            "n": i, "edit": edit.name, "what": edit.what, "entry": f"{edit.operator}/{edit.workload}",
             "old": len(old), "mapped": len(mapped), "whole": sum(not m.reset for m in mapped),
             "prior": len(prior), "arms": {},
         }
@@ -375,7 +375,7 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
           + " | cold's own spread (slowest / fastest best of its seeds) | "
           + " | ".join(f"{a} / cold, median bests" for a in arms[1:]) + " |")
     print("|---|---|---|---|" + "---|" * (len(arms) * 2))
-    for i, r in enumerate(rows, 1):
+    for r in rows:
         cold_bests = [r["arms"][f"cold@{k}"]["best"] for k in range(seeds)]
         spread = max(cold_bests) / min(cold_bests)
         cells = [f"{med(r, a, 's'):.0f} s, {med(r, a, 'run'):.0f}" for a in arms]
@@ -385,7 +385,7 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
             beyond = "beyond" if abs(ratio - 1) > spread - 1 else "within"
             vs.append(f"{ratio:.3f} ({beyond} cold's spread)")
         correct = r["arms"][f"{arms[1]}@0"]["correct"] if len(arms) > 1 else 0
-        print(f"| {i} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
+        print(f"| {r['n']} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
               f"{correct} (+{r['prior']}) | " + " | ".join(cells) + f" | {spread:.3f} | " + " | ".join(vs) + " |")
     print()
     for a in arms[1:]:

@@ -1107,6 +1107,49 @@ def test_the_warm_rule_matches_the_old_best_with_the_searchs_own_proposals_only(
     assert own(entry(1.3), entry(0.5, stage="probe"), entry(0.4, error="wrong result")) == 1.3
 
 
+def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurations() -> None:
+    """No own best to match (every own proposal raced out against a replayed old
+    configuration) after WARMUP_SAMPLES of them, and the model expects its next candidates
+    slower beyond the noise: the run stops and says why. Not with fewer own proposals, a
+    hope within the noise, no prediction, an own best, a match, an incumbent that is a
+    probe of an opened region, or the budget spent."""
+    from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
+
+    old = {"tile": 4}
+
+    def probe(i: int) -> dict:  # raced out: no estimate (stage probe)
+        return {"error": None, "latency_s": 2e-3, "ci": None, "n": 3, "stage": "probe",
+                "knobs": {"tile": 100 + i}}
+
+    def journal(own: int, incumbent_source: str = "replay") -> list[dict]:
+        first = {"error": None, "latency_s": 1e-3, "ci": [0.99e-3, 1.01e-3], "n": 30,
+                 "stage": "search", "knobs": old, "source": incumbent_source}
+        return [first, *(probe(i) for i in range(own))]
+
+    def ask(own: int = WARMUP_SAMPLES, gain: float | None = -0.4, found: object = None,
+            matched_at: int | None = None, source: str = "replay", trials: int = 300) -> tuple[bool, str]:
+        trials_ = journal(own, source)
+        s = SimpleNamespace(
+            req=SimpleNamespace(measure=SimpleNamespace(race=1.25), trials=trials),
+            matched_at=matched_at, journal=SimpleNamespace(trials=trials_), done=len(trials_),
+            progress=SimpleNamespace(best_knobs=old, best=Estimate(1e-3, 0.99e-3, 1.01e-3, 30)),
+            stop_detail="")
+        return Search._nowhere_near(s, found, gain, 0.03), s.stop_detail
+
+    stop, why = ask()
+    assert stop, why
+    assert why.startswith(f"its own {WARMUP_SAMPLES} proposals all ran more than 1.25x slower than the "
+                          "old configurations' best (1 ms ± 1.0%), and the cost model expected its next "
+                          "candidates slower still (its best -40.0%, beyond the noise of ±3.0%)"), why
+    assert not ask(own=WARMUP_SAMPLES - 1)[0]
+    assert not ask(gain=-0.02)[0]  # within the noise: the cold rule decides
+    assert not ask(gain=None)[0]
+    assert not ask(found=(Estimate(1.1e-3, 1.09e-3, 1.11e-3, 30), {}))[0]
+    assert not ask(matched_at=12)[0]
+    assert not ask(source="new_region")[0]  # a probe of an opened region leads
+    assert not ask(trials=WARMUP_SAMPLES + 1)[0]  # the budget is spent: it stops as "budget"
+
+
 def test_a_retune_with_history_checks_the_noise_on_the_replayed_old_best() -> None:
     """Its interval within measure.usable_precision: the noise check, stage `replay`;
     wider, or not measured: None (the default is sampled as in a cold run)."""

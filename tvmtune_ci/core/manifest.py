@@ -139,7 +139,7 @@ class Trials:
     run: int
     valid: int
     failed: int
-    stop_reason: str  # "budget", "early_stop", "matched_history", "history_unchanged", "space_exhausted", "time_budget"
+    stop_reason: str  # "budget", "early_stop", "matched_history", "nowhere_near", "history_unchanged", "space_exhausted", "time_budget"
     failures: dict[str, int] = field(default_factory=dict)  # error kind -> count
     stop_detail: str = ""  # why, in words, when the rule has more to say than its name
     budget_note: str = ""  # its share of a time budget, in words (`retune --budget`)

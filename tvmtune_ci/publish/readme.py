@@ -62,6 +62,7 @@ _STOP = {
     "early_stop": "early stop: the best did not improve beyond the measured noise (and the threshold) for the configured number of batches",
     "space_exhausted": "the search space was exhausted",
     "matched_history": "the re-tune matched the old best and had nothing left to gain",
+    "nowhere_near": "the re-tune's own search came nowhere near the old configurations and expected nothing faster",
     "history_unchanged": "the edit changed none of the programs the old log measured: its search stands",
     "time_budget": "its share of the time budget was spent",
 }

@@ -515,7 +515,7 @@ class Search:
                 if was_matched and gain is not None and prev_best is not None:
                     self._judged(gain, band, prev_best, n0)
                 if stop:
-                    return "matched_history"
+                    return "matched_history" if self.matched_at is not None else "nowhere_near"
             # The cold rule, in a re-tune with history too: there it is the ceiling, so a
             # warm run never searches longer than a cold one would. Without it the warm
             # rule alone ran 116 and 196 trials where its model kept expecting gains
@@ -683,6 +683,8 @@ class Search:
         bias = self._hope_bias()
         flat = gain is not None and gain - bias < band
         found = self._own_best() if self.matched_at is None else None
+        if self._nowhere_near(found, gain, band):
+            return True, band
         if found is not None:
             own, entry = found
             old = self.old_best.value
@@ -711,6 +713,40 @@ class Search:
                                 f"the noise (±{band:.1%}){discounted} and none was measured")
             return True, band
         return False, band
+
+    def _nowhere_near(self, found: tuple[stats.Estimate, Trial] | None, gain: float | None,
+                      band: float) -> bool:
+        """A re-tune with history whose search cannot come near the old configurations:
+        WARMUP_SAMPLES of its own proposals (the evidence the cold rule asks before it counts
+        a flat batch), every one raced out (more than `measure.race` x the incumbent, a
+        replayed old configuration), and the cost model, trained on the old log, the replay
+        and those proposals, expects even its best next candidate slower beyond the noise.
+        Without an own best there is nothing to match, and the cold rule then ran 3 more
+        batches: both conv2d edits of bench_warmstart run S (Zen 5, this CPU's own logs)
+        searched 80 trials where every own proposal was raced out and the model's best
+        predicted gain stayed at -46% to -64% (cold ran 98-132 trials on them). With this
+        rule 3 of 6 such runs stopped at 48 trials, in 21-24 s against 31-33 s, their bests
+        within cold's own spread (run T). Not when the incumbent is the search's own or a
+        probe of an opened region: there the search is where the edit made room, not
+        behind the old log."""
+        req = self.req
+        if self.matched_at is not None or found is not None or gain is None or gain >= -band:
+            return False
+        own = sum(e["error"] is None and e.get("source") is None for e in self.journal.trials)
+        best = self.progress.best_knobs
+        if own < WARMUP_SAMPLES or best is None or self.done >= req.trials:
+            return False
+        key = knobs_key(best)
+        if not any(e.get("source") == "replay" and knobs_key(e["knobs"]) == key
+                   for e in self.journal.trials):
+            return False
+        assert self.progress.best is not None
+        self.stop_detail = (
+            f"its own {own} proposals all ran more than {req.measure.race:g}x slower than the "
+            f"old configurations' best ({stats.fmt_latency(self.progress.best.value, self.progress.best.rel_halfwidth)}), "
+            f"and the cost model expected its next candidates slower still (its best {gain:+.1%}, "
+            f"beyond the noise of ±{band:.1%}): the old configurations stand as the search's best")
+        return True
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
         """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
