@@ -332,6 +332,16 @@ def _fresh_repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def tuned_on(root: Path, operator: str = "matmul", target: str = "avx2") -> datetime.date:
+    """The day the log set of (operator, target) in `root` says it was tuned.
+
+    The `repo` fixture's sets are written once per session: a suite that crosses
+    midnight must count ages from this day, not from today.
+    """
+    m = json.loads((root / "tuning_logs" / operator / target / "manifest.json").read_text())
+    return datetime.date.fromisoformat(m["tuned_on"])
+
+
 @pytest.fixture
 def repo(tmp_path: Path, _fresh_repo_template: Path) -> Path:
     """make_repo with every (operator, target) fresh, all committed: tmp_path/"repo".

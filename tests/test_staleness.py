@@ -19,6 +19,7 @@ from conftest import (
     freshen_all,
     make_repo,
     top_level,
+    tuned_on,
     write,
     write_fresh,
 )
@@ -66,6 +67,8 @@ def test_fresh_repo_is_fresh(repo: Path) -> None:
     report = report_of(repo)
     assert matmul(report) == FRESH
     assert report.stale == () and report.orphans == () and report.warnings == ()
+    # Ages count from the day the session's fixture tuned, which may be yesterday.
+    report = report_of(repo, as_of=tuned_on(repo))
     e = report.entries[[x.operator for x in report.entries].index("matmul")]
     decl = read_template(repo / MATMUL)
     assert (
@@ -333,7 +336,7 @@ def test_no_manifest_is_missing(tmp_path: Path) -> None:
 
 
 def test_a_year_and_a_day_later_is_expired(repo: Path) -> None:
-    today = datetime.date.today()
+    today = tuned_on(repo)
     assert not report_of(repo, as_of=today + datetime.timedelta(days=365)).stale
     report = report_of(repo, as_of=today + datetime.timedelta(days=366))
     assert matmul(report) == {"matmul/avx512": ["expired"], "matmul/avx2": ["expired"]}
@@ -382,7 +385,7 @@ def test_every_reason_that_applies_is_reported(repo: Path) -> None:
     double_a_shape(repo / MATMUL)
     edit(repo, "tvmtune.yaml", "mcpu: haswell", "mcpu: znver3")
     next((repo / "tuning_logs/matmul/avx2").glob("matmul_avx2_*.json")).write_bytes(b"{}")
-    as_of = datetime.date.today() + datetime.timedelta(days=400)
+    as_of = tuned_on(repo) + datetime.timedelta(days=400)
     assert codes(report_of(repo, as_of=as_of))["matmul/avx2"] == [
         "template_changed",
         "workload_changed",

@@ -6,7 +6,7 @@ import datetime
 from pathlib import Path
 
 import pytest
-from conftest import make_repo, run_cli, write_fresh
+from conftest import make_repo, run_cli, tuned_on, write_fresh
 
 from tvmtune_ci.cli import main
 from tvmtune_ci.commands.status import human_count
@@ -68,7 +68,7 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
 
 
 def test_reasons_and_as_of(repo: Path, status) -> None:  # noqa: ANN001
-    later = (datetime.date.today() + datetime.timedelta(days=400)).isoformat()
+    later = (tuned_on(repo) + datetime.timedelta(days=400)).isoformat()
     code, rows, _ = status(repo, "--as-of", later, "--target", "avx2", "--operator", "matmul")
     assert code == 0
     assert len(rows) == 3  # header, the one entry, the summary
@@ -76,7 +76,7 @@ def test_reasons_and_as_of(repo: Path, status) -> None:  # noqa: ANN001
 
 
 def test_markdown(repo: Path, status) -> None:  # noqa: ANN001
-    code, _, out = status(repo, "--format", "markdown")
+    code, _, out = status(repo, "--format", "markdown", "--as-of", tuned_on(repo).isoformat())
     lines = out.splitlines()
     assert code == 0
     assert lines[0] == "| entry | state | age | trials | best | run to run | space | reasons |"
