@@ -201,6 +201,12 @@ def _run_batch(
     return out
 
 
+def _own_entries(trials: Sequence[Trial]) -> list[Trial]:
+    """The journal entries of a search's own measured proposals: not the replay's
+    (source "replay") nor a probe of the region an edit opened (source "new_region")."""
+    return [e for e in trials if e["error"] is None and e.get("source") is None]
+
+
 def _entry_estimate(entry: Mapping[str, Any]) -> stats.Estimate | None:
     """A journal entry's estimate; None for a failed or raced (probe-only) trial."""
     if entry.get("error") or entry.get("latency_s") is None or entry.get("stage") == "probe":
@@ -556,9 +562,7 @@ class Search:
         the softmax new-candidate edit 'match' after its first batch and stop at 21
         trials; two of three such stops ended slower than cold (bench_warmstart runs D
         and F, Zen 4)."""
-        own = [(est, e) for e in self.journal.trials
-               if e["error"] is None and e.get("source") is None
-               and (est := _entry_estimate(e)) is not None]
+        own = [(est, e) for e in _own_entries(self.journal.trials) if (est := _entry_estimate(e)) is not None]
         return min(own, key=lambda x: x[0].value, default=None)
 
     def _side_by_side(self, entry: Trial) -> bool:
@@ -732,7 +736,7 @@ class Search:
         req = self.req
         if self.matched_at is not None or found is not None or gain is None or gain >= -band:
             return False
-        own = sum(e["error"] is None and e.get("source") is None for e in self.journal.trials)
+        own = len(_own_entries(self.journal.trials))
         best = self.progress.best_knobs
         if own < WARMUP_SAMPLES or best is None or self.done >= req.trials:
             return False
