@@ -68,7 +68,7 @@ from .publish.swap import Published, check_publishable, publish
 from .tune import priors
 from .tune.builder import make_builder
 from .tune.devices import preflight
-from .tune.hostcheck import check_host, host_description
+from .tune.hostcheck import check_host, host_description, other_cpu
 from .tune.measure import workload_bytes
 from .tune.runners import make_runner
 from .tune.search import WARMUP_SAMPLES
@@ -576,6 +576,12 @@ def tune_step(job: Job) -> Job:
         return job
     outcomes, results = {}, {}
     assert job.template is not None
+    if job.target.rpc is None and (cpu := other_cpu(job.target.target)) is not None:
+        job.say(f"warning: {job.entry.operator}/{job.target.name}: the target builds for "
+                f"mcpu={job.target.target['mcpu']} and this machine is a {cpu} "
+                f"({machine_words(host_description())}): the log will hold this machine's timings "
+                f"and ranking under {job.target.name}'s name. Re-tune it on a runner with that CPU "
+                "(its runs-on labels in tvmtune.yaml), or give this CPU a target of its own")
     names = list(job.template.decl.workloads)
     # template.check_imported_agrees made the imported WORKLOADS the parsed ones.
     job = replace(job, workloads={w: resolve(job.template.module, w, job.target.target) for w in names})
@@ -738,6 +744,10 @@ def manifest_step(job: Job) -> Job:
     data = render_log(make_log(entry.operator, target.target, list(job.outcomes.values()))).encode()
     host = host_description()
     host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
+    if target.rpc is None and target.target.get("kind") == "llvm":
+        from .tune.tvmsetup import host_cpu
+
+        host["llvm_cpu"] = host_cpu()  # beside the target's mcpu: the README shows a mismatch
     # Who measured the trials: "local", or each RPC server's "host:port".
     host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})
     manifest = Manifest(

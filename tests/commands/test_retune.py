@@ -6,6 +6,7 @@ work on copies of that repository.
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 import signal
@@ -82,10 +83,12 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     # The effective settings come first, before any tuning.
     assert r.stdout.index("trials per workload: 16") < r.stdout.index("best")
     files = _set(root)
-    log_name = f"mm_host_{time.strftime('%Y-%m-%d')}.json"
+    m = manifest_of(files)
+    # Named by the day it was tuned: today, or yesterday when the suite crossed midnight.
+    assert (datetime.date.today() - datetime.date.fromisoformat(m["tuned_on"])).days in (0, 1)
+    log_name = f"mm_host_{m['tuned_on']}.json"
     assert set(files) == {"manifest.json", "results.json", "runs.jsonl", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
-    m = manifest_of(files)
     assert m["format"] == 5 and "carried" not in m and m["log"] == log_name and m["target"] == TARGET
     # The blob id git gives the log: `check` trusts git's index for it once committed.
     git_id = subprocess.run(["git", "hash-object", "--", str(root / FOLDER / log_name)],
@@ -126,6 +129,9 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     for name in ("tile_i", "tile_j", "unroll", "cache"):
         assert f"{name} = {res['best']['knobs'][name]!r}" in readme, name
     assert json.dumps(TARGET, sort_keys=True) in readme and "0.27" in readme
+    # Measured on the target's own CPU: recorded, and nothing to warn about.
+    assert m["host"]["llvm_cpu"] == TARGET["mcpu"] and m["host"]["runner"] == "local"
+    assert "the target builds for" not in r.stdout and "Measured on a" not in readme
     # The noise check, the best of the search's first batch, against the same
     # configuration in the finals: how far the runner moved (said when it is a finalist).
     nc = res["noise_check"]
@@ -294,6 +300,27 @@ def test_target_this_host_cannot_run_is_refused_before_any_trial(tmp_path: Path)
     assert r.returncode == 5, r.stdout + r.stderr
     assert "lacks" in r.stderr and str(cpu) in r.stderr
     assert not (root / "tuning_logs/mm/.host.tvmtune-work").exists()
+
+
+def test_a_target_for_another_cpu_this_machine_runs_is_tuned_with_a_warning(tmp_path: Path) -> None:
+    """A runner of a newer CPU passes the host check of an older CPU's target (a Zen 5
+    runs znver4 code), and its timings would go under that target's name unsaid."""
+    from tvmtune_ci.tune.tvmsetup import host_cpu
+
+    here = host_cpu()
+    assert here != "core2"  # every x86-64 CPU since 2006 runs core2's code; none is one
+    target = {"kind": "llvm", "mcpu": "core2", "num-cores": 2}
+    config = CONFIG.replace(json.dumps(TARGET), json.dumps(target))
+    root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
+    r = run_cli(root, "retune", "--trials", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (f"warning: mm/host: the target builds for mcpu=core2 and this machine is a {here} ("
+            in r.stdout), r.stdout
+    assert "Re-tune it on a runner with that CPU" in r.stdout
+    m = manifest_at(root / FOLDER)
+    assert m["host"]["llvm_cpu"] == here
+    readme = (root / FOLDER / "README.md").read_text()
+    assert f"**Measured on a {here}, not the target's core2**" in readme
 
 
 def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

@@ -83,6 +83,25 @@ def host_target(cores: int | None = None) -> dict[str, Any]:
     return target
 
 
+def other_cpu(target: Mapping[str, Any]) -> str | None:
+    """LLVM's name for this machine's CPU when `target`, measured here, builds for
+    another (its `mcpu`); None when they agree or the target names no CPU.
+
+    Not refused: a Zen 5 runs a znver4 build, and `check_host` passes it. But the log
+    then holds this machine's timings under the other CPU's target, and its ranking is
+    this machine's (a Zen 4's best 1024^3 matmul ran 1.7-1.9x slower on a Zen 5 than
+    the Zen 5's own best; bench_warmstart run R)."""
+    from . import tvmsetup
+
+    mcpu = target.get("mcpu")
+    if target.get("kind") != "llvm" or not mcpu:
+        return None
+    if _target_arch(dict(target)) not in (None, host_arch()):
+        return None  # check_host refuses it
+    cpu = tvmsetup.host_cpu()
+    return cpu if cpu != str(mcpu) else None
+
+
 def host_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     """What the manifest and the run history record about the measuring machine. A VM's
     model name can hide its generation ("AMD EPYC" on Zen 3, 4 and 5 alike: on a 1024^3
