@@ -1110,9 +1110,9 @@ def test_the_warm_rule_matches_the_old_best_with_the_searchs_own_proposals_only(
 def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurations() -> None:
     """No own best to match (every own proposal raced out against a replayed old
     configuration) after WARMUP_SAMPLES of them, and the model expects its next candidates
-    slower beyond the noise: the run stops and says why. Not with fewer own proposals, a
-    hope within the noise, no prediction, an own best, a match, an incumbent that is a
-    probe of an opened region, or the budget spent."""
+    slower beyond the noise: the run stops and says why; so does one whose own best did
+    not match. Not with fewer own proposals, a hope within the noise, no prediction, a
+    match, an incumbent that is a probe of an opened region, or the budget spent."""
     from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
 
     old = {"tile": 4}
@@ -1144,7 +1144,12 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     assert not ask(own=WARMUP_SAMPLES - 1)[0]
     assert not ask(gain=-0.02)[0]  # within the noise: the cold rule decides
     assert not ask(gain=None)[0]
-    assert not ask(found=(Estimate(1.1e-3, 1.09e-3, 1.11e-3, 30), {}))[0]
+    # An own best that did not match (slower beyond the noise): no nearer than it.
+    stop, why = ask(found=(Estimate(1.1e-3, 1.09e-3, 1.11e-3, 30), {}))
+    assert stop and why.startswith(
+        f"its own {WARMUP_SAMPLES} proposals came no nearer than 1.10x the old configurations' "
+        "best (1 ms ± 1.0%; its own best 1.1 ms ± 0.9%), and the cost model expected its next "
+        "candidates slower still (its best -40.0%"), why
     assert not ask(matched_at=12)[0]
     assert not ask(source="new_region")[0]  # a probe of an opened region leads
     assert not ask(trials=WARMUP_SAMPLES + 1)[0]  # the budget is spent: it stops as "budget"

@@ -687,8 +687,6 @@ class Search:
         bias = self._hope_bias()
         flat = gain is not None and gain - bias < band
         found = self._own_best() if self.matched_at is None else None
-        if self._nowhere_near(found, gain, band):
-            return True, band
         if found is not None:
             own, entry = found
             old = self.old_best.value
@@ -699,6 +697,8 @@ class Search:
                     flat and not improved and own.value <= old * (1 + SIDE_BY_SIDE_WITHIN)
                     and self._side_by_side(entry)):
                 self.matched_at = sum(e.get("source") != "replay" for e in self.journal.trials)
+        if self._nowhere_near(found, gain, band):
+            return True, band
         if improved or self.matched_at is None or not flat:
             self.warm_stale = 0
         else:
@@ -722,19 +722,21 @@ class Search:
                       band: float) -> bool:
         """A re-tune with history whose search cannot come near the old configurations:
         WARMUP_SAMPLES of its own proposals (the evidence the cold rule asks before it counts
-        a flat batch), every one raced out (more than `measure.race` x the incumbent, a
-        replayed old configuration), and the cost model, trained on the old log, the replay
-        and those proposals, expects even its best next candidate slower beyond the noise.
-        Without an own best there is nothing to match, and the cold rule then ran 3 more
-        batches: both conv2d edits of bench_warmstart run S (Zen 5, this CPU's own logs)
-        searched 80 trials where every own proposal was raced out and the model's best
-        predicted gain stayed at -46% to -64% (cold ran 98-132 trials on them). With this
-        rule 3 of 6 such runs stopped at 48 trials, in 21-24 s against 31-33 s, their bests
-        within cold's own spread (run T). Not when the incumbent is the search's own or a
-        probe of an opened region: there the search is where the edit made room, not
-        behind the old log."""
+        a flat batch), none of which matched the incumbent, a replayed old configuration
+        (`found`, the own best, is slower beyond the noise, side by side where it was near),
+        and the cost model, trained on the old log, the replay and those proposals, expects
+        even its best next candidate slower beyond the noise. Without a match the warm rule
+        has nothing to count, and the cold rule then ran 3 more batches: both conv2d edits
+        of bench_warmstart run S (Zen 5, this CPU's own logs) searched 80 trials where every
+        own proposal was raced out and the model's best predicted gain stayed at -46% to
+        -64% (cold ran 98-132 trials on them). Stopping those (every own proposal raced out)
+        ended 3 of 6 such runs at 48 trials, in 21-24 s against 31-33 s, their bests within
+        cold's own spread (run T); the other 3 had an own best inside the race margin, which
+        the rule did not count before run V. Not when the incumbent is the search's own or a
+        probe of an opened region: there the search is where the edit made room, not behind
+        the old log."""
         req = self.req
-        if self.matched_at is not None or found is not None or gain is None or gain >= -band:
+        if self.matched_at is not None or gain is None or gain >= -band:
             return False
         own = len(_own_entries(self.journal.trials))
         best = self.progress.best_knobs
@@ -744,12 +746,19 @@ class Search:
         if not any(e.get("source") == "replay" and knobs_key(e["knobs"]) == key
                    for e in self.journal.trials):
             return False
-        assert self.progress.best is not None
+        incumbent = self.progress.best
+        assert incumbent is not None
+        old = stats.fmt_latency(incumbent.value, incumbent.rel_halfwidth)
+        if found is None:
+            near = f"all ran more than {req.measure.race:g}x slower than the old configurations' best ({old})"
+        else:
+            est = found[0]
+            near = (f"came no nearer than {est.value / incumbent.value:.2f}x the old configurations' "
+                    f"best ({old}; its own best {stats.fmt_latency(est.value, est.rel_halfwidth)})")
         self.stop_detail = (
-            f"its own {own} proposals all ran more than {req.measure.race:g}x slower than the "
-            f"old configurations' best ({stats.fmt_latency(self.progress.best.value, self.progress.best.rel_halfwidth)}), "
-            f"and the cost model expected its next candidates slower still (its best {gain:+.1%}, "
-            f"beyond the noise of ±{band:.1%}): the old configurations stand as the search's best")
+            f"its own {own} proposals {near}, and the cost model expected its next candidates "
+            f"slower still (its best {gain:+.1%}, beyond the noise of ±{band:.1%}): the old "
+            "configurations stand as the search's best")
         return True
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
