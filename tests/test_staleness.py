@@ -320,6 +320,29 @@ def test_an_unparsable_manifest_is_log_modified_not_a_crash(repo: Path) -> None:
     assert report.stale[0].manifest is None
 
 
+def test_a_log_measured_on_another_cpu_is_fresh_with_a_warning(tmp_path: Path) -> None:
+    """Not stale (a re-tune on the same runner would measure it there again), but `check`
+    says which machine's timings the log holds, and where to re-tune it."""
+    root = make_repo(tmp_path)
+    freshen_all(root)
+    mpath = root / "tuning_logs/matmul/avx2/manifest.json"
+    m = json.loads(mpath.read_text())
+    m["host"] = {"runner": "local", "cpu": "AMD EPYC", "llvm_cpu": "znver5"}
+    mpath.write_text(json.dumps(m))
+    report = report_of(root)
+    assert matmul(report) == FRESH and report.stale == ()
+    assert report.warnings == (
+        "tuning_logs/matmul/avx2/manifest.json: measured on a znver5, not the target's haswell: "
+        "its timings and ranking are that machine's; re-tune matmul/avx2 on a runner with that "
+        "CPU (its runs-on labels in tvmtune.yaml)",)
+    # Measured on the target's own CPU, or through RPC devices: nothing to say.
+    for host in ({"runner": "local", "llvm_cpu": "haswell"},
+                 {"runner": "rpc avx2@127.0.0.1:9190 x1", "llvm_cpu": "znver5"}):
+        m["host"] = host
+        mpath.write_text(json.dumps(m))
+        assert report_of(root).warnings == ()
+
+
 def test_an_extra_file_of_the_set_is_hashed_too(tmp_path: Path) -> None:
     root = make_repo(tmp_path)
     write_fresh(root, "matmul", "avx2", extra_files={"curve.png": b"\x89PNG"})

@@ -312,6 +312,9 @@ def test_a_target_for_another_cpu_this_machine_runs_is_tuned_with_a_warning(tmp_
     target = {"kind": "llvm", "mcpu": "core2", "num-cores": 2}
     config = CONFIG.replace(json.dumps(TARGET), json.dumps(target))
     root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
+    dry = run_cli(root, "retune", "--dry-run")
+    assert dry.returncode == 0 and (f"  mm/host: would be measured on this {here}, not the target's "
+                                    "core2 (a warning, not a refusal)") in dry.stdout, dry.stdout
     r = run_cli(root, "retune", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (f"warning: mm/host: the target builds for mcpu=core2 and this machine is a {here} ("

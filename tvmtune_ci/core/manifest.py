@@ -202,6 +202,14 @@ class Manifest:
             del d["carried"]
         return d
 
+    def measured_on_other_cpu(self) -> str | None:
+        """LLVM's name for the CPU that measured this set locally when it is not the
+        target's `mcpu` (the host's `llvm_cpu`, recorded since 2026-12-05); else None."""
+        cpu, mcpu = self.host.get("llvm_cpu"), self.target.get("mcpu")
+        if cpu and mcpu and self.host.get("runner") == "local" and cpu != mcpu:
+            return str(cpu)
+        return None
+
     def results_json(self) -> dict[str, Any]:
         """results.json's content (format 4)."""
         return {

@@ -154,13 +154,6 @@ _STOPPED = {
 }
 
 
-def other_cpu_measured(m: Manifest) -> bool:
-    """Whether a local run measured the set on another CPU than the target's `mcpu`
-    (recorded since the manifest's host has `llvm_cpu`)."""
-    cpu, mcpu = m.host.get("llvm_cpu"), m.target.get("mcpu")
-    return bool(cpu and mcpu and m.host.get("runner") == "local" and cpu != mcpu)
-
-
 def precision_misses(wname: str, r: WorkloadResult, target: float | None) -> list[str]:
     """Every published figure of a workload that missed the configured precision, and why."""
     if not target:
@@ -196,7 +189,7 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
            f"{m.operator} --target {m.target_name} --no-carry`.", ""] if m.carried else []),
         *([f"**Measured on a {m.host['llvm_cpu']}, not the target's {m.target['mcpu']}**: "
            f"these timings and this ranking are that machine's. Re-tune on a runner with the "
-           f"target's CPU.", ""] if other_cpu_measured(m) else []),
+           f"target's CPU.", ""] if m.measured_on_other_cpu() else []),
         "| workload | best on this runner | run to run | vs default | throughput | this run's finals |",
         "|---|---|---|---|---|---|",
     ]

@@ -207,6 +207,13 @@ def find_stale(
             )
             if changed is None or config_changed or touched(entry, tpl, changed, cache):
                 entries.append(entry)
+                other = manifest.measured_on_other_cpu() if manifest is not None else None
+                if other is not None:  # not stale: a re-tune on the same runner repeats it
+                    advice.append(
+                        f"{cache.rel(logset.manifest)}: measured on a "
+                        f"{other}, not the target's {target.target['mcpu']}: its timings and ranking are "
+                        f"that machine's; re-tune {op}/{target.name} on a runner with that CPU "
+                        "(its runs-on labels in tvmtune.yaml)")
                 if parsed is not None and parsed.decl is not None:
                     advice += _space_advice(entry, target, parsed.decl)
                 for n in tpl.notes:
