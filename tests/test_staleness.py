@@ -332,7 +332,7 @@ def test_a_log_measured_on_another_cpu_is_fresh_with_a_warning(tmp_path: Path) -
     report = report_of(root)
     assert matmul(report) == FRESH and report.stale == ()
     assert report.warnings == (
-        "tuning_logs/matmul/avx2/manifest.json: measured on a znver5, not the target's haswell: "
+        "tuning_logs/matmul/avx2/manifest.json: measured on znver5, not the target's haswell: "
         "its timings and ranking are that machine's; re-tune matmul/avx2 on a runner with that "
         "CPU (its runs-on labels in tvmtune.yaml)",)
     # Measured on the target's own CPU, or through RPC devices: nothing to say.

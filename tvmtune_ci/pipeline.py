@@ -578,7 +578,7 @@ def tune_step(job: Job) -> Job:
     assert job.template is not None
     if job.target.rpc is None and (cpu := other_cpu(job.target.target)) is not None:
         job.say(f"warning: {job.entry.operator}/{job.target.name}: the target builds for "
-                f"mcpu={job.target.target['mcpu']} and this machine is a {cpu} "
+                f"mcpu={job.target.target['mcpu']} and this machine's CPU is {cpu} "
                 f"({machine_words(host_description())}): the log will hold this machine's timings "
                 f"and ranking under {job.target.name}'s name. Re-tune it on a runner with that CPU "
                 "(its runs-on labels in tvmtune.yaml), or give this CPU a target of its own")

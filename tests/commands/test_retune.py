@@ -131,7 +131,7 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     assert json.dumps(TARGET, sort_keys=True) in readme and "0.27" in readme
     # Measured on the target's own CPU: recorded, and nothing to warn about.
     assert m["host"]["llvm_cpu"] == TARGET["mcpu"] and m["host"]["runner"] == "local"
-    assert "the target builds for" not in r.stdout and "Measured on a" not in readme
+    assert "the target builds for" not in r.stdout and "**Measured on" not in readme
     # The noise check, the best of the search's first batch, against the same
     # configuration in the finals: how far the runner moved (said when it is a finalist).
     nc = res["noise_check"]
@@ -313,17 +313,17 @@ def test_a_target_for_another_cpu_this_machine_runs_is_tuned_with_a_warning(tmp_
     config = CONFIG.replace(json.dumps(TARGET), json.dumps(target))
     root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
     dry = run_cli(root, "retune", "--dry-run")
-    assert dry.returncode == 0 and (f"  mm/host: would be measured on this {here}, not the target's "
+    assert dry.returncode == 0 and (f"  mm/host: would be measured on this machine's {here}, not the target's "
                                     "core2 (a warning, not a refusal)") in dry.stdout, dry.stdout
     r = run_cli(root, "retune", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (f"warning: mm/host: the target builds for mcpu=core2 and this machine is a {here} ("
+    assert (f"warning: mm/host: the target builds for mcpu=core2 and this machine's CPU is {here} ("
             in r.stdout), r.stdout
     assert "Re-tune it on a runner with that CPU" in r.stdout
     m = manifest_at(root / FOLDER)
     assert m["host"]["llvm_cpu"] == here
     readme = (root / FOLDER / "README.md").read_text()
-    assert f"**Measured on a {here}, not the target's core2**" in readme
+    assert f"**Measured on {here}, not the target's core2**" in readme
 
 
 def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

@@ -241,7 +241,7 @@ def dry_run_verdict(config: Config, entries: list[Entry], *, carry: bool = True)
 
             check_host(target.target, remote=target.rpc is not None)
             if target.rpc is None and (cpu := other_cpu(target.target)) is not None:
-                print(f"  {e.operator}/{e.target_name}: would be measured on this {cpu}, not the "
+                print(f"  {e.operator}/{e.target_name}: would be measured on this machine's {cpu}, not the "
                       f"target's {target.target['mcpu']} (a warning, not a refusal)")
         except HostError as err:
             from ..pipeline import may_carry

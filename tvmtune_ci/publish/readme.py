@@ -187,7 +187,7 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
            f"`{m.carried['from_fingerprint'][:12]}` before, `{m.fingerprint[:12]}` now), not "
            f"measured again: {m.carried['sentence']}. To measure it anyway: `tvmtune-ci retune "
            f"{m.operator} --target {m.target_name} --no-carry`.", ""] if m.carried else []),
-        *([f"**Measured on a {m.host['llvm_cpu']}, not the target's {m.target['mcpu']}**: "
+        *([f"**Measured on {m.host['llvm_cpu']}, not the target's {m.target['mcpu']}**: "
            f"these timings and this ranking are that machine's. Re-tune on a runner with the "
            f"target's CPU.", ""] if m.measured_on_other_cpu() else []),
         "| workload | best on this runner | run to run | vs default | throughput | this run's finals |",

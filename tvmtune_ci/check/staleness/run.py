@@ -210,7 +210,7 @@ def find_stale(
                 other = manifest.measured_on_other_cpu() if manifest is not None else None
                 if other is not None:  # not stale: a re-tune on the same runner repeats it
                     advice.append(
-                        f"{cache.rel(logset.manifest)}: measured on a "
+                        f"{cache.rel(logset.manifest)}: measured on "
                         f"{other}, not the target's {target.target['mcpu']}: its timings and ranking are "
                         f"that machine's; re-tune {op}/{target.name} on a runner with that CPU "
                         "(its runs-on labels in tvmtune.yaml)")
