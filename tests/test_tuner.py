@@ -1118,7 +1118,7 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     old = {"tile": 4}
 
     def probe(i: int) -> dict:  # raced out: no estimate (stage probe)
-        return {"error": None, "latency_s": 2e-3, "ci": None, "n": 3, "stage": "probe",
+        return {"error": None, "latency_s": 2.5e-3 - i * 1e-5, "ci": None, "n": 3, "stage": "probe",
                 "knobs": {"tile": 100 + i}}
 
     def journal(own: int, incumbent_source: str = "replay") -> list[dict]:
@@ -1126,21 +1126,35 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
                  "stage": "search", "knobs": old, "source": incumbent_source}
         return [first, *(probe(i) for i in range(own))]
 
+    asked: list[dict] = []
+    matched: list[int | None] = []
+
     def ask(own: int = WARMUP_SAMPLES, gain: float | None = -0.4, found: object = None,
-            matched_at: int | None = None, source: str = "replay", trials: int = 300) -> tuple[bool, str]:
+            matched_at: int | None = None, source: str = "replay", trials: int = 300,
+            beside: bool = False) -> tuple[bool, str]:
         trials_ = journal(own, source)
+        asked.clear()
         s = SimpleNamespace(
             req=SimpleNamespace(measure=SimpleNamespace(race=1.25), trials=trials),
             matched_at=matched_at, journal=SimpleNamespace(trials=trials_), done=len(trials_),
             progress=SimpleNamespace(best_knobs=old, best=Estimate(1e-3, 0.99e-3, 1.01e-3, 30)),
-            stop_detail="")
-        return Search._nowhere_near(s, found, gain, 0.03), s.stop_detail
+            stop_detail="",
+            # Measured now beside the old best: `beside` says whether it matches.
+            _side_by_side=lambda entry: asked.append(entry) is None and beside)
+        stop = Search._nowhere_near(s, found, gain, 0.03)
+        matched.append(s.matched_at)
+        return stop, s.stop_detail
 
     stop, why = ask()
     assert stop, why
+    # The nearest own proposal (the last, raced at 2.19 ms) was asked side by side first.
+    assert len(asked) == 1 and asked[0]["knobs"] == {"tile": 100 + WARMUP_SAMPLES - 1}
+    assert matched[-1] is None
     assert why.startswith(f"its own {WARMUP_SAMPLES} proposals all ran more than 1.25x slower than the "
                           "old configurations' best (1 ms ± 1.0%), and the cost model expected its next "
                           "candidates slower still (its best -40.0%, beyond the noise of ±3.0%)"), why
+    # Side by side it matches the old best after all: the match, not a stop.
+    assert ask(beside=True) == (False, "") and matched[-1] == WARMUP_SAMPLES
     assert not ask(own=WARMUP_SAMPLES - 1)[0]
     assert not ask(gain=-0.02)[0]  # within the noise: the cold rule decides
     assert not ask(gain=None)[0]
