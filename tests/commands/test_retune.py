@@ -561,6 +561,21 @@ def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
 
 
 @pytest.mark.slow
+def _kernel_moved_beyond_runner(history: list[Any], workload: str) -> bool:
+    """Whether a workload's last runs.PERSIST runs, divided by the compute calibration
+    kernel's figure in the same run, all lie beyond the band of the runs before them on
+    one side (the drift rule applied to the kernel with the runner's speed divided out)."""
+    from tvmtune_ci.core import runs
+
+    cal = {h.at: h.calibration["compute"].fast_s for h in history}
+    over = [v / cal[at] for at, v in runs.steady_series(history, workload)]  # as judge sees them
+    band = runs.band_of([(str(i), v) for i, v in enumerate(over[: -runs.PERSIST])])
+    assert band is not None and band.runs >= runs.MIN_REF, over
+    edge = max(runs.MARGIN * band.halfwidth, runs.MIN_CHANGE)
+    recent = [v / band.median for v in over[-runs.PERSIST:]]
+    return all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent)
+
+
 def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
@@ -590,20 +605,32 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     # The premise, measured side by side in the re-tune: the default is far slower.
     assert base["baseline"]["latency_s"] > 3 * base["best"]["latency_s"], base
     config = load_config(root / "tvmtune.yaml")
+    from tvmtune_ci.core import runs
+
+    def read_history() -> list[runs.Run]:
+        return runs.parse_runs((root / FOLDER / "runs.jsonl").read_bytes(), "runs.jsonl")
+
     states, sentences = [], []
     # 8 runs with the re-tune's make a band of 5 and 3 recent runs; a run the runner
     # disturbed (a calibration kernel >30% off its median: these runs last 3 s on a
     # shared machine) is left out, and then one more run is needed.
-    for _ in range(12):
+    for _ in range(16):
         (r,) = remeasure_target(config, find_stale(config).entries, record=True, say=lambda s: None)
         states.append(r.verdicts[0].state)
         sentences.append(r.verdicts[0].sentence)
+        if states[-1] == "drift":
+            # These runs follow each other by 8 s, and a runner's slow mode can last 24 s:
+            # three runs in one is a slower runner, which the verdict reports by design (a
+            # process given less CPU runs the kernel slower). Nothing changed, so the
+            # kernel over the compute calibration kernel measured in turns with it must
+            # not have moved; then the next runs, the slow ones in the band, must settle.
+            # CI saw it twice in one noisy hour: 1.069x and 1.093x beyond a band of ±1.8%.
+            assert not _kernel_moved_beyond_runner(read_history(), "s128"), (states, sentences[-1])
+            continue
         if states[-1] != "inconclusive":
             break
     assert states[:6] == ["inconclusive"] * 6 and states[-1] == "stable", (states, sentences[-1])
-    from tvmtune_ci.core import runs
-
-    history = runs.parse_runs((root / FOLDER / "runs.jsonl").read_bytes(), "runs.jsonl")
+    history = read_history()
     left = len(runs.disturbed(history, "s128"))  # the runs whose disturbance moved the kernel
     assert len(history) == 1 + len(states) and len(history) - left >= 8
     readme = (root / FOLDER / "README.md").read_text()
