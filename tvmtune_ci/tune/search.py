@@ -207,6 +207,12 @@ def _own_entries(trials: Sequence[Trial]) -> list[Trial]:
     return [e for e in trials if e["error"] is None and e.get("source") is None]
 
 
+def _trials_of_its_own(trials: Sequence[Trial]) -> int:
+    """How many trials the search ran beyond the replay (its own and the probes): what a
+    budget's warm-up and "matched the old best after N trials of its own" count."""
+    return sum(e.get("source") != "replay" for e in trials)
+
+
 def _entry_estimate(entry: Mapping[str, Any]) -> stats.Estimate | None:
     """A journal entry's estimate; None for a failed or raced (probe-only) trial."""
     if entry.get("error") or entry.get("latency_s") is None or entry.get("stage") == "probe":
@@ -454,7 +460,7 @@ class Search:
         (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start of a
         search's curve, which a budget gives every item (budget.py)."""
         req = self.req
-        own = sum(e.get("source") != "replay" for e in self.journal.trials)
+        own = _trials_of_its_own(self.journal.trials)
         if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
             return False, ""
         finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
@@ -696,7 +702,7 @@ class Search:
             if own.value <= old * (1 + self._band(self.old_best)) or (
                     flat and not improved and own.value <= old * (1 + SIDE_BY_SIDE_WITHIN)
                     and self._side_by_side(entry)):
-                self.matched_at = sum(e.get("source") != "replay" for e in self.journal.trials)
+                self.matched_at = _trials_of_its_own(self.journal.trials)
         if self._nowhere_near(found, gain, band):
             return True, band
         if improved or self.matched_at is None or not flat:
@@ -739,7 +745,8 @@ class Search:
         req = self.req
         if self.matched_at is not None or gain is None or gain >= -band:
             return False
-        own = len(_own_entries(self.journal.trials))
+        entries = _own_entries(self.journal.trials)
+        own = len(entries)
         best = self.progress.best_knobs
         if own < WARMUP_SAMPLES or best is None or self.done >= req.trials:
             return False
@@ -752,9 +759,9 @@ class Search:
         # replay measured in a fast stretch raced a softmax seed's 55 proposals against
         # 519 us; its best re-measured at 593 us; run V). Then it is the match.
         nearest = found[1] if found is not None else min(
-            _own_entries(self.journal.trials), key=lambda e: e.get("latency_s") or math.inf)
+            entries, key=lambda e: e.get("latency_s") or math.inf)
         if self._side_by_side(nearest):
-            self.matched_at = sum(e.get("source") != "replay" for e in self.journal.trials)
+            self.matched_at = _trials_of_its_own(self.journal.trials)
             return False
         incumbent = self.progress.best
         assert incumbent is not None
