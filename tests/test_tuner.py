@@ -1169,44 +1169,6 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     assert not ask(trials=WARMUP_SAMPLES + 1)[0]  # the budget is spent: it stops as "budget"
 
 
-def test_the_warm_rule_stops_before_a_batch_it_expects_nothing_from() -> None:
-    """After the match and a batch that did not beat the incumbent, the model's hope for
-    the candidates it would try next, below the noise (after its discount), stops the run
-    before they are measured, and says so; not before the match, after a batch that
-    beat the incumbent, with a hope beyond the noise, without a prediction, or with the
-    warm rule disabled (early_stop.patience 0)."""
-    from types import SimpleNamespace
-
-    from tvmtune_ci.tune.search import Search
-
-    def ask(gain: float | None = 0.01, matched_at: int | None = 17, improved: bool = False,
-            patience: int = 3, judged: tuple[tuple[float, float, float], ...] = ()) -> tuple[bool, str]:
-        s = SimpleNamespace(
-            req=SimpleNamespace(early_stop=SimpleNamespace(patience=patience),
-                                measure=SimpleNamespace(search_precision=0.03)),
-            old_best=Estimate(1e-3, 0.99e-3, 1.01e-3, 30), matched_at=matched_at,
-            warm_last_improved=improved, warm_stale=0, warm_judged=list(judged), match_note="",
-            progress=SimpleNamespace(best=Estimate(1e-3, 0.99e-3, 1.01e-3, 30)), stop_detail="")
-        s._band = lambda a: Search._band(s, a)
-        s._hope_bias = lambda: Search._hope_bias(s)
-        return Search._flat_ahead(s, gain, 16), s.stop_detail
-
-    stop, why = ask()
-    assert stop and why == ("matched the old best after 17 trials of its own; the cost model expected "
-                            "none of the 16 candidates it would try next to beat it beyond the noise "
-                            "(±3.0%)"), why
-    assert ask(gain=-0.3)[0]
-    assert ask(matched_at=None) == (False, "")
-    assert ask(improved=True) == (False, "")
-    assert ask(gain=0.05) == (False, "")
-    assert ask(gain=None) == (False, "")
-    assert ask(patience=0) == (False, "")
-    # Two batches whose hopes (+10%) came to nothing: the next +5% is discounted below the noise.
-    stop, why = ask(gain=0.05, judged=((0.10, 0.03, 0.0), (0.10, 0.03, 0.0)))
-    assert stop and why.endswith("(±3.0%) once its hope (+5.0%) was discounted by how far its hopes "
-                                 "overshot the 2 batches before (a median 10.0%)"), why
-
-
 def test_a_retune_with_history_checks_the_noise_on_the_replayed_old_best() -> None:
     """Its interval within measure.usable_precision: the noise check, stage `replay`;
     wider, or not measured: None (the default is sampled as in a cold run)."""

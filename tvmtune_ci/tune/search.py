@@ -305,7 +305,6 @@ class Search:
         self.old_best: stats.Estimate | None = None
         self.matched_at: int | None = None  # own trials when the search matched it
         self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
-        self.warm_last_improved = True  # whether the last batch it judged beat the incumbent
         # Each batch the warm rule judged after the match: (the cost model's predicted gain
         # of the batch's best candidate, the noise band, the gain the batch measured over
         # the incumbent). How often the model's hope of a gain came true is what a
@@ -513,8 +512,6 @@ class Search:
             empty = 0
             prev_best = self.progress.best
             gain = self._predicted_gain(picked) if self.old_best is not None else None
-            if self.old_best is not None and self._flat_ahead(gain, len(picked)):
-                return "matched_history"
             n0, was_matched = self.done, self.matched_at is not None
             self._measure(picked, notify=not drawn)
             if self.after_first_batch is not None:
@@ -708,7 +705,6 @@ class Search:
                 self.matched_at = _trials_of_its_own(self.journal.trials)
         if self._nowhere_near(found, gain, band):
             return True, band
-        self.warm_last_improved = improved
         if improved or self.matched_at is None or not flat:
             self.warm_stale = 0
         else:
@@ -727,35 +723,6 @@ class Search:
                                 f"the noise (±{band:.1%}){discounted} and none was measured")
             return True, band
         return False, band
-
-    def _flat_ahead(self, gain: float | None, n: int) -> bool:
-        """The warm rule asked of the batch about to be measured, before measuring it:
-        after the match, and a batch that did not beat the incumbent beyond the noise,
-        the cost model expects none of the `n` candidates it would try next to beat it
-        beyond the noise (its hope discounted as in `_warm_stop`). That prediction is the
-        rule's evidence (issue 21: "the candidates it would try next"). Measuring the
-        batch it judged flat first, as the rule did before, cost one batch per
-        matched warm run (12-15 candidates on this repository's templates). In
-        bench_warmstart run X (Zen 5) it ended 5 of 20 matched warm runs; 9 stopped at the
-        match, 6 after a batch that beat the incumbent, where one more batch is measured."""
-        assert self.old_best is not None
-        patience = min(self.req.early_stop.patience, WARM_PATIENCE)
-        if (self.matched_at is None or self.warm_last_improved or gain is None or patience == 0
-                or self.warm_stale + 1 < patience):
-            return False
-        best = self.progress.best
-        band = self._band(best) if best is not None else self.req.measure.search_precision
-        bias = self._hope_bias()
-        if gain - bias >= band:
-            return False
-        discounted = ""
-        if bias > 0 and gain >= band:
-            discounted = (f" once its hope (+{gain:.1%}) was discounted by how far its hopes "
-                          f"overshot the {len(self.warm_judged)} batches before (a median {bias:.1%})")
-        self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own"
-                            f"{self.match_note}; the cost model expected none of the {n} candidates "
-                            f"it would try next to beat it beyond the noise (±{band:.1%}){discounted}")
-        return True
 
     def _nowhere_near(self, found: tuple[stats.Estimate, Trial] | None, gain: float | None,
                       band: float) -> bool:
