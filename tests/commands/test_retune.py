@@ -560,7 +560,6 @@ def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
     assert (root / FOLDER / "runs.jsonl").read_bytes() == old
 
 
-@pytest.mark.slow
 def _kernel_moved_beyond_runner(history: list[Any], workload: str) -> bool:
     """Whether a workload's last runs.PERSIST runs, divided by the compute calibration
     kernel's figure in the same run, all lie beyond the band of the runs before them on
@@ -576,6 +575,7 @@ def _kernel_moved_beyond_runner(history: list[Any], workload: str) -> bool:
     return all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent)
 
 
+@pytest.mark.slow
 def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
