@@ -561,18 +561,14 @@ def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
 
 
 def _kernel_moved_beyond_runner(history: list[Any], workload: str) -> bool:
-    """Whether a workload's last runs.PERSIST runs, divided by the compute calibration
-    kernel's figure in the same run, all lie beyond the band of the runs before them on
-    one side (the drift rule applied to the kernel with the runner's speed divided out)."""
+    """Whether the drift verdict (`runs.judge`, the product's own rule) finds drift in a
+    workload's runs divided by the compute calibration kernel's figure in the same run:
+    the kernel with the runner's speed divided out."""
     from tvmtune_ci.core import runs
 
     cal = {h.at: h.calibration["compute"].fast_s for h in history}
-    over = [v / cal[at] for at, v in runs.steady_series(history, workload)]  # as judge sees them
-    band = runs.band_of([(str(i), v) for i, v in enumerate(over[: -runs.PERSIST])])
-    assert band is not None and band.runs >= runs.MIN_REF, over
-    edge = max(runs.MARGIN * band.halfwidth, runs.MIN_CHANGE)
-    recent = [v / band.median for v in over[-runs.PERSIST:]]
-    return all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent)
+    over = [(at, v / cal[at]) for at, v in runs.steady_series(history, workload)]  # as judge sees them
+    return runs.judge(workload, over).drifted
 
 
 @pytest.mark.slow
