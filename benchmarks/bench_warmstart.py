@@ -279,10 +279,15 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
                 bias = (f"; its hopes overshot by a median {st['warm_hope_bias']:.1%}"
                         if "warm_hope_bias" in st else "")
                 print(f"    after the match: {st['warm_batches']:.0f} batch(es) judged{hoped}{bias}", flush=True)
-            if o.stats.get("warm_side_by_side"):  # near matches re-measured beside the old best
+            if o.stats.get("warm_beaten_at"):  # the warm rule stood down for the cold rule
                 st = o.stats
-                print(f"    side by side with the old best: {st['warm_side_by_side']:.0f} own best(s), "
-                      f"{st['warm_side_by_side_matched']:.0f} matched, in {st['warm_side_by_side_s']:.1f} s",
+                print(f"    beat the old best after {st['warm_beaten_at']:.0f} trials of its own "
+                      f"({st['warm_beaten_ratio']:.3f}x it, side by side): the cold rule decided", flush=True)
+            if o.stats.get("warm_beside"):  # own bests re-measured beside the old best
+                st = o.stats
+                print(f"    side by side with the old best: {st['warm_beside']:.0f} own best(s), "
+                      f"{st.get('warm_side_by_side', 0):.0f} asked for the match, "
+                      f"{st.get('warm_side_by_side_matched', 0):.0f} matched, in {st['warm_side_by_side_s']:.1f} s",
                       flush=True)
         cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best

@@ -75,6 +75,16 @@ SIDE_BY_SIDE_WITHIN = 0.35
 # model expected gains beyond the noise in 3 of 5 judged softmax batches (median
 # +13.6%, +3.9%) and one was measured (median -1.0%, +1.0%; bench_warmstart run N).
 HOPE_EVIDENCE = 2
+# How much faster than the old best, side by side, the search's own best must be before
+# the old log counts as weak and the warm rule stands down for the cold rule
+# (`Search._beats_history`). One search's best against another's moves with the seed:
+# over the 82 (edit, pass) cases in benchmarks/results/bench_warmstart.txt, cold's
+# slowest / fastest best over 3 seeds was a median 1.041, within 1.10 in 58. At the
+# noise band alone (±3%), matmul edits' own bests beat strong old logs by 1.04x in
+# 3 of 6 runs, which then ran 85-100 trials for bests within 2.5% of the same seeds'
+# without it (bench_warmstart run Z2, Zen 5); a weak softmax log was beaten by
+# 1.14-1.35x (runs Z1-Z3).
+WEAK_HISTORY = 1.10
 
 
 # --------------------------------------------------------------------------- helpers
@@ -314,8 +324,14 @@ class Search:
         # re-measure of a near match; the own bests re-measured beside it, and how that
         # went: (own / old, side by side; matched).
         self.old_best_knobs: dict[str, Any] | None = None
-        self.side_checked: set[str] = set()
+        self.beside: dict[str, tuple[stats.Estimate, stats.Estimate] | None] = {}
+        self.side_asked: set[str] = set()
         self.side_by_side: list[tuple[float, bool]] = []
+        # When the search's own best beat the old best beyond the noise, side by side:
+        # (its own trials then, own / old). From then on the old log vouches for nothing
+        # and the cold rule alone stops the run (`_beats_history`).
+        self.beaten: tuple[int, float] | None = None
+        self.beaten_note = ""
         self.match_note = ""
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
@@ -446,6 +462,10 @@ class Search:
                     **self.warm_hopes(),
                     **({"warm_hope_bias": self._hope_bias()}
                        if len(self.warm_judged) >= HOPE_EVIDENCE else {}),
+                    **({"warm_beaten_at": float(self.beaten[0]), "warm_beaten_ratio": self.beaten[1]}
+                       if self.beaten is not None else {}),
+                    # Own bests measured beside the old best (for the match or `_beats_history`).
+                    **({"warm_beside": float(len(self.beside))} if self.beside else {}),
                     **({"warm_side_by_side": float(len(self.side_by_side)),
                         "warm_side_by_side_matched": float(sum(ok for _, ok in self.side_by_side))}
                        if self.side_by_side else {}),
@@ -550,7 +570,11 @@ class Search:
                 self.progress.stale_batches += 1
             patience = req.early_stop.patience
             if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
-                if self.matched_at is not None:
+                if self.beaten is not None:
+                    self.stop_detail = (
+                        f"{self.beaten_note}; then {patience} batch{'es' if patience > 1 else ''} "
+                        "without a gain beyond the noise (early stop, the cold run's rule)")
+                elif self.matched_at is not None:
                     self.stop_detail = (
                         f"matched the old best after {self.matched_at} trials of its own; then "
                         f"{patience} batch{'es' if patience > 1 else ''} without a gain beyond the "
@@ -571,21 +595,20 @@ class Search:
         own = [(est, e) for e in _own_entries(self.journal.trials) if (est := _entry_estimate(e)) is not None]
         return min(own, key=lambda x: x[0].value, default=None)
 
-    def _side_by_side(self, entry: Trial) -> bool:
-        """Whether the own best `entry` matches the old best when both are measured
-        now, interleaved (`measure.finals` of the two, to the search precision). Each
-        own best is asked once. Without this, a replay measured in a fast stretch of
-        the runner kept a warm search from ever matching: on a noisy Zen 3 one softmax
-        seed searched on to the cold rule (80 trials, 1.59x cold's seconds; run M)."""
+    def _beside(self, entry: Trial) -> tuple[stats.Estimate, stats.Estimate] | None:
+        """The own best `entry` and the old best, measured now, interleaved (`measure.finals`
+        of the two, to the search precision): (own, old); None when either failed or there
+        is no old best. Each own best is measured once (the answer is kept)."""
         from dataclasses import replace
 
         from .measure import Finalist, finals
 
         req = self.req
         key = knobs_key(entry["knobs"])
-        if self.old_best_knobs is None or key in self.side_checked:
-            return False
-        self.side_checked.add(key)
+        if key in self.beside:
+            return self.beside[key]
+        if self.old_best_knobs is None:
+            return None
         t0 = time.perf_counter()
         try:
             got = finals(req.template, self.wl, req.target,
@@ -597,14 +620,64 @@ class Search:
             self.runner.set_options(req.measure)
         self._time("warm_side_by_side_s", t0)
         own, old = got[0].estimate, got[1].estimate
-        if own is None or old is None:
+        pair = (own, old) if own is not None and old is not None else None
+        self.beside[key] = pair
+        return pair
+
+    def _side_by_side(self, entry: Trial) -> bool:
+        """Whether the own best `entry` matches the old best when both are measured
+        now, interleaved (`_beside`: each own best is measured once). Without this, a
+        replay measured in a fast stretch of the runner kept a warm search from ever
+        matching: on a noisy Zen 3 one softmax seed searched on to the cold rule
+        (80 trials, 1.59x cold's seconds; run M)."""
+        key = knobs_key(entry["knobs"])
+        pair = self._beside(entry)
+        if pair is None:
             return False
+        own, old = pair
         ok = own.value <= old.value * (1 + self._band(old))
-        self.side_by_side.append((own.value / old.value, ok))
+        if key not in self.side_asked:
+            self.side_asked.add(key)
+            self.side_by_side.append((own.value / old.value, ok))
         if ok:
             self.match_note = (f" (re-measured beside it: {stats.fmt_latency(own.value, own.rel_halfwidth)} "
                                f"against {stats.fmt_latency(old.value, old.rel_halfwidth)})")
         return ok
+
+    def _beats_history(self) -> bool:
+        """Whether the search's own best has beaten the old best beyond the noise and
+        beyond what one search's best differs from another's by the seed (WEAK_HISTORY),
+        both measured side by side (a figure taken in a fast stretch of the runner does
+        not count). Then the old log was not the optimum of the space it searched, or
+        the edit made a better one: either way it no longer vouches that the rest of the
+        space is searched, and the warm rule, which trusts that, stands down for the
+        cold rule. Without this a weak old log passed its weakness on: its softmax
+        attn_512 best (a 67-trial search on a noisy runner) was matched after 17 own
+        trials and the warm rule stopped one batch later, at 1.08-1.22x cold's best,
+        beyond cold's spread between seeds, in 5 of 9 runs; with this, 1.021x and 0.999x
+        in 2 of 2 A/B runs (bench_warmstart, Zen 5, edit 2; runs Z1, Z3)."""
+        if self.beaten is not None:
+            return True
+        found = self._own_best()
+        if found is None or self.old_best is None:
+            return False
+        own, entry = found
+
+        def beats(a: stats.Estimate, b: stats.Estimate) -> bool:
+            return a.value < b.value * min(1 - self._band(b), 1 / WEAK_HISTORY)
+
+        if not beats(own, self.old_best):
+            return False
+        pair = self._beside(entry)
+        if pair is None or not beats(*pair):
+            return False
+        mine, old = pair
+        self.beaten = (_trials_of_its_own(self.journal.trials), mine.value / old.value)
+        self.beaten_note = (f"its own best beat the old best by {old.value / mine.value:.2f}x after {self.beaten[0]} "
+                            f"trials of its own ({stats.fmt_latency(mine.value, mine.rel_halfwidth)} "
+                            f"against {stats.fmt_latency(old.value, old.rel_halfwidth)}, side by side), "
+                            "so the old log no longer vouched for the rest of the space")
+        return True
 
     def _band(self, a: stats.Estimate) -> float:
         """The relative noise band around `a`: its interval, at least the search precision."""
@@ -690,6 +763,8 @@ class Search:
         req = self.req
         best = self.progress.best
         band = self._band(best) if best is not None else req.measure.search_precision
+        if self._beats_history():
+            return False, band
         bias = self._hope_bias()
         flat = gain is not None and gain - bias < band
         found = self._own_best() if self.matched_at is None else None
