@@ -746,6 +746,8 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     warm rule well within its budget. (How much it saves against cold, over seeds, is
     bench_warmstart's to measure: on a noisy runner the model's expected gain crosses
     the noise band at varying points.)"""
+    from tvmtune_ci.tune import search
+
     old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
                                 early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
@@ -755,8 +757,12 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     # trials, and with 4 once in 3 CI runs, at 64, on a noisy runner (the warm rule waits
     # for a match within the noise and a flat prediction, both noisier there). Alone on
     # an idle Zen 3 the warm rule stopped after 8-28 trials of its own in 6 of 6 runs.
-    warm = tune_workload(request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior,
-                                 early_stop=EarlyStop(patience=8)))
+    # A 64-trial old search of this small kernel is near its best, but one of another seed
+    # can still be beaten by 1.10x (`_beats_history`, the cold rule's path); not asked here.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search, "WEAK_HISTORY", math.inf)
+        warm = tune_workload(request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior,
+                                     early_stop=EarlyStop(patience=8)))
     assert warm.trials.stop_reason == "matched_history", warm.trials
     assert warm.trials.stop_detail.startswith("matched the old best after ")
     own = sum(r.get("source") != "replay" for r in warm.records)
@@ -887,7 +893,8 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     # overshot (`_hope_bias`), so the warm rule never sees a flat batch.
     monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 10.0 ** len(self.warm_judged))
     # A 12-trial old log is a weak one: its best beaten by 1.10x hands the run to the cold
-    # rule by another path (`_beats_history`; CI: 1.16x after 32 own trials). Not asked here.
+    # rule by another path (`_beats_history`; 1.16x after 32 own trials in a run on a Zen 5).
+    # Not asked here.
     monkeypatch.setattr(search, "WEAK_HISTORY", math.inf)
     edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
     warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
