@@ -654,7 +654,7 @@ class Search:
         cold rule. Without this a weak old log passed its weakness on: its softmax
         attn_512 best (a 67-trial search on a noisy runner) was matched after 17 own
         trials and the warm rule stopped one batch later, at 1.08-1.22x cold's best,
-        beyond cold's spread between seeds, in 5 of 9 runs; with this, 1.021x, 0.999x and
+        beyond cold's spread between seeds, in 5 of 10 runs; with this, 1.021x, 0.999x and
         1.031x, within it in 3 of 3 A/B runs (bench_warmstart, Zen 5, edit 2; runs Z1, Z3,
         Z6)."""
         if self.beaten is not None:
