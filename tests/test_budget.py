@@ -141,3 +141,29 @@ def test_weights_in_tvmtune_yaml() -> None:
     assert c.weight_of("matmul", "m1021", ["m1024", "m1021"]) == pytest.approx(0.15)
     assert c.weight_of("dense", "a", ["a", "b"]) == pytest.approx(0.1)
     assert c.weight_of("softmax", "x", ["x"]) == 1.0  # not listed: weight 1
+
+
+def test_the_first_items_share_is_recomputed_from_the_floor_its_warm_up_measured() -> None:
+    """Before any item is done, the floor is the measurement settings' estimate, every
+    contender and finalist at its time cap: 300 s here where an item's floor is 100 s.
+    The 1000-s budget then reserves it 4 times over and the first item, the heaviest,
+    gets its floor and nothing beyond (bench_budget run 4). Its warm-up measures its own
+    floor; its share is recomputed as it would have been at its start, and the items
+    after it are reserved that floor, not the estimate."""
+    b = budget.Budget(1000.0, dict(ITEMS), floor_s=300.0)
+    a = ("mm", "t", "a")
+    assert b.share(a)[0] == pytest.approx(300.0)
+    b.start -= 120.0  # its checks and warm-up took 120 s so far
+    share, words = b.reshare(a, 100.0, left_s=1000.0)
+    assert share == pytest.approx(100 + (1000 - 4 * 100) * 0.6)
+    assert "its floor (1.67 min: checks, finals and the search's warm-up, measured in its own warm-up)" in words
+    # Past that share, the next items' floors reserved are the measured ones: 3 x 100 s.
+    b.start -= 340.0  # 540 s left
+    assert b.go_on(a, 460.0, 0.05, 20.0)[0]
+    b.start -= 200.0  # 340 s left: one 20-s batch and 3 floors of 100 s fit, two do not
+    assert b.go_on(a, 660.0, 0.05, 20.0)[0]
+    assert not b.go_on(a, 660.0, 0.05, 60.0)[0]
+    # Once an item is done, the measured floors decide: no reshare.
+    b.finish(a, 660.0, 100.0)
+    assert b.reshare(("mm", "t", "b"), 50.0, left_s=340.0) is None
+    assert b.floor() == 100.0

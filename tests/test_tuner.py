@@ -1102,6 +1102,25 @@ def test_a_share_of_a_time_budget_stops_the_search_after_its_warm_up_at_least(tm
     assert "its share of the time budget was spent (1 s of the test's budget)" == out.trials.stop_detail
 
 
+def test_a_share_is_asked_again_with_the_floor_the_warm_up_measured(tmp_path: Path) -> None:
+    """`budget_reshare` (Budget.reshare) is asked once, when the warm-up is done, with
+    the seconds the item has taken so far and its finals; its answer replaces the share
+    and its words, in the stop detail and the note the README shows."""
+    asked: list[float] = []
+
+    def reshare(floor_s: float) -> tuple[float, str]:
+        asked.append(floor_s)
+        return floor_s + 3.0, "the share again, its floor measured"
+
+    out = tune_workload(request(make_template(tmp_path, "mm_reshare"), tmp_path / "work", trials=400,
+                                time_budget_s=0.1, budget_note="the first share",
+                                budget_reshare=reshare))
+    assert len(asked) == 1 and asked[0] > 0, asked
+    assert out.trials.stop_reason == "time_budget" and out.trials.run > 36, out.trials
+    assert out.trials.budget_note == "the share again, its floor measured"
+    assert out.trials.stop_detail == "its share of the time budget was spent (the share again, its floor measured)"
+
+
 def _final(role: str, value: float, rel: float = 0.01, error: str | None = None) -> FinalResult:
     est = None if error else Estimate(value, value * (1 - rel), value * (1 + rel), 50)
     return FinalResult(Finalist(role, {"x": value}, key=f"{role}{value}"), est, error=error)

@@ -20,8 +20,9 @@ trials at 2.03 ms where 64-80 trials reached 0.63-0.77 ms, while the 0.30-weight
 extra trials bought 3-9%.
 
 A floor is estimated from the items done (their median: what each took besides its
-search, plus its warm-up trials at its own pace), and before any is done from the
-measurement settings. Pure Python, no TVM: `matrix --budget` splits a budget between
+search, plus its warm-up trials at its own pace); before any is done, from the
+measurement settings, until the first item's warm-up ends and measures its own
+(`Budget.reshare`). Pure Python, no TVM: `matrix --budget` splits a budget between
 runner jobs with it.
 """
 
@@ -86,19 +87,34 @@ class Budget:
         """An item's floor: the median of those measured, else the estimate given."""
         return statistics.median(self.floors.values()) if self.floors else self.floor_s
 
-    def share(self, item: Item) -> tuple[float, str]:
-        """Seconds `item` may take now, and why, in words: its floor, and its weight's
-        share of what is left beyond the floors of the items not done (itself included)."""
+    def share(self, item: Item, left_s: float | None = None, measured: str = "") -> tuple[float, str]:
+        """Seconds `item` may take now (or with `left_s` left, as at its start), and why,
+        in words: its floor, and its weight's share of what is left beyond the floors of
+        the items not done (itself included)."""
         todo = {i: w for i, w in self.weights.items() if i not in self.done}
         total = sum(todo.values()) or 1.0
         w = todo.get(item, self.weights.get(item, 0.0))
-        left, floor = self.left_s(), self.floor()
+        left, floor = self.left_s() if left_s is None else left_s, self.floor()
         pool = max(0.0, left - floor * max(1, len(todo)))
         seconds = floor + pool * w / total
         return seconds, (f"{fmt_duration(seconds)} of the {fmt_duration(self.total_s)} budget: "
                          f"its floor ({fmt_duration(floor)}: checks, finals and the search's "
-                         f"warm-up) and weight {w:.2f} of the {total:.2f} still to tune of the "
+                         f"warm-up{measured}) and weight {w:.2f} of the {total:.2f} still to tune of the "
                          f"{fmt_duration(pool)} beyond the floors of the {len(todo)} left")
+
+    def reshare(self, item: Item, floor_s: float, left_s: float) -> tuple[float, str] | None:
+        """The first item's share again once its warm-up is done, its own floor
+        (`floor_s`: its seconds so far and its finals) measured: it replaces the estimate
+        from the measurement settings for every item, and its share is recomputed with
+        the `left_s` seconds that were left at its start. None once an item is done (the
+        floors measured then decide). The settings' estimate counts every contender and
+        finalist at its time cap, a ceiling: on a 2-core Zen 5 it said 37 s where the
+        items' floors were 17-25 s (bench_budget run 4), which left the first item,
+        the heaviest, nothing beyond it at a budget of 48 trials' worth."""
+        if self.floors:
+            return None
+        self.floor_s = floor_s
+        return self.share(item, left_s=left_s, measured=", measured in its own warm-up")
 
     def go_on(self, item: Item, spent_s: float, gain_per_s: float, need_s: float) -> tuple[bool, str]:
         """Past its share, may `item` spend one more batch (`need_s`: the batch, its finals

@@ -638,8 +638,9 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         why = f"seeded from {hist.from_target}" if hist.from_target else "template edited"
         say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
             f"configuration(s) of {hist.manifest.log} first")
-    budget_s, note, t0 = None, "", time.monotonic()
+    budget_s, note, t0, left0 = None, "", time.monotonic(), 0.0
     if job.budget is not None:
+        left0 = job.budget.left_s()
         budget_s, note = job.budget.share((entry.operator, target.name, wname))
         # The entry's run history is measured after its workloads: each leaves its part.
         budget_s -= job.config.measure.history_s / max(1, len(decl.workloads))
@@ -676,6 +677,9 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         budget_more=(None if job.budget is None else _budget_more(
             job.budget, (entry.operator, target.name, wname),
             job.config.measure.history_s / max(1, len(decl.workloads)))),
+        budget_reshare=(None if job.budget is None else _budget_reshare(
+            job.budget, (entry.operator, target.name, wname), left0,
+            job.config.measure.history_s / max(1, len(decl.workloads)), say)),
         runner=runner,
     ))
     if job.budget is not None:
@@ -709,6 +713,20 @@ def _budget_more(budget: Any, item: tuple[str, str, str], history_s: float) -> A
     def more(spent_s: float, gain_per_s: float, need_s: float) -> tuple[bool, str]:
         return budget.go_on(item, spent_s + history_s, gain_per_s, need_s + history_s)
     return more
+
+
+def _budget_reshare(budget: Any, item: tuple[str, str, str], left_s: float, history_s: float,
+                    say: Say) -> Any:
+    """The search's question when its warm-up is done (TuneRequest.budget_reshare): the
+    first item's share again from its own floor (with its part of its set's history
+    run), as though it had been known at the item's start (`left_s` then)."""
+    def reshare(floor_s: float) -> tuple[float, str] | None:
+        again = budget.reshare(item, floor_s + history_s, left_s)
+        if again is None:
+            return None
+        say(f"{item[2]}: budget, its floor measured: {again[1]}")
+        return again[0] - history_s, again[1]
+    return reshare
 
 
 def first_run_step(job: Job) -> Job:

@@ -1024,6 +1024,11 @@ def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     if heavy["stop_reason"] == "time_budget":  # the budget was asked, past the share: why it stopped
         assert "; then its gradient " in heavy["stop_detail"] or "floors of the 1 item" in heavy["stop_detail"], heavy
     assert "weight 0.75 of the 1.00" in heavy["budget_note"]
+    # The first item's share was recomputed from the floor its own warm-up measured (the
+    # settings' estimate is a ceiling); the second's floor is the first's, measured.
+    assert "s64: budget, its floor measured: " in r.stdout
+    assert "measured in its own warm-up" in heavy["budget_note"], heavy
+    assert "measured in its own warm-up" not in light["budget_note"], light
     assert "weight 0.25 of the 0.25" in light["budget_note"]
     assert "its floor (" in light["budget_note"]
     # However little is left, the lighter one runs its warm-up (32 trials): the floor.

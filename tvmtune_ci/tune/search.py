@@ -310,6 +310,8 @@ class Search:
         # it stopped there.
         self.marks: list[tuple[float, float]] = []
         self.budget_extra, self.budget_why = 0, ""
+        # The item's share and its words: the request's, until `budget_reshare` answers.
+        self.share_s, self.share_note, self.reshared = req.time_budget_s, req.budget_note, False
         # A re-tune with history: the old best on the new template, as the replay
         # measured it (None: a cold search, which has only the cold rule).
         self.old_best: stats.Estimate | None = None
@@ -478,14 +480,20 @@ class Search:
         words when it was asked. The share is spent less what its finals need (one time cap
         per finalist, the default and the previous best); never before its warm-up
         (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start of a
-        search's curve, which a budget gives every item (budget.py)."""
+        search's curve, which a budget gives every item (budget.py). When the warm-up is
+        done, the share is asked for again with the floor it measured (`budget_reshare`)."""
         req = self.req
         own = _trials_of_its_own(self.journal.trials)
         if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
             return False, ""
         finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
         now = time.perf_counter()
-        if now - self.t_start + finals_s < req.time_budget_s:
+        if not self.reshared and req.budget_reshare is not None:
+            self.reshared = True
+            if (again := req.budget_reshare(now - self.t_start + finals_s)) is not None:
+                self.share_s, self.share_note = again
+        assert self.share_s is not None
+        if now - self.t_start + finals_s < self.share_s:
             return False, ""
         if req.budget_more is None or len(self.marks) < 2:
             return True, ""
@@ -499,7 +507,7 @@ class Search:
         return not more, why
 
     def _budget_detail(self) -> str:
-        detail = f"its share of the time budget was spent ({self.req.budget_note})"
+        detail = f"its share of the time budget was spent ({self.share_note})"
         if self.budget_why:
             went_on = (f"it went on for {self.budget_extra} batch{'es' if self.budget_extra != 1 else ''} "
                        "while its gradient beat the items after it; " if self.budget_extra else "")
