@@ -12,7 +12,9 @@ set's history):
   Its wall seconds T are the other arm's budget.
 - budget: `retune --all --budget T --trials 300`, the operators weighted as --weights
   says (their share of a model's end-to-end time, as a profile gives it; split equally
-  among an operator's workloads), the heaviest first.
+  among an operator's workloads), the lightest first and the heaviest last.
+- heaviest (with --heaviest-first): the same, the items run the heaviest first, as
+  before 2026-12-05 (`Budget.order` patched in the retune process): the order's A/B.
 
 Then every arm's best of every workload, and the default configuration, are
 re-measured side by side in one interleaved `measure.finals` run per workload (machine
@@ -52,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-idle", type=float, default=120.0,
                    help="seconds to wait at most for a quiet machine first (120)")
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch repos under this folder")
+    p.add_argument("--heaviest-first", action="store_true",
+                   help="a third arm per seed: the budget with the heaviest item first (the old order)")
     return p.parse_args(argv)
 
 
@@ -80,11 +84,18 @@ def scratch_repo(where: Path, target: dict[str, Any], trials: int, seed: int,
     return where
 
 
-def retune(repo: Path, *args: str) -> tuple[float, str]:
+# The old order, for the A/B arm: the heaviest item first.
+HEAVIEST_FIRST = ("import sys\nfrom tvmtune_ci import budget, cli\n"
+                  "budget.Budget.order = lambda self: sorted(self.weights, key=lambda i: (-self.weights[i], i))\n"
+                  "sys.exit(cli.main())\n")
+
+
+def retune(repo: Path, *args: str, heaviest_first: bool = False) -> tuple[float, str]:
     t0 = time.perf_counter()
     # This checkout's code, whatever the venv's editable install points at.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", "retune", "--all", *args],
+    how = ["-c", HEAVIEST_FIRST] if heaviest_first else ["-m", "tvmtune_ci"]
+    r = subprocess.run([sys.executable, *how, "retune", "--all", *args],
                        cwd=repo, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t0
     if r.returncode != 0:
@@ -143,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             seconds[f"budget@{k}"], text = retune(bu, "--seed", str(seed), "--trials", "300",
                                                   "--budget", f"{budget_s:.0f}s")
             arms[f"budget@{k}"] = outcome(bu)
-            for a in (f"equal@{k}", f"budget@{k}"):
+            if args.heaviest_first:
+                hv = scratch_repo(base / f"heaviest@{k}", target, args.trials, seed, weights)
+                seconds[f"heaviest@{k}"], _ = retune(hv, "--seed", str(seed), "--trials", "300",
+                                                     "--budget", f"{budget_s:.0f}s", heaviest_first=True)
+                arms[f"heaviest@{k}"] = outcome(hv)
+            for a in [x for x in (f"equal@{k}", f"budget@{k}", f"heaviest@{k}") if x in arms]:
                 print(f"\n{a}: {seconds[a]:.0f} s wall", flush=True)
                 for (op, w), o in sorted(arms[a].items()):
                     print(f"  {op}/{w}: {o['run']} trials ({o['stop']})", flush=True)
@@ -186,10 +202,12 @@ def main(argv: list[str] | None = None) -> int:
                    for op, w in items) / sum(weights.values())
 
     print("\n## end-to-end time (weights: shares of it), one arm over another (lower: faster)\n")
+    kinds = ["budget", "heaviest"] if args.heaviest_first else ["budget"]
     for k in range(args.seeds):
-        print(f"  seed {args.seed + k}: budget / equal = {e2e(f'budget@{k}', f'equal@{k}'):.3f} "
-              f"({seconds[f'budget@{k}']:.0f} s against {seconds[f'equal@{k}']:.0f} s)")
-    for arm in ("equal", "budget"):
+        for kind in kinds:
+            print(f"  seed {args.seed + k}: {kind} / equal = {e2e(f'{kind}@{k}', f'equal@{k}'):.3f} "
+                  f"({seconds[f'{kind}@{k}']:.0f} s against {seconds[f'equal@{k}']:.0f} s)")
+    for arm in ("equal", *kinds):
         for k in range(1, args.seeds):
             print(f"  yardstick: {arm}, seed {args.seed + k} / seed {args.seed}: "
                   f"{e2e(f'{arm}@{k}', f'{arm}@0'):.3f}")

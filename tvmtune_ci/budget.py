@@ -6,18 +6,27 @@ its noise check, its history replay, its finals and the search's warm-up (the fi
 `search.WARMUP_SAMPLES` trials, where a search gains most: the steep start of its
 curve). Only the time beyond the floors of the items still to tune is shared by
 weight (`operators.NAME.weight` / `workloads:` in tvmtune.yaml: the share of the
-end-to-end time a profile gives), the heaviest first, as Ansor's task scheduler gives
-every task a warm-up round before its gradient decides. Measured (bench_budget, AMD
-EPYC Zen 5, 2 cores, weights 60/25/10/5%): shares by weight alone gave conv2d, weight
-0.10, 16 trials where equal shares gave it 32, and its best came out 1.6-2.1x slower;
-the weighted end-to-end time ended 1.03x and 1.05x the equal arm's, at 1.17-1.26x its
-seconds, because nothing reserved the later items' floors. An item that needs less (its
-search stops early, or its history says the old best still holds) leaves the rest to
-the items after it. One that still gains fast when its share is spent goes on, batch by
-batch, while its gradient beats the items after it (`Budget.go_on`): in bench_budget's
-second run the weight shares held the budget, yet conv2d (weight 0.10) was cut at 48
-trials at 2.03 ms where 64-80 trials reached 0.63-0.77 ms, while the 0.30-weight matmuls'
-extra trials bought 3-9%.
+end-to-end time a profile gives). Measured (bench_budget, AMD EPYC Zen 5, 2 cores,
+weights 60/25/10/5%): shares by weight alone gave conv2d, weight 0.10, 16 trials where
+equal shares gave it 32, and its best came out 1.6-2.1x slower; the weighted
+end-to-end time ended 1.03x and 1.05x the equal arm's, at 1.17-1.26x its seconds,
+because nothing reserved the later items' floors.
+
+**The lightest run first, the heaviest last.** A floor differs between items (a conv2d
+trial costs more than a softmax one) and is known only once the item has run; the
+floors reserved for the items still to come are a guess. Run first, the heaviest item
+was given what that guess left: with conv2d weighted 0.60, its own floor (35 s,
+measured in its warm-up) taken for the 6 items after it reserved the whole budget, and
+it got 36 trials where equal trials gave it 64, while the items after it, with floors
+of 19-22 s, ran to early stop (bench_budget run 5, Zen 5). Last, the heaviest item
+takes what the others' measured floors and shares left, as Ansor's task scheduler gives
+every task its warm-up round before its gradient spends the rest. An item that needs
+less (its search stops early, or its history says the old best still holds) leaves the
+rest to the items after it. One that still gains fast when its share is spent goes on,
+batch by batch, while its gradient beats the items after it (`Budget.go_on`): in
+bench_budget's second run the weight shares held the budget, yet conv2d (weight 0.10)
+was cut at 48 trials at 2.03 ms where 64-80 trials reached 0.63-0.77 ms, while the
+0.30-weight matmuls' extra trials bought 3-9%.
 
 A floor is estimated from the items done (their median: what each took besides its
 search, plus its warm-up trials at its own pace); before any is done, from the
@@ -77,8 +86,13 @@ class Budget:
     floors: dict[Item, float] = field(default_factory=dict)  # item -> its floor, measured
 
     def order(self) -> list[Item]:
-        """The items, heaviest first (ties by name): the order they should run in."""
-        return sorted(self.weights, key=lambda i: (-self.weights[i], i))
+        """The items, lightest first and the heaviest last (ties by name): the order they
+        should run in, so that the heaviest is given what the others' measured floors
+        left, not what a guess at them left (the module's docstring)."""
+        return sorted(self.weights, key=lambda i: (self.weights[i], i))
+
+    def spent_s(self) -> float:
+        return time.monotonic() - self.start
 
     def left_s(self) -> float:
         return max(0.0, self.total_s - (time.monotonic() - self.start))
@@ -109,8 +123,9 @@ class Budget:
         the `left_s` seconds that were left at its start. None once an item is done (the
         floors measured then decide). The settings' estimate counts every contender and
         finalist at its time cap, a ceiling: on a 2-core Zen 5 it said 37 s where the
-        items' floors were 17-25 s (bench_budget run 4), which left the first item,
-        the heaviest, nothing beyond it at a budget of 48 trials' worth."""
+        items' floors were 17-25 s (bench_budget run 4): reserved for 6 items after
+        the first, it would leave the first nothing beyond its floor at a budget of 64
+        trials' worth."""
         if self.floors:
             return None
         self.floor_s = floor_s

@@ -35,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .budget import floor_of
+from .budget import floor_of, fmt_duration
 from .check import sources
 from .check.fingerprint import Fingerprint, SourceCache
 from .check.renames import renamed_history
@@ -585,7 +585,7 @@ def tune_step(job: Job) -> Job:
     names = list(job.template.decl.workloads)
     # template.check_imported_agrees made the imported WORKLOADS the parsed ones.
     job = replace(job, workloads={w: resolve(job.template.module, w, job.target.target) for w in names})
-    if job.budget is not None:  # the heaviest first, as the budget orders every item
+    if job.budget is not None:  # the lightest first, as the budget orders every item
         order = job.budget.order()
         names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))
                    if (job.entry.operator, job.target.name, w) in order else len(order))
@@ -683,9 +683,13 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         runner=runner,
     ))
     if job.budget is not None:
-        took = time.monotonic() - t0
+        took, history_s = time.monotonic() - t0, job.config.measure.history_s / max(1, len(decl.workloads))
         job.budget.finish((entry.operator, target.name, wname), took, floor_of(
-            took, outcome.stats, WARMUP_SAMPLES, job.config.measure.history_s / max(1, len(decl.workloads))))
+            took, outcome.stats, WARMUP_SAMPLES, history_s))
+        # What it spent beside what it was given, in the README and the commit.
+        spent = f"; it took {fmt_duration(took)}" + (
+            f" (and {fmt_duration(history_s)} of its set's history run after the set)" if history_s else "")
+        outcome = replace(outcome, trials=replace(outcome.trials, budget_note=outcome.trials.budget_note + spent))
     report = None
     if diff is not None and hist is not None:
         report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target)

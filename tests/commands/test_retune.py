@@ -1001,9 +1001,9 @@ def test_the_run_and_its_dry_run_try_a_carry_forward_by_one_rule() -> None:
 
 @pytest.mark.slow
 def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
-    """retune --budget: the heavier workload goes first with its floor and the larger
-    part of what lies beyond the floors, the lighter what is left; each README says
-    what share it got and why."""
+    """retune --budget: the lighter workload goes first with its floor and its weight's
+    part of what lies beyond the floors, the heavier last with what is left; each README
+    says what share it got, why, and what it took."""
     two = SMALL_MM.replace(
         'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"}}',
         'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"},\n'
@@ -1015,24 +1015,28 @@ def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     root = make_repo(tmp_path, config=config, files={"operators/mm.py": two}, operators=False)
     r = run_cli(root, "retune", "--budget", "50s")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "budget: 50 s across 2 workloads, heaviest first: mm/host/s64 0.75, mm/host/s32 0.25" in r.stdout
-    assert r.stdout.index("s64: budget: ") < r.stdout.index("s32: budget: ")
+    assert "budget: 50 s across 2 workloads, the lightest first: mm/host/s32 0.25, mm/host/s64 0.75" in r.stdout
+    assert r.stdout.index("s32: budget: ") < r.stdout.index("s64: budget: ")
     m = manifest_at(root / FOLDER)
     heavy, light = m["trials"]["s64"], m["trials"]["s32"]
-    # Its share ends its search, unless its small space runs out first (a fast runner).
-    assert heavy["stop_reason"] in ("time_budget", "space_exhausted"), heavy
-    if heavy["stop_reason"] == "time_budget":  # the budget was asked, past the share: why it stopped
-        assert "; then its gradient " in heavy["stop_detail"] or "floors of the 1 item" in heavy["stop_detail"], heavy
-    assert "weight 0.75 of the 1.00" in heavy["budget_note"]
+    # Its share ends the lighter's search (the heavier's is ahead: its gradient must beat
+    # it), unless its small space runs out first (a fast runner).
+    assert light["stop_reason"] in ("time_budget", "space_exhausted"), light
+    if light["stop_reason"] == "time_budget":  # the budget was asked, past the share: why it stopped
+        assert "; then its gradient " in light["stop_detail"] or "floors of the 1 item" in light["stop_detail"], light
+    assert "weight 0.25 of the 1.00" in light["budget_note"]
+    assert "weight 0.75 of the 0.75" in heavy["budget_note"]
+    assert "its floor (" in heavy["budget_note"]
     # The first item's share was recomputed from the floor its own warm-up measured (the
     # settings' estimate is a ceiling); the second's floor is the first's, measured.
-    assert "s64: budget, its floor measured: " in r.stdout
-    assert "measured in its own warm-up" in heavy["budget_note"], heavy
-    assert "measured in its own warm-up" not in light["budget_note"], light
-    assert "weight 0.25 of the 0.25" in light["budget_note"]
-    assert "its floor (" in light["budget_note"]
-    # However little is left, the lighter one runs its warm-up (32 trials): the floor.
-    # How the shares follow the weights is test_budget's (the arithmetic, no clock).
-    assert light["run"] >= 32, light
+    assert "s32: budget, its floor measured: " in r.stdout
+    assert "measured in its own warm-up" in light["budget_note"], light
+    assert "measured in its own warm-up" not in heavy["budget_note"], heavy
+    # What each spent, and the whole run against its budget.
+    assert "; it took " in heavy["budget_note"] and "; it took " in light["budget_note"]
+    assert "budget: spent " in r.stdout and "of 50 s (" in r.stdout and "on 2 of 2 workloads" in r.stdout
+    # Whatever is left, each runs its warm-up (32 trials): the floor. How the shares
+    # follow the weights is test_budget's (the arithmetic, no clock).
+    assert light["run"] >= 32 and heavy["run"] >= 32, (light, heavy)
     readme = (root / FOLDER / "README.md").read_text()
-    assert "- budget: " in readme and "weight 0.75 of the 1.00 still to tune" in readme
+    assert "- budget: " in readme and "weight 0.75 of the 0.75 still to tune" in readme

@@ -23,7 +23,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", action="append", default=[], metavar="NAME", help="targets to consider (repeatable; default: all configured)")
     p.add_argument("--all", action="store_true", help="re-tune fresh entries too (the yearly full re-tune)")
     p.add_argument("--trials", type=int, default=None, metavar="N", help="trial budget per workload (default: from tvmtune.yaml)")
-    p.add_argument("--budget", default=None, metavar="DURATION", help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), heaviest first")
+    p.add_argument("--budget", default=None, metavar="DURATION", help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), the heaviest last")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="search seed (default: from tvmtune.yaml)")
     p.add_argument("--as-of", default=None, metavar="YYYY-MM-DD", help="date that decides expiry (default: today)")
     p.add_argument("--no-carry", action="store_true", help="re-tune an entry even when its template's edit changed no program (by default its set is carried forward unmeasured; --all implies this)")
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         order = budget.order()
         entries = sorted(entries, key=lambda e: min(
             (order.index(i) for i in order if i[:2] == (e.operator, e.target_name)), default=len(order)))
-        print(f"  budget: {fmt_duration(budget.total_s)} across {len(order)} workloads, heaviest first: "
+        print(f"  budget: {fmt_duration(budget.total_s)} across {len(order)} workloads, the lightest first: "
               + ", ".join(f"{o}/{t}/{w} {budget.weights[(o, t, w)]:.2f}" for o, t, w in order))
     if args.dry_run:
         return dry_run_verdict(config, entries, carry=not (args.no_carry or args.all))
@@ -191,11 +191,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"pushed {len(committed)} commit{'s' if len(committed) != 1 else ''}: {pushed}")
     elif args.push:
         print("nothing was committed, so nothing was pushed")
+    spent = ""
+    if budget is not None:
+        spent = (f"budget: spent {fmt_duration(budget.spent_s())} of {fmt_duration(budget.total_s)} "
+                 f"({budget.spent_s() / budget.total_s:.2f}) on {len(budget.done)} of {len(budget.weights)} workloads")
+        print(spent)
     if results:
         ci.append_step_summary("\n".join(
             ["| operator | target | workload | best | vs default | trials | stop |", "|---|---|---|---|---|---|---|"]
             + [f"| {r.manifest.operator} | {r.manifest.target_name} | {w} | {res.best.latency_s * 1e3:.4g} ms | {res.speedup:.1f}x | {r.manifest.trials[w].run} | {r.manifest.trials[w].stop_reason} |"
                for r in results for w, res in sorted(r.manifest.results.items())]
+            + ([f"\n{spent}"] if spent else [])
         ))
     if failures:
         print(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}; see the errors above", file=sys.stderr)
