@@ -17,10 +17,13 @@ trial costs more than a softmax one) and is known only once the item has run; th
 floors reserved for the items still to come are a guess. Run first, the heaviest item
 was given what that guess left: with conv2d weighted 0.60, its own floor (35 s,
 measured in its warm-up) taken for the 6 items after it reserved the whole budget, and
-it got 36 trials where equal trials gave it 64, while the items after it, with floors
-of 19-22 s, ran to early stop (bench_budget run 5, Zen 5). Last, the heaviest item
-takes what the others' measured floors and shares left, as Ansor's task scheduler gives
-every task its warm-up round before its gradient spends the rest. An item that needs
+it got 35-36 trials where equal trials gave it 64, while the items after it, with
+floors of 17-25 s, ran 50-98 trials. Last, the heaviest item takes what the
+others' measured floors and shares left, as Ansor's task scheduler gives every task its
+warm-up round before its gradient spends the rest. The weighted end-to-end time went
+from 1.18-1.23x that of equal trials at the same seconds to 1.00-1.02x (equal's own
+spread between seeds: 1.01-1.02x) at 0.76-0.80x the seconds, conv2d running to early
+stop (98-100 trials; bench_budget run 6, Zen 5, 3 seeds). An item that needs
 less (its search stops early, or its history says the old best still holds) leaves the
 rest to the items after it. One that still gains fast when its share is spent goes on,
 batch by batch, while its gradient beats the items after it (`Budget.go_on`): in
