@@ -193,8 +193,9 @@ def run(args: argparse.Namespace) -> int:
         print("nothing was committed, so nothing was pushed")
     spent = ""
     if budget is not None:
-        spent = (f"budget: spent {fmt_duration(budget.spent_s())} of {fmt_duration(budget.total_s)} "
-                 f"({budget.spent_s() / budget.total_s:.2f}) on {len(budget.done)} of {len(budget.weights)} workloads")
+        took = budget.spent_s()
+        spent = (f"budget: spent {fmt_duration(took)} of {fmt_duration(budget.total_s)} "
+                 f"({took / budget.total_s:.2f}) on {len(budget.done)} of {len(budget.weights)} workloads")
         print(spent)
     if results:
         ci.append_step_summary("\n".join(
