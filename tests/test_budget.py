@@ -96,6 +96,33 @@ def test_a_finished_items_floor_is_all_but_its_search_plus_its_warm_up() -> None
     assert budget.floor_estimate(2.0, 0.4, 5, 32, 10.0) == pytest.approx(2 * 9 + 12.8 + 10)
 
 
+def test_an_item_that_did_not_search_leaves_the_floors_to_those_that_did() -> None:
+    """An item whose old search stood (no trial of its own) took its replay and finals
+    only: 12 s here, where a searching item's floor is 30 s. Counted, it would cut the
+    floors kept for the two items after the next from 60 s to 24, and the next item,
+    past its share with 75 s left, would go on into seconds their warm-ups (never cut)
+    take anyway: the run would end over its budget. Left out, the settings' estimate
+    stands, then the first searching item's own floor (reshare)."""
+    assert budget.floor_of(12.0, {"prior_s": 0.4}, 32, 1.0) is None
+    assert budget.floor_of(12.0, {"search_s": 0.0, "search_trials": 0.0}, 32) is None
+    items = {("sm", "t", "d"): 0.05, ("mm", "t", "c"): 0.10, ("mm", "t", "b"): 0.25, ("cv", "t", "a"): 0.60}
+    b = budget.Budget(300.0, dict(items), floor_s=30.0)
+    d, c = ("sm", "t", "d"), ("mm", "t", "c")
+    b.finish(d, 12.0, budget.floor_of(12.0, {}, 32))
+    b.start -= 12.0
+    assert b.floor() == 30.0
+    share, why = b.share(c)
+    assert share == pytest.approx(30 + (288 - 3 * 30) * 0.10 / 0.95), why
+    assert b.reshare(c, 30.0, 288.0) is not None  # the first searching item's warm-up
+    b.start -= 213.0  # 75 s left; c gains fast, but the 60 s are b's and a's floors
+    more, why = b.go_on(c, 100.0, 0.5, 20.0)
+    assert not more and "were the floors of the 2 item(s) after it" in why, why
+    # What c took (a search of 40 trials) is a floor: now the median of the searches.
+    b.finish(c, 50.0, budget.floor_of(50.0, {"search_s": 40.0, "search_trials": 40.0}, 32))
+    assert b.floor() == pytest.approx(42.0)
+    assert b.reshare(("mm", "t", "b"), 20.0, 200.0) is None
+
+
 def test_past_its_share_an_item_goes_on_while_its_gradient_beats_the_items_after_it() -> None:
     """1000 s, floors of 100 s: the 0.60 item's share is 460 s. Past it, the next batch
     (20 s) is worth it only if the item's weighted gain per second beats the best guess

@@ -31,10 +31,11 @@ bench_budget's second run the weight shares held the budget, yet conv2d (weight 
 was cut at 48 trials at 2.03 ms where 64-80 trials reached 0.63-0.77 ms, while the
 0.30-weight matmuls' extra trials bought 3-9%.
 
-A floor is estimated from the items done (their median: what each took besides its
-search, plus its warm-up trials at its own pace); before any is done, from the
-measurement settings, until the first item's warm-up ends and measures its own
-(`Budget.reshare`). Pure Python, no TVM: `matrix --budget` splits a budget between
+A floor is estimated from the items done that searched (their median: what each took
+besides its search, plus its warm-up trials at its own pace; an item that stopped after
+its replay or was carried forward measured no warm-up, `floor_of`); before any is done,
+from the measurement settings, until the first searching item's warm-up ends and
+measures its own (`Budget.reshare`). Pure Python, no TVM: `matrix --budget` splits a budget between
 runner jobs with it.
 """
 
@@ -120,11 +121,11 @@ class Budget:
                          f"{fmt_duration(pool)} beyond the floors of the {len(todo)} left")
 
     def reshare(self, item: Item, floor_s: float, left_s: float) -> tuple[float, str] | None:
-        """The first item's share again once its warm-up is done, its own floor
+        """The first searching item's share again once its warm-up is done, its own floor
         (`floor_s`: its seconds so far and its finals) measured: it replaces the estimate
         from the measurement settings for every item, and its share is recomputed with
-        the `left_s` seconds that were left at its start. None once an item is done (the
-        floors measured then decide). The settings' estimate counts every contender and
+        the `left_s` seconds that were left at its start. None once a searching item
+        is done (the floors measured then decide). The settings' estimate counts every contender and
         finalist at its time cap, a ceiling: on a 2-core Zen 5 it said 37 s where the
         items' floors were 17-25 s (bench_budget run 4): reserved for 6 items after
         the first, it would leave the first nothing beyond its floor at a budget of 64
@@ -184,13 +185,25 @@ def floor_estimate(time_cap_s: float, search_cap_s: float, finalists: int, warmu
     return time_cap_s * (finalists + 4) + warmup * search_cap_s + history_s
 
 
-def floor_of(seconds: float, stats: Mapping[str, float], warmup: int, history_s: float = 0.0) -> float:
+def floor_of(seconds: float, stats: Mapping[str, float], warmup: int,
+             history_s: float = 0.0) -> float | None:
     """What a finished item's floor was: all it took besides its search, its search's
     first `warmup` trials at the pace of its whole search, and its part of its set's
-    history run (`history_s`, measured after the set's workloads)."""
+    history run (`history_s`, measured after the set's workloads).
+
+    None when its search measured nothing (its history said the old search stands, or
+    nothing was left of its share): what it took has no warm-up in it, so it says
+    nothing of what an item that searches costs. Counted among the floors, it would pull
+    their median down (on a 2-core Zen 5, a matmul whose old search stood took 11-12 s
+    in all, bench_warmstart run S, where searching items' floors were 17-35 s,
+    bench_budget runs 4-5), and with it the floors kept for the items after it: an item
+    past its share would go on into seconds their warm-ups take anyway (a warm-up is
+    never cut), and the run would end over its budget."""
     search_s = stats.get("search_s", 0.0)
     trials = stats.get("search_trials", 0.0)
-    pace = search_s / trials if trials else 0.0
+    if not trials:
+        return None
+    pace = search_s / trials
     return max(0.0, seconds - search_s) + pace * min(trials, warmup) + history_s
 
 

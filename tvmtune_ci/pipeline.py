@@ -565,7 +565,8 @@ def carry_step(job: Job) -> Job:
     if job.budget is not None:
         took = time.monotonic() - t0
         for w in tpl.decl.workloads:
-            job.budget.finish((entry.operator, target.name, w), took / len(counts), took / len(counts))
+            # No floor: nothing was measured, so it says nothing of an item that searches.
+            job.budget.finish((entry.operator, target.name, w), took / len(counts))
     return replace(job, carried=sentence, manifest=manifest, files=encoded)
 
 
@@ -722,7 +723,7 @@ def _budget_more(budget: Any, item: tuple[str, str, str], history_s: float) -> A
 def _budget_reshare(budget: Any, item: tuple[str, str, str], left_s: float, history_s: float,
                     say: Say) -> Any:
     """The search's question when its warm-up is done (TuneRequest.budget_reshare): the
-    first item's share again from its own floor (with its part of its set's history
+    first searching item's share again from its own floor (with its part of its set's history
     run), as though it had been known at the item's start (`left_s` then)."""
     def reshare(floor_s: float) -> tuple[float, str] | None:
         again = budget.reshare(item, floor_s + history_s, left_s)

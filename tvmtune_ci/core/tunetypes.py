@@ -134,7 +134,7 @@ class TuneRequest:
     budget_more: Callable[[float, float, float], tuple[bool, str]] | None = None
     # Asked once, when the warm-up is done: (the seconds the item will have taken at its
     # floor: so far, and its finals) -> its share again and the words, or None to keep
-    # it. `Budget.reshare`: the first item's floor, measured, replaces the estimate.
+    # it. `Budget.reshare`: the first searching item's floor, measured, replaces the estimate.
     budget_reshare: Callable[[float], tuple[float, str] | None] | None = None
     # The workload resolved once (a `workload.Workload` of `template`, `workload_name`
     # and `target`): its parameters, module and FLOPs. None: tune_workload
