@@ -35,8 +35,8 @@ A floor is estimated from the items done that searched (their median: what each 
 besides its search, plus its warm-up trials at its own pace; an item that stopped after
 its replay or was carried forward measured no warm-up, `floor_of`); before any is done,
 from the measurement settings, until the first searching item's warm-up ends and
-measures its own (`Budget.reshare`). Pure Python, no TVM: `matrix --budget` splits a budget between
-runner jobs with it.
+measures its own (`Budget.reshare`). Pure Python, no TVM: `matrix --budget` splits a
+budget between runner jobs with it.
 """
 
 from __future__ import annotations
@@ -125,11 +125,11 @@ class Budget:
         (`floor_s`: its seconds so far and its finals) measured: it replaces the estimate
         from the measurement settings for every item, and its share is recomputed with
         the `left_s` seconds that were left at its start. None once a searching item
-        is done (the floors measured then decide). The settings' estimate counts every contender and
-        finalist at its time cap, a ceiling: on a 2-core Zen 5 it said 37 s where the
-        items' floors were 17-25 s (bench_budget run 4): reserved for 6 items after
-        the first, it would leave the first nothing beyond its floor at a budget of 64
-        trials' worth."""
+        is done (the floors measured then decide). The settings' estimate counts every
+        contender and finalist at its time cap, a ceiling: on a 2-core Zen 5 it said 37 s
+        where the items' floors were 17-25 s (bench_budget run 4): reserved for 6 items
+        after the first, it would leave the first nothing beyond its floor at a budget of
+        64 trials' worth."""
         if self.floors:
             return None
         self.floor_s = floor_s
