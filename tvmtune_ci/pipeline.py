@@ -640,11 +640,12 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
             f"configuration(s) of {hist.manifest.log} first")
     budget_s, note, t0, left0 = None, "", time.monotonic(), 0.0
+    # The entry's run history is measured after its workloads: each leaves its part.
+    history_s = job.config.measure.history_s / max(1, len(decl.workloads))
     if job.budget is not None:
         left0 = job.budget.left_s()
         budget_s, note = job.budget.share((entry.operator, target.name, wname))
-        # The entry's run history is measured after its workloads: each leaves its part.
-        budget_s -= job.config.measure.history_s / max(1, len(decl.workloads))
+        budget_s -= history_s
         say(f"{wname}: budget: {note}")
     resolved = job.workloads[wname]
     outcome = tune_workload(TuneRequest(
@@ -677,14 +678,14 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
         budget_note=note,
         budget_more=(None if job.budget is None else _budget_more(
             job.budget, (entry.operator, target.name, wname),
-            job.config.measure.history_s / max(1, len(decl.workloads)))),
+            history_s)),
         budget_reshare=(None if job.budget is None else _budget_reshare(
             job.budget, (entry.operator, target.name, wname), left0,
-            job.config.measure.history_s / max(1, len(decl.workloads)), say)),
+            history_s, say)),
         runner=runner,
     ))
     if job.budget is not None:
-        took, history_s = time.monotonic() - t0, job.config.measure.history_s / max(1, len(decl.workloads))
+        took = time.monotonic() - t0
         job.budget.finish((entry.operator, target.name, wname), took, floor_of(
             took, outcome.stats, WARMUP_SAMPLES, history_s))
         # What it spent beside what it was given, in the README and the commit.
