@@ -3,48 +3,135 @@
 The classic failure: tuning `-mcpu=skylake-avx512` on an AVX2 box. LLVM then
 either fails every build or emits code that dies with SIGILL, and the log fills
 with "failures" that say nothing. We compare the ISA features the target's
-`mcpu`/`mattr` enable with what this CPU reports.
+`mcpu`/`mattr` enable with the ones this CPU has.
+
+The host's features come from LLVM's own host detection (what `-march=native` reads:
+CPUID and the OS's XSAVE support), through TVM, so every ISA feature LLVM can emit is
+one it can vouch for, with no table of ours to keep up to date. The check fails
+closed: a target feature that is neither on the host, nor in its architecture's
+baseline, nor one of LLVM's tuning preferences (which never make code fault) is
+refused, named. `archspec` was the other candidate: it reads /proc/cpuinfo flags,
+whose names differ from LLVM's, so it would need the very mapping table this replaces.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import HostError
 
-# LLVM feature name -> /proc/cpuinfo flag. Only ISA features that change the code
-# LLVM may emit; tuning flags (e.g. "fast-gather") are not hardware features.
-_X86_FEATURES = {
-    "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
-    "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
-    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
-    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
-    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
-    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
-    "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
-    "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "sha": "sha_ni", "movbe": "movbe",
-}
+# The host the checks see, for tests: "znver3", "sapphirerapids", "aarch64:neoverse-n1"
+# (an LLVM CPU name, optionally after its architecture). Its features are the ones LLVM
+# gives that CPU. Nothing is measured differently: kernels still run on the real CPU.
+HOST_ENV = "TVMTUNE_TEST_HOST_CPU"
 
 _ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+# LLVM's CPU name for each architecture's baseline: what every CPU of it runs.
+_BASELINE_CPU = {"x86_64": "x86-64", "aarch64": "generic"}
+# LLVM x86 features that are tuning preferences (instruction choice and costs), not
+# instructions a CPU may lack: they never make code fault, and host detection does
+# not report them. By name, so a new ISA feature is never mistaken for one.
+_X86_TUNING = re.compile(
+    r"(fast|faster|slow|false-deps|prefer|no-bypass-delay|tuning|use|lea|idiv[a-z]*-to|pad-short)-.*"
+    r"|allow-light-256-bit|branch-hint|branchfusion|macrofusion|sbb-dep-breaking|ermsb|fsrm"
+)
 
 
-def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return None
+@dataclass(frozen=True)
+class Host:
+    """The CPU the checks compare targets with: its architecture, LLVM's name for it,
+    the ISA features it has (LLVM's names) and, for a detected host, every feature
+    detection reports on (None for a synthetic one)."""
+
+    arch: str
+    cpu: str
+    features: frozenset[str]
+    known: frozenset[str] | None = None
+    synthetic: bool = False
+
+    def describe(self) -> str:
+        return f"{self.cpu} ({HOST_ENV})" if self.synthetic else "this machine"
 
 
-def _target_arch(target: dict[str, Any]) -> str | None:
+def _llvm_features(target: Mapping[str, Any], arch: str | None = None) -> set[str]:
+    """The LLVM features `target` enables (its mcpu plus mattr), for `arch` when it
+    names no triple (a synthetic host of another architecture than the build machine)."""
+    from . import tvmsetup
+
+    tvm = tvmsetup.load()
+    t = dict(target)
+    if arch is not None and not t.get("mtriple") and arch != _machine_arch():
+        t["mtriple"] = f"{arch}-linux-gnu"
+    return {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(tvmsetup.make_target(t))}
+
+
+def synthetic_host(spec: str) -> Host:
+    """A host of LLVM CPU `spec` ("znver3", or "aarch64:neoverse-n1"), with the features
+    LLVM gives that CPU, as a runner of it would report them."""
+    arch, _, cpu = spec.rpartition(":")
+    arch = _ARCH_ALIASES.get(arch.lower(), arch.lower()) if arch else "x86_64"
+    feats = _llvm_features({"kind": "llvm", "mcpu": cpu}, arch)
+    return Host(arch=arch, cpu=cpu, features=frozenset(feats), synthetic=True)
+
+
+def detect_host() -> Host:
+    """This machine's CPU as LLVM's host detection sees it (through TVM)."""
+    from . import tvmsetup
+
+    tvmsetup.load()
+    import tvm_ffi
+
+    name = str(tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
+    reported = {str(k): bool(v) for k, v in dict(tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()).items()}
+    return Host(arch=_machine_arch(), cpu=name, features=frozenset(k for k, v in reported.items() if v),
+                known=frozenset(reported))
+
+
+@functools.cache
+def _host_from(spec: str | None) -> Host:
+    return synthetic_host(spec) if spec else detect_host()
+
+
+def this_host() -> Host:
+    """The host the checks see: this machine, or the synthetic one HOST_ENV names."""
+    return _host_from(os.environ.get(HOST_ENV) or None)
+
+
+def missing_of(features: Iterable[str], host: Host, baseline: Iterable[str] = ()) -> list[str]:
+    """Of the LLVM `features` a target enables, those `host` cannot vouch for: not on
+    it, not in its architecture's `baseline`, and (x86) not a tuning preference. On
+    other architectures LLVM's names mix ISA, architecture versions and system
+    registers, so only a feature the host's detection reports absent is refused there."""
+    base = set(baseline)
+    out = []
+    for f in features:
+        if f in host.features or f in base:
+            continue
+        if host.arch == "x86_64":
+            if not _X86_TUNING.fullmatch(f):
+                out.append(f)
+        elif host.known is not None and f in host.known:
+            out.append(f)
+    return sorted(out)
+
+
+def missing_features(target: Mapping[str, Any], host: Host | None = None) -> list[str]:
+    """LLVM features `target` enables that `host` (default: this_host()) lacks or
+    cannot vouch for. Needs TVM's LLVM."""
+    host = host or this_host()
+    baseline = _llvm_features({"kind": "llvm", "mcpu": _BASELINE_CPU.get(host.arch, "generic")}, host.arch)
+    return missing_of(_llvm_features(target, host.arch), host, baseline)
+
+
+def _target_arch(target: Mapping[str, Any]) -> str | None:
     triple = target.get("mtriple")
     if not triple:
         return None
@@ -52,16 +139,7 @@ def _target_arch(target: dict[str, Any]) -> str | None:
     return _ARCH_ALIASES.get(arch, arch)
 
 
-def missing_x86_features(target: dict[str, Any], host_flags: set[str]) -> list[str]:
-    """LLVM features the target enables that this CPU lacks (needs TVM's LLVM)."""
-    from . import tvmsetup
-
-    tvm = tvmsetup.load()
-    features = set(tvm.target.codegen.llvm_get_cpu_features(tvmsetup.make_target(dict(target))))
-    return sorted(f for f in features if f in _X86_FEATURES and _X86_FEATURES[f] not in host_flags)
-
-
-def host_target(cores: int | None = None) -> dict[str, Any]:
+def host_target(cores: int | None = None, host: Host | None = None) -> dict[str, Any]:
     """The target that tunes for this machine's CPU: LLVM's name for it, minus the
     features that name implies and this CPU does not report.
 
@@ -69,21 +147,19 @@ def host_target(cores: int | None = None) -> dict[str, Any]:
     is still `emeraldrapids` to LLVM, whose code (and our host check) would assume
     AMX. Those features are turned off in `mattr`, so the target is one this machine
     runs. `cores`: `num-cores` (None: leave it out)."""
-    from . import tvmsetup
-
-    cpu = tvmsetup.host_cpu()
-    target: dict[str, Any] = {"kind": "llvm", "mcpu": cpu}
-    flags = host_cpu_flags()
-    if host_arch() == "x86_64" and flags is not None:
-        hidden = missing_x86_features(target, flags)
-        if hidden:
-            target["mattr"] = [f"-{f}" for f in hidden]
+    host = host or this_host()
+    target: dict[str, Any] = {"kind": "llvm", "mcpu": host.cpu}
+    if host.arch != _machine_arch():
+        target["mtriple"] = f"{host.arch}-linux-gnu"
+    hidden = missing_features(target, host)
+    if hidden:
+        target["mattr"] = [f"-{f}" for f in hidden]
     if cores is not None:
         target["num-cores"] = int(cores)
     return target
 
 
-def other_cpu(target: Mapping[str, Any]) -> str | None:
+def other_cpu(target: Mapping[str, Any], host: Host | None = None) -> str | None:
     """LLVM's name for this machine's CPU when `target`, measured here, builds for
     another (its `mcpu`); None when they agree or the target names no CPU.
 
@@ -91,15 +167,13 @@ def other_cpu(target: Mapping[str, Any]) -> str | None:
     then holds this machine's timings under the other CPU's target, and its ranking is
     this machine's (a Zen 4's best 1024^3 matmul ran 1.7-1.9x slower on a Zen 5 than
     the Zen 5's own best; bench_warmstart run R)."""
-    from . import tvmsetup
-
     mcpu = target.get("mcpu")
     if target.get("kind") != "llvm" or not mcpu:
         return None
-    if _target_arch(dict(target)) not in (None, host_arch()):
+    host = host or this_host()
+    if _target_arch(target) not in (None, host.arch):
         return None  # check_host refuses it
-    cpu = tvmsetup.host_cpu()
-    return cpu if cpu != str(mcpu) else None
+    return host.cpu if host.cpu != str(mcpu) else None
 
 
 def host_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
@@ -134,25 +208,26 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
     """
     kind = target.get("kind")
     if remote or kind in ("llvm", "c"):
-        check_toolchain(target)  # builds happen here, remote or not
+        check_toolchain(target, this_host().arch)  # builds happen here, remote or not
     if remote:
         return
     name = json_target(target)
-    host_arch = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
     if kind in ("llvm", "c"):
-        arch = _target_arch(target)
-        if arch is not None and arch != host_arch:
-            raise HostError(f"target {name} is for {arch}, this machine is {host_arch}; " + (advice or "measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)"))
-        if host_arch == "x86_64" and kind == "llvm":
-            flags = host_cpu_flags()
-            if flags is not None:
-                lacking = missing_x86_features(target, flags)
-                if lacking:
-                    raise HostError(
-                        f"target {name} needs CPU features this machine lacks: {', '.join(lacking)}; "
-                        + (advice or "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
-                           "or fix the target's mcpu/mattr")
-                    )
+        host = this_host()
+        arch = _target_arch(target) or _machine_arch()
+        if arch != host.arch:
+            raise HostError(f"target {name} is for {arch}, {host.describe()} is {host.arch}; " + (advice or "measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)"))
+        if kind == "llvm":
+            lacking = missing_features(target, host)
+            if lacking:
+                unknown = [f for f in lacking if host.known is not None and f not in host.known]
+                why = (f" ({', '.join(unknown)}: not a feature LLVM's host detection reports, so it cannot "
+                       "be vouched for; refused rather than risk SIGILL)") if unknown else ""
+                raise HostError(
+                    f"target {name} needs CPU features {host.describe()} lacks: {', '.join(lacking)}{why}; "
+                    + (advice or "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
+                       "or fix the target's mcpu/mattr")
+                )
         return
     import tvm
 
@@ -207,18 +282,23 @@ def json_target(target: dict[str, Any]) -> str:
 
 
 def host_arch() -> str:
+    """The architecture of the machine that builds (never a synthetic host's)."""
     machine = platform.machine().lower()
     return _ARCH_ALIASES.get(machine, machine)
 
 
-def cross_cc(target: Mapping[str, Any]) -> str | None:
+_machine_arch = host_arch
+
+
+def cross_cc(target: Mapping[str, Any], build_arch: str | None = None) -> str | None:
     """The C compiler that links `target`'s kernels when they are for another
     architecture than this machine's (`<triple>-gcc`, e.g. aarch64-linux-gnu-gcc);
-    None: the host's own compiler links them."""
+    None: the host's own compiler links them. `build_arch`: the building machine's
+    (default: this one's; the host check passes a synthetic host's)."""
     if target.get("kind") not in ("llvm", "c"):
         return None
     arch = _target_arch(dict(target))
-    if arch is None or arch == host_arch():
+    if arch is None or arch == (build_arch or host_arch()):
         return None
     triple = str(target["mtriple"])
     parts = triple.split("-")
@@ -231,10 +311,10 @@ def cross_cc(target: Mapping[str, Any]) -> str | None:
 HOST_CC = ("g++", "gcc", "clang++", "clang", "c++", "cc")
 
 
-def check_toolchain(target: Mapping[str, Any]) -> None:
+def check_toolchain(target: Mapping[str, Any], build_arch: str | None = None) -> None:
     """HostError unless the compiler that links `target`'s kernels is on PATH (and, for
     a CUDA target, NVRTC, which compiles its kernels here: the [cuda] extra)."""
-    cc = cross_cc(target)
+    cc = cross_cc(target, build_arch)
     gpu = target.get("kind") == "cuda"
     if gpu:
         from .nvrtc import missing
