@@ -24,6 +24,20 @@ WORKLOADS = {
                      "pad": 1, "stride": 1, "dtype": "float32"},
 }
 
+# The Relax calls this kernel implements (docs/models.md): conv2d of data
+# [N, C, H, W] (NCHW) by a weight [K, C, R, S] (OIHW), the same zero padding `pad`
+# on all four sides, the same `stride` on both axes, no dilation, one group. A bias
+# add after it is a call of its own. Not part of the fingerprint: it does not change
+# the kernel.
+IMPLEMENTS = [
+    {"op": "relax.nn.conv2d",
+     "args": [["N", "C", "H", "W"], ["K", "C", "R", "S"]],
+     "attrs": {"strides": ["stride", "stride"], "padding": ["pad", "pad", "pad", "pad"],
+               "dilation": [1, 1], "groups": 1, "data_layout": "NCHW",
+               "kernel_layout": "OIHW", "out_layout": "NCHW"},
+     "dtype": "dtype"},
+]
+
 KNOBS = [
     # output channels: parallel tiles x register rows (8 on AVX-512 and NEON, 4 on
     # AVX2: half the vector registers of AVX-512's 32)

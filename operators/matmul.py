@@ -23,6 +23,12 @@ WORKLOADS = {
     "m1021": {"M": 1021, "N": 1021, "K": 1021, "dtype": "float32"},
 }
 
+# The Relax calls this kernel implements (docs/models.md): a plain 2-D
+# A[M, K] @ B[K, N]. Not part of the fingerprint: it does not change the kernel.
+IMPLEMENTS = [
+    {"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]], "dtype": "dtype"},
+]
+
 KNOBS = [
     # rows: parallel tiles x mc/mr x mr (the register tile's rows)
     define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=8),

@@ -26,6 +26,13 @@ WORKLOADS = {
     "vocab_32k": {"R": 64, "N": 32000, "dtype": "float32"},
 }
 
+# The Relax calls this kernel implements (docs/models.md): softmax over the last
+# axis of x[..., N], the leading dimensions folded into R rows. Not part of the
+# fingerprint: it does not change the kernel.
+IMPLEMENTS = [
+    {"op": "relax.nn.softmax", "args": [["*R", "N"]], "attrs": {"axis": -1}, "dtype": "dtype"},
+]
+
 KNOBS = [
     # rows: parallel steps x rows per step
     define_split("tile_r", "R", parts=2, max_factor=16),

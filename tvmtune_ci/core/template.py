@@ -49,6 +49,7 @@ from .constraints import (
     describe_violation,
     violated,
 )
+from .contract import Implements, parse_implements
 from .errors import TemplateError
 from .targetinfo import FACT_NAMES, TargetFacts, scope, target_facts
 
@@ -398,6 +399,8 @@ class TemplateDecl:
     constraints: tuple[Constraint, ...] = ()
     constraint_lines: dict[str, int] = field(default_factory=dict, compare=False)
     kinds: tuple[str, ...] = CPU_KINDS  # TARGET_KINDS: the target kinds it schedules for
+    # IMPLEMENTS: the Relax calls it implements (contract.py; not part of the fingerprint).
+    implements: tuple[Implements, ...] = ()
 
     def space_sizes(self, target: Mapping[str, Any] | None = None) -> dict[str, tuple[int, int]]:
         """workload -> (points per design space, design spaces) for `target` (the
@@ -502,6 +505,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     constraint_lines: dict[str, int] = {}
     kinds: tuple[str, ...] = CPU_KINDS
     functions: dict[str, int] = {}
+    implements_node: ast.expr | None = None
     for stmt in tree.body:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -535,6 +539,8 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                     raise TemplateError("TARGET_KINDS must list target kinds, e.g. [\"cuda\"]",
                                         file=path, line=stmt.lineno)
                 kinds = tuple(value)
+            if "IMPLEMENTS" in names and stmt.value is not None:
+                implements_node = stmt.value
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
             functions[stmt.name] = stmt.lineno
     missing = [f for f in REQUIRED_FUNCTIONS if f not in functions]
@@ -554,8 +560,13 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     cdup = sorted({n for n in cnames if cnames.count(n) > 1})
     if cdup:
         raise TemplateError(f"constraint names must be unique; repeated: {', '.join(cdup)}", file=path)
+    implements: tuple[Implements, ...] = ()
+    if implements_node is not None:
+        elts = implements_node.elts if isinstance(implements_node, (ast.List, ast.Tuple)) else []
+        implements = parse_implements(_literal(implements_node, path, "IMPLEMENTS"), workloads, path,
+                                      implements_node.lineno, [e.lineno for e in elts])
     decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions,
-                        knob_lines, tuple(constraints), constraint_lines, kinds)
+                        knob_lines, tuple(constraints), constraint_lines, kinds, implements)
     try:
         decl.space_sizes()  # validates every extent against every workload (one target)
     except TemplateError as e:

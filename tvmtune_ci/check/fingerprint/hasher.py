@@ -209,6 +209,11 @@ class Hasher:
         for stmt in mod.tree.body:
             if is_docstring(stmt):
                 continue  # a bare string does nothing
+            if is_template and _is_implements(stmt):
+                # IMPLEMENTS says which model calls the kernel serves (coverage,
+                # docs/models.md); it does not change the kernel, so like a comment it
+                # is no part of the fingerprint. Code that reads it is hashed with it.
+                continue
             label = stmt_label(stmt)
             n = counts[label] = counts.get(label, 0) + 1
             if n > 1:
@@ -302,6 +307,12 @@ class Hasher:
                 for m in self.files.module_chain(None, parts, bases):
                     out += [ExecRef(m), ModRef(m)]  # what it returns is used as a value
         return out
+
+def _is_implements(stmt: ast.stmt) -> bool:
+    """`IMPLEMENTS = <literal>` (read_template rejects any other value)."""
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "IMPLEMENTS")
+
 
 def _constant_value(node: ast.AST) -> ast.expr | None:
     """The value of `NAME = value` (one plain target); None for anything else."""
