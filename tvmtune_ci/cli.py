@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("merge", "merge logs measured on several devices of one target"),
     "remeasure": ("remeasure", "re-measure each committed best on its runner and report drift"),
     "adopt": ("adopt", "keep the logs of a renamed template: move them to its new name, no re-tune"),
+    "models": ("models", "list each model's Relax calls and write which template covers each ([tune])"),
 }
 
 CRASH_EXIT = 70  # EX_SOFTWARE: a bug in tvmtune-ci, not in the user's input

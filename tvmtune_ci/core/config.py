@@ -151,6 +151,31 @@ class OperatorConfig:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """A model whose Relax calls the templates should cover (`models:`; docs/models.md):
+    its source, relative to the repository root (a `.py` module exposing MODEL and
+    SPEC, or an `.onnx` file, the [onnx] extra), and the targets it is built for (None:
+    every configured target)."""
+
+    name: str
+    source: str  # repo-relative posix path
+    targets: tuple[str, ...] | None = None
+    line: int = 0
+
+    @property
+    def kind(self) -> str:
+        """"python" or "onnx", from the source's suffix."""
+        return "onnx" if self.source.endswith(".onnx") else "python"
+
+    @property
+    def coverage_file(self) -> str:
+        """Where `tvmtune-ci models` writes its coverage: beside the source, named
+        after the model (`models/bert_layer.coverage.json`)."""
+        folder = self.source.rpartition("/")[0]
+        return f"{folder}/{self.name}.coverage.json" if folder else f"{self.name}.coverage.json"
+
+
+@dataclass(frozen=True)
 class GitIdentity:
     """Author and committer of the commits `retune --commit` makes."""
 
@@ -186,6 +211,8 @@ class Config:
     warnings: tuple[str, ...] = ()
     # Top-level key -> its line in tvmtune.yaml, for errors found after parsing.
     lines: dict[str, int] = field(default_factory=dict)
+    # `models:`: the models whose calls the templates should cover (docs/models.md).
+    models: tuple[ModelConfig, ...] = ()
 
     @property
     def operators_path(self) -> Path:
@@ -560,7 +587,7 @@ def _parse_inputs(ctx: _Ctx, node: yaml.Node, operator: str) -> tuple[tuple[str,
 
 _TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "batch_size", "seed",
              "max_age_days", "tvm_version", "early_stop", "measure", "operators", "pr_check", "git",
-             "keep"]
+             "keep", "models"]
 
 
 def parse_config(text: str, path: Path) -> Config:
@@ -619,8 +646,51 @@ def parse_config(text: str, path: Path) -> Config:
         g = _mapping(ctx, items["git"][1], "git")
         _check_keys(ctx, g, ["name", "email"], "git")
         kw["git"] = GitIdentity(**{k: _typed(ctx, g[k][1], f"git.{k}", str, f"{k}: tvmtune-ci") for k in g})
+    if "models" in items:
+        kw["models"] = _parse_models(ctx, items["models"][1], [t.name for t in targets])
     kw["warnings"] = tuple(ctx.warnings)
     return Config(**kw)
+
+
+def _parse_models(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tuple[ModelConfig, ...]:
+    """`models: {bert_layer: {source: models/bert_layer.py, targets: [zen4-2c]}}`."""
+    items = _mapping(ctx, node, "models")
+    out = []
+    for name, (knode, vnode) in items.items():
+        example = f"{name}: {{source: models/{name}.py}}"
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+            raise ctx.error(knode, f"model name {name!r} cannot name a file",
+                            "use letters, digits, '-', '_' or '.'")
+        if not isinstance(vnode, yaml.MappingNode):
+            raise ctx.error(vnode, f"model {name!r} must be a mapping with a source", f"write `{example}`")
+        m = _mapping(ctx, vnode, f"models.{name}")
+        _check_keys(ctx, m, ["source", "targets"], f"models.{name}")
+        if "source" not in m:
+            raise ctx.error(vnode, f"model {name!r} has no source", f"write `{example}`")
+        snode = m["source"][1]
+        source = _construct(snode)
+        parts = source.replace("\\", "/").split("/") if isinstance(source, str) else []
+        if (not parts or source.startswith("/") or ".." in parts or not all(parts)
+                or not source.endswith((".py", ".onnx"))):
+            raise ctx.error(snode, f"models.{name}.source {source!r} is not a .py or .onnx file "
+                            "relative to the repository root",
+                            f"write `source: models/{name}.py` (a module exposing MODEL and SPEC) or "
+                            f"`source: models/{name}.onnx` (no leading '/', no '..')")
+        targets = None
+        if "targets" in m:
+            tnode = m["targets"][1]
+            names = _construct(tnode)
+            if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+                raise ctx.error(tnode, f"models.{name}.targets must be a list of target names",
+                                f"write `targets: [{', '.join(target_names) or 'cpu'}]`")
+            for n in names:
+                if n not in target_names:
+                    close = difflib.get_close_matches(n, target_names, n=1)
+                    fix = f"did you mean {close[0]!r}?" if close else f"configured targets: {', '.join(target_names)}"
+                    raise ctx.error(tnode, f"models.{name}.targets names unknown target {n!r}", fix)
+            targets = tuple(names)
+        out.append(ModelConfig(name, source.replace("\\", "/"), targets, knode.start_mark.line + 1))
+    return tuple(out)
 
 
 def _parse_keep(ctx: _Ctx, node: yaml.Node) -> tuple[str, ...]:

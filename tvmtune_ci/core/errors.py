@@ -36,6 +36,12 @@ class TemplateError(TvmtuneError):
         super().__init__(where + message)
 
 
+class ModelError(TvmtuneError):
+    """A model of `models:` cannot be loaded or exported (names its source and the fix)."""
+
+    exit_code = 2
+
+
 class CorruptFileError(TvmtuneError):
     """A file we wrote (log, manifest) cannot be parsed; names the path to inspect."""
 
