@@ -18,6 +18,7 @@ import sys
 from typing import Any, TextIO
 
 from .. import ci
+from ..check.models import ModelProblem
 from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..check.staleness import (
     FIX_HINT,
@@ -62,14 +63,24 @@ def entry_line(e: Entry) -> str:
     return f"STALE {name}: {reasons}"
 
 
+def model_line(p: ModelProblem) -> str:
+    return f"STALE model {p.model}: {p.code} ({p.detail}); {p.hint}"
+
+
 def render_text(report: Report, out: TextIO) -> None:
     for e in report.entries:
         print(entry_line(e), file=out)
+    for p in report.models:
+        print(model_line(p), file=out)
     for line in orphan_lines(report):
         print(f"warning: {line}", file=out)
     for w in report.warnings:
         print(f"warning: {w}", file=out)
     print(summary_line(report), file=out)
+    if report.models:
+        names = ", ".join(dict.fromkeys(p.model for p in report.models))
+        print(f"{len(report.models)} model coverage file(s) stale ({names}); run `tvmtune-ci models` "
+              "and commit them", file=out)
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -90,6 +101,9 @@ def report_json(report: Report) -> dict[str, Any]:
             for e in report.entries
         ],
         "orphans": [reason_json(o) for o in report.orphans],
+        # Models whose coverage file is missing, unreadable or stale (docs/models.md).
+        "models": [{"model": p.model, "code": p.code, "detail": p.detail, "file": p.file,
+                    "fix": p.hint} for p in report.models],
         "warnings": list(report.warnings),
         # Logs git's index vouched for (committed, unmodified, the recorded blob).
         "logs_trusted": report.logs_trusted,
@@ -145,6 +159,9 @@ def render_github(report: Report, level: str) -> list[str]:
                 title=f"stale tuning log: {e.operator}/{e.target_name}",
             )
         )
+    for p in report.models:
+        lines.append(ci.annotation(level, f"{p.code}: {p.detail}. Fix: {p.hint}", file=p.file, line=1,
+                                   title=f"stale model coverage: {p.model}"))
     # Orphaned folders go to the step summary only: one annotation each drowned the
     # stale entries' annotations after a target switch.
     for w in report.warnings:
@@ -173,6 +190,8 @@ def step_summary(report: Report) -> str:
         )
     for o in report.orphans:
         rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
+    for p in report.models:
+        rows.append(f"| model {p.model} | **stale** | `{p.code}` {md_escape(p.detail)} |")
     rows += history_summary(report)
     return "\n".join(rows) + "\n"
 
@@ -243,7 +262,7 @@ def run_builds(config: Config, report: Report, fmt: str) -> tuple[list[Any], lis
 
 
 def exit_code(report: Report, config: Config, args: argparse.Namespace) -> int:
-    if not report.stale:
+    if not report.stale and not report.models:
         return 0
     if args.warn_only or (args.pr and config.pr_check == "warn"):
         return 0
@@ -280,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
     render_text(report, sys.stdout)
     for line in build_lines:
         print(line)
-    if report.stale and code == 0:
+    if (report.stale or report.models) and code == 0:
         why = "--warn-only" if args.warn_only else "pr_check: warn in tvmtune.yaml"
         print(f"exiting 0 despite stale entries ({why})")
     return code

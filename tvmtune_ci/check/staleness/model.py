@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ...core.layout import LogSet
 from ...core.manifest import Manifest
 from ...core.reasons import RETUNE, Code
+from ..models import ModelProblem
 
 # Reason codes (reasons.Code: their order, what each blocks downstream, their fix).
 MISSING = Code.MISSING
@@ -85,6 +86,9 @@ class Report:
     templates_trusted: int = 0
     # Log folders of unconfigured targets or operators that tvmtune.yaml's `keep:` declares.
     kept: tuple[str, ...] = ()
+    # Models whose coverage file is missing, unreadable or stale (check/models.py):
+    # they fail `check` like a stale log.
+    models: tuple[ModelProblem, ...] = ()
 
     @property
     def stale(self) -> tuple[Entry, ...]:

@@ -17,6 +17,7 @@ from ..fingerprint import (
     Fingerprint,
     SourceCache,
 )
+from ..models import ModelProblem, check_models
 from .model import MISSING, Entry, Report
 from .orphans import find_orphans, find_renamed
 from .prscope import pr_candidates, touched
@@ -229,5 +230,11 @@ def find_stale(
     orphans = find_orphans(config, cache, templates, logs_path, kept)
     if missing and orphans:
         entries, orphans = find_renamed(config, cache, entries, orphans, missing)
+    # The models' coverage files (docs/models.md): read once, templates parsed only when
+    # git cannot vouch for them. Not for a selection of operators or targets.
+    models: list[ModelProblem] = []
+    if operators is None and targets is None:
+        models, model_warnings = check_models(config, checker.index(), templates)
+        warnings += model_warnings
     return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,
-                  checker.templates_trusted, tuple(kept))
+                  checker.templates_trusted, tuple(kept), models=tuple(models))

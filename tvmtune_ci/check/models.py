@@ -1,0 +1,180 @@
+"""`check`'s part of the models (docs/models.md): each model's coverage file read once,
+without TVM.
+
+Fails (`ModelProblem`, like a stale log): a coverage file that is missing, unreadable
+or of another format; one whose model source changed since it was written (the hash of
+its bytes); one whose coverage no longer holds because a template's IMPLEMENTS,
+WORKLOADS or TARGET_KINDS changed (the recorded calls are matched again with today's
+contracts: the matching is TVM-free). Warns: each call whose shape a template
+implements but no workload declares (naming the model, the call, the template and the
+params to add), and per model the ops no template implements.
+
+Cost: nothing without `models:`. With models, one read of each coverage file and one
+index lookup per template: a template git vouches for (tracked, unmodified, the blob
+the file recorded) is not parsed; only an edited, new or removed one is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.config import Config, ModelConfig
+from ..core.contract import UNCOVERED_OP, UNCOVERED_SHAPE, Contract, read_contract
+from ..core.coverage import CoverageFile, read_coverage, recompute
+from ..core.errors import CorruptFileError, TemplateError
+from ..core.fsutil import sha256_file
+
+MODEL_MISSING = "model_missing"
+MODEL_UNREADABLE = "model_unreadable"
+MODEL_CHANGED = "model_changed"
+COVERAGE_CHANGED = "coverage_changed"
+REGENERATE = "run `tvmtune-ci models {name}` (TVM, the [tune] extra) and commit {file}"
+
+
+@dataclass(frozen=True)
+class ModelProblem:
+    """Why a model's coverage file is stale: a code above, the detail, the file."""
+
+    model: str
+    code: str
+    detail: str
+    file: str  # repo-relative posix path
+    line: int | None = None
+
+    @property
+    def hint(self) -> str:
+        return REGENERATE.format(name=self.model, file=self.file)
+
+
+def check_models(config: Config, index: Mapping[str, str], templates: Mapping[str, Path]
+                 ) -> tuple[list[ModelProblem], list[str]]:
+    """(problems that fail check, warnings) for every model of `config`. `index`: git's
+    clean blobs (absolute posix path -> blob id, `Checker.index`); `templates`:
+    operator -> its template's absolute path (as `find_stale` discovered them)."""
+    problems: list[ModelProblem] = []
+    warnings: list[str] = []
+    if not config.models:
+        return problems, warnings
+    root = config.root.resolve()
+    top = root.as_posix()
+    current = {p.relative_to(root).as_posix(): p for p in templates.values()
+               if p.is_relative_to(root)}
+    contracts_now: dict[str, Contract | None] = {}  # rel -> contract, parsed once per run
+    for m in config.models:
+        f, problem = _read(config, m)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert f is not None
+        src = root / m.source
+        try:
+            digest = sha256_file(src)
+        except OSError:
+            problems.append(ModelProblem(m.name, MODEL_MISSING, f"model {m.name}: its source {m.source} "
+                                         "cannot be read; fix `source:` in tvmtune.yaml", m.source))
+            continue
+        if digest != f.source.get("sha256") or f.source.get("path") != m.source:
+            problems.append(ModelProblem(m.name, MODEL_CHANGED, f"model {m.name}: {m.source} changed "
+                                         f"since {m.coverage_file} was generated", m.coverage_file))
+            continue
+        changed = _contracts_today(f, current, index, top, contracts_now, warnings)
+        if changed is not None:
+            now = recompute(f, changed)
+            diff = _differences(f, now)
+            if diff:
+                problems.append(ModelProblem(
+                    m.name, COVERAGE_CHANGED,
+                    f"model {m.name}: a template's IMPLEMENTS or WORKLOADS changed and the coverage "
+                    f"in {m.coverage_file} no longer holds: {'; '.join(diff[:3])}"
+                    + (f" and {len(diff) - 3} more" if len(diff) > 3 else ""), m.coverage_file))
+                continue
+        warnings += _uncovered(f, m)
+    return problems, warnings
+
+
+def _read(config: Config, m: ModelConfig) -> tuple[CoverageFile | None, ModelProblem | None]:
+    path = config.root / m.coverage_file
+    try:
+        return read_coverage(path), None
+    except FileNotFoundError:
+        return None, ModelProblem(m.name, MODEL_MISSING, f"model {m.name} has no coverage file "
+                                  f"{m.coverage_file}", m.coverage_file)
+    except (OSError, UnicodeDecodeError) as e:
+        return None, ModelProblem(m.name, MODEL_UNREADABLE, f"{m.coverage_file}: cannot read: {e}",
+                                  m.coverage_file)
+    except CorruptFileError as e:
+        return None, ModelProblem(m.name, MODEL_UNREADABLE, str(e).replace(str(path), m.coverage_file),
+                                  m.coverage_file)
+
+
+def _contracts_today(f: CoverageFile, current: Mapping[str, Path], index: Mapping[str, str],
+                     top: str, cache: dict[str, Contract | None], warnings: list[str]
+                     ) -> dict[str, Contract] | None:
+    """Today's contracts when one differs from the recorded ones; None when none does
+    (every recorded template vouched for by git, or parsed and found the same)."""
+    recorded = {c.file: c for c in f.contracts.values()}
+    out: dict[str, Contract] = {}
+    differs = False
+    for rel in sorted(set(f.templates) | set(current)):
+        path = current.get(rel)
+        if path is not None and rel in f.templates and index.get(f"{top}/{rel}") == f.templates[rel]:
+            if rel in recorded:
+                out[recorded[rel].template] = recorded[rel]
+            continue
+        if path is None:
+            c = None
+        elif rel in cache:
+            c = cache[rel]
+        else:
+            try:
+                c = cache[rel] = read_contract(path, rel)
+            except TemplateError as e:
+                # Its entries report it (template_invalid); here its old contract stands.
+                warnings.append(f"{e}: its IMPLEMENTS cannot be read, so the models' coverage "
+                                "is checked with the one recorded")
+                c = cache[rel] = recorded.get(rel)
+        old = recorded.get(rel)
+        if (c is None) != (old is None) or (c is not None and old is not None and c.digest() != old.digest()):
+            differs = True
+        if c is not None:
+            out[c.template] = c
+    return out if differs else None
+
+
+def _differences(old: CoverageFile, new: CoverageFile) -> list[str]:
+    out = []
+    for (i, _), (j, _) in zip(old.sites, new.sites, strict=True):
+        sig, a, _n = old.calls[i]
+        b = new.calls[j][1]
+        if a != b:
+            out.append(f"{sig.describe()} was {_status(a)}, now {_status(b)}")
+    return list(dict.fromkeys(out))
+
+
+def _status(c: object) -> str:
+    status = getattr(c, "status", "")
+    template, workload = getattr(c, "template", None), getattr(c, "workload", None)
+    if template and workload:
+        return f"{status} by {template}/{workload}"
+    return f"{status} ({template})" if template else status
+
+
+def _uncovered(f: CoverageFile, m: ModelConfig) -> list[str]:
+    out = []
+    ops: dict[str, int] = {}
+    for sig, cov, n in f.calls:
+        if cov.status == UNCOVERED_SHAPE:
+            c = f.contracts.get(cov.template or "")
+            where = c.file if c is not None else cov.template
+            out.append(f"{m.coverage_file}: model {m.name} calls {sig.describe()} ({n}x), which "
+                       f"{where} implements but no workload of it declares: add "
+                       f"{dict(cov.params)} to its WORKLOADS and tune it, or leave the call to TVM")
+        elif cov.status == UNCOVERED_OP:
+            ops[sig.op] = ops.get(sig.op, 0) + n
+    if ops:
+        listed = ", ".join(f"{op} ({n}x)" for op, n in sorted(ops.items(), key=lambda x: -x[1]))
+        out.append(f"{m.coverage_file}: model {m.name}: no template implements {listed}; they run "
+                   "TVM's own kernels (docs/models.md)")
+    return out
