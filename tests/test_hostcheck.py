@@ -108,6 +108,19 @@ def test_a_feature_no_one_can_vouch_for_is_refused(monkeypatch: pytest.MonkeyPat
     assert "lacks: avx12.0, avx512f (avx12.0: not a feature LLVM's host detection reports" in str(e.value)
 
 
+def test_a_vm_hiding_system_instructions_still_runs_its_cpu_s_target() -> None:
+    """A Zen 4 guest here reports no mwaitx, pku, rdpru or wbnoinvd, which LLVM's znver4
+    enables: instructions LLVM emits only for their intrinsics, which no kernel calls.
+    Its own target (this repo's zen4-2c) is not refused for them; a vector feature is."""
+    z4 = synthetic_host("znver4")
+    hidden = {"mwaitx", "pku", "rdpru", "wbnoinvd"}
+    assert hidden <= z4.features
+    guest = Host(arch="x86_64", cpu="znver4", features=z4.features - hidden)
+    assert missing_features({"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, guest) == []
+    no_gfni = Host(arch="x86_64", cpu="znver4", features=z4.features - {"gfni"})
+    assert missing_features({"kind": "llvm", "mcpu": "znver4"}, no_gfni) == ["gfni"]
+
+
 def test_features_a_vm_hides_are_turned_off_in_the_host_target() -> None:
     """An Emerald Rapids guest without AMX is still `emeraldrapids` to LLVM: the host
     target turns AMX off, so the host check accepts it and tuning there works."""

@@ -9,7 +9,8 @@ The host's features come from LLVM's own host detection (what `-march=native` re
 CPUID and the OS's XSAVE support), through TVM, so every ISA feature LLVM can emit is
 one it can vouch for, with no table of ours to keep up to date. The check fails
 closed: a target feature that is neither on the host, nor in its architecture's
-baseline, nor one of LLVM's tuning preferences (which never make code fault) is
+baseline, nor one of LLVM's tuning preferences (which never make code fault), nor a
+system instruction LLVM emits only for its intrinsic (no TVM kernel calls one) is
 refused, named. `archspec` was the other candidate: it reads /proc/cpuinfo flags,
 whose names differ from LLVM's, so it would need the very mapping table this replaces.
 """
@@ -43,6 +44,16 @@ _X86_TUNING = re.compile(
     r"(fast|faster|slow|false-deps|prefer|no-bypass-delay|tuning|use|lea|idiv[a-z]*-to|pad-short)-.*"
     r"|allow-light-256-bit|branch-hint|branchfusion|macrofusion|sbb-dep-breaking|ermsb|fsrm"
 )
+# x86 system instructions (power management, protection keys, cache control, random
+# numbers, enclaves, ...): LLVM emits them only for their own intrinsics, which no TVM
+# kernel calls, and VMs hide them (a Zen 4 guest here lacks mwaitx, pku, rdpru and
+# wbnoinvd, which LLVM's znver4 enables). A name missing here is refused, never passed.
+_X86_SYSTEM = frozenset({
+    "cldemote", "clflushopt", "clwb", "clzero", "enqcmd", "fsgsbase", "hreset", "invpcid", "kl",
+    "lwp", "movdir64b", "movdiri", "mwaitx", "pconfig", "pku", "prefetchi", "ptwrite", "rdpid",
+    "rdpru", "rdrnd", "rdseed", "rtm", "serialize", "sgx", "shstk", "tsxldtrk", "uintr", "usermsr",
+    "waitpkg", "wbnoinvd", "widekl", "xsave", "xsavec", "xsaveopt", "xsaves",
+})
 
 
 @dataclass(frozen=True)
@@ -107,7 +118,8 @@ def this_host() -> Host:
 
 def missing_of(features: Iterable[str], host: Host, baseline: Iterable[str] = ()) -> list[str]:
     """Of the LLVM `features` a target enables, those `host` cannot vouch for: not on
-    it, not in its architecture's `baseline`, and (x86) not a tuning preference. On
+    it, not in its architecture's `baseline`, and (x86) neither a tuning preference nor
+    a system instruction no kernel uses. On
     other architectures LLVM's names mix ISA, architecture versions and system
     registers, so only a feature the host's detection reports absent is refused there."""
     base = set(baseline)
@@ -116,7 +128,7 @@ def missing_of(features: Iterable[str], host: Host, baseline: Iterable[str] = ()
         if f in host.features or f in base:
             continue
         if host.arch == "x86_64":
-            if not _X86_TUNING.fullmatch(f):
+            if not _X86_TUNING.fullmatch(f) and f not in _X86_SYSTEM:
                 out.append(f)
         elif host.known is not None and f in host.known:
             out.append(f)
