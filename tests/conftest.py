@@ -377,6 +377,7 @@ OPTIONAL_TOOLS = {
 OPTIONAL_EXTRAS = {
     "cuda": "pip install 'tvmtune-ci[cuda]' (NVRTC and the CUDA headers from PyPI, Linux: "
     "compiles GPU kernels to cubins); `make test`'s venv has it",
+    "onnx": "pip install 'tvmtune-ci[onnx]' (onnx, onnxruntime: ONNX models, docs/models.md)",
 }
 
 
@@ -385,6 +386,10 @@ def _extra_missing(name: str) -> str | None:
         from tvmtune_ci.tune.nvrtc import missing
 
         return missing()
+    if name == "onnx":
+        import importlib.util
+
+        return None if importlib.util.find_spec("onnx") is not None else "onnx is not installed"
     raise AssertionError(name)
 
 
