@@ -34,7 +34,7 @@ from tvmtune_ci.core.git.read import blob_id
 from tvmtune_ci.core.layout import LogSet
 from tvmtune_ci.core.manifest import Manifest, Measured, Trials, WorkloadResult, write_manifest
 from tvmtune_ci.core.targetinfo import target_facts
-from tvmtune_ci.core.template import discover_templates, read_template
+from tvmtune_ci.core.template import declared_kinds, discover_templates, read_template
 
 PROJECT = Path(__file__).resolve().parents[1]
 OPERATORS = PROJECT / "operators"  # the real templates, copied into each repo
@@ -303,7 +303,7 @@ def freshen_all(root: Path, **kw: object) -> list[Manifest]:
     return [
         write_fresh(root, p.stem, t.name, **kw)  # type: ignore[arg-type]
         for p in discover_templates(config.operators_path)
-        for t in config.targets_for(p.stem)
+        for t in config.targets_for(p.stem, declared_kinds(p))
     ]
 
 

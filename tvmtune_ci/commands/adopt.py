@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..check.staleness import select_entries
     from ..core.layout import LogSet
     from ..core.targets import slug
-    from ..core.template import discover_templates
+    from ..core.template import declared_kinds, discover_templates
     from ..publish.adopt import adopt
 
     config = load_quietly(args.config)
@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise UsageError(f"{where}/ does not exist; `tvmtune-ci status --orphans` lists the log "
                          "folders of operators without a template")
-    targets = [t for t in config.targets_for(new) if args.target is None or t.name in args.target]
+    kinds = declared_kinds(config.operators_path / f"{new}.py")
+    targets = [t for t in config.targets_for(new, kinds) if args.target is None or t.name in args.target]
     adopted, left = [], []
     for t in targets:
         if not LogSet.of(config.logs_path, old, t.name).manifest.is_file():

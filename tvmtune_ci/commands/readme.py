@@ -50,7 +50,7 @@ def _holds(path: Path, data: bytes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.template import discover_templates
+    from ..core.template import declared_kinds, discover_templates
 
     config = load_config(Path(args.config) if args.config else None)
     if args.all:
@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for op in operators:
         # A target named here may be one no longer configured whose folder is kept
         # (`keep:`): its README is regenerated from its manifest like any other.
-        names = list(args.target) or [t.name for t in config.targets_for(op)]
+        kinds = declared_kinds(config.operators_path / f"{op}.py")
+        names = list(args.target) or [t.name for t in config.targets_for(op, kinds)]
         if args.all and not args.target and (config.logs_path / op).is_dir():
             names += sorted(d.name for d in (config.logs_path / op).iterdir()
                             if d.is_dir() and config.kept(op, d.name) and d.name not in names)

@@ -53,11 +53,12 @@ def recover_interrupted(config: Config, operators: list[str], *, dry_run: bool =
     """
     from ..core import lock
     from ..core.layout import LogSet
+    from ..core.template import declared_kinds
     from ..publish.swap import MARKER_NAME, leftovers, recover
 
     done = []
     for op in operators:
-        for t in config.targets_for(op):
+        for t in config.targets_for(op, declared_kinds(config.operators_path / f"{op}.py")):
             logset = LogSet.of(config.logs_path, op, t.name)
             if not leftovers(logset.folder) and not (logset.folder / MARKER_NAME).exists():
                 continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,17 +131,22 @@ class TargetConfig:
     def slug(self) -> str:
         return slug(self.name)
 
+    @property
+    def kind(self) -> str:
+        """Its TVM target kind (llvm, c, cuda...): a tag's comes from its expanded dict."""
+        return str(self.target.get("kind", ""))
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
-    """Per-operator overrides: a trial budget, the targets it is tuned for (empty: all),
-    and its weight in a time budget (`retune --budget`): its share of the end-to-end
-    time a profile gives, split among its workloads by `workload_weights` (equally by
-    default)."""
+    """Per-operator overrides: a trial budget, the targets it is tuned for (none listed:
+    every target of a kind its template declares, `Config.targets_for`), and its weight
+    in a time budget (`retune --budget`): its share of the end-to-end time a profile
+    gives, split among its workloads by `workload_weights` (equally by default)."""
 
     name: str
     trials: int | None = None
-    targets: tuple[str, ...] | None = None  # None: every configured target
+    targets: tuple[str, ...] | None = None  # None: every target of the template's kinds
     line: int = 0
     weight: float = 1.0
     workload_weights: dict[str, float] = field(default_factory=dict)
@@ -261,11 +266,31 @@ class Config:
         o = self.operator(operator)
         return o.trials if o.trials is not None else self.trials
 
-    def targets_for(self, operator: str) -> tuple[TargetConfig, ...]:
+    def targets_for(self, operator: str, kinds: Collection[str] | None
+                    ) -> tuple[TargetConfig, ...]:
+        """The targets `operator` is tuned for: its `targets:` list, else every target
+        of a kind its template schedules for (`kinds`: its TARGET_KINDS,
+        template.declared_kinds), so that a GPU target leaves the CPU templates alone.
+        A listed target of another kind stays listed: `check` reports the template
+        invalid for it. kinds None (a template whose TARGET_KINDS cannot be read):
+        every target, so that the error reaches each."""
         o = self.operator(operator)
-        if o.targets is None:
+        if o.targets is not None:
+            return tuple(self.target(n) for n in o.targets)
+        if kinds is None:
             return self.targets
-        return tuple(self.target(n) for n in o.targets)
+        return tuple(t for t in self.targets if t.kind in kinds)
+
+    def coverage(self, kinds: Mapping[str, Collection[str] | None]
+                 ) -> dict[str, tuple[str, ...]]:
+        """Target name -> the operators it is tuned for, in `kinds`' order (operator ->
+        its template's TARGET_KINDS, as targets_for takes them); every configured
+        target, those that cover none with ()."""
+        out: dict[str, list[str]] = {t.name: [] for t in self.targets}
+        for op, k in kinds.items():
+            for t in self.targets_for(op, k):
+                out[t.name].append(op)
+        return {name: tuple(ops) for name, ops in out.items()}
 
 
 # --------------------------------------------------------------------------- parsing

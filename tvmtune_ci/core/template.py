@@ -490,6 +490,48 @@ def knob_from_ast(node: ast.AST, path: Path) -> Any:
         raise TemplateError(f"{e}", file=path, line=node.lineno) from None
 
 
+def _target_kinds(stmt: ast.Assign | ast.AnnAssign, path: Path) -> tuple[str, ...]:
+    assert stmt.value is not None
+    kinds = _literal(stmt.value, path, "TARGET_KINDS")
+    if (not isinstance(kinds, (list, tuple)) or not kinds
+            or not all(isinstance(x, str) for x in kinds)):
+        raise TemplateError("TARGET_KINDS must list target kinds, e.g. [\"cuda\"]",
+                            file=path, line=stmt.lineno)
+    return tuple(kinds)
+
+
+def declared_kinds(path: Path) -> tuple[str, ...] | None:
+    """The template's TARGET_KINDS as `read_template` reads them, without reading the
+    rest: which configured targets it pairs with (`Config.targets_for`). None when the
+    file cannot be read or its TARGET_KINDS is not a list of kinds: then it pairs with
+    every target, so that its template_invalid reaches each of them.
+
+    Cheap: a file that does not mention TARGET_KINDS is read, not parsed. `check`
+    reads it only for an operator whose pairing no manifest vouches for
+    (check/staleness/pairing.py).
+    """
+    try:
+        source = path.read_bytes()
+    except OSError:
+        return None
+    if b"TARGET_KINDS" not in source:
+        return CPU_KINDS
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except (SyntaxError, ValueError):
+        return None
+    kinds = CPU_KINDS
+    for stmt in tree.body:  # the last top-level assignment wins, as in read_template
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(t, ast.Name) and t.id == "TARGET_KINDS" for t in targets):
+                try:
+                    kinds = _target_kinds(stmt, path)
+                except TemplateError:
+                    return None
+    return kinds
+
+
 def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     """Read WORKLOADS, KNOBS and the required functions from a template's AST."""
     if tree is None:
@@ -533,12 +575,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                     constraints.append(c)
                     constraint_lines[c.name] = e.lineno
             if "TARGET_KINDS" in names and stmt.value is not None:
-                value = _literal(stmt.value, path, "TARGET_KINDS")
-                if (not isinstance(value, (list, tuple)) or not value
-                        or not all(isinstance(x, str) for x in value)):
-                    raise TemplateError("TARGET_KINDS must list target kinds, e.g. [\"cuda\"]",
-                                        file=path, line=stmt.lineno)
-                kinds = tuple(value)
+                kinds = _target_kinds(stmt, path)
             if "IMPLEMENTS" in names and stmt.value is not None:
                 implements_node = stmt.value
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:

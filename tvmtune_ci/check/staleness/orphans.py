@@ -14,16 +14,21 @@ from ..fingerprint import (
     SourceCache,
 )
 from .model import ORPHANED, Entry, Reason
+from .pairing import Pairing
 
 
 def find_orphans(
-    config: Config, cache: SourceCache, templates: dict[str, Path], logs: Path, kept: list[str]
+    config: Config, cache: SourceCache, templates: dict[str, Path], pairing: Pairing,
+    logs: Path, kept: list[str]
 ) -> list[Reason]:
     """Log folders of operators without a template or of targets not configured for
-    their operator; those that `keep:` declares go to `kept` instead."""
+    their operator, or of a kind its template does not declare (`pairing`); those that
+    `keep:` declares go to `kept` instead."""
     if not logs.is_dir():
         return []
-    known = {slug(op): {t.slug for t in config.targets_for(op)} for op in templates}
+    # Slug -> (operator, its candidate targets by slug); a kind is asked of the pairing
+    # only for a folder the check's entries did not vouch for.
+    known = {slug(op): (op, {t.slug: t for t in pairing.candidates(op)}) for op in templates}
     logs_rel = cache.rel(logs)
     out = []
     # scandir's entries know their type (no stat per folder, no Path per name): this
@@ -44,17 +49,24 @@ def find_orphans(
                 )
             )
             continue
+        op, candidates = known[op_name]
         for t_name, _ in _folders(op_dir):
-            if t_name not in known[op_name]:
+            t = candidates.get(t_name)
+            if t is None or not pairing.paired(op, t):
                 if config.kept(op_name, t_name):
                     kept.append(f"{rel}/{t_name}/")
                     continue
+                if t is None:
+                    why = (f"not configured for {op_name}; "
+                           "delete the folder or add the target to tvmtune.yaml")
+                else:  # configured, of a kind the template does not declare
+                    why = (f"a {t.kind} target, and {op_name}'s template schedules for "
+                           f"{' or '.join(pairing.kinds(op) or ())} targets (TARGET_KINDS); "
+                           "delete the folder")
                 out.append(
                     Reason(
                         ORPHANED,
-                        f"{rel}/{t_name}/ holds logs for target {t_name!r}, which is not "
-                        f"configured for {op_name}; "
-                        "delete the folder or add the target to tvmtune.yaml",
+                        f"{rel}/{t_name}/ holds logs for target {t_name!r}, which is {why}",
                         f"{rel}/{t_name}",
                     )
                 )

@@ -20,6 +20,7 @@ from ..fingerprint import (
 from ..models import ModelProblem, check_models
 from .model import MISSING, Entry, Report
 from .orphans import find_orphans, find_renamed
+from .pairing import Pairing
 from .prscope import pr_candidates, touched
 from .rules import Checker
 from .select import select_entries
@@ -120,6 +121,7 @@ def find_stale(
     _check_folders(config)
     # Resolved once: every path below is joined onto these, never resolved again.
     templates = {p.stem: p for p in discover_templates(config.operators_path.resolve())}
+    pairing = Pairing(config, templates)
     logs_path = config.logs_path.resolve()
     want_ops, want_targets = select_entries(config, operators, targets)
     changed = git_read.changed_files(config.root, changed_since) if changed_since is not None else None
@@ -176,13 +178,19 @@ def find_stale(
             if candidates is not None and op not in candidates:
                 continue
             rel = cache.rel(templates[op])
-            for target in config.targets_for(op):
+            pending = []
+            for target in pairing.candidates(op):
                 if want_targets is not None and target.name not in want_targets:
                     continue
                 logset = LogSet.of(logs_path, op, target.name)
                 read = checker.read(logset)
                 tpl = checker.recorded(read[0], rel, target, op) if read[0] is not None else None
-                todo.append((op, target, logset, read, tpl))
+                pending.append((op, target, logset, read, tpl))
+            if all(tpl is not None for *_, tpl in pending):
+                pairing.vouch(op, (target.name for _, target, *_ in pending))
+            else:  # a pair no manifest vouches for: of a kind the template declares?
+                pending = [p for p in pending if pairing.paired(op, p[1])]
+            todo += pending
         unparsed = [templates[op] for op in dict.fromkeys(op for op, *_, tpl in todo if tpl is None)]
         parsed_all = read_checked_templates(unparsed, cache, workers=parse_workers(len(unparsed)))
         for op, target, logset, read, recorded in todo:
@@ -227,7 +235,7 @@ def find_stale(
     warnings += list(dict.fromkeys(advice))
     warnings += _read_warnings(config, noted)
     kept: list[str] = []
-    orphans = find_orphans(config, cache, templates, logs_path, kept)
+    orphans = find_orphans(config, cache, templates, pairing, logs_path, kept)
     if missing and orphans:
         entries, orphans = find_renamed(config, cache, entries, orphans, missing)
     # The models' coverage files (docs/models.md): read once, templates parsed only when
