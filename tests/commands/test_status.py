@@ -71,7 +71,8 @@ def test_reasons_and_as_of(repo: Path, status) -> None:  # noqa: ANN001
     later = (tuned_on(repo) + datetime.timedelta(days=400)).isoformat()
     code, rows, _ = status(repo, "--as-of", later, "--target", "avx2", "--operator", "matmul")
     assert code == 0
-    assert len(rows) == 3  # header, the one entry, the summary
+    # Header, the one entry, the selected target's templates (2 lines), the summary.
+    assert len(rows) == 5 and rows[3] == ["", "avx2 (llvm): matmul"]
     assert rows[1][:3] == ["matmul/avx2", "STALE", "400d"] and rows[1][-1] == "expired"
 
 

@@ -2,18 +2,23 @@
 
 Columns: state, age in days, trials run/requested (summed over workloads), best
 latency per workload, config-space size (all workloads and design spaces), and
-the stale reasons. Exit 0; 2 on a config or usage error.
+the stale reasons. Below the table, the templates each target covers (a target
+pairs with the templates whose TARGET_KINDS include its kind, unless an operator
+lists its targets). Exit 0; 2 on a config or usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..check.staleness import TEMPLATE_INVALID, Entry, Report
 from ..ci import md_escape
+from ..core.config import Config
 from ..core.errors import CorruptFileError
 from ..core.stats import fmt_latency
 
@@ -118,13 +123,45 @@ def rows(report: Report, histories: list[History]) -> list[dict[str, str]]:
     return [row(e, h) for e, h in zip(report.entries, histories, strict=True)]
 
 
-def render_text(report: Report, out: TextIO) -> None:
+@dataclass(frozen=True)
+class Coverage:
+    """One target, its kind, and the templates (operators) it is tuned for."""
+
+    target: str
+    kind: str
+    operators: tuple[str, ...]
+
+
+def coverage(config: Config, targets: Sequence[str] | None = None) -> tuple[Coverage, ...]:
+    """What each configured target (those in `targets`, when given) covers: every
+    template, whatever the table selected, paired as `check` pairs them."""
+    from ..core.template import declared_kinds, discover_templates
+
+    kinds = {p.stem: declared_kinds(p) for p in discover_templates(config.operators_path)}
+    covered = config.coverage(kinds)
+    return tuple(Coverage(t.name, t.kind, covered[t.name])
+                 for t in config.targets if targets is None or t.name in targets)
+
+
+def coverage_line(c: Coverage) -> str:
+    """`zen4-2c (llvm): conv2d, dense`, or why a target covers nothing."""
+    ops = ", ".join(c.operators) or (
+        f"none: no template's TARGET_KINDS include {c.kind}, and no "
+        f"operators.NAME.targets in tvmtune.yaml lists {c.target}")
+    return f"{c.target} ({c.kind}): {ops}"
+
+
+def render_text(report: Report, out: TextIO, covered: Sequence[Coverage] = ()) -> None:
     histories = read_histories(report)
     table = rows(report, histories)
     widths = {c: max([len(c), *(len(r[c]) for r in table)]) for c in COLUMNS}
     print("  ".join(c.upper().ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
     for r in table:
         print("  ".join(r[c].ljust(widths[c]) for c in COLUMNS).rstrip(), file=out)
+    if covered:
+        print("templates each target covers:", file=out)
+    for c in covered:
+        print(f"  {coverage_line(c)}", file=out)
     for line in orphan_lines(report):
         print(f"warning: {line}", file=out)
     for w in report.warnings:
@@ -167,11 +204,11 @@ def render_orphans(report: Report, out: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _, report = report_from_args(args)
+    config, report = report_from_args(args)
     if args.orphans:
         render_orphans(report, sys.stdout)
     elif args.format == "markdown":
         print(render_markdown(report), end="")
     else:
-        render_text(report, sys.stdout)
+        render_text(report, sys.stdout, coverage(config, args.target))
     return 0
