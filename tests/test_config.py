@@ -6,11 +6,11 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG
+from conftest import CONFIG, OPERATORS
 
 from tvmtune_ci.core.config import EarlyStop, load_config, parse_config
 from tvmtune_ci.core.errors import ConfigError
-from tvmtune_ci.core.template import CPU_KINDS
+from tvmtune_ci.core.template import CPU_KINDS, declared_kinds, discover_templates, read_template
 
 MINIMAL = "targets:\n  cpu:\n    target: {kind: llvm, mcpu: skylake-avx512}\n"
 
@@ -318,3 +318,29 @@ def test_a_gpu_target_measured_on_its_runner_names_the_gpu_label() -> None:
     ok = parse("targets:\n  h100:\n    target: nvidia/nvidia-h100\n"
                "    runner: {rpc: {tracker: '127.0.0.1:9190', key: h100}}\n")
     assert ok.target("h100").rpc is not None  # measured through RPC: any runner builds
+
+
+def test_targets_pair_by_kind_unless_an_operator_lists_them(tmp_path: Path) -> None:
+    c = parse(
+        MINIMAL + "  h100:\n    target: nvidia/nvidia-h100\n    runs-on: [self-hosted, gpu]\n"
+        "operators:\n  listed: {targets: [cpu, h100]}\n"
+    )
+    assert [t.kind for t in c.targets] == ["llvm", "cuda"]  # a tag's, from its dict
+
+    def names(targets: tuple) -> list[str]:
+        return [t.name for t in targets]
+
+    assert names(c.targets_for("dense", CPU_KINDS)) == ["cpu"]
+    assert names(c.targets_for("dense_cuda", ("cuda",))) == ["h100"]
+    assert names(c.targets_for("listed", ("cuda",))) == ["cpu", "h100"]  # as written
+    assert names(c.targets_for("unreadable", None)) == ["cpu", "h100"]
+    assert c.coverage({"dense": CPU_KINDS, "dense_cuda": ("cuda",), "listed": CPU_KINDS}) == {
+        "cpu": ("dense", "listed"), "h100": ("dense_cuda", "listed")}
+    # declared_kinds reads TARGET_KINDS as read_template does, without parsing the rest.
+    for p in discover_templates(OPERATORS):
+        assert declared_kinds(p) == read_template(p).kinds, p
+    t = tmp_path / "t.py"
+    for text, kinds in (("X = 1\n", CPU_KINDS), ("TARGET_KINDS = ('c',)\n", ("c",)),
+                        ("TARGET_KINDS = 'cuda'\n", None), ("TARGET_KINDS = [\n", None)):
+        t.write_text(text)
+        assert declared_kinds(t) == kinds, text

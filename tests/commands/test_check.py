@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import (
     CONFIG,
     change_function,
+    commit_all,
     double_a_shape,
     double_a_split_bound,
     edit_results,
+    freshen_all,
+    make_repo,
     run_cli,
     tuned_on,
     write,
@@ -385,3 +389,68 @@ def test_check_pauses_the_collector_and_resumes_it(cli, monkeypatch: pytest.Monk
     assert code == 0 and seen == [False] and gc.isenabled()
     code, _, err = cli("check", "--as-of", "yesterday")
     assert code == 2 and "as-of" in err and gc.isenabled()
+
+
+# A CPU and a GPU target, and no `targets:` list: each template pairs by its TARGET_KINDS.
+MIXED = """\
+format: 1
+tvm_version: "0.27"
+targets:
+  cpu:
+    target: {kind: llvm, mcpu: haswell}
+  h100:
+    target: nvidia/nvidia-h100
+    runs-on: [self-hosted, linux, x64, gpu, h100]
+"""
+
+
+def entries_of(root: Path, *args: str) -> tuple[int, dict[tuple[str, str], list[str]], dict]:
+    """`check --format json ARGS` in `root`: exit code, (operator, target) -> reason codes."""
+    r = run_cli(root, "check", "--format", "json", *args)
+    data = json.loads(r.stdout)
+    return r.returncode, {(e["operator"], e["target"]): [x["code"] for x in e["reasons"]]
+                          for e in data["entries"]}, data
+
+
+def test_a_target_pairs_only_with_the_templates_of_its_kind(tmp_path: Path) -> None:
+    """matmul (CPU) and matmul_cuda (TARGET_KINDS cuda), neither with a targets: list:
+    matmul pairs with cpu only and matmul_cuda with h100 only, before any log, once
+    tuned, and when git vouches for every log (no template read for the pairing). A
+    folder of the wrong kind's target is an orphan that says why."""
+    root = make_repo(tmp_path, config=MIXED, operators=["matmul", "matmul_cuda"])
+    code, entries, _ = entries_of(root)
+    assert code == 1 and entries == {("matmul", "cpu"): ["missing"],
+                                     ("matmul_cuda", "h100"): ["missing"]}
+    freshen_all(root)
+    assert sorted(p.relative_to(root).as_posix() for p in root.glob("tuning_logs/*/*")) == [
+        "tuning_logs/matmul/cpu", "tuning_logs/matmul_cuda/h100"]
+    code, entries, _ = entries_of(root)
+    assert code == 0 and entries == {("matmul", "cpu"): [], ("matmul_cuda", "h100"): []}
+    commit_all(root, "tuned")
+    code, entries, data = entries_of(root)
+    assert code == 0 and entries == {("matmul", "cpu"): [], ("matmul_cuda", "h100"): []}
+    assert data["templates_trusted"] == 2 and data["orphans"] == []
+    # Selecting the GPU target selects only the GPU template.
+    code, entries, _ = entries_of(root, "--target", "h100")
+    assert code == 0 and list(entries) == [("matmul_cuda", "h100")]
+    shutil.copytree(root / "tuning_logs/matmul/cpu", root / "tuning_logs/matmul/h100")
+    code, entries, data = entries_of(root)
+    assert code == 0 and list(entries) == [("matmul", "cpu"), ("matmul_cuda", "h100")]
+    (orphan,) = data["orphans"]
+    assert orphan["file"] == "tuning_logs/matmul/h100"
+    assert ("holds logs for target 'h100', which is a cuda target, and matmul's template "
+            "schedules for llvm or c targets (TARGET_KINDS); delete the folder") in orphan["detail"]
+
+
+def test_a_target_listed_for_a_template_of_another_kind_stays_invalid(tmp_path: Path) -> None:
+    """An explicit `targets:` list is taken as written: a cuda target named for a CPU
+    template is template_invalid (saying why), and the GPU template still pairs by kind."""
+    config = MIXED + "operators:\n  matmul: {targets: [cpu, h100]}\n"
+    root = make_repo(tmp_path, config=config, operators=["matmul", "matmul_cuda"])
+    code, entries, data = entries_of(root)
+    assert code == 1 and entries == {("matmul", "cpu"): ["missing"],
+                                     ("matmul", "h100"): ["template_invalid", "missing"],
+                                     ("matmul_cuda", "h100"): ["missing"]}
+    (invalid,) = [x for e in data["entries"] for x in e["reasons"] if x["code"] == "template_invalid"]
+    assert invalid["file"] == MATMUL and ("this template schedules for llvm or c targets "
+                                          "(TARGET_KINDS), not cuda") in invalid["detail"]

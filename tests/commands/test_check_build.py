@@ -4,10 +4,14 @@ edit that breaks one is reported at the template's line with the compiler's mess
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from conftest import commit_all, edit_results, freshen_all, make_repo, run_cli
+from conftest import commit_all, edit_results, freshen_all, make_repo, run_cli, write_fresh
+
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.template import declared_kinds, discover_templates
 
 GPU_CONFIG = """\
 format: 1
@@ -116,3 +120,45 @@ def test_without_the_cuda_extra_the_build_check_exits_5(gpu_repo: Path, tmp_path
     r = run_cli(gpu_repo, "check", "--build", env={"PYTHONPATH": str(fake)})
     assert r.returncode == 5, r.stdout + r.stderr
     assert "pip install 'tvmtune-ci[cuda]'" in r.stderr + r.stdout
+
+
+def with_the_gpu_target_its_comment_suggests(config: str) -> str:
+    """tvmtune.yaml with the GPU target its comment suggests added under `targets:`, as a
+    new user would follow it (the comment, not this test, names the target)."""
+    comment = " ".join(line.strip().lstrip("#").strip() for line in config.splitlines()
+                       if line.startswith("#"))
+    found = re.search(r"To tune one, add a GPU target \(e\.g\. `(\w+): (\{target: [^`]+\})`", comment)
+    assert found, "tvmtune.yaml's comment no longer says how to add a GPU target"
+    name, value = found.groups()
+    assert config.count("\ntargets:\n") == 1
+    return config.replace("\ntargets:\n", f"\ntargets:\n  {name}: {value}\n", 1)
+
+
+@pytest.mark.extra("cuda")
+def test_a_gpu_target_added_as_tvmtune_yaml_says_builds_only_the_gpu_templates(
+        tmp_path: Path) -> None:
+    """This repository's tvmtune.yaml and templates, with the GPU target its comment
+    suggests and that target's logs tuned: `check --build --target h100` exits 0, its
+    entries and builds are the GPU templates' alone (the CPU templates, with no targets:
+    list, leave the GPU target alone) and the CPU targets still cover the CPU templates."""
+    project = Path(__file__).resolve().parents[2]
+    config = with_the_gpu_target_its_comment_suggests((project / "tvmtune.yaml").read_text())
+    ops = [p.stem for p in discover_templates(project / "operators")]
+    root = make_repo(tmp_path, config=config, operators=ops)
+    cfg = load_config(root / "tvmtune.yaml")
+    (gpu,) = [t.name for t in cfg.targets if t.kind == "cuda"]
+    gpu_ops = sorted(p.stem for p in discover_templates(root / "operators")
+                     if declared_kinds(p) == ("cuda",))
+    assert gpu_ops == ["matmul_cuda", "softmax_cuda"]
+    for op in gpu_ops:
+        write_fresh(root, op, gpu)
+    commit_all(root, "tuned")
+    r = run_cli(root, "check", "--build", "--target", gpu, "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert sorted((e["operator"], e["target"], e["fresh"]) for e in data["entries"]) == [
+        (op, gpu, True) for op in gpu_ops]
+    assert data["builds"] and {b["operator"] for b in data["builds"]} == set(gpu_ops)
+    assert all(b["ok"] and not b["skipped"] for b in data["builds"]), data["builds"]
+    status = run_cli(root, "status", "--target", gpu)
+    assert f"  {gpu} (cuda): {', '.join(gpu_ops)}" in status.stdout.splitlines(), status.stdout

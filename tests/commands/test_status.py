@@ -130,3 +130,39 @@ def test_an_unknown_space_says_why_and_an_odd_size_is_advised(tmp_path: Path, st
     warnings = [line for line in out.splitlines() if line.startswith("warning: operators/tiny.py:4:")]
     assert len(warnings) == 2, out  # one per target
     assert "6 points per design space (tile_r 3 x unroll 2), below the advised 100" in warnings[0]
+
+
+def test_each_target_lists_the_templates_it_covers(tmp_path: Path, status) -> None:  # noqa: ANN001
+    """Below the table: per target, its kind and the templates it pairs with (by
+    TARGET_KINDS, or an operator's targets: list), whatever the table selected; a
+    target that covers nothing says why."""
+    config = """\
+format: 1
+tvm_version: "0.27"
+targets:
+  cpu:
+    target: {kind: llvm, mcpu: haswell}
+  h100:
+    target: nvidia/nvidia-h100
+    runs-on: [self-hosted, linux, x64, gpu, h100]
+  a100:
+    target: nvidia/nvidia-a100
+    runs-on: [self-hosted, linux, x64, gpu, a100]
+operators:
+  softmax_cuda: {targets: [h100]}
+"""
+    root = make_repo(tmp_path, config=config, operators=["matmul", "matmul_cuda", "softmax_cuda"])
+    code, _, out = status(root)
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("templates each target covers:")
+    assert lines[at + 1:at + 4] == ["  cpu (llvm): matmul",
+                                    "  h100 (cuda): matmul_cuda, softmax_cuda",
+                                    "  a100 (cuda): matmul_cuda"]
+    _, rows, out = status(root, "--target", "a100", "--operator", "matmul_cuda")
+    assert [r[0] for r in rows[1:-1]] == ["matmul_cuda/a100", "templates each target covers:", ""]
+    assert out.splitlines()[-2] == "  a100 (cuda): matmul_cuda"
+    (root / "operators/matmul_cuda.py").unlink()
+    _, _, out = status(root, "--target", "a100")
+    assert ("  a100 (cuda): none: no template's TARGET_KINDS include cuda, and no "
+            "operators.NAME.targets in tvmtune.yaml lists a100") in out.splitlines()
