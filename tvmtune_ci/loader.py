@@ -163,3 +163,65 @@ def load_database(log_path: Path) -> Any:
                 "inspect it, or delete it and re-tune (tvmtune-ci retune)"
             ) from None
     return db
+
+
+def build_model(model: str, *, target: Any, root: Path | str | None = None, allow_fallback: bool = False,
+                allow_foreign_host: bool = False, untemplated: str = "metaschedule", trials: int = 64,
+                work_dir: Path | str | None = None) -> Any:
+    """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
+    committed logs: every call a template covers runs that template's best kernel; the
+    rest goes through TVM's pipeline, scheduled by MetaSchedule with `trials` trials
+    (its database in `work_dir`, reused by the next build) or, with
+    `untemplated="none"`, left as TVM's naive loops. Returns a `ModelBuild`: the VM
+    executable, every swap made, and how the rest was scheduled.
+
+    A stale or missing log raises StaleLogError, as `build_best` does;
+    `allow_fallback=True` builds that call's default configuration instead, with one
+    FallbackWarning per call. A target this machine cannot run raises HostError unless
+    `allow_foreign_host=True` (cross-compiling: never run the result here)."""
+    from .tune import modelbuild
+    from .tune.builder import schedule_config
+    from .tune.modelcalls import load_model, model_calls, read_contracts
+
+    config = load_config(Path(root) if root is not None else None)
+    spec = next((m for m in config.models if m.name == model), None)
+    if spec is None:
+        raise UsageError(f"no model {model!r} in {config.path}; configured models: "
+                         f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)")
+    want = _target_dict(target)
+    _check_runs_here(Best(model, "", want, {}, None, None, False), allow_foreign_host)
+    tvm_target = tvmsetup.make_target(want)
+    mod = load_model(config.root, spec)
+    _blobs, contracts = read_contracts(config.root, config.operators_path)
+    calls = model_calls(mod)
+    todo = modelbuild.covered(calls, contracts)
+    kernels: dict[tuple[str, str], modelbuild.Kernel] = {}
+    for _call, cov in todo:
+        key = (str(cov.template), str(cov.workload))
+        if key in kernels:
+            continue
+        with warnings.catch_warnings():  # warned below, once for each call it serves
+            warnings.simplefilter("ignore", FallbackWarning)
+            best = best_config(key[0], target=want, workload=key[1], root=config.root,
+                               allow_fallback=allow_fallback)
+        module = import_template(config.operators_path / f"{key[0]}.py", config.root)
+        sch = schedule_config(module, key[1], best.knobs or None, want)
+        kernels[key] = modelbuild.Kernel(modelbuild.kernel_func(sch.mod["main"]), f"{key[0]}_{key[1]}",
+                                         best.knobs, best.latency_s, best.fallback)
+    swapped, swaps = modelbuild.swap_covered(mod, todo, contracts, kernels)
+    for s in swaps:
+        if s.fallback:
+            warnings.warn(f"{model}: {s.binding} = {s.call} runs the DEFAULT (untuned) configuration "
+                          f"of {s.template}/{s.workload}: its log is stale or missing "
+                          "(allow_fallback=True); re-tune with `tvmtune-ci retune`",
+                          FallbackWarning, stacklevel=2)
+    fused = modelbuild.fuse(swapped, tvm_target)
+    scheduled, how = modelbuild.schedule_untemplated(
+        fused, tvm_target, untemplated, trials=trials,
+        work_dir=Path(work_dir) if work_dir is not None else None)
+    swapped_calls = {(s.function, s.binding) for s in swaps}
+    uncovered = tuple(c.sig.describe() for c in calls
+                      if (c.function, c.binding) not in swapped_calls
+                      and c.sig.op not in modelbuild.VIEWS)
+    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), tuple(swaps), how,
+                                 uncovered)
