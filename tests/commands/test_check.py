@@ -454,3 +454,30 @@ def test_a_target_listed_for_a_template_of_another_kind_stays_invalid(tmp_path: 
     (invalid,) = [x for e in data["entries"] for x in e["reasons"] if x["code"] == "template_invalid"]
     assert invalid["file"] == MATMUL and ("this template schedules for llvm or c targets "
                                           "(TARGET_KINDS), not cuda") in invalid["detail"]
+
+
+def test_with_cpu_targets_only_a_gpu_template_pairs_with_none_and_fresh_logs_need_no_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This repository's case: CPU targets, a GPU template with no targets: list. It has
+    no entry; and a template whose logs git vouches for is not read for its pairing
+    (check's cost per operator stays one manifest per entry): only the GPU template,
+    whose pairs have no log, is."""
+    from tvmtune_ci.check.staleness import find_stale, pairing
+    from tvmtune_ci.core.config import load_config
+
+    root = make_repo(tmp_path, operators=["matmul", "matmul_cuda"])
+    freshen_all(root)
+    commit_all(root, "tuned")
+    read = []
+
+    def spy(path: Path) -> tuple[str, ...] | None:
+        read.append(path.stem)
+        return real(path)
+
+    real = pairing.declared_kinds
+    monkeypatch.setattr(pairing, "declared_kinds", spy)
+    report = find_stale(load_config(root / "tvmtune.yaml"))
+    assert [(e.operator, e.target_name, e.fresh) for e in report.entries] == [
+        ("matmul", "avx512", True), ("matmul", "avx2", True)]
+    assert report.templates_trusted == 2 and not report.orphans
+    assert read == ["matmul_cuda"]

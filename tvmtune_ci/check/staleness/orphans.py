@@ -26,9 +26,10 @@ def find_orphans(
     `keep:` declares go to `kept` instead."""
     if not logs.is_dir():
         return []
-    # Slug -> (operator, its candidate targets by slug); a kind is asked of the pairing
-    # only for a folder the check's entries did not vouch for.
-    known = {slug(op): (op, {t.slug: t for t in pairing.candidates(op)}) for op in templates}
+    # Slug -> (operator, the targets configured for it whatever their kind, by slug);
+    # the pairing reads a kind only for a folder the check's entries did not vouch for.
+    known = {slug(op): (op, {t.slug: t for t in config.targets_for(op, None)})
+             for op in templates}
     logs_rel = cache.rel(logs)
     out = []
     # scandir's entries know their type (no stat per folder, no Path per name): this
@@ -49,9 +50,9 @@ def find_orphans(
                 )
             )
             continue
-        op, candidates = known[op_name]
+        op, configured = known[op_name]
         for t_name, _ in _folders(op_dir):
-            t = candidates.get(t_name)
+            t = configured.get(t_name)
             if t is None or not pairing.paired(op, t):
                 if config.kept(op_name, t_name):
                     kept.append(f"{rel}/{t_name}/")

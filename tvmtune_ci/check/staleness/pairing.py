@@ -1,12 +1,15 @@
-"""Which configured targets `check` pairs each template with, reading a template's
-TARGET_KINDS only when no manifest vouches for the pair.
+"""Which configured targets `check` pairs each template with (`Config.targets_for`: an
+operator's `targets:` list, else the targets of a kind its template declares), reading
+templates as little as it can.
 
-`Config.targets_for` decides: an operator's `targets:` list, else the targets of a kind
-its template declares. Reading every template's kinds would cost `check` a file read
-per operator, and most are never read otherwise (git vouches for their recorded
-sources). A manifest git vouches for (`Checker.recorded`) was tuned for its target
-with this very template, which `retune` refuses for a target of another kind: that
-pair needs no read. A fresh repository's check reads no template for its pairing.
+A check never reads most templates (git vouches for their recorded sources): reading
+each one's TARGET_KINDS would cost a file read per operator. Where every target is of
+one kind, a manifest git vouches for (`Checker.recorded`) vouches for its pair too: it
+was tuned for its target with this very template, which `retune` refuses for a target
+of another kind. A template is read only for a pair no manifest vouches for, so a
+fresh repository's check reads none. Where the targets are of several kinds (CPUs and
+GPUs), each template is read first: one read, instead of a manifest looked for in vain
+per target of another kind.
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ class Pairing:
         self._paths = templates
         self._kinds: dict[str, tuple[str, ...] | None] = {}
         self._vouched: set[tuple[str, str]] = set()
+        self._mixed = len({t.kind for t in config.targets}) > 1
 
     def candidates(self, op: str) -> tuple[TargetConfig, ...]:
-        """Its listed targets, or every configured one: those its kinds may rule out."""
-        return self.config.targets_for(op, None)
+        """Its listed targets, or every configured one that its kinds may yet rule out
+        (those of its kinds, where the targets are of several)."""
+        listed = self.config.operator(op).targets is not None
+        return self.config.targets_for(op, self.kinds(op) if self._mixed and not listed else None)
 
     def kinds(self, op: str) -> tuple[str, ...] | None:
         if op not in self._kinds:
@@ -42,7 +48,8 @@ class Pairing:
         self._vouched.update((op, t) for t in targets)
 
     def paired(self, op: str, target: TargetConfig) -> bool:
-        """Whether `target` (one of its candidates) is one `op` is tuned for."""
+        """Whether `target` (one configured for `op`, whatever its kind) is one `op` is
+        tuned for."""
         if (op, target.name) in self._vouched:
             return True
         listed = self.config.operator(op).targets is not None
