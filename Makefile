@@ -28,10 +28,12 @@ cross-toolchain:
 cuda: $(VENV)/.installed
 	$(PY) -m pytest -m extra
 
-# The suite without the tests marked `slow` (they tune for longer: warm stop rules,
-# budgets, run histories, races), then `check`: main never carries stale logs.
+# The linter (ruff, configured in pyproject.toml), the suite without the tests marked
+# `slow` (they tune for longer: warm stop rules, budgets, run histories, races), then
+# `check`: main never carries stale logs.
 # .ci/run runs the slow ones after it (`make test-slow`).
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not slow"
 	$(VENV)/bin/tvmtune-ci check
 
