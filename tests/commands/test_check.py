@@ -94,8 +94,9 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
     assert code == 1
     data = json.loads(out)
     assert set(data) == {"format", "entries", "orphans", "warnings", "logs_trusted",
-                         "templates_trusted"}
+                         "templates_trusted", "models"}
     assert data["format"] == 1
+    assert data["models"] == []  # no `models:` in this repo's tvmtune.yaml
     # Every log is committed and unmodified: git's index vouches for all of them.
     assert data["logs_trusted"] == len(data["entries"])
     _, out, _ = cli("check", "--format", "json", "--rehash")
