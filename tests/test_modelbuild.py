@@ -114,3 +114,55 @@ def test_the_calls_no_template_covers_get_metaschedule(tmp_path: Path) -> None:
     assert "default loops" not in b.untemplated
     arrays = _inputs(2)
     np.testing.assert_allclose(_run(b.executable, arrays), _reference(*arrays), rtol=1e-4, atol=1e-5)
+
+
+def test_profile_writes_the_shares_and_a_readme_that_agrees_with_them(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    from tvmtune_ci.core.profiles import read_profile
+    from tvmtune_ci.core.profiles import spread as band
+
+    root = _repo(tmp_path)
+    args = ("profile", "two_mm", "--target", "host", "--untemplated", "none", "--runs", "3")
+    r = run_cli(root, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    profile = read_profile(root / "models/two_mm.profile.json", "two_mm")
+    run = profile.latest("host")
+    assert run is not None and run.samples == 3
+    mm = [c for c in run.calls if c.template == "mm"]
+    assert [(c.symbol, c.workload, c.calls) for c in mm] == [("mm_s64", "s64", 2)]
+    assert any(c.template is None for c in run.calls)  # gelu: TVM's kernel, listed as such
+    shares = run.shares()
+    assert set(shares) == {("mm", "s64")} and 0 < shares[("mm", "s64")] < 1
+    assert abs(shares[("mm", "s64")] + run.uncovered_share() - 1) < 1e-9
+    assert run.speedup is not None and run.speedup_range is not None
+    assert run.speedup_range[0] <= run.speedup <= run.speedup_range[1]
+    readme = (root / "models/two_mm.host.md").read_text()
+    assert f"{run.latency_s * 1e3:.3g} ms" in readme or f"{run.latency_s * 1e6:.3g} us" in readme
+    assert f"**Tuning made the model {run.speedup:.2f}x faster**" in readme
+    assert "| `mm_s64` | mm/s64 | 2 |" in readme and "One profile run so far" in readme
+    assert (root / "models/two_mm.host.png").read_bytes()[:4] == b"\x89PNG"
+    # a second run joins the history, and the README quotes the band across runs
+    assert run_cli(root, *args).returncode == 0
+    runs = read_profile(root / "models/two_mm.profile.json", "two_mm").runs["host"]
+    lo, hi = band([x.latency_s for x in runs])
+    assert len(runs) == 2
+    assert f"Across the 2 profile runs of this target: {lo:.2f}-{hi:.2f}x" in (root / "models/two_mm.host.md").read_text()
+
+
+def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:
+    from tvmtune_ci.check.staleness import find_stale
+    from tvmtune_ci.commands.retune import make_budget
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.profiles import CallTime, Profile, ProfileRun, write_profile
+
+    root = _repo(tmp_path)
+    config = load_config(root)
+    entries = find_stale(config).entries
+    hand = make_budget(config, entries, 600.0).weights
+    assert list(hand.values()) == [1.0]  # no profile: the hand weight (1.0, one workload)
+    run = ProfileRun("2026-12-06", {}, "none", 1e-3, 0.1, 3,
+                     (CallTime("mm_s64", 2, 6e-4, "mm", "s64"), CallTime("fused_gelu", 1, 2e-4)))
+    write_profile(root / "models/two_mm.profile.json", Profile("two_mm", {"host": (run,)}))
+    weights = make_budget(config, entries, 600.0).weights
+    assert list(weights.values()) == [pytest.approx(0.75)]  # mm/s64: 6e-4 of 8e-4

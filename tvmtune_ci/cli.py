@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remeasure": ("remeasure", "re-measure each committed best on its runner and report drift"),
     "adopt": ("adopt", "keep the logs of a renamed template: move them to its new name, no re-tune"),
     "models": ("models", "list each model's Relax calls and write which template covers each ([tune])"),
+    "profile": ("profile", "build each model with the committed logs, time it per call here, write its shares and README ([tune])"),
 }
 
 CRASH_EXIT = 70  # EX_SOFTWARE: a bug in tvmtune-ci, not in the user's input

@@ -167,7 +167,7 @@ def load_database(log_path: Path) -> Any:
 
 def build_model(model: str, *, target: Any, root: Path | str | None = None, allow_fallback: bool = False,
                 allow_foreign_host: bool = False, untemplated: str = "metaschedule", trials: int = 64,
-                work_dir: Path | str | None = None) -> Any:
+                work_dir: Path | str | None = None, configs: str = "best") -> Any:
     """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
     committed logs: every call a template covers runs that template's best kernel; the
     rest goes through TVM's pipeline, scheduled by MetaSchedule with `trials` trials
@@ -178,7 +178,11 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
     A stale or missing log raises StaleLogError, as `build_best` does;
     `allow_fallback=True` builds that call's default configuration instead, with one
     FallbackWarning per call. A target this machine cannot run raises HostError unless
-    `allow_foreign_host=True` (cross-compiling: never run the result here)."""
+    `allow_foreign_host=True` (cross-compiling: never run the result here).
+    `configs="default"` builds every template kernel at its default configuration
+    instead (no log read): the baseline that says what tuning did to the model."""
+    if configs not in ("best", "default"):
+        raise UsageError(f"configs={configs!r}: use 'best' (the committed logs) or 'default'")
     from .tune import modelbuild
     from .tune.builder import schedule_config
     from .tune.modelcalls import load_model, model_calls, read_contracts
@@ -200,10 +204,13 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
         key = (str(cov.template), str(cov.workload))
         if key in kernels:
             continue
-        with warnings.catch_warnings():  # warned below, once for each call it serves
-            warnings.simplefilter("ignore", FallbackWarning)
-            best = best_config(key[0], target=want, workload=key[1], root=config.root,
-                               allow_fallback=allow_fallback)
+        if configs == "default":
+            best = Best(key[0], key[1], want, {}, None, None, False)
+        else:
+            with warnings.catch_warnings():  # warned below, once for each call it serves
+                warnings.simplefilter("ignore", FallbackWarning)
+                best = best_config(key[0], target=want, workload=key[1], root=config.root,
+                                   allow_fallback=allow_fallback)
         module = import_template(config.operators_path / f"{key[0]}.py", config.root)
         sch = schedule_config(module, key[1], best.knobs or None, want)
         kernels[key] = modelbuild.Kernel(modelbuild.kernel_func(sch.mod["main"]), f"{key[0]}_{key[1]}",
@@ -223,5 +230,5 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
     uncovered = tuple(c.sig.describe() for c in calls
                       if (c.function, c.binding) not in swapped_calls
                       and c.sig.op not in modelbuild.VIEWS)
-    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), tuple(swaps), how,
-                                 uncovered)
+    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), mod, tuple(swaps),
+                                 how, uncovered)

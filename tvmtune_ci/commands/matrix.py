@@ -104,13 +104,15 @@ def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries
                 total_s: float) -> None:
     """Each job's share of `total_s` (its workloads' weights over all), as `budget`."""
     from ..budget import split
+    from ..core.profiles import model_shares_by_target
     from ..core.template import read_template
 
     groups = {}
+    shares = model_shares_by_target(config, {e.target_name for e in entries})
     for e in entries:
         workloads = list(read_template(config.root / e.template_file).workloads)
         groups[f"{e.operator}/{e.target_name}"] = [
-            config.weight_of(e.operator, w, workloads) for w in workloads]
+            config.weight_of(e.operator, w, workloads, shares.get(e.target_name)) for w in workloads]
     shares = split(total_s, groups)
     for job in matrix["include"]:
         job["budget"] = f"{max(1, int(shares[job['operator'] + '/' + job['target']]))}s"

@@ -212,16 +212,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
-    """The budget over every workload of `entries`, weighted as tvmtune.yaml says."""
+    """The budget over every workload of `entries`, weighted by the models' profiles
+    where a model calls the workload, else as tvmtune.yaml says."""
     from ..budget import Budget, floor_estimate
+    from ..core.profiles import model_shares_by_target
     from ..core.template import read_template
     from ..tune.search import WARMUP_SAMPLES
 
     weights = {}
+    shares = model_shares_by_target(config, {e.target_name for e in entries})
     for e in entries:
         workloads = list(read_template(config.root / e.template_file).workloads)
         for w in workloads:
-            weights[(e.operator, e.target_name, w)] = config.weight_of(e.operator, w, workloads)
+            weights[(e.operator, e.target_name, w)] = config.weight_of(
+                e.operator, w, workloads, shares.get(e.target_name))
     m = config.measure
     history = m.history_s * len(entries) / max(1, len(weights))  # each set's run, per item
     return Budget(total_s, weights, floor_s=floor_estimate(

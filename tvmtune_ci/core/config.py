@@ -248,9 +248,14 @@ class Config:
             return True
         return target is not None and (target in self.keep or f"{operator}/{target}" in self.keep)
 
-    def weight_of(self, operator: str, workload: str, workloads: Sequence[str]) -> float:
-        """An (operator, workload)'s weight in a time budget: the operator's weight times
-        the workload's share of it (`workloads:` weights, else equal shares)."""
+    def weight_of(self, operator: str, workload: str, workloads: Sequence[str],
+                  shares: Mapping[tuple[str, str], float] | None = None) -> float:
+        """An (operator, workload)'s weight in a time budget: its share of a model's time
+        where a model's profile measured it (`shares`, core/profiles.model_shares), else
+        the operator's hand weight times the workload's share of it (`workloads:`
+        weights, else equal shares)."""
+        if shares and (operator, workload) in shares:
+            return shares[(operator, workload)]
         o = self.operator(operator)
         ws = o.workload_weights
         if ws:

@@ -55,6 +55,7 @@ class Swap:
     call: str  # the call, described (CallSig.describe)
     template: str
     workload: str
+    kernel: str  # the kernel's function name in the module (what a VM profile sees)
     knobs: Mapping[str, Any]  # {}: the default configuration (an opted-in fallback)
     latency_s: float | None  # the log's figure for the kernel alone
     fallback: bool
@@ -65,6 +66,7 @@ class ModelBuild:
     """What `build_model` returns: the VM executable and what went into it."""
 
     executable: Any  # relax.VMExecutable: relax.VirtualMachine(executable, dev)["forward"](...)
+    module: Any  # the model's Relax module before the build (its functions' parameters)
     swaps: tuple[Swap, ...]
     untemplated: str  # how the calls no template covers were scheduled, in words
     uncovered: tuple[str, ...]  # those calls, described (shape-only views are not listed)
@@ -143,7 +145,7 @@ def swap_covered(mod: Any, todo: Sequence[tuple[ModelCall, Coverage]], contracts
                 raise UsageError(f"{cov.template}: its kernel's output {out_shape} does not hold the "
                                  f"call's {want} ({c.sig.describe()})")
             swaps.append(Swap(c.function, c.binding, c.sig.describe(), cov.template, cov.workload,
-                              dict(kernel.knobs), kernel.latency_s, kernel.fallback))
+                              gv.name_hint, dict(kernel.knobs), kernel.latency_s, kernel.fallback))
             return y if want == out_shape else R.reshape(y, want)
 
         def _as(self, arg: Any, buf: Any, R: Any) -> Any:

@@ -1,0 +1,84 @@
+"""`tvmtune-ci profile [NAME ...] --target T`: build each model with the committed logs
+(TVM, the [tune] extra), run it on this machine with the Relax VM's per-call
+instrument, and append the run to `models/<name>.profile.json`; then write the
+model's README on that target (`models/<name>.<target>.md` and its chart).
+
+The same model with every template kernel at its default configuration is timed in
+turns with it: the README's "tuning made the model Nx faster". The calls no template
+covers get MetaSchedule (`--trials` each, database under .tvmtune-cache/, reused) or,
+with `--untemplated none`, TVM's naive loops. Its shares are `retune --budget`'s
+weights for the workloads the model calls (docs/models.md).
+
+Exit codes: 0 written, 2 config or usage, 3 an unreadable profile, 4 a stale or missing
+log (as build_best), 5 a target this machine cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+from pathlib import Path
+
+from ..core.config import load_config
+from ..core.errors import UsageError
+from ..core.fsutil import atomic_write_bytes, atomic_write_text
+from ..core.profiles import ProfileRun, profile_path, read_profile, write_profile
+
+
+def register(p: argparse.ArgumentParser) -> None:
+    p.add_argument("models", nargs="*", metavar="NAME", help="models to profile (default: every model)")
+    p.add_argument("--target", required=True, help="the target (tvmtune.yaml) to build for; it must run here")
+    p.add_argument("--untemplated", choices=("metaschedule", "none"), default="metaschedule",
+                   help="what the calls no template covers get (default: MetaSchedule)")
+    p.add_argument("--trials", type=int, default=32,
+                   help="MetaSchedule trials for each function no template covers (default 32)")
+    p.add_argument("--runs", type=int, default=10,
+                   help="instrumented inferences per kernel time, and rounds of the end-to-end timing (default 10)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..loader import build_model
+    from ..publish.modelreadme import render, render_chart
+    from ..tune.hostcheck import host_description
+    from ..tune.modelprofile import interleaved, profile_calls, random_inputs
+
+    config = load_config(Path(args.config) if args.config else None)
+    known = [m.name for m in config.models]
+    names = list(args.models) or known
+    if not names:
+        raise UsageError("tvmtune.yaml has no `models:`; add one (docs/models.md)")
+    for n in names:
+        if n not in known:
+            raise UsageError(f"unknown model {n!r}; models in tvmtune.yaml: {', '.join(known) or '(none)'}")
+    target = config.target(args.target)
+    for m in [m for m in config.models if m.name in names]:
+        work = config.root / ".tvmtune-cache" / f"{m.name}-{target.slug}"
+        common = dict(target=target.target, root=config.root, untemplated=args.untemplated,
+                      trials=args.trials, work_dir=work)
+        tuned = build_model(m.name, **common)
+        default = build_model(m.name, configs="default", **common)
+        arrays = random_inputs(tuned.module)
+        calls = profile_calls(tuned, arrays, runs=args.runs)
+        samples = interleaved({"tuned": tuned, "default": default}, arrays, rounds=args.runs)
+        ratios = sorted(d / t for d, t in zip(samples["default"], samples["tuned"], strict=True))
+        t_sorted = sorted(samples["tuned"])
+        med = t_sorted[len(t_sorted) // 2]
+        run_ = ProfileRun(
+            date=_dt.date.today().isoformat(), host=host_description(), untemplated=tuned.untemplated,
+            latency_s=med, latency_spread=(t_sorted[-1] - t_sorted[0]) / med, samples=len(t_sorted),
+            calls=calls, default_latency_s=sorted(samples["default"])[len(t_sorted) // 2],
+            speedup=ratios[len(ratios) // 2], speedup_range=(ratios[0], ratios[-1]))
+        src = config.root / m.source
+        path = profile_path(src, m.name)
+        profile = read_profile(path, m.name).with_run(target.name, run_)
+        write_profile(path, profile)
+        stem = f"{m.name}.{target.slug}"
+        atomic_write_bytes(src.parent / f"{stem}.png", render_chart(run_, f"{m.name} on {target.name}"))
+        atomic_write_text(src.parent / f"{stem}.md", render(profile, target.name, f"{stem}.png"))
+        print(f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
+              f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {len(ratios)} rounds)")
+        for c in calls[:8]:
+            owner = f"{c.template}/{c.workload}" if c.template else "no template"
+            print(f"  {c.seconds / run_.kernel_seconds() * 100:5.1f}%  {c.symbol} ({owner})")
+        print(f"wrote {path.relative_to(config.root)}, {stem}.md and {stem}.png")
+    return 0

@@ -1,0 +1,201 @@
+"""A model's profile: where its time goes, per call, on each target (TVM-free).
+
+`tvmtune-ci profile` builds the model with the committed logs, runs it on the runner
+with the Relax VM's per-call instrument, and appends one run to
+`models/<name>.profile.json`: each kernel's seconds per inference, the template and
+workload behind it (or none: a call no template covers), and the end-to-end latency.
+The runs are the model's history on that target; the newest gives the shares.
+
+The shares are the background write-up's habit 5.2 made a file: profile the network,
+then tune what takes its time. They are the time budget's weights (`retune --budget`)
+for the workloads a model calls; hand weights in tvmtune.yaml stay for the others.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import CorruptFileError
+from .fsutil import atomic_write_json
+
+FORMAT = 1
+KEEP_RUNS = 50  # the history kept per target: enough for a band across runs
+
+
+@dataclass(frozen=True)
+class CallTime:
+    """One kernel of the model on one run: seconds per inference (all its calls)."""
+
+    symbol: str  # the VM function's name
+    calls: int  # per inference
+    seconds: float
+    template: str | None = None  # None: a call no template covers (TVM's kernel)
+    workload: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"symbol": self.symbol, "calls": self.calls, "seconds": self.seconds}
+        if self.template is not None:
+            out["template"], out["workload"] = self.template, self.workload
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CallTime:
+        return cls(str(d["symbol"]), int(d["calls"]), float(d["seconds"]), d.get("template"),
+                   d.get("workload"))
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    """One profile of the model on a target."""
+
+    date: str
+    host: Mapping[str, Any]
+    untemplated: str  # how the calls no template covers were scheduled
+    latency_s: float  # end to end, median of `samples` timed inferences (no instrument)
+    latency_spread: float  # (max - min) / median of those samples
+    samples: int
+    calls: tuple[CallTime, ...]
+    # The same model with every template kernel at its default configuration, timed in
+    # turns with the tuned build: what tuning did end to end (None: not measured).
+    default_latency_s: float | None = None
+    speedup: float | None = None  # median over the rounds of default / tuned
+    speedup_range: tuple[float, float] | None = None  # its min and max over the rounds
+
+    def kernel_seconds(self) -> float:
+        return sum(c.seconds for c in self.calls)
+
+    def shares(self) -> dict[tuple[str, str], float]:
+        """(template, workload) -> its share of the model's kernel time."""
+        total = self.kernel_seconds() or 1.0
+        out: dict[tuple[str, str], float] = {}
+        for c in self.calls:
+            if c.template is not None and c.workload is not None:
+                key = (c.template, c.workload)
+                out[key] = out.get(key, 0.0) + c.seconds / total
+        return out
+
+    def uncovered_share(self) -> float:
+        total = self.kernel_seconds() or 1.0
+        return sum(c.seconds for c in self.calls if c.template is None) / total
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"date": self.date, "host": dict(self.host), "untemplated": self.untemplated,
+               "latency_s": self.latency_s, "latency_spread": self.latency_spread,
+               "samples": self.samples, "calls": [c.to_json() for c in self.calls]}
+        if self.default_latency_s is not None:
+            out["default_latency_s"] = self.default_latency_s
+            out["speedup"] = self.speedup
+            out["speedup_range"] = list(self.speedup_range or ())
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProfileRun:
+        rng = d.get("speedup_range")
+        return cls(str(d["date"]), dict(d.get("host", {})), str(d.get("untemplated", "")),
+                   float(d["latency_s"]), float(d.get("latency_spread", 0.0)), int(d.get("samples", 0)),
+                   tuple(CallTime.from_json(c) for c in d["calls"]),
+                   d.get("default_latency_s"), d.get("speedup"),
+                   (float(rng[0]), float(rng[1])) if rng else None)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """`models/<name>.profile.json`: target name -> its runs, oldest first."""
+
+    model: str
+    runs: Mapping[str, tuple[ProfileRun, ...]] = field(default_factory=dict)
+
+    def latest(self, target: str) -> ProfileRun | None:
+        runs = self.runs.get(target, ())
+        return runs[-1] if runs else None
+
+    def with_run(self, target: str, run: ProfileRun) -> Profile:
+        runs = dict(self.runs)
+        runs[target] = (*runs.get(target, ()), run)[-KEEP_RUNS:]
+        return Profile(self.model, runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "model": self.model,
+                "generated": "by `tvmtune-ci profile`; do not edit",
+                "targets": {t: [r.to_json() for r in runs] for t, runs in sorted(self.runs.items())}}
+
+
+def profile_path(source_path: Path, model: str) -> Path:
+    """Beside the model's source: `models/<name>.profile.json`."""
+    return source_path.parent / f"{model}.profile.json"
+
+
+def read_profile(path: Path, model: str) -> Profile:
+    """The profile at `path`; an empty one when there is none yet."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Profile(model)
+    except OSError as e:
+        raise CorruptFileError(f"{path}: cannot be read ({e}); fix its permissions") from None
+    try:
+        d = json.loads(raw)
+        if d.get("format") != FORMAT:
+            raise ValueError(f"format {d.get('format')!r}, this tvmtune-ci reads {FORMAT}")
+        runs = {str(t): tuple(ProfileRun.from_json(r) for r in rs) for t, rs in d["targets"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CorruptFileError(f"{path}: not a profile this tvmtune-ci can read ({e}); delete it "
+                               "and run `tvmtune-ci profile` again (it is generated)") from None
+    return Profile(str(d.get("model", model)), runs)
+
+
+def write_profile(path: Path, profile: Profile) -> None:
+    atomic_write_json(path, profile.to_json())
+
+
+def model_shares(profiles: Iterable[Profile], target: str) -> dict[tuple[str, str], float]:
+    """(operator, workload) -> its share of the time of the models that call it on
+    `target` (the newest run of each; summed over models)."""
+    out: dict[tuple[str, str], float] = {}
+    for p in profiles:
+        run = p.latest(target)
+        if run is None:
+            continue
+        for key, share in run.shares().items():
+            out[key] = out.get(key, 0.0) + share
+    return out
+
+
+def tier_trials(share: float) -> int:
+    """Trials for a workload by its share of the model's time (the write-up's 4.1: over
+    30% 1000-2000, secondary about 500, marginal 100-200)."""
+    if share >= 0.30:
+        return 1000
+    if share >= 0.05:
+        return 500
+    return 150
+
+
+def breakdown(run: ProfileRun) -> list[tuple[str, float, int, str]]:
+    """(label, seconds, calls, template/workload or "") per kernel, the slowest first."""
+    rows = [(c.symbol, c.seconds, c.calls, f"{c.template}/{c.workload}" if c.template else "")
+            for c in run.calls]
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def spread(values: Sequence[float]) -> tuple[float, float]:
+    """(min, max) of `values` relative to their median: the band across runs."""
+    xs = sorted(values)
+    mid = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+    return xs[0] / mid, xs[-1] / mid
+
+
+def model_shares_by_target(config: Any, targets: Iterable[str]) -> dict[str, dict[tuple[str, str], float]]:
+    """target -> `model_shares` of every model of `config` (a core.config.Config) that
+    is profiled there; a target no model was profiled on is left out."""
+    profiles = [read_profile(profile_path(config.root / m.source, m.name), m.name) for m in config.models]
+    out = {}
+    for t in targets:
+        shares = model_shares(profiles, t)
+        if shares:
+            out[t] = shares
+    return out
