@@ -746,7 +746,7 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     warm rule well within its budget. (How much it saves against cold, over seeds, is
     bench_warmstart's to measure: on a noisy runner the model's expected gain crosses
     the noise band at varying points.)"""
-    from tvmtune_ci.tune import search
+    from tvmtune_ci.tune import warmstop
 
     old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
                                 early_stop=EarlyStop(patience=2)))
@@ -758,9 +758,9 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     # for a match within the noise and a flat prediction, both noisier there). Alone on
     # an idle Zen 3 the warm rule stopped after 8-28 trials of its own in 6 of 6 runs.
     # A 64-trial old search of this small kernel is near its best, but one of another seed
-    # can still be beaten by 1.10x (`_beats_history`, the cold rule's path); not asked here.
+    # can still be beaten by 1.10x (`WarmStop._beats_history`, the cold rule's path); not asked here.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(search, "WEAK_HISTORY", math.inf)
+        mp.setattr(warmstop, "WEAK_HISTORY", math.inf)
         warm = tune_workload(request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior,
                                      early_stop=EarlyStop(patience=8)))
     assert warm.trials.stop_reason == "matched_history", warm.trials
@@ -818,7 +818,7 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
     interleaved, matches there, and the warm rule stops the run. The old best here is
     the old run's default, so the side-by-side verdict does not hang on this 64^3
     kernel's noise (CI saw its figures move 1.6x: a scaled figure was matched plainly)."""
-    from tvmtune_ci.tune import search
+    from tvmtune_ci.tune import warmstop
     from tvmtune_ci.tune.search import Search
 
     old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
@@ -828,13 +828,13 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
 
     def fast_stretch(self, configs, source="replay"):  # noqa: ANN001, ANN202
         got = real(self, configs, source)
-        if source == "replay" and self.old_best is not None:
-            b = self.old_best
-            self.old_best = Estimate(b.value * 1e-6, b.lo * 1e-6, b.hi * 1e-6, b.n)
+        if source == "replay" and self.warm is not None:
+            b = self.warm.old_best
+            self.warm.old_best = Estimate(b.value * 1e-6, b.lo * 1e-6, b.hi * 1e-6, b.n)
         return got
 
     monkeypatch.setattr(Search, "replay", fast_stretch)
-    monkeypatch.setattr(search, "SIDE_BY_SIDE_WITHIN", 1e9)
+    monkeypatch.setattr(warmstop, "SIDE_BY_SIDE_WITHIN", 1e9)
     edited = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
     slow_old_best = dict(old.baseline.knobs)
     warm = tune_workload(request(edited, tmp_path / "warm", trials=160,
@@ -848,19 +848,29 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
     assert own <= 96, own
 
 
+def _warm_rule(*judged: tuple[float, float, float], old_best: Estimate | None = None,
+               old_knobs: dict | None = None, trials: int = 300, measure_beside=None):  # noqa: ANN001, ANN202
+    """A real warm stop rule (`warmstop.WarmStop`) with the batches it judged after the
+    match (`judged`); measuring beside the old best fails unless `measure_beside` is given."""
+    from tvmtune_ci.tune.search import WARMUP_SAMPLES
+    from tvmtune_ci.tune.warmstop import WarmOptions, WarmStop
+
+    options = WarmOptions(precision=0.03, patience=3, trials=trials, race=1.25, warmup=WARMUP_SAMPLES)
+    rule = WarmStop(options, old_best or Estimate(1e-3, 0.99e-3, 1.01e-3, 30), old_knobs or {"tile": 4},
+                    measure_beside or (lambda knobs, old_knobs: (None, None)))
+    rule.judged.extend(judged)
+    return rule
+
+
 def test_the_warm_rules_hopes_are_counted_by_its_own_band() -> None:
     """A batch counts as a hope when the model's gain reached that batch's band, and as
     met when the measured gain did too; the medians are over the hopes only."""
-    from types import SimpleNamespace
-
-    from tvmtune_ci.tune.search import Search
-
     judged = [(0.10, 0.03, 0.04), (0.05, 0.03, -0.01), (0.02, 0.03, 0.20), (0.04, 0.05, 0.0)]
-    got = Search.warm_hopes(SimpleNamespace(warm_judged=judged))  # type: ignore[arg-type]
+    got = _warm_rule(*judged).hopes()
     assert got == {"warm_batches": 4.0, "warm_hoped": 2.0, "warm_hoped_met": 1.0,
                    "warm_hoped_predicted": pytest.approx(0.075), "warm_hoped_measured": pytest.approx(0.015)}
-    assert Search.warm_hopes(SimpleNamespace(warm_judged=[])) == {}  # type: ignore[arg-type]
-    none_hoped = Search.warm_hopes(SimpleNamespace(warm_judged=[(0.01, 0.03, 0.0)]))  # type: ignore[arg-type]
+    assert _warm_rule().hopes() == {}
+    none_hoped = _warm_rule((0.01, 0.03, 0.0)).hopes()
     assert none_hoped == {"warm_batches": 1.0, "warm_hoped": 0.0, "warm_hoped_met": 0.0}
 
 
@@ -880,7 +890,7 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     that always expects a gain (here: told so, at its output) must not make a warm run
     longer than a cold one: the cold rule (patience batches without a measured gain,
     after its warm-up) ends it, and the README says both."""
-    from tvmtune_ci.tune import search
+    from tvmtune_ci.tune import warmstop
     from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
 
     # A short old search (12 trials), so that the warm one's own matches its best: the
@@ -890,12 +900,12 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
                                 early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
     # Hopes that grow tenfold a batch: beyond any discount by how far the earlier ones
-    # overshot (`_hope_bias`), so the warm rule never sees a flat batch.
-    monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 10.0 ** len(self.warm_judged))
+    # overshot (`WarmStop.hope_bias`), so the warm rule never sees a flat batch.
+    monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 10.0 ** len(self.warm.judged))
     # A 12-trial old log is a weak one: its best beaten by 1.10x hands the run to the cold
-    # rule by another path (`_beats_history`; 1.16x after 32 own trials in a run on a Zen 5).
-    # Not asked here.
-    monkeypatch.setattr(search, "WEAK_HISTORY", math.inf)
+    # rule by another path (`WarmStop._beats_history`; 1.16x after 32 own trials in a run on a
+    # Zen 5). Not asked here.
+    monkeypatch.setattr(warmstop, "WEAK_HISTORY", math.inf)
     edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
     warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
                                  early_stop=EarlyStop(patience=2, min_improvement=0.05)))
@@ -918,14 +928,15 @@ def test_a_warm_retune_whose_model_keeps_hoping_in_vain_stops_once_its_hopes_are
     so, at its output) is taken at its record: after HOPE_EVIDENCE such batches its hope
     is discounted by how far the earlier ones overshot, falls within the noise, and the
     warm rule stops the run, long before the cold rule (8 batches after its warm-up) would."""
-    from tvmtune_ci.tune import search
-    from tvmtune_ci.tune.search import HOPE_EVIDENCE, Search
+    from tvmtune_ci.tune import warmstop
+    from tvmtune_ci.tune.search import Search
+    from tvmtune_ci.tune.warmstop import HOPE_EVIDENCE
 
     old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12,
                                 early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
     monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 1.0)
-    monkeypatch.setattr(search, "WEAK_HISTORY", math.inf)  # a weak old log's path: not asked here
+    monkeypatch.setattr(warmstop, "WEAK_HISTORY", math.inf)  # a weak old log's path: not asked here
     edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
     warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
                                  early_stop=EarlyStop(patience=8)))
@@ -941,12 +952,10 @@ def test_a_warm_retune_whose_model_keeps_hoping_in_vain_stops_once_its_hopes_are
 
 
 def test_the_model_s_hopes_are_discounted_by_how_far_they_overshot_once_enough_were_judged() -> None:
-    from types import SimpleNamespace
-
-    from tvmtune_ci.tune.search import HOPE_EVIDENCE, Search
+    from tvmtune_ci.tune.warmstop import HOPE_EVIDENCE
 
     def bias(*judged: tuple[float, float, float]) -> float:
-        return Search._hope_bias(SimpleNamespace(warm_judged=list(judged)))  # type: ignore[arg-type]
+        return _warm_rule(*judged).hope_bias()
 
     over = (0.10, 0.03, -0.01)  # hoped +10%, measured 1% slower: overshot by 11%
     assert HOPE_EVIDENCE == 2 and bias() == 0.0 and bias(over) == 0.0  # too few to judge the model by
@@ -1153,9 +1162,7 @@ def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
 def test_the_warm_rule_matches_the_old_best_with_the_searchs_own_proposals_only() -> None:
     """Neither the replay nor the probes of an opened region (the old best with one knob
     moved) count as the search matching the old best; a failed or raced trial neither."""
-    from types import SimpleNamespace
-
-    from tvmtune_ci.tune.search import Search
+    from tvmtune_ci.tune.warmstop import own_best
 
     def entry(lat: float, source: str | None = None, **kw: object) -> dict:
         e = {"error": None, "latency_s": lat, "ci": [lat * 0.99, lat * 1.01], "n": 20,
@@ -1163,7 +1170,7 @@ def test_the_warm_rule_matches_the_old_best_with_the_searchs_own_proposals_only(
         return {**e, "source": source} if source else e
 
     def own(*trials: dict) -> float | None:
-        got = Search._own_best(SimpleNamespace(journal=SimpleNamespace(trials=list(trials))))
+        got = own_best(list(trials))  # type: ignore[arg-type]
         return None if got is None else got[0].value
 
     assert own(entry(1.0, "replay"), entry(1.01, "new_region")) is None
@@ -1177,7 +1184,8 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     slower beyond the noise: the run stops and says why; so does one whose own best did
     not match. Not with fewer own proposals, a hope within the noise, no prediction, a
     match, an incumbent that is a probe of an opened region, or the budget spent."""
-    from tvmtune_ci.tune.search import WARMUP_SAMPLES, Search
+    from tvmtune_ci.tune.search import WARMUP_SAMPLES
+    from tvmtune_ci.tune.trials import Progress
 
     old = {"tile": 4}
 
@@ -1192,27 +1200,30 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
 
     asked: list[dict] = []
     matched: list[int | None] = []
+    old_best = Estimate(1e-3, 0.99e-3, 1.01e-3, 30)
 
     def ask(own: int = WARMUP_SAMPLES, gain: float | None = -0.4, found: object = None,
             matched_at: int | None = None, source: str = "replay", trials: int = 300,
             beside: bool = False) -> tuple[bool, str]:
         trials_ = journal(own, source)
         asked.clear()
-        s = SimpleNamespace(
-            req=SimpleNamespace(measure=SimpleNamespace(race=1.25), trials=trials),
-            matched_at=matched_at, journal=SimpleNamespace(trials=trials_), done=len(trials_),
-            progress=SimpleNamespace(best_knobs=old, best=Estimate(1e-3, 0.99e-3, 1.01e-3, 30)),
-            stop_detail="",
+
+        def measure_beside(knobs: dict, old_knobs: dict) -> tuple[Estimate, Estimate]:
             # Measured now beside the old best: `beside` says whether it matches.
-            _side_by_side=lambda entry: asked.append(entry) is None and beside)
-        stop = Search._nowhere_near(s, found, gain, 0.03)
-        matched.append(s.matched_at)
-        return stop, s.stop_detail
+            asked.append(dict(knobs))
+            assert old_knobs == old
+            return (old_best if beside else Estimate(1.5e-3, 1.49e-3, 1.51e-3, 30)), old_best
+
+        rule = _warm_rule(old_best=old_best, old_knobs=old, trials=trials, measure_beside=measure_beside)
+        rule.matched_at = matched_at
+        why = rule.nowhere_near(found, gain, 0.03, trials_, Progress(best=old_best, best_knobs=old))  # type: ignore[arg-type]
+        matched.append(rule.matched_at)
+        return why is not None, why or ""
 
     stop, why = ask()
     assert stop, why
     # The nearest own proposal (the last, raced at 2.19 ms) was asked side by side first.
-    assert len(asked) == 1 and asked[0]["knobs"] == {"tile": 100 + WARMUP_SAMPLES - 1}
+    assert asked == [{"tile": 100 + WARMUP_SAMPLES - 1}]
     assert matched[-1] is None
     assert why.startswith(f"its own {WARMUP_SAMPLES} proposals all ran more than 1.25x slower than the "
                           "old configurations' best (1 ms ± 1.0%), and the cost model expected its next "
@@ -1223,7 +1234,7 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     assert not ask(gain=-0.02)[0]  # within the noise: the cold rule decides
     assert not ask(gain=None)[0]
     # An own best that did not match (slower beyond the noise): no nearer than it.
-    stop, why = ask(found=(Estimate(1.1e-3, 1.09e-3, 1.11e-3, 30), {}))
+    stop, why = ask(found=(Estimate(1.1e-3, 1.09e-3, 1.11e-3, 30), {"knobs": {"tile": 7}}))
     assert stop and why.startswith(
         f"its own {WARMUP_SAMPLES} proposals came no nearer than 1.10x the old configurations' "
         "best (1 ms ± 1.0%; its own best 1.1 ms ± 0.9%), and the cost model expected its next "

@@ -19,11 +19,8 @@ the loop share their state), and splitting it would pass that state around.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +44,13 @@ from .space import (
     plain,
     space_info,
 )
+from .trials import Progress, entry_estimate, trials_of_its_own
+from .warmstop import WarmOptions, WarmStop
 from .workload import resolve, workload_params
 
 # Valid samples before the XGB model's predictions replace random scores (stock: 100,
 # which leaves a 64-trial run a random search). It trains on every batch until then.
 WARMUP_SAMPLES = 32
-# Flat batches after matching the old best before a re-tune with history stops
-# (`Search._warm_stop`; early_stop.patience, if smaller, wins).
-WARM_PATIENCE = 1
 # A cold search's first batch: this many configurations drawn at random from the design
 # spaces (MetaSchedule's ReplayTrace: 0.01 s), not the evolutionary proposal. Before
 # the cost model has data its scores are random, so evolving 128 programs for them
@@ -64,27 +60,6 @@ FIRST_BATCH = 4
 # Batches whose gain per second is a search's backward gradient past its share of a
 # time budget (TVM auto_scheduler's task scheduler: backward_window_size=3).
 BACKWARD_BATCHES = 3
-# A warm search's own best this much slower than the old best (as the replay measured
-# it) is re-measured beside it before the match is refused: this runner's speed modes
-# (1.00/1.09/1.30x, for 1-24 s: benchmarks/study_modes.py) move one figure against
-# another taken seconds apart by more than either's band (`Search._side_by_side`).
-SIDE_BY_SIDE_WITHIN = 0.35
-# Batches judged after the match before the cost model's hope is discounted by how far
-# its hopes overshot what those batches measured (`Search._hope_bias`). Its hope is the
-# largest of a batch of noisy predictions, so it is biased high: on a noisy Zen 3 the
-# model expected gains beyond the noise in 3 of 5 judged softmax batches (median
-# +13.6%, +3.9%) and one was measured (median -1.0%, +1.0%; bench_warmstart run N).
-HOPE_EVIDENCE = 2
-# How much faster than the old best, side by side, the search's own best must be before
-# the old log counts as weak and the warm rule stands down for the cold rule
-# (`Search._beats_history`). One search's best against another's moves with the seed:
-# over the 82 (edit, pass) cases in benchmarks/results/bench_warmstart.txt, cold's
-# slowest / fastest best over 3 seeds was a median 1.041, within 1.10 in 58. At the
-# noise band alone (±3%), matmul edits' own bests beat strong old logs by 1.04x in
-# 3 of 6 runs, which then ran 85-100 trials for bests within 2.5% of the same seeds'
-# without it (bench_warmstart run Z2, Zen 5); a weak softmax log was beaten by
-# 1.14-1.35x (runs Z1-Z3).
-WEAK_HISTORY = 1.10
 
 
 # --------------------------------------------------------------------------- helpers
@@ -211,26 +186,6 @@ def _run_batch(
     return out
 
 
-def _own_entries(trials: Sequence[Trial]) -> list[Trial]:
-    """The journal entries of a search's own measured proposals: not the replay's
-    (source "replay") nor a probe of the region an edit opened (source "new_region")."""
-    return [e for e in trials if e["error"] is None and e.get("source") is None]
-
-
-def _trials_of_its_own(trials: Sequence[Trial]) -> int:
-    """How many trials the search ran beyond the replay (its own and the probes): what a
-    budget's warm-up and "matched the old best after N trials of its own" count."""
-    return sum(e.get("source") != "replay" for e in trials)
-
-
-def _entry_estimate(entry: Mapping[str, Any]) -> stats.Estimate | None:
-    """A journal entry's estimate; None for a failed or raced (probe-only) trial."""
-    if entry.get("error") or entry.get("latency_s") is None or entry.get("stage") == "probe":
-        return None
-    lo, hi = entry["ci"] if entry.get("ci") else (-math.inf, math.inf)
-    return stats.Estimate(float(entry["latency_s"]), lo, hi, int(entry.get("n", 0)))
-
-
 def _ok(result: Any) -> bool:
     return result.error_msg is None and bool(result.run_secs)
 
@@ -298,11 +253,11 @@ class Search:
             num_tuning_cores=1, num_warmup_samples=WARMUP_SAMPLES
         )
         self._warm_start_cost_model()
-        self.progress = _Progress()
+        self.progress = Progress()
         self.seen: set[str] = set()
         for entry in self.journal.trials:
             self.seen.add(knobs_key(entry["knobs"]))
-            self.progress.add(entry["trial"], _entry_estimate(entry), self.flop, entry["knobs"])
+            self.progress.add(entry["trial"], entry_estimate(entry), self.flop, entry["knobs"])
         self.stats: dict[str, float] = {}
         self.batches = 0
         # (when, the best's latency) after each batch of the search: its gradient under
@@ -312,29 +267,9 @@ class Search:
         self.budget_extra, self.budget_why = 0, ""
         # The item's share and its words: the request's, until `budget_reshare` answers.
         self.share_s, self.share_note, self.reshared = req.time_budget_s, req.budget_note, False
-        # A re-tune with history: the old best on the new template, as the replay
-        # measured it (None: a cold search, which has only the cold rule).
-        self.old_best: stats.Estimate | None = None
-        self.matched_at: int | None = None  # own trials when the search matched it
-        self.warm_stale = 0  # batches the warm rule counted flat (the cold rule: progress)
-        # Each batch the warm rule judged after the match: (the cost model's predicted gain
-        # of the batch's best candidate, the noise band, the gain the batch measured over
-        # the incumbent). How often the model's hope of a gain came true is what a
-        # cheaper rule would have to know (`warm_hopes`, the bench prints it).
-        self.warm_judged: list[tuple[float, float, float]] = []
-        # The old best's knobs (the replay's first configuration), for the side-by-side
-        # re-measure of a near match; the own bests re-measured beside it, and how that
-        # went: (own / old, side by side; matched).
-        self.old_best_knobs: dict[str, Any] | None = None
-        self.beside: dict[str, tuple[stats.Estimate, stats.Estimate] | None] = {}
-        self.side_asked: set[str] = set()
-        self.side_by_side: list[tuple[float, bool]] = []
-        # When the search's own best beat the old best beyond the noise, side by side:
-        # (its own trials then, own / old). From then on the old log vouches for nothing
-        # and the cold rule alone stops the run (`_beats_history`).
-        self.beaten: tuple[int, float] | None = None
-        self.beaten_note = ""
-        self.match_note = ""
+        # A re-tune with history: its stop rule, created when the replay measured the old
+        # best (None: a cold search, which has only the cold rule).
+        self.warm: WarmStop | None = None
         self.stop_detail = ""  # why the search stopped, in words
         self._candidate_of: dict[str, Any] = {}
         # Why the old log's search still stands on the edited template
@@ -461,16 +396,7 @@ class Search:
                     # The builds' wall seconds: the two above are summed over its threads.
                     "search_build_wall_s": float(sum(self.builder.build_wall_s[n_walls:])),
                     **dict(zip(("search_load_s", "search_eval_s"), self._run_seconds(n_runs), strict=True)),
-                    **self.warm_hopes(),
-                    **({"warm_hope_bias": self._hope_bias()}
-                       if len(self.warm_judged) >= HOPE_EVIDENCE else {}),
-                    **({"warm_beaten_at": float(self.beaten[0]), "warm_beaten_ratio": self.beaten[1]}
-                       if self.beaten is not None else {}),
-                    # Own bests measured beside the old best (for the match or `_beats_history`).
-                    **({"warm_beside": float(len(self.beside))} if self.beside else {}),
-                    **({"warm_side_by_side": float(len(self.side_by_side)),
-                        "warm_side_by_side_matched": float(sum(ok for _, ok in self.side_by_side))}
-                       if self.side_by_side else {}),
+                    **(self.warm.stats() if self.warm is not None else {}),
                 }
             )
         return reason
@@ -483,7 +409,7 @@ class Search:
         search's curve, which a budget gives every item (budget.py). When the warm-up is
         done, the share is asked for again with the floor it measured (`budget_reshare`)."""
         req = self.req
-        own = _trials_of_its_own(self.journal.trials)
+        own = trials_of_its_own(self.journal.trials)
         if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
             return False, ""
         finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
@@ -539,8 +465,9 @@ class Search:
                 continue
             empty = 0
             prev_best = self.progress.best
-            gain = self._predicted_gain(picked) if self.old_best is not None else None
-            n0, was_matched = self.done, self.matched_at is not None
+            warm = self.warm
+            gain = self._predicted_gain(picked) if warm is not None else None
+            n0, was_matched = self.done, warm is not None and warm.matched_at is not None
             self._measure(picked, notify=not drawn)
             if self.after_first_batch is not None:
                 hook, self.after_first_batch = self.after_first_batch, None
@@ -550,12 +477,13 @@ class Search:
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )
-            if self.old_best is not None:
-                stop, band = self._warm_stop(improved, gain)
+            if warm is not None:
+                verdict = warm.judge(improved, gain, self.journal.trials, self.progress)
                 if was_matched and gain is not None and prev_best is not None:
-                    self._judged(gain, band, prev_best, n0)
-                if stop:
-                    return "matched_history" if self.matched_at is not None else "nowhere_near"
+                    warm.record(gain, verdict.band, prev_best, self.journal.trials[n0:])
+                if verdict.stop:
+                    self.stop_detail = verdict.detail
+                    return warm.reason()
             # The cold rule, in a re-tune with history too: there it is the ceiling, so a
             # warm run never searches longer than a cold one would. Without it the warm
             # rule alone ran 116 and 196 trials where its model kept expecting gains
@@ -569,129 +497,54 @@ class Search:
             # old log's records the model was trained on (prior): counting them
             # stopped runs 24% sooner, and one edit (softmax attn_512) ended 1.24x
             # slower than cold (bench_warmstart runs 4-5).
-            warm = sum(
+            warmed_up = sum(
                 e["error"] is None and e.get("source") != "replay" for e in self.journal.trials
             ) >= WARMUP_SAMPLES
-            if improved or not warm:
+            if improved or not warmed_up:
                 self.progress.stale_batches = 0
             else:
                 self.progress.stale_batches += 1
             patience = req.early_stop.patience
             if patience > 0 and self.progress.stale_batches >= patience and self.done < req.trials:
-                if self.beaten is not None:
-                    self.stop_detail = (
-                        f"{self.beaten_note}; then {patience} batch{'es' if patience > 1 else ''} "
-                        "without a gain beyond the noise (early stop, the cold run's rule)")
-                elif self.matched_at is not None:
-                    self.stop_detail = (
-                        f"matched the old best after {self.matched_at} trials of its own; then "
-                        f"{patience} batch{'es' if patience > 1 else ''} without a gain beyond the "
-                        "noise (early stop, the cold run's rule), though the cost model still "
-                        "expected one")
+                if warm is not None and (words := warm.cold_stop_words(patience)):
+                    self.stop_detail = words
                 return "early_stop"
         return "budget"
 
-    # ---- the stop rule of a re-tune with history
+    # ---- for the stop rule of a re-tune with history (warmstop.py)
 
-    def _own_best(self) -> tuple[stats.Estimate, Trial] | None:
-        """The best of the search's own proposals (its estimate and journal entry): not
-        the replay, nor the probes of an opened region (the old best with one knob
-        moved, equal to it within the noise by construction). Counting the probes let
-        the softmax new-candidate edit 'match' after its first batch and stop at 21
-        trials; two of three such stops ended slower than cold (bench_warmstart runs D
-        and F, Zen 4)."""
-        own = [(est, e) for e in _own_entries(self.journal.trials) if (est := _entry_estimate(e)) is not None]
-        return min(own, key=lambda x: x[0].value, default=None)
+    @property
+    def old_best(self) -> stats.Estimate | None:
+        """The old best on the new template, as the replay measured it; None: a cold
+        search, which has only the cold rule."""
+        return self.warm.old_best if self.warm is not None else None
 
-    def _beside(self, entry: Trial) -> tuple[stats.Estimate, stats.Estimate] | None:
-        """The own best `entry` and the old best, measured now, interleaved (`measure.finals`
-        of the two, to the search precision): (own, old); None when either failed or there
-        is no old best. Each own best is measured once (the answer is kept)."""
+    def _warm_options(self) -> WarmOptions:
+        req = self.req
+        return WarmOptions(precision=req.measure.search_precision, patience=req.early_stop.patience,
+                           trials=req.trials, race=req.measure.race, warmup=WARMUP_SAMPLES)
+
+    def _measure_beside(self, knobs: Mapping[str, Any], old_knobs: Mapping[str, Any]
+                        ) -> tuple[stats.Estimate | None, stats.Estimate | None]:
+        """An own best's `knobs` and the old best's, measured now, interleaved
+        (`measure.finals` of the two, to the search precision): (own, old), each None
+        when it failed. The warm rule's side-by-side re-measure."""
         from dataclasses import replace
 
         from .measure import Finalist, finals
 
         req = self.req
-        key = knobs_key(entry["knobs"])
-        if key in self.beside:
-            return self.beside[key]
-        if self.old_best_knobs is None:
-            return None
         t0 = time.perf_counter()
         try:
             got = finals(req.template, self.wl, req.target,
-                         [Finalist("search", dict(entry["knobs"]), key),
-                          Finalist("previous", dict(self.old_best_knobs), "previous")],
+                         [Finalist("search", dict(knobs), knobs_key(knobs)),
+                          Finalist("previous", dict(old_knobs), "previous")],
                          replace(req.measure, precision=req.measure.search_precision),
                          runner=self.runner, builder=self.builder)
         finally:  # the finals leave the runner set to the options they were given
             self.runner.set_options(req.measure)
         self._time("warm_side_by_side_s", t0)
-        own, old = got[0].estimate, got[1].estimate
-        pair = (own, old) if own is not None and old is not None else None
-        self.beside[key] = pair
-        return pair
-
-    def _side_by_side(self, entry: Trial) -> bool:
-        """Whether the own best `entry` matches the old best when both are measured
-        now, interleaved (`_beside`: each own best is measured once). Without this, a
-        replay measured in a fast stretch of the runner kept a warm search from ever
-        matching: on a noisy Zen 3 one softmax seed searched on to the cold rule
-        (80 trials, 1.59x cold's seconds; run M)."""
-        key = knobs_key(entry["knobs"])
-        pair = self._beside(entry)
-        if pair is None:
-            return False
-        own, old = pair
-        ok = own.value <= old.value * (1 + self._band(old))
-        if key not in self.side_asked:
-            self.side_asked.add(key)
-            self.side_by_side.append((own.value / old.value, ok))
-        if ok:
-            self.match_note = (f" (re-measured beside it: {stats.fmt_latency(own.value, own.rel_halfwidth)} "
-                               f"against {stats.fmt_latency(old.value, old.rel_halfwidth)})")
-        return ok
-
-    def _beats_history(self) -> bool:
-        """Whether the search's own best has beaten the old best beyond the noise and
-        beyond what one search's best differs from another's by the seed (WEAK_HISTORY),
-        both measured side by side (a figure taken in a fast stretch of the runner does
-        not count). Then the old log was not the optimum of the space it searched, or
-        the edit made a better one: either way it no longer vouches that the rest of the
-        space is searched, and the warm rule, which trusts that, stands down for the
-        cold rule. Without this a weak old log passed its weakness on: its softmax
-        attn_512 best (a 67-trial search on a noisy runner) was matched after 17 own
-        trials and the warm rule stopped one batch later, at 1.08-1.22x cold's best,
-        beyond cold's spread between seeds, in 5 of 10 runs; with this, 1.021x, 0.999x and
-        1.031x, within it in 3 of 3 A/B runs (bench_warmstart, Zen 5, edit 2; runs Z1, Z3,
-        Z6)."""
-        if self.beaten is not None:
-            return True
-        found = self._own_best()
-        if found is None or self.old_best is None:
-            return False
-        own, entry = found
-
-        def beats(a: stats.Estimate, b: stats.Estimate) -> bool:
-            return a.value < b.value * min(1 - self._band(b), 1 / WEAK_HISTORY)
-
-        if not beats(own, self.old_best):
-            return False
-        pair = self._beside(entry)
-        if pair is None or not beats(*pair):
-            return False
-        mine, old = pair
-        self.beaten = (_trials_of_its_own(self.journal.trials), mine.value / old.value)
-        self.beaten_note = (f"its own best beat the old best by {old.value / mine.value:.2f}x after {self.beaten[0]} "
-                            f"trials of its own ({stats.fmt_latency(mine.value, mine.rel_halfwidth)} "
-                            f"against {stats.fmt_latency(old.value, old.rel_halfwidth)}, side by side), "
-                            "so the old log no longer vouched for the rest of the space")
-        return True
-
-    def _band(self, a: stats.Estimate) -> float:
-        """The relative noise band around `a`: its interval, at least the search precision."""
-        rel = a.rel_halfwidth if math.isfinite(a.rel_halfwidth) else 0.0
-        return max(rel, self.req.measure.search_precision)
+        return got[0].estimate, got[1].estimate
 
     def _predicted_gain(self, picked: Sequence[tuple[Any, int, dict[str, Any]]]) -> float | None:
         """The cost model's best predicted gain over the incumbent among the candidates it
@@ -716,151 +569,6 @@ class Search:
         if not preds[0] > 0:
             return None
         return max(preds[1:]) / preds[0] - 1
-
-    def _judged(self, gain: float, band: float, incumbent: stats.Estimate, n0: int) -> None:
-        """Keep what the warm rule saw (`gain` against `band`) in the batch measured from
-        trial `n0` on."""
-        ests = [_entry_estimate(e) for e in self.journal.trials[n0:] if e["error"] is None]
-        got = min((e.value for e in ests if e is not None), default=math.inf)
-        self.warm_judged.append((gain, band, incumbent.value / got - 1))
-
-    def warm_hopes(self) -> dict[str, float]:
-        """The warm rule's batches after the match, in numbers: how many, in how many
-        the cost model expected a gain beyond the noise (which kept the run going), in
-        how many of those a gain beyond the noise was measured, and the medians of both
-        gains in those batches. {} when the rule judged none."""
-        if not self.warm_judged:
-            return {}
-        hoped = [(g, m) for g, band, m in self.warm_judged if g >= band]
-        met = sum(m >= band for g, band, m in self.warm_judged if g >= band)
-        out = {"warm_batches": float(len(self.warm_judged)), "warm_hoped": float(len(hoped)),
-               "warm_hoped_met": float(met)}
-        if hoped:
-            out["warm_hoped_predicted"] = statistics.median(g for g, _ in hoped)
-            out["warm_hoped_measured"] = statistics.median(m for _, m in hoped)
-        return out
-
-    def _hope_bias(self) -> float:
-        """How far the cost model's predicted gains overshot the gains measured, in the
-        batches the warm rule judged after the match: the median of (predicted - measured),
-        once HOPE_EVIDENCE batches were judged; 0 before, and never below 0 (a model that
-        under-promised is not taken at more than its word). A model whose hopes come true
-        (an edit that opened a better region) keeps them; one that keeps hoping in the
-        noise stops being waited for."""
-        if len(self.warm_judged) < HOPE_EVIDENCE:
-            return 0.0
-        return max(0.0, statistics.median(g - m for g, _, m in self.warm_judged))
-
-    def _warm_stop(self, improved: bool, gain: float | None) -> tuple[bool, float]:
-        """A re-tune with history stops once its own search has matched the old best
-        within the noise and then, for one batch (`WARM_PATIENCE`), neither improved on
-        the incumbent nor has a candidate the cost model expects to beat it beyond the
-        noise. Its model learned from the old log's records and the replay, so it needs
-        none of the cold rule's warm-up of the search's own samples, nor its patience:
-        with the cold rule's 3 batches a no-op edit cost 1.24x a cold run on a Xeon
-        (bench_warmstart, 3 seeds), where cold stopped at its 64-trial minimum. Counting
-        the replayed old best as the match (no own match needed when the edit opened no
-        knob values) was tried on a Zen 5 and not kept: 0.65x cold's seconds, but one
-        seed of a loop-order edit stopped after 24 trials at 6.75 ms, against cold's
-        4.86-5.18 ms (benchmarks/results/bench_warmstart.txt, run C). The cold rule
-        still applies (`_loop`): a model that keeps expecting gains cannot make a warm
-        run longer than a cold one. After HOPE_EVIDENCE judged batches the model's hope
-        is discounted by how far its hopes overshot what was measured (`_hope_bias`).
-        Returns whether to stop and the band it judged with (`_judged` counts the batch
-        against the same band)."""
-        assert self.old_best is not None
-        req = self.req
-        best = self.progress.best
-        band = self._band(best) if best is not None else req.measure.search_precision
-        if self._beats_history():
-            return False, band
-        bias = self._hope_bias()
-        flat = gain is not None and gain - bias < band
-        found = self._own_best() if self.matched_at is None else None
-        if found is not None:
-            own, entry = found
-            old = self.old_best.value
-            # Within the noise of the replay's figure; or, when the model expects nothing
-            # more, near enough that a speed mode could be the difference: then asked
-            # side by side.
-            if own.value <= old * (1 + self._band(self.old_best)) or (
-                    flat and not improved and own.value <= old * (1 + SIDE_BY_SIDE_WITHIN)
-                    and self._side_by_side(entry)):
-                self.matched_at = _trials_of_its_own(self.journal.trials)
-        if self._nowhere_near(found, gain, band):
-            return True, band
-        if improved or self.matched_at is None or not flat:
-            self.warm_stale = 0
-        else:
-            self.warm_stale += 1
-        patience = min(req.early_stop.patience, WARM_PATIENCE)
-        if patience > 0 and self.warm_stale >= patience and self.done < req.trials:
-            batches = f"for {patience} batches" if patience > 1 else "for a batch"
-            discounted = ""
-            if bias > 0 and gain is not None and gain >= band:
-                n = len(self.warm_judged)
-                discounted = (f" once its hope (+{gain:.1%}) was discounted by how far its hopes "
-                              f"overshot the {n} batches before (a median {bias:.1%})")
-            self.stop_detail = (f"matched the old best after {self.matched_at} trials of its own"
-                                f"{self.match_note}; "
-                                f"{batches} the cost model expected no gain beyond "
-                                f"the noise (±{band:.1%}){discounted} and none was measured")
-            return True, band
-        return False, band
-
-    def _nowhere_near(self, found: tuple[stats.Estimate, Trial] | None, gain: float | None,
-                      band: float) -> bool:
-        """A re-tune with history whose search cannot come near the old configurations:
-        WARMUP_SAMPLES of its own proposals (the evidence the cold rule asks before it counts
-        a flat batch), none of which matched the incumbent, a replayed old configuration
-        (`found`, the own best, is slower beyond the noise, side by side where it was near),
-        and the cost model, trained on the old log, the replay and those proposals, expects
-        even its best next candidate slower beyond the noise. Without a match the warm rule
-        has nothing to count, and the cold rule then ran 3 more batches: both conv2d edits
-        of bench_warmstart run S (Zen 5, this CPU's own logs) searched 80 trials where every
-        own proposal was raced out and the model's best predicted gain stayed at -46% to
-        -64% (cold ran 98-132 trials on them). Stopping those (every own proposal raced out)
-        ended 3 of 6 such runs at 48 trials, in 21-24 s against 31-33 s, their bests within
-        cold's own spread (run T); the other 3 had an own best inside the race margin, which
-        the rule did not count before run V. Before it stops, the nearest own proposal is
-        measured beside the old best (`_side_by_side`): one that matches there is the match.
-        Not when the incumbent is the search's own or a probe of an opened region: there the
-        search is where the edit made room, not behind the old log."""
-        req = self.req
-        if self.matched_at is not None or gain is None or gain >= -band:
-            return False
-        entries = _own_entries(self.journal.trials)
-        own = len(entries)
-        best = self.progress.best_knobs
-        if own < WARMUP_SAMPLES or best is None or self.done >= req.trials:
-            return False
-        key = knobs_key(best)
-        if not any(e.get("source") == "replay" and knobs_key(e["knobs"]) == key
-                   for e in self.journal.trials):
-            return False
-        # The race and the incumbent's figure are of different moments: asked side by side
-        # before giving up, the nearest own proposal may match the old best after all (a
-        # replay measured in a fast stretch raced a softmax seed's 55 proposals against
-        # 519 us; its best re-measured at 593 us; run V). Then it is the match.
-        nearest = found[1] if found is not None else min(
-            entries, key=lambda e: e.get("latency_s") or math.inf)
-        if self._side_by_side(nearest):
-            self.matched_at = _trials_of_its_own(self.journal.trials)
-            return False
-        incumbent = self.progress.best
-        assert incumbent is not None
-        old = stats.fmt_latency(incumbent.value, incumbent.rel_halfwidth)
-        if found is None:
-            near = f"all ran more than {req.measure.race:g}x slower than the old configurations' best ({old})"
-        else:
-            est = found[0]
-            near = (f"came no nearer than {est.value / incumbent.value:.2f}x the old configurations' "
-                    f"best ({old}; its own best {stats.fmt_latency(est.value, est.rel_halfwidth)})")
-        self.stop_detail = (
-            f"its own {own} proposals {near}, and the cost model expected its next candidates "
-            f"slower still (its best {gain:+.1%}, beyond the noise of ±{band:.1%}): the old "
-            "configurations stand as the search's best")
-        return True
 
     def _candidates(self) -> list[tuple[Any, int, dict[str, Any]]] | None:
         """The strategy's next batch, as (candidate, design space, knobs); None: exhausted."""
@@ -999,8 +707,9 @@ class Search:
             first_key = status[0]
             first = next((e for e in self.journal.trials[n0:]
                           if e["error"] is None and knobs_key(e["knobs"]) == first_key), None)
-            self.old_best = _entry_estimate(first) if first is not None else None
-            self.old_best_knobs = dict(first["knobs"]) if first is not None else None
+            old_best = entry_estimate(first) if first is not None else None
+            if first is not None and old_best is not None:
+                self.warm = WarmStop(self._warm_options(), old_best, first["knobs"], self._measure_beside)
         return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
                            old_best_correct)
 
@@ -1106,37 +815,3 @@ class Search:
                 )
             )
 
-
-@dataclass
-class _Progress:
-    best: stats.Estimate | None = None  # the incumbent: the lowest contender estimate
-    best_knobs: dict[str, Any] | None = None
-    curve: list[tuple[int, float]] = field(default_factory=list)
-    stale_batches: int = 0
-
-    @property
-    def best_latency(self) -> float | None:
-        return self.best.value if self.best is not None else None
-
-    def add(self, trial: int, est: stats.Estimate | None, flop: float,
-            knobs: dict[str, Any] | None = None) -> None:
-        if est is not None and (self.best is None or est.value < self.best.value):
-            self.best, self.best_knobs = est, knobs
-        best = self.best_latency
-        self.curve.append((trial, gflops(flop, best) if best else 0.0))
-
-    def improved_since(
-        self, before: stats.Estimate | None, fallback_rel: float, min_improvement: float
-    ) -> bool:
-        """The best moved by more than the noise band (the larger half-width of the two
-        estimates; `fallback_rel` of the value for one without an interval), and by
-        more than `min_improvement`."""
-        now = self.best
-        if now is None:
-            return False
-        if before is None:
-            return True
-        widths = [e.halfwidth_s for e in (now, before) if math.isfinite(e.halfwidth_s)]
-        band = max(widths) if len(widths) == 2 else fallback_rel * before.value
-        gain = before.value - now.value
-        return gain > band and gain / before.value > min_improvement
