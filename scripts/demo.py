@@ -4,8 +4,9 @@
 
 Copies operators/ into a new git repo under a temp folder, writes a tvmtune.yaml
 whose one target is this CPU (its LLVM name, all cores), then runs
-`tvmtune-ci retune`, `status` and `check` there and prints where the generated
-READMEs are. This repository's own logs are not touched.
+`tvmtune-ci retune`, then `models` and `profile` on this repo's models (built with
+the logs just tuned, timed per call here), `status` and `check` there, and prints
+where the generated READMEs are. This repository's own logs are not touched.
 """
 
 from __future__ import annotations
@@ -44,13 +45,20 @@ def main() -> int:
         path.unlink()
     if gpu:
         print(f"left out the GPU templates (a CPU target only): {', '.join(p.stem for p in gpu)}")
+    # This repo's models, their sources only: the scratch repo generates its own files.
+    models = sorted(p for p in (ROOT / "models").glob("*.py") if not args.operators)
+    (work / "models").mkdir(exist_ok=True)
+    for m in models:
+        shutil.copy2(m, work / "models" / m.name)
     (work / "tvmtune.yaml").write_text(
         "# written by scripts/demo.py: this machine's CPU as the only target\n"
         f"format: 1\ntrials: {args.trials}\n"
         # The first run of each set's history lasts 20 s here, not a runner's 120 s: a
         # demo of four operators would spend eight of its minutes on them.
         "measure: {history_s: 20}\n"
-        f"targets:\n  this-cpu:\n    target: {json.dumps(target)}\n",
+        f"targets:\n  this-cpu:\n    target: {json.dumps(target)}\n"
+        + ("models:\n" + "".join(f"  {m.stem}: {{source: models/{m.name}}}\n" for m in models)
+           if models else ""),
         encoding="utf-8",
     )
     env = {**os.environ, "GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
@@ -60,9 +68,20 @@ def main() -> int:
     cli = [sys.executable, "-m", "tvmtune_ci"]
     print(f"scratch repo: {work}\ntarget: {json.dumps(target)}\n", flush=True)
     rc = subprocess.run([*cli, "retune", *(args.operators or [])], cwd=work, env=env).returncode
+    if rc == 0 and models:
+        # The models with the logs just tuned: which calls the templates cover, then the
+        # model built with those logs and timed per call here. The calls no template
+        # covers keep TVM's naive loops (--untemplated none): MetaSchedule for them
+        # takes many minutes, and the breakdown then shows what they cost.
+        rc = subprocess.run([*cli, "models"], cwd=work, env=env).returncode
+        if rc == 0:
+            rc = subprocess.run([*cli, "profile", "--target", "this-cpu", "--untemplated", "none",
+                                 "--runs", "3"], cwd=work, env=env).returncode
     subprocess.run([*cli, "status"], cwd=work, env=env)
     subprocess.run([*cli, "check"], cwd=work, env=env)
     for readme in sorted((work / "tuning_logs").glob("*/*/README.md")):
+        print(f"generated: {readme}")
+    for readme in sorted((work / "models").glob("*.md")):
         print(f"generated: {readme}")
     return rc
 
