@@ -166,3 +166,39 @@ def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:
     write_profile(root / "models/two_mm.profile.json", Profile("two_mm", {"host": (run,)}))
     weights = make_budget(config, entries, 600.0).weights
     assert list(weights.values()) == [pytest.approx(0.75)]  # mm/s64: 6e-4 of 8e-4
+
+
+LINEAR = """\
+from tvm.relax.frontend import nn
+
+
+class Lin(nn.Module):
+    def __init__(self):
+        self.fc = nn.Linear(32, 48, bias=True)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+MODEL = Lin
+SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
+"""
+
+
+def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Path) -> None:
+    """nn.Linear is matmul(x, permute_dims(W)): the dense template takes W [N, K] itself,
+    so the transpose is gone from the build, and x [1, 16, 32] folds into M = 16."""
+    dense = (Path(__file__).resolve().parents[1] / "operators/dense.py").read_text()
+    start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
+    dense = dense[:start] + 'WORKLOADS = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}\n\n' + dense[end:]
+    config = (f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
+              "models:\n  lin: {source: models/lin.py}\n")
+    root = make_repo(tmp_path, config=config, operators=("dense",),
+                     files={"operators/dense.py": dense, "models/lin.py": LINEAR})
+    # The default configuration: no log needed to see the swap.
+    b = build_model("lin", target=TARGET, root=root, untemplated="none", configs="default")
+    assert [(s.template, s.workload, s.kernel) for s in b.swaps] == [("dense", "tiny", "dense_tiny")]
+    assert b.uncovered == ("relax.add(1x16x48, 48) -> 1x16x48 float32",)  # the bias; no transpose left
+    rng = np.random.default_rng(3)
+    x, w, bias = (rng.standard_normal(s).astype("float32") for s in ((1, 16, 32), (48, 32), (48,)))
+    np.testing.assert_allclose(_run(b.executable, [x, w, bias]), x @ w.T + bias, rtol=1e-4, atol=1e-5)
