@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,cuda]'
+	$(PY) -m pip install -q -e '.[test,cuda,onnx]'
 	touch $@
 
 # The aarch64 cross compiler: links kernels of an aarch64 target (e.g. an Arm board
