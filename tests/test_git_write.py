@@ -1,4 +1,4 @@
-"""git.write on real git: a work repo, a bare repo as origin, and second clones."""
+"""publish/gitwrite.py on real git: a work repo, a bare repo as origin, and second clones."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The run history (runs.py): its file, its band, and the drift verdict's rules.
 
 The rules on synthetic series here; on real kernels measured by `remeasure` in
-tests/commands/test_remeasure.py; on the study's measured values in
+tests/commands/test_retune.py (its remeasure section); on the study's measured values in
 benchmarks/study_drift.py (docs/measurement.md).
 """
 

@@ -10,14 +10,17 @@ Each step takes a `Job` (plain data: the config, the entry, the target, what ear
 steps found) and returns the next one; `retune_entry` runs them in order, holding the
 log folder's lock for the second tuple. The thread count is part of the Job. Printing
 is the command's business: steps report through the `say` callback. Committing and
-pushing come after every entry (`commands/retune.py`, `git.write`).
+pushing come after every entry (`commands/retune.py`, `publish/gitwrite.py`).
 
 Over 400 lines: the steps, which log is replayed, and the words the steps report
 (history report, verdicts, commit message) belong to the one re-tune.
 
-The tuning side (tuner, measure, builder, runners, remeasure, hostcheck, devices,
-priors) is imported inside the steps that use it: a `retune` with nothing stale, or
-its `--dry-run`, never loads it (nor numpy).
+The tuning side's modules (tuner, search, measure, builder, runners, hostcheck,
+devices, priors) are imported at module level here; only `remeasure` is imported
+inside the step that uses it. `commands/retune.py` imports this module before its
+nothing-stale and `--dry-run` exits, so those load the `tune/` modules and numpy too.
+TVM is another matter: the `tune/` modules import it only inside the functions that
+build, run or measure, so importing this module does not load it.
 """
 
 from __future__ import annotations

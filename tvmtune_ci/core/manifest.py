@@ -112,8 +112,9 @@ class WorkloadResult:
     # Bytes one run moves at the least (its buffers: measure.workload_bytes); 0 when not
     # recorded. GB/s = bytes_moved / latency.
     bytes_moved: int = 0
-    # A GPU target's best as its build reported it (builder.gpu_resources: arch, shared
-    # memory and registers per block, ...); None on a CPU, and then not written.
+    # A GPU target's best as its build reported it (tune/gpubuild.py's gpu_resources:
+    # arch, shared memory and registers per block, ...); None on a CPU, and then not
+    # written.
     gpu: dict[str, Any] | None = None
 
     @property

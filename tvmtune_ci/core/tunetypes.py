@@ -182,5 +182,5 @@ class TuneOutcome:
     final_results: tuple[dict[str, Any], ...] = ()
     replay: ReplayStats | None = None  # with TuneRequest.replay
     # A GPU target: the best's arch, shared memory and registers per block as its build
-    # reported them (builder.gpu_resources); None on a CPU.
+    # reported them (tune/gpubuild.py's gpu_resources); None on a CPU.
     gpu: dict[str, Any] | None = None

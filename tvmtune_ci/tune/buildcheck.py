@@ -2,7 +2,7 @@
 
 For each (operator, target) entry whose target is a CUDA one, the template's default
 configuration and the committed best of every workload are scheduled, lowered by TVM
-and compiled by NVRTC to a cubin for the target's arch (`builder.compile_cuda_config`),
+and compiled by NVRTC to a cubin for the target's arch (`gpubuild.compile_cuda_config`),
 and ptxas's report is held against the target's limits. A template edit that no longer
 compiles is reported at the template's line (the line of `schedule()` that raised, or
 `def schedule` for an error of TVM's lowering or of the CUDA compiler) with the

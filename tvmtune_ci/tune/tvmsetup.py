@@ -1,4 +1,9 @@
-"""The one place that imports TVM: everything else gets `tvm` and MetaSchedule from here.
+"""Where TVM is loaded first: `load()` imports `tvm` and installs the stub below.
+
+It is not the only TVM import: the `tune/` modules that use TVM also import `tvm`
+submodules (and `tvm_ffi`) themselves, inside functions, most of them after calling
+`load()` (a few, such as `devices.tracker_summary`, import `tvm.rpc` without it).
+MetaSchedule is `ms()`, targets `make_target()`.
 
 `import tvm.s_tir.tensor_intrin` registers every tensor intrinsic TVM ships, CUDA
 included, and costs ~30 s; `TuneContext.__init__`, the stock builder and
@@ -63,7 +68,7 @@ def load() -> Any:
     """Import TVM once, register only the x86 tensor intrinsics, return the `tvm` module."""
     tvm = _state.get("tvm")
     if tvm is None:
-        import tvm  # noqa: F811 - the one TVM import of the package
+        import tvm  # noqa: F811 - the first TVM import, before the stub
 
         _install_intrinsics_stub(tvm)
         _state["tvm"] = tvm

@@ -1,4 +1,5 @@
-"""Git, one layer: reading (`git.read`) and writing (`git.write`), one way to run it.
+"""Git, one way to run it (`run`) and the reading (`git.read`); the writing (commit,
+push) is `publish/gitwrite.py`.
 
 Every git command runs through `run` (the `git` executable via subprocess, in the
 given folder, with an optional environment on top of this process's). Reading

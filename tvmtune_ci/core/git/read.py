@@ -1,7 +1,8 @@
 """Read-only git queries (no GitPython on the check path).
 
 Only `check --changed-since` and provenance need git; everything else in
-`check`/`status` works on a plain folder. Writes (commit, push) are `git.write`.
+`check`/`status` works on a plain folder. Writes (commit, push) are
+`publish/gitwrite.py`.
 """
 
 from __future__ import annotations
