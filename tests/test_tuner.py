@@ -1130,6 +1130,61 @@ def test_a_share_is_asked_again_with_the_floor_the_warm_up_measured(tmp_path: Pa
     assert out.trials.stop_detail == "its share of the time budget was spent (the share again, its floor measured)"
 
 
+def test_the_budget_gate_asks_the_budget_past_the_share_by_the_searchs_gradient(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before its warm-up and within its share (less its finals) the gate lets a search
+    go on without asking; past the share it asks the budget with the gain per second of
+    the last batches (`BACKWARD_BATCHES`), the next batch's seconds and its finals', and
+    says how many batches it went on for before the budget stopped it. Without the
+    budget's question (or two marks) a spent share stops it at once. The clock is moved
+    by hand."""
+    from types import SimpleNamespace
+
+    from tvmtune_ci.tune import budgetgate
+    from tvmtune_ci.tune.budgetgate import BACKWARD_BATCHES, BudgetGate, BudgetOptions
+
+    now = [0.0]
+    monkeypatch.setattr(budgetgate, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    asked: list[tuple[float, float, float]] = []
+
+    def more(spent_s: float, gain: float, next_s: float) -> tuple[bool, str]:
+        asked.append((spent_s, gain, next_s))
+        return (True, "went on") if len(asked) == 1 else (False, "its gradient fell below theirs")
+
+    gate = BudgetGate(BudgetOptions(share_s=10.0, note="10 s", finals_s=2.0, warmup=4, more=more), 0.0)
+    now[0] = 100.0
+    assert gate.stops(3) is None and asked == []  # its warm-up first
+    now[0] = 1.0
+    gate.mark(2.0)
+    now[0] = 3.0
+    gate.mark(1.0)
+    now[0] = 7.9
+    assert gate.stops(4) is None and asked == []  # within its share, the finals' 2 s counted
+    now[0] = 9.0
+    assert gate.stops(8) is None  # past it: asked, and went on
+    assert asked == [(11.0, 0.5, 4.0)]  # 2.0 -> 1.0 in 2 s; the last batch 2 s, finals 2 s
+    now[0] = 12.0
+    gate.mark(1.0)
+    assert BACKWARD_BATCHES == 3
+    assert gate.stops(16) == ("its share of the time budget was spent (10 s); it went on for 1 batch "
+                              "while its gradient beat the items after it; then its gradient fell below theirs")
+    assert asked[1] == (14.0, pytest.approx(1 / 11), 11.0)
+
+    reshared: list[float] = []
+
+    def reshare(floor_s: float) -> tuple[float, str]:
+        reshared.append(floor_s)
+        return 20.0, "20 s, reshared"
+
+    alone = BudgetGate(BudgetOptions(share_s=1.0, note="1 s", finals_s=2.0, warmup=4, reshare=reshare), 0.0)
+    now[0] = 5.0
+    assert alone.stops(4) is None and reshared == [7.0]  # asked once, after the warm-up
+    now[0] = 18.0
+    assert alone.stops(5) == "its share of the time budget was spent (20 s, reshared)"
+    assert reshared == [7.0] and alone.share_note == "20 s, reshared"
+    assert BudgetGate(BudgetOptions(share_s=None, note="", finals_s=2.0, warmup=0), 0.0).stops(10**6) is None
+
+
 def _final(role: str, value: float, rel: float = 0.01, error: str | None = None) -> FinalResult:
     est = None if error else Estimate(value, value * (1 - rel), value * (1 + rel), 50)
     return FinalResult(Finalist(role, {"x": value}, key=f"{role}{value}"), est, error=error)

@@ -30,6 +30,7 @@ from ..core.records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
 from ..core.targetinfo import scope
 from ..core.template import Knob, design_spaces, space_size, template_name
 from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneRequest
+from .budgetgate import BudgetGate, BudgetOptions
 from .builder import make_postprocs, remove_artifact
 from .journal import Journal, request_fingerprint
 from .measure import gflops
@@ -57,9 +58,6 @@ WARMUP_SAMPLES = 32
 # (0.6-1.6 s on this repository's templates, Zen 4) and building a whole batch of 16
 # (115-212 ms each, bench_tuner) only delayed the first measured trial.
 FIRST_BATCH = 4
-# Batches whose gain per second is a search's backward gradient past its share of a
-# time budget (TVM auto_scheduler's task scheduler: backward_window_size=3).
-BACKWARD_BATCHES = 3
 
 
 # --------------------------------------------------------------------------- helpers
@@ -260,13 +258,8 @@ class Search:
             self.progress.add(entry["trial"], entry_estimate(entry), self.flop, entry["knobs"])
         self.stats: dict[str, float] = {}
         self.batches = 0
-        # (when, the best's latency) after each batch of the search: its gradient under
-        # a time budget; and how many batches the budget gave it past its share, and why
-        # it stopped there.
-        self.marks: list[tuple[float, float]] = []
-        self.budget_extra, self.budget_why = 0, ""
-        # The item's share and its words: the request's, until `budget_reshare` answers.
-        self.share_s, self.share_note, self.reshared = req.time_budget_s, req.budget_note, False
+        # The time-budget gate: the item's share, asked before each batch.
+        self.budget = BudgetGate(BudgetOptions.of(req, WARMUP_SAMPLES), t_start)
         # A re-tune with history: its stop rule, created when the replay measured the old
         # best (None: a cold search, which has only the cold rule).
         self.warm: WarmStop | None = None
@@ -401,53 +394,11 @@ class Search:
             )
         return reason
 
-    def _budget_gate(self) -> tuple[bool, str]:
-        """Whether the item's share of a time budget stops the search now, and the budget's
-        words when it was asked. The share is spent less what its finals need (one time cap
-        per finalist, the default and the previous best); never before its warm-up
-        (WARMUP_SAMPLES trials of its own, or all it asked for): the steep start of a
-        search's curve, which a budget gives every item (budget.py). When the warm-up is
-        done, the share is asked for again with the floor it measured (`budget_reshare`)."""
-        req = self.req
-        own = trials_of_its_own(self.journal.trials)
-        if req.time_budget_s is None or own < min(WARMUP_SAMPLES, req.trials):
-            return False, ""
-        finals_s = req.measure.time_cap_s * (req.measure.finalists + 2)
-        now = time.perf_counter()
-        if not self.reshared and req.budget_reshare is not None:
-            self.reshared = True
-            if (again := req.budget_reshare(now - self.t_start + finals_s)) is not None:
-                self.share_s, self.share_note = again
-        assert self.share_s is not None
-        if now - self.t_start + finals_s < self.share_s:
-            return False, ""
-        if req.budget_more is None or len(self.marks) < 2:
-            return True, ""
-        # Past its share: the budget decides, batch by batch, from the gain per second
-        # of the last BACKWARD_BATCHES batches (Ansor's backward window) whether the
-        # search still pays more than its seconds would in the items after it.
-        (t0, b0), (t1, b1) = self.marks[-1 - min(BACKWARD_BATCHES, len(self.marks) - 1)], self.marks[-1]
-        gain = (b0 - b1) / b1 / (t1 - t0) if t1 > t0 and b1 > 0 else 0.0
-        batch_s = t1 - self.marks[-2][0]
-        more, why = req.budget_more(now - self.t_start + finals_s, gain, batch_s + finals_s)
-        return not more, why
-
-    def _budget_detail(self) -> str:
-        detail = f"its share of the time budget was spent ({self.share_note})"
-        if self.budget_why:
-            went_on = (f"it went on for {self.budget_extra} batch{'es' if self.budget_extra != 1 else ''} "
-                       "while its gradient beat the items after it; " if self.budget_extra else "")
-            detail += f"; {went_on}then {self.budget_why}"
-        return detail
-
     def _loop(self) -> str:
         req, empty = self.req, 0
         while self.done < req.trials:
-            stop, why = self._budget_gate()
-            if why:  # asked past the share: it went on this batch, or stops here
-                self.budget_why, self.budget_extra = why, self.budget_extra + (not stop)
-            if stop:
-                self.stop_detail = self._budget_detail()
+            if (spent := self.budget.stops(trials_of_its_own(self.journal.trials))) is not None:
+                self.stop_detail = spent
                 return "time_budget"
             if self.done >= self.space_size:
                 return "space_exhausted"
@@ -473,7 +424,7 @@ class Search:
                 hook, self.after_first_batch = self.after_first_batch, None
                 hook()
             if self.progress.best is not None:
-                self.marks.append((time.perf_counter(), self.progress.best.value))
+                self.budget.mark(self.progress.best.value)
             improved = self.progress.improved_since(
                 prev_best, req.measure.search_precision, req.early_stop.min_improvement
             )

@@ -520,7 +520,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             failed=sum(e["error"] is not None for e in entries),
             stop_reason=stop_reason,
             stop_detail=search.stop_detail,
-            budget_note=search.share_note,
+            budget_note=search.budget.share_note,
             failures=failure_kinds(entries),
         ),
         curve=tuple(search.progress.curve),
