@@ -6,8 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import git_env, run_cli
+from conftest import edit_results, git_env, run_cli
 
+from tvmtune_ci.core.errors import HostError
 from tvmtune_ci.publish.swap import KILL_AT_ENV, MARKER_NAME
 
 FOLDER = Path("tuning_logs/matmul/avx2")
@@ -98,3 +99,38 @@ def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
     assert cold.startswith("runner drift: the best of the first batch measured 500 us ± 1.0% in the "
                            "search's first batch and 550 us ± 1.0% in the finals (1.10x)"), cold
     assert _drift(first, [default, None, m(4e-4)], default) == ""  # not a finalist
+
+
+# `import matplotlib` fails as it does on the light install (`pip install tvmtune-ci`,
+# without [tune]): a finder ahead of the others says the module does not exist.
+WITHOUT_MATPLOTLIB = """
+import sys
+
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "matplotlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+from tvmtune_ci.cli import main
+sys.exit(main())
+"""
+
+
+def test_readme_without_matplotlib_names_the_extra_instead_of_crashing(repo: Path) -> None:
+    def add_curve(results: dict) -> None:
+        next(iter(results.values()))["curve"] = [[1, 10.0], [2, 12.5]]
+
+    edit_results(repo / FOLDER, add_curve)
+    env = {k: v for k, v in git_env().items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI")}
+    r = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, "readme", "matmul", "--target", "avx2"],
+                       cwd=repo, env=env, capture_output=True, text=True)
+    assert r.returncode == HostError.exit_code, r.stdout + r.stderr
+    assert "pip install 'tvmtune-ci[tune]'" in r.stderr and "matplotlib" in r.stderr, r.stderr
+    assert "crashed" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (repo / FOLDER / "README.md").exists() and not (repo / FOLDER / "curve.png").exists()
+    # With matplotlib, the same set gets its README and its curve.
+    r = run_cli(repo, "readme", "matmul", "--target", "avx2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (repo / FOLDER / "curve.png").read_bytes().startswith(b"\x89PNG")

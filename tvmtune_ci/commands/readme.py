@@ -7,12 +7,14 @@ from pathlib import Path
 
 from ..core import lock
 from ..core.config import load_config
-from ..core.errors import UsageError
+from ..core.errors import HostError, UsageError
 from ..core.layout import LogSet
-from ..core.manifest import read_manifest
+from ..core.manifest import Manifest, read_manifest
 from ..core.runs import read_runs
 from ..publish.readme import render_curve, render_readme
 from ..publish.swap import publish, recover
+
+TUNE_EXTRA = "pip install 'tvmtune-ci[tune]'"
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -33,13 +35,25 @@ def regenerate(logset: LogSet) -> list[Path]:
         m = read_manifest(logset.manifest)
         history = read_runs(logset.folder, m.files)
         files = {logset.readme.name: render_readme(m, history).encode()}
-        curve = render_curve(m)
+        curve = _curve(m)
         if curve is not None:
             files[logset.curve.name] = curve
         changed = {n: d for n, d in files.items() if not _holds(logset.folder / n, d)}
         if changed:
             publish(logset.folder, changed, archive=False)
     return [logset.folder / n for n in changed]
+
+
+def _curve(m: Manifest) -> bytes | None:
+    """`render_curve`, with matplotlib (the [tune] extra) missing a HostError naming the
+    install, not a crash: the light install (`pip install tvmtune-ci`) lacks it."""
+    try:
+        return render_curve(m)
+    except ModuleNotFoundError as e:
+        if (e.name or "").partition(".")[0] != "matplotlib":
+            raise
+        raise HostError(f"`readme` draws curve.png with matplotlib, which is not installed "
+                        f"({e}); it comes with the [tune] extra: {TUNE_EXTRA}") from None
 
 
 def _holds(path: Path, data: bytes) -> bool:
