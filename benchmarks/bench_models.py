@@ -10,9 +10,10 @@ slow stretch of a noisy runner lands on every arm alike. Printed: each arm's med
 seconds per inference, its ratio to ONNX Runtime (median of the per-round ratios, and
 their min-max), and the largest difference of its output from ONNX Runtime's.
 
-The ONNX graph is written here, op for op, from models/bert_layer.py (nn.Linear as
+The ONNX graphs are written here, op for op, from models/bert_layer.py (nn.Linear as
 MatMul with the transposed weight plus Add, LayerNormalization, erf GELU, softmax over
-the last axis) and fed the same random weights as the Relax build. The arms:
+the last axis) and models/resnet50_stage.py (Conv with its bias, Relu, Add), and fed
+the same random weights as the Relax build. The arms:
 
 - `logs`: `build_model` with the committed logs (dense's FFN kernels), TVM's default
   loops for every call no template covers (`untemplated="none"`): what the committed
@@ -90,9 +91,51 @@ def bert_onnx(weights: dict[str, object], path: Path) -> None:
     onnx.save(model, str(path))
 
 
+def resnet_onnx(weights: dict[str, object], path: Path) -> None:
+    """models/resnet50_stage.py as an ONNX graph over `weights` (Conv with its bias,
+    Relu, the residual Add)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from models.resnet50_stage import IN_CHANNELS, OUT_CHANNELS, SIZE
+
+    nodes, inits = [], []
+
+    def conv(x: str, prefix: str, out: str) -> str:
+        w, b = weights[f"{prefix}.conv.weight"], weights[f"{prefix}.conv.bias"]
+        inits.append(numpy_helper.from_array(np.asarray(w), f"{prefix}.w"))
+        inits.append(numpy_helper.from_array(np.asarray(b), f"{prefix}.b"))
+        pad = np.asarray(w).shape[-1] // 2
+        nodes.append(helper.make_node("Conv", [x, f"{prefix}.w", f"{prefix}.b"], [out], pads=[pad] * 4))
+        return out
+
+    x = "x"
+    for i, project in ((1, True), (2, False), (3, False)):
+        blk = f"block{i}"
+        y = conv(x, f"{blk}.reduce", f"{blk}_r")
+        nodes.append(helper.make_node("Relu", [y], [f"{blk}_r1"]))
+        y = conv(f"{blk}_r1", f"{blk}.spatial", f"{blk}_s")
+        nodes.append(helper.make_node("Relu", [y], [f"{blk}_s1"]))
+        y = conv(f"{blk}_s1", f"{blk}.expand", f"{blk}_e")
+        short = conv(x, f"{blk}.project", f"{blk}_p") if project else x
+        nodes.append(helper.make_node("Add", [y, short], [f"{blk}_a"]))
+        nodes.append(helper.make_node("Relu", [f"{blk}_a"], [f"{blk}_out" if i < 3 else "y"]))
+        x = f"{blk}_out"
+    graph = helper.make_graph(
+        nodes, "resnet50_stage",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, IN_CHANNELS, SIZE, SIZE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, OUT_CHANNELS, SIZE, SIZE])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))
+
+
+GRAPHS = {"bert_layer": bert_onnx, "resnet50_stage": resnet_onnx}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", required=True, help="a target of tvmtune.yaml this machine runs (zen4-2c)")
+    p.add_argument("--models", nargs="*", default=list(GRAPHS), choices=list(GRAPHS))
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--json", type=Path, default=None, help="also write the samples here")
     args = p.parse_args()
@@ -110,57 +153,58 @@ def main() -> int:
     config = load_config(ROOT)
     target = config.target(args.target)
     cores = int(target.target.get("num-cores", 1))
-    logs = build_model("bert_layer", target=target.target, root=ROOT, untemplated="none")
-    mod = logs.module
-    arrays = random_inputs(mod)
-    names = [p.name for p in mod["forward"].params]
-    weights = dict(zip(names, arrays, strict=True))
-    onnx_path = Path("/tmp/tvmtune_bench_bert_layer.onnx")
-    bert_onnx(weights, onnx_path)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = cores
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    plain = tvm.compile(mod, target=tvm.target.Target(target.target))
-
-    dev = tvm.cpu()
-    vms = {"logs": relax.VirtualMachine(logs.executable, dev), "tvm": relax.VirtualMachine(plain, dev)}
-    targs = [tvm.runtime.tensor(a, dev) for a in arrays]
-    feed = {"x": arrays[0]}
-    outs = {k: vm["forward"](*targs).numpy() for k, vm in vms.items()}
-    outs["ort"] = sess.run(None, feed)[0]
-
-    def sample(arm: str, min_s: float = 0.2) -> float:
-        n, t0 = 0, time.perf_counter()
-        while True:
-            if arm == "ort":
-                sess.run(None, feed)
-            else:
-                vms[arm]["forward"](*targs)
-            n += 1
-            el = time.perf_counter() - t0
-            if el >= min_s:
-                return el / n
-
-    arms = ["logs", "tvm", "ort"]
-    samples: dict[str, list[float]] = {a: [] for a in arms}
-    for r in range(args.rounds):
-        for a in arms[r % 3:] + arms[:r % 3]:
-            samples[a].append(sample(a))
     host = host_description()
-    print(f"bert_layer, target {args.target} ({json.dumps(target.target)}), {cores} thread(s); "
-          f"host {host.get('cpu')} ({host.get('cpu_id')}); {args.rounds} rounds in turns; "
-          f"onnxruntime {ort.__version__}, tvm {tvm.__version__}")
-    print(f"logs: {len(logs.swaps)} call(s) run a template's kernel "
-          f"({', '.join(sorted({s.template + '/' + s.workload for s in logs.swaps}))}); "
-          f"the rest: {logs.untemplated}")
-    print(f"{'arm':6} {'median':>10} {'x ORT (median, min-max over rounds)':>40} {'max |out - ORT|':>16}")
-    for a in arms:
-        ratios = sorted(x / o for x, o in zip(samples[a], samples["ort"], strict=True))
-        print(f"{a:6} {statistics.median(samples[a]) * 1e3:8.2f} ms {statistics.median(ratios):14.2f}x "
-              f"({ratios[0]:.2f}-{ratios[-1]:.2f}x) {float(np.abs(outs[a] - outs['ort']).max()):16.2e}")
+    print(f"target {args.target} ({json.dumps(target.target)}), {cores} thread(s); host {host.get('cpu')} "
+          f"({host.get('cpu_id')}); {args.rounds} rounds in turns; onnxruntime {ort.__version__}, "
+          f"tvm {tvm.__version__}")
+    raw: dict[str, dict[str, list[float]]] = {}
+    for name in args.models:
+        logs = build_model(name, target=target.target, root=ROOT, untemplated="none")
+        mod = logs.module
+        arrays = random_inputs(mod)
+        weights = dict(zip([p.name for p in mod["forward"].params], arrays, strict=True))
+        onnx_path = Path(f"/tmp/tvmtune_bench_{name}.onnx")
+        GRAPHS[name](weights, onnx_path)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = cores
+        opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        plain = tvm.compile(mod, target=tvm.target.Target(target.target))
+        dev = tvm.cpu()
+        vms = {"logs": relax.VirtualMachine(logs.executable, dev), "tvm": relax.VirtualMachine(plain, dev)}
+        targs = [tvm.runtime.tensor(a, dev) for a in arrays]
+        feed = {"x": arrays[0]}
+        outs = {k: vm["forward"](*targs).numpy() for k, vm in vms.items()}
+        outs["ort"] = sess.run(None, feed)[0]
+
+        def sample(arm: str, vms=vms, sess=sess, targs=targs, feed=feed, min_s: float = 0.2) -> float:
+            n, t0 = 0, time.perf_counter()
+            while True:
+                if arm == "ort":
+                    sess.run(None, feed)
+                else:
+                    vms[arm]["forward"](*targs)
+                n += 1
+                el = time.perf_counter() - t0
+                if el >= min_s:
+                    return el / n
+
+        arms = ["logs", "tvm", "ort"]
+        samples: dict[str, list[float]] = {a: [] for a in arms}
+        for r in range(args.rounds):
+            for a in arms[r % 3:] + arms[:r % 3]:
+                samples[a].append(sample(a))
+        raw[name] = samples
+        print(f"\n{name}: {len(logs.swaps)} call(s) run a template's kernel "
+              f"({', '.join(sorted({s.template + '/' + s.workload for s in logs.swaps}))}); "
+              f"the rest: {logs.untemplated}")
+        print(f"{'arm':6} {'median':>10} {'x ORT (median, min-max over rounds)':>40} {'max |out - ORT|':>16}")
+        for a in arms:
+            ratios = sorted(x / o for x, o in zip(samples[a], samples["ort"], strict=True))
+            print(f"{a:6} {statistics.median(samples[a]) * 1e3:8.2f} ms {statistics.median(ratios):14.2f}x "
+                  f"({ratios[0]:.2f}-{ratios[-1]:.2f}x) {float(np.abs(outs[a] - outs['ort']).max()):16.2e}")
     if args.json:
-        args.json.write_text(json.dumps({"target": args.target, "host": host, "samples": samples}))
+        args.json.write_text(json.dumps({"target": args.target, "host": host, "samples": raw}))
     return 0
 
 
