@@ -202,3 +202,39 @@ def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Pa
     rng = np.random.default_rng(3)
     x, w, bias = (rng.standard_normal(s).astype("float32") for s in ((1, 16, 32), (48, 32), (48,)))
     np.testing.assert_allclose(_run(b.executable, [x, w, bias]), x @ w.T + bias, rtol=1e-4, atol=1e-5)
+
+
+def test_the_nearest_sibling_is_the_same_dtype_and_the_least_log_ratio_away() -> None:
+    from tvmtune_ci.tune.modelbuild import nearest_sibling, shape_name
+
+    wls = {"big": {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"},
+           "ffn1": {"M": 128, "N": 3072, "K": 768, "dtype": "float32"},
+           "half": {"M": 128, "N": 768, "K": 768, "dtype": "float16"}}
+    want = {"M": 128, "N": 768, "K": 768, "dtype": "float32"}
+    assert nearest_sibling(wls, want) == "ffn1"  # log 4 away; "half" is float16, "big" log 8*... away
+    assert nearest_sibling(wls, {**want, "dtype": "int8"}) is None
+    assert shape_name(want) == "K768_M128_N768"
+
+
+def test_an_undeclared_shape_runs_its_template_at_the_nearest_sibling_s_best_mapped(tmp_path: Path) -> None:
+    """A 48x64 @ 64x40 matmul the template declares no workload of: by default TVM's
+    loops; with uncovered_shapes='sibling', the template's kernel at s64's best mapped
+    onto the shape (tile_j [2, 32] no longer divides 40: repaired to a legal tiling),
+    warned once for each call, and the output still right."""
+    model = MODEL.replace('self.w2 = nn.Parameter((64, 64), "float32")', 'self.w2 = nn.Parameter((64, 40), "float32")')
+    root = _repo(tmp_path)
+    (root / "models/two_mm.py").write_text(model)
+    plain = build_model("two_mm", target=TARGET, root=root, untemplated="none")
+    assert [s.workload for s in plain.swaps] == ["s64"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        b = build_model("two_mm", target=TARGET, root=root, untemplated="none", uncovered_shapes="sibling")
+    assert [(s.workload, s.mapped_from) for s in b.swaps] == [("s64", None), ("K64_M64_N40", "s64")]
+    mapped = b.swaps[1]
+    assert mapped.knobs["tile_j"] != BEST["tile_j"] and mapped.knobs["tile_j"][0] * mapped.knobs["tile_j"][1] == 40
+    assert mapped.knobs["tile_i"] == BEST["tile_i"] and mapped.knobs["cache"] is True  # kept where legal
+    said = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert len(said) == 1 and "with s64's best mapped onto it" in said[0]
+    rng = np.random.default_rng(4)
+    x, w1, w2 = (rng.standard_normal(s).astype("float32") * 0.2 for s in ((1, 64, 64), (64, 64), (64, 40)))
+    np.testing.assert_allclose(_run(b.executable, [x, w1, w2]), _reference(x, w1, w2), rtol=1e-4, atol=1e-5)

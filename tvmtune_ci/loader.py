@@ -165,9 +165,49 @@ def load_database(log_path: Path) -> Any:
     return db
 
 
+def _model_kernel(config: Any, key: tuple[str, str], shape: Mapping[str, Any] | None,
+                  want: dict[str, Any], configs: str, allow_fallback: bool) -> Any:
+    """The kernel of `key` (template, workload) for a model build: its committed best
+    (or default), or for an undeclared `shape` its nearest sibling's, mapped onto it."""
+    from .core.history import map_config
+    from .tune import modelbuild
+    from .tune.builder import schedule_config
+    from .tune.workload import Workload
+
+    template, workload = key
+    module = import_template(config.operators_path / f"{template}.py", config.root)
+    declared = dict(getattr(module, "WORKLOADS", {}) or {})
+    source = workload
+    if shape is not None:
+        sibling = modelbuild.nearest_sibling(declared, shape)
+        if sibling is None:
+            raise UsageError(f"{template}: no declared workload has the dtype of {dict(shape)}; "
+                             "declare one, or leave uncovered_shapes='untemplated'")
+        source = sibling
+    if configs == "default":
+        best = Best(template, source, want, {}, None, None, False)
+    else:
+        with warnings.catch_warnings():  # warned by the caller, once for each call it serves
+            warnings.simplefilter("ignore", FallbackWarning)
+            best = best_config(template, target=want, workload=source, root=config.root,
+                               allow_fallback=allow_fallback)
+    knobs: Mapping[str, Any] | None = best.knobs or None
+    wl: Any = workload
+    if shape is not None:
+        wl = Workload(module, workload, dict(shape), want)
+        if knobs is not None:
+            knobs = map_config(knobs, read_template(config.operators_path / f"{template}.py").knobs,
+                               shape, want).knobs
+    sch = schedule_config(module, wl, knobs, want)
+    return modelbuild.Kernel(modelbuild.kernel_func(sch.mod["main"]), f"{template}_{workload}",
+                             dict(knobs or {}), best.latency_s if shape is None else None, best.fallback,
+                             source if shape is not None else None)
+
+
 def build_model(model: str, *, target: Any, root: Path | str | None = None, allow_fallback: bool = False,
                 allow_foreign_host: bool = False, untemplated: str = "metaschedule", trials: int = 64,
-                work_dir: Path | str | None = None, configs: str = "best") -> Any:
+                work_dir: Path | str | None = None, configs: str = "best",
+                uncovered_shapes: str = "untemplated") -> Any:
     """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
     committed logs: every call a template covers runs that template's best kernel; the
     rest goes through TVM's pipeline, scheduled by MetaSchedule with `trials` trials
@@ -180,11 +220,19 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
     FallbackWarning per call. A target this machine cannot run raises HostError unless
     `allow_foreign_host=True` (cross-compiling: never run the result here).
     `configs="default"` builds every template kernel at its default configuration
-    instead (no log read): the baseline that says what tuning did to the model."""
+    instead (no log read): the baseline that says what tuning did to the model.
+
+    A call a template implements at a shape no workload declares goes the untemplated
+    way by default. `uncovered_shapes="sibling"` runs it on that template's kernel at
+    the best of the nearest declared workload (`nearest_sibling`), mapped onto the
+    shape's legal knob values (`core.history.map_config`, as a replay after an edit):
+    untuned for that shape, said once for each call (a FallbackWarning), and a reason
+    to declare the workload and tune it."""
+    if uncovered_shapes not in ("untemplated", "sibling"):
+        raise UsageError(f"uncovered_shapes={uncovered_shapes!r}: use 'untemplated' or 'sibling'")
     if configs not in ("best", "default"):
         raise UsageError(f"configs={configs!r}: use 'best' (the committed logs) or 'default'")
     from .tune import modelbuild
-    from .tune.builder import schedule_config
     from .tune.modelcalls import load_model, model_calls, read_contracts
 
     config = load_config(Path(root) if root is not None else None)
@@ -198,26 +246,21 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
     mod = load_model(config.root, spec)
     _blobs, contracts = read_contracts(config.root, config.operators_path)
     calls = model_calls(mod)
-    todo = modelbuild.covered(calls, contracts)
+    todo = modelbuild.covered(calls, contracts, shapes=uncovered_shapes == "sibling")
     kernels: dict[tuple[str, str], modelbuild.Kernel] = {}
     for _call, cov in todo:
         key = (str(cov.template), str(cov.workload))
-        if key in kernels:
-            continue
-        if configs == "default":
-            best = Best(key[0], key[1], want, {}, None, None, False)
-        else:
-            with warnings.catch_warnings():  # warned below, once for each call it serves
-                warnings.simplefilter("ignore", FallbackWarning)
-                best = best_config(key[0], target=want, workload=key[1], root=config.root,
-                                   allow_fallback=allow_fallback)
-        module = import_template(config.operators_path / f"{key[0]}.py", config.root)
-        sch = schedule_config(module, key[1], best.knobs or None, want)
-        kernels[key] = modelbuild.Kernel(modelbuild.kernel_func(sch.mod["main"]), f"{key[0]}_{key[1]}",
-                                         best.knobs, best.latency_s, best.fallback)
+        if key not in kernels:
+            kernels[key] = _model_kernel(config, key, cov.params if cov.status != "covered" else None,
+                                         want, configs, allow_fallback)
     swapped, swaps = modelbuild.swap_covered(mod, todo, contracts, kernels)
     for s in swaps:
-        if s.fallback:
+        if s.mapped_from is not None:
+            warnings.warn(f"{model}: {s.binding} = {s.call} runs {s.template} at a shape no workload "
+                          f"declares, with {s.mapped_from}'s {'default' if s.fallback else 'best'} "
+                          f"mapped onto it (untuned for it); add it to WORKLOADS and re-tune",
+                          FallbackWarning, stacklevel=2)
+        elif s.fallback:
             warnings.warn(f"{model}: {s.binding} = {s.call} runs the DEFAULT (untuned) configuration "
                           f"of {s.template}/{s.workload}: its log is stale or missing "
                           "(allow_fallback=True); re-tune with `tvmtune-ci retune`",

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ..core.contract import (
     COVERED,
     PERMUTE,
     SHAPE_OPS,
+    UNCOVERED_SHAPE,
     Contract,
     Coverage,
     _covering_entry,
@@ -59,6 +60,9 @@ class Swap:
     knobs: Mapping[str, Any]  # {}: the default configuration (an opted-in fallback)
     latency_s: float | None  # the log's figure for the kernel alone
     fallback: bool
+    # A shape no workload declares, run at a sibling workload's best mapped onto it
+    # (uncovered_shapes="sibling"): that sibling's name. None: the workload's own best.
+    mapped_from: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class Kernel:
     knobs: Mapping[str, Any]
     latency_s: float | None
     fallback: bool
+    mapped_from: str | None = None
 
 
 def kernel_func(prim: Any) -> Any:
@@ -90,10 +95,39 @@ def kernel_func(prim: Any) -> Any:
             .with_attr("tirx.is_scheduled", True))
 
 
-def covered(calls: Sequence[ModelCall], contracts: Sequence[Contract]) -> list[tuple[ModelCall, Coverage]]:
-    """The calls a template covers, with their coverage, in program order."""
+def covered(calls: Sequence[ModelCall], contracts: Sequence[Contract], *,
+            shapes: bool = False) -> list[tuple[ModelCall, Coverage]]:
+    """The calls a template covers, with their coverage, in program order; with
+    `shapes`, also those whose op and form a template implements at a shape no workload
+    declares (uncovered_shape), given the workload name `shape_name(params)`."""
     covs = coverage_of([(c.sig, c.producers) for c in calls], contracts)
-    return [(c, cov) for c, cov in zip(calls, covs, strict=True) if cov.status == COVERED]
+    out = []
+    for c, cov in zip(calls, covs, strict=True):
+        if cov.status == COVERED:
+            out.append((c, cov))
+        elif shapes and cov.status == UNCOVERED_SHAPE and cov.template is not None:
+            out.append((c, replace(cov, workload=shape_name(cov.params))))
+    return out
+
+
+def shape_name(params: Mapping[str, Any]) -> str:
+    """A workload name for undeclared params: `M128_N768_K768` (dtype left out)."""
+    return "_".join(f"{k}{v}" for k, v in sorted(params.items()) if isinstance(v, int))
+
+
+def nearest_sibling(workloads: Mapping[str, Mapping[str, Any]], params: Mapping[str, Any]) -> str | None:
+    """The declared workload nearest to `params`: the same non-numeric values (dtype),
+    the least summed |log ratio| over the integer ones (128 vs 256 as far as 256 vs
+    512); ties by name. None when none has the same dtype."""
+    best: tuple[float, str] | None = None
+    for name, wl in sorted(workloads.items()):
+        if any(wl.get(k) != v for k, v in params.items() if not isinstance(v, int)):
+            continue
+        d = sum(abs(math.log(max(int(wl[k]), 1) / max(v, 1)))
+                for k, v in params.items() if isinstance(v, int) and isinstance(wl.get(k), int))
+        if best is None or d < best[0]:
+            best = (d, name)
+    return best[1] if best else None
 
 
 def swap_covered(mod: Any, todo: Sequence[tuple[ModelCall, Coverage]], contracts: Sequence[Contract],
@@ -145,7 +179,8 @@ def swap_covered(mod: Any, todo: Sequence[tuple[ModelCall, Coverage]], contracts
                 raise UsageError(f"{cov.template}: its kernel's output {out_shape} does not hold the "
                                  f"call's {want} ({c.sig.describe()})")
             swaps.append(Swap(c.function, c.binding, c.sig.describe(), cov.template, cov.workload,
-                              gv.name_hint, dict(kernel.knobs), kernel.latency_s, kernel.fallback))
+                              gv.name_hint, dict(kernel.knobs), kernel.latency_s, kernel.fallback,
+                              kernel.mapped_from))
             return y if want == out_shape else R.reshape(y, want)
 
         def _as(self, arg: Any, buf: Any, R: Any) -> Any:
