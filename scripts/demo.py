@@ -70,13 +70,15 @@ def main() -> int:
     rc = subprocess.run([*cli, "retune", *(args.operators or [])], cwd=work, env=env).returncode
     if rc == 0 and models:
         # The models with the logs just tuned: which calls the templates cover, then the
-        # model built with those logs and timed per call here. The calls no template
-        # covers keep TVM's naive loops (--untemplated none): MetaSchedule for them
-        # takes many minutes, and the breakdown then shows what they cost.
+        # model built with those logs and timed per call here. A shape a template
+        # implements but no workload declares runs that template at its nearest
+        # workload's best; the calls no template covers keep TVM's naive loops
+        # (--untemplated none: MetaSchedule for them takes many minutes).
         rc = subprocess.run([*cli, "models"], cwd=work, env=env).returncode
         if rc == 0:
             rc = subprocess.run([*cli, "profile", "--target", "this-cpu", "--untemplated", "none",
-                                 "--runs", "3"], cwd=work, env=env).returncode
+                                 "--uncovered-shapes", "sibling", "--runs", "3"],
+                                cwd=work, env=env).returncode
     subprocess.run([*cli, "status"], cwd=work, env=env)
     subprocess.run([*cli, "check"], cwd=work, env=env)
     for readme in sorted((work / "tuning_logs").glob("*/*/README.md")):

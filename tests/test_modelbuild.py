@@ -238,3 +238,24 @@ def test_an_undeclared_shape_runs_its_template_at_the_nearest_sibling_s_best_map
     rng = np.random.default_rng(4)
     x, w1, w2 = (rng.standard_normal(s).astype("float32") * 0.2 for s in ((1, 64, 64), (64, 64), (64, 40)))
     np.testing.assert_allclose(_run(b.executable, [x, w1, w2]), _reference(x, w1, w2), rtol=1e-4, atol=1e-5)
+
+
+def test_profile_lists_the_mapped_shapes_as_workloads_worth_declaring(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    from tvmtune_ci.core.profiles import read_profile
+
+    root = _repo(tmp_path)
+    (root / "models/two_mm.py").write_text(
+        MODEL.replace('self.w2 = nn.Parameter((64, 64), "float32")', 'self.w2 = nn.Parameter((64, 40), "float32")'))
+    r = run_cli(root, "profile", "--target", "host", "--untemplated", "none", "--uncovered-shapes", "sibling",
+                "--runs", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = read_profile(root / "models/two_mm.profile.json", "two_mm").latest("host")
+    assert run is not None
+    mapped = [c for c in run.calls if c.mapped_from]
+    assert [(c.template, c.workload, c.mapped_from) for c in mapped] == [("mm", "K64_M64_N40", "s64")]
+    assert set(run.shares()) == {("mm", "s64")}  # a mapped shape is no workload to weigh
+    readme = (root / "models/two_mm.host.md").read_text()
+    assert "## Shapes worth a workload" in readme and "- `mm` `K64_M64_N40` (" in readme
+    assert "mapped from s64)" in readme

@@ -4,8 +4,10 @@ instrument, and append the run to `models/<name>.profile.json`; then write the
 model's README on that target (`models/<name>.<target>.md` and its chart).
 
 The same model with every template kernel at its default configuration is timed in
-turns with it: the README's "tuning made the model Nx faster". The calls no template
-covers get MetaSchedule (`--trials` each, database under .tvmtune-cache/, reused) or,
+turns with it: the README's "tuning made the model Nx faster". With `--uncovered-shapes
+sibling`, a call a template implements at a shape no workload declares runs that
+template's kernel at the nearest workload's best mapped onto it (the README lists those
+as workloads worth declaring). The calls no template covers get MetaSchedule (`--trials` each, database under .tvmtune-cache/, reused) or,
 with `--untemplated none`, TVM's naive loops. Its shares are `retune --budget`'s
 weights for the workloads the model calls (docs/models.md).
 
@@ -17,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import warnings
 from pathlib import Path
 
 from ..core.config import load_config
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
-from ..core.profiles import ProfileRun, profile_path, read_profile, write_profile
+from ..core.profiles import ProfileRun, breakdown, profile_path, read_profile, write_profile
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -30,6 +33,9 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="the target (tvmtune.yaml) to build for; it must run here")
     p.add_argument("--untemplated", choices=("metaschedule", "none"), default="metaschedule",
                    help="what the calls no template covers get (default: MetaSchedule)")
+    p.add_argument("--uncovered-shapes", choices=("untemplated", "sibling"), default="untemplated",
+                   help="a call a template implements at a shape no workload declares: the untemplated way "
+                        "(default), or the template's kernel at the nearest workload's best mapped onto it")
     p.add_argument("--trials", type=int, default=32,
                    help="MetaSchedule trials for each function no template covers (default 32)")
     p.add_argument("--runs", type=int, default=10,
@@ -54,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
     for m in [m for m in config.models if m.name in names]:
         work = config.root / ".tvmtune-cache" / f"{m.name}-{target.slug}"
         common = dict(target=target.target, root=config.root, untemplated=args.untemplated,
-                      trials=args.trials, work_dir=work)
-        tuned = build_model(m.name, **common)
-        default = build_model(m.name, configs="default", **common)
+                      trials=args.trials, work_dir=work, uncovered_shapes=args.uncovered_shapes)
+        with warnings.catch_warnings():  # the mapped shapes: said below, per kernel
+            warnings.simplefilter("ignore")
+            tuned = build_model(m.name, **common)
+            default = build_model(m.name, configs="default", **common)
         arrays = random_inputs(tuned.module)
         calls = profile_calls(tuned, arrays, runs=args.runs)
         samples = interleaved({"tuned": tuned, "default": default}, arrays, rounds=args.runs)
@@ -77,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(src.parent / f"{stem}.md", render(profile, target.name, f"{stem}.png"))
         print(f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
               f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {len(ratios)} rounds)")
-        for c in calls[:8]:
-            owner = f"{c.template}/{c.workload}" if c.template else "no template"
-            print(f"  {c.seconds / run_.kernel_seconds() * 100:5.1f}%  {c.symbol} ({owner})")
+        for label, sec, _n, owner in breakdown(run_)[:8]:
+            print(f"  {sec / run_.kernel_seconds() * 100:5.1f}%  {label} ({owner or 'no template'})")
         print(f"wrote {path.relative_to(config.root)}, {stem}.md and {stem}.png")
     return 0

@@ -35,17 +35,22 @@ class CallTime:
     seconds: float
     template: str | None = None  # None: a call no template covers (TVM's kernel)
     workload: str | None = None
+    # A shape no workload declares, run at this sibling's best mapped onto it
+    # (`profile --uncovered-shapes sibling`): a workload worth declaring.
+    mapped_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"symbol": self.symbol, "calls": self.calls, "seconds": self.seconds}
         if self.template is not None:
             out["template"], out["workload"] = self.template, self.workload
+        if self.mapped_from is not None:
+            out["mapped_from"] = self.mapped_from
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallTime:
         return cls(str(d["symbol"]), int(d["calls"]), float(d["seconds"]), d.get("template"),
-                   d.get("workload"))
+                   d.get("workload"), d.get("mapped_from"))
 
 
 @dataclass(frozen=True)
@@ -69,11 +74,12 @@ class ProfileRun:
         return sum(c.seconds for c in self.calls)
 
     def shares(self) -> dict[tuple[str, str], float]:
-        """(template, workload) -> its share of the model's kernel time."""
+        """(template, workload) -> its share of the model's kernel time (declared
+        workloads: a mapped shape is no workload a re-tune has)."""
         total = self.kernel_seconds() or 1.0
         out: dict[tuple[str, str], float] = {}
         for c in self.calls:
-            if c.template is not None and c.workload is not None:
+            if c.template is not None and c.workload is not None and c.mapped_from is None:
                 key = (c.template, c.workload)
                 out[key] = out.get(key, 0.0) + c.seconds / total
         return out
@@ -177,7 +183,9 @@ def tier_trials(share: float) -> int:
 
 def breakdown(run: ProfileRun) -> list[tuple[str, float, int, str]]:
     """(label, seconds, calls, template/workload or "") per kernel, the slowest first."""
-    rows = [(c.symbol, c.seconds, c.calls, f"{c.template}/{c.workload}" if c.template else "")
+    rows = [(c.symbol, c.seconds, c.calls,
+             (f"{c.template}/{c.workload}" + (f" (undeclared; {c.mapped_from}'s best mapped)"
+                                             if c.mapped_from else "")) if c.template else "")
             for c in run.calls]
     return sorted(rows, key=lambda r: -r[1])
 

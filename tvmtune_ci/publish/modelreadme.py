@@ -56,6 +56,14 @@ def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
         out.append(f"| `{label}` | {tw or '(none: TVM)'} | {calls} | {_ms(sec)} | {sec / total * 100:.1f}% |")
     out += ["", "A template kernel's share is its workload's weight in `retune --budget` "
             "(docs/models.md)."]
+    mapped = sorted((c for c in run.calls if c.mapped_from), key=lambda c: -c.seconds)
+    if mapped:
+        out += ["", "## Shapes worth a workload", "",
+                "These calls ran a template's kernel at a shape its WORKLOADS do not declare, with "
+                "the nearest workload's best mapped onto it (untuned for the shape). Declare them "
+                "and re-tune, the heaviest first:", ""]
+        out += [f"- `{c.template}` `{c.workload}` ({c.seconds / total * 100:.1f}% of the kernel time; "
+                f"mapped from {c.mapped_from})" for c in mapped]
     return out
 
 

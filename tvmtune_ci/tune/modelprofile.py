@@ -48,7 +48,7 @@ def profile_calls(build: ModelBuild, arrays: Sequence[Any], *, function: str = "
     dev = tvm.cpu()
     vm = relax.VirtualMachine(build.executable, dev)
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    by_kernel = {s.kernel: (s.template, s.workload) for s in build.swaps}
+    by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in build.swaps}
     started: dict[str, float] = {}
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -75,7 +75,7 @@ def profile_calls(build: ModelBuild, arrays: Sequence[Any], *, function: str = "
         per_run.append(dict(seconds))
         calls = dict(counts)
     out = [CallTime(sym, calls[sym], statistics.median(r.get(sym, 0.0) for r in per_run),
-                    *by_kernel.get(sym, (None, None)))
+                    *by_kernel.get(sym, (None, None, None)))
            for sym in calls]
     return tuple(sorted(out, key=lambda c: -c.seconds))
 
