@@ -191,7 +191,7 @@ def test_a_kernel_over_the_registers_per_block_fails_its_build_as_resources(
     from tvm.s_tir import meta_schedule as ms
 
     from tvmtune_ci.tune.builder import make_builder, schedule_config
-    from tvmtune_ci.tune.search import failure_kind
+    from tvmtune_ci.tune.failures import failure_kind
 
     target = dict(ARCHS["sm_90a"], registers_per_block=8192)
     sch = schedule_config(load("matmul_cuda"), "m1024", None, target)

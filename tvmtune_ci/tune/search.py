@@ -12,8 +12,11 @@ measured noise band. A history replay (`Search.replay`) and the old log's record
 (`Search.train_prior`) come before the first batch. `tuner.tune_workload` runs the
 search between the baseline and the finals.
 
-Over 400 lines: `Search` is one object (context, database, journal, cost model and
-the loop share their state), and splitting it would pass that state around.
+Its collaborators own their state: the stop rule of a re-tune with history
+(`warmstop.WarmStop`), the time-budget gate (`budgetgate.BudgetGate`), the journal's
+entries read (`trials.py`); whether the old search stands is `programs.py`, a failed
+trial's kind `failures.py`. The replay and the resume are still methods here: they
+share the context, the database and the cost model with the loop.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .budgetgate import BudgetGate, BudgetOptions
 from .builder import make_postprocs, remove_artifact
 from .journal import Journal, request_fingerprint
 from .measure import gflops
+from .programs import programs_unchanged  # noqa: F401 (pipeline.carry_step imports it from here)
 from .rpclimits import rpc_failure
 from .sampling import device_type, search_policy
 from .space import (
@@ -67,86 +71,6 @@ def _short(error: str, limit: int = 160) -> str:
     """The first line of an error, cut to `limit` characters."""
     line = next((x.strip() for x in error.strip().splitlines() if x.strip()), error)
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-# --------------------------------------------------------------------------- the search
-
-
-def failure_kind(error: str) -> str:
-    """ "build", "resources" (a GPU kernel over its limits, as the compiler reports),
-    "run", "timeout" or "wrong_result" for a trial's error message."""
-    if error.startswith("wrong result"):
-        return "wrong_result"
-    if error.startswith("InProcessBuilder: resources"):
-        return "resources"
-    if "timeout" in error.lower():
-        return "timeout"
-    if error.startswith("InProcessBuilder"):
-        return "build"
-    return "run"
-
-
-def failure_kinds(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for e in entries:
-        if e.get("error"):
-            kind = failure_kind(e["error"])
-            out[kind] = out.get(kind, 0) + 1
-    return dict(sorted(out.items()))
-
-
-def old_search_stands(req: TuneRequest, wl: Any) -> str | None:
-    """Why the old log's search still stands on the edited template, in words; None when
-    it does not. It stands when the edit opened no knob values (the old declaration is
-    known: `history.probes` finds none) and this template makes the same program of every
-    old record as the old template did (`req.old_programs`, `priors.old_programs`),
-    compared up to the first that differs. Then a search would measure the same programs
-    in the same space again. What the edit changed (a dead statement, a renamed
-    variable, a helper's other function) changed no kernel; an edit of a loop order, an
-    annotation or the computation changes the programs, and the search runs.
-
-    The check sees the programs the old search measured, not the points it never
-    sampled: an edit that changes only those (a branch on a knob combination no record
-    holds) is not seen. Measured (bench_warmstart): after a no-op edit the warm stop rule
-    still searched 24-192 trials, because its own search had to match the replayed old
-    best; on a fast CPU the search is most of a re-tune's seconds."""
-    if not (req.replay and req.old_programs and req.old_knobs is not None):
-        return None
-    if not programs_unchanged(req.template, wl, req.target, req.replay[0], req.old_knobs,
-                              req.old_programs):
-        return None
-    return (f"the edit changed none of the {len(req.old_programs)} programs the old log measured "
-            "(each old configuration makes the same module as before) and opened no knob "
-            "values: the old search stands; the replay and the finals re-measured its best")
-
-
-def programs_unchanged(template: Any, wl: Any, target: Mapping[str, Any], old_best: Mapping[str, Any],
-                       old_knobs: Sequence[Any], old_programs: Sequence[tuple[dict[str, Any], str]]) -> bool:
-    """Whether the edited `template` opens no knob values next to the old best (mapped
-    into its space; `history.probes`) and makes the same program of every old
-    configuration as the old template did (`priors.old_programs`: "" for one the edit
-    repaired), compared up to the first that differs."""
-    from ..core.history import probes
-
-    if not old_programs:
-        return False
-    if probes(old_best, old_knobs, template.KNOBS, dict(wl.params), target, limit=1):
-        return False  # values the old search never saw
-    return all(same_program(template, wl, target, kv, key) for kv, key in old_programs)
-
-
-def same_program(template: Any, wl: Any, target: Mapping[str, Any], knobs: Mapping[str, Any],
-                 old_key: str) -> bool:
-    """Whether the edited `template` makes of `knobs` the program the old template made
-    (`old_key`, `builder.program_key`; "" for a configuration the edit repaired: never)."""
-    from .builder import program_key, schedule_config
-
-    if not old_key:
-        return False
-    try:
-        return program_key(schedule_config(template, wl, knobs, target)) == old_key
-    except (TuningError, TemplateError):
-        return False
 
 
 def _rand_state(seed: int, done: int) -> int:

@@ -41,10 +41,12 @@ from ..core.manifest import Measured, Trials
 from ..core.template import template_name
 from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome, TuneRequest
 from .builder import make_builder
+from .failures import failure_kinds
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
 from .numerics import check_correct
+from .programs import old_search_stands
 from .runners import make_runner
-from .search import Search, failure_kinds, old_search_stands
+from .search import Search
 from .space import knobs_key
 from .workload import resolve
 
@@ -94,7 +96,7 @@ def _new_programs(req: TuneRequest, wl: Any, keys: list[str], by_key: Mapping[st
     and a warm run's top is mostly the replayed old configurations. At least one search
     finalist stays, the verdict compares it with the previous best: the best new program
     of the whole search, else the first finalist (the search measured only old ones)."""
-    from .search import same_program
+    from .programs import same_program
 
     assert req.previous_knobs is not None
     template, target = req.template, req.target
@@ -142,7 +144,7 @@ def run_finals(
     is taken).
 
     When the old search stands (`stands`: the edit changed none of the programs the old
-    log measured, `search.old_search_stands`), the field is the previous best and the
+    log measured, `programs.old_search_stands`), the field is the previous best and the
     default only. The old log's finals already ranked these same programs side by side
     on this target; its runners-up, replayed, would only re-roll that noise (and with
     four of them, a kept best lost to one by chance now and then). The previous best is
