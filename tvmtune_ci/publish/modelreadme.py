@@ -77,12 +77,24 @@ def render_chart(run: ProfileRun, title: str) -> bytes:
 
     rows = breakdown(run)[:20][::-1]
     total = run.kernel_seconds() or 1.0
-    fig, ax = plt.subplots(figsize=(7.0, 0.3 * len(rows) + 1.2), dpi=100)
-    ax.barh([r[0] + (f"  [{r[3]}]" if r[3] else "") for r in rows],
-            [r[1] / total * 100 for r in rows],
-            color=["tab:blue" if r[3] else "tab:grey" for r in rows])
-    ax.set_xlabel("% of the model's kernel time (blue: a template's kernel)")
+
+    def label(symbol: str) -> str:  # the table beside the chart has the full names
+        return symbol if len(symbol) <= 36 else symbol[:33] + "..."
+
+    colours = {"template": "tab:blue", "mapped": "tab:orange", "none": "tab:grey"}
+    kinds = ["none" if not r[3] else "mapped" if "mapped" in r[3] else "template" for r in rows]
+    fig, ax = plt.subplots(figsize=(8.0, 0.32 * len(rows) + 1.4), dpi=100)
+    ax.barh([label(r[0]) for r in rows], [r[1] / total * 100 for r in rows],
+            color=[colours[k] for k in kinds])
+    from matplotlib.patches import Patch
+
+    names = {"template": "a template's kernel, its workload's best",
+             "mapped": "a template's kernel, an undeclared shape", "none": "TVM's kernel"}
+    ax.legend(handles=[Patch(color=colours[k], label=names[k]) for k in names if k in kinds],
+              loc="lower right", fontsize="small")
+    ax.set_xlabel("% of the model's kernel time")
     ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
