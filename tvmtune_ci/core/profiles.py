@@ -171,16 +171,6 @@ def model_shares(profiles: Iterable[Profile], target: str) -> dict[tuple[str, st
     return out
 
 
-def tier_trials(share: float) -> int:
-    """Trials for a workload by its share of the model's time (the write-up's 4.1: over
-    30% 1000-2000, secondary about 500, marginal 100-200)."""
-    if share >= 0.30:
-        return 1000
-    if share >= 0.05:
-        return 500
-    return 150
-
-
 def breakdown(run: ProfileRun) -> list[tuple[str, float, int, str]]:
     """(label, seconds, calls, template/workload or "") per kernel, the slowest first."""
     rows = [(c.symbol, c.seconds, c.calls,
