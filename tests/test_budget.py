@@ -171,6 +171,19 @@ def test_weights_in_tvmtune_yaml() -> None:
     assert c.weight_of("softmax", "x", ["x"]) == 1.0  # not listed: weight 1
 
 
+def test_beside_a_model_s_shares_an_operator_without_a_weight_is_marginal() -> None:
+    """A profile's shares are fractions of a model's time; an operator no model calls
+    and no weight was typed for must not outweigh them (1.0 would give it most of the
+    budget): it weighs as the lightest share, split among its workloads. A typed
+    weight stays the user's."""
+    c = parse("targets:\n  cpu:\n    target: {kind: llvm}\noperators:\n  dense: {weight: 0.2}\n")
+    shares = {("conv2d", "r3x3"): 0.4, ("conv2d", "r1x1"): 0.1}
+    assert c.weight_of("conv2d", "r3x3", ["r3x3", "r1x1"], shares) == pytest.approx(0.4)
+    assert c.weight_of("matmul", "m1", ["m1", "m2"], shares) == pytest.approx(0.05)
+    assert c.weight_of("dense", "a", ["a", "b"], shares) == pytest.approx(0.1)
+    assert c.weight_of("matmul", "m1", ["m1", "m2"]) == pytest.approx(0.5)  # no profile
+
+
 def test_the_first_items_share_is_recomputed_from_the_floor_its_warm_up_measured() -> None:
     """Before any item is done, the floor is the measurement settings' estimate, every
     contender and finalist at its time cap: 300 s here where an item's floor is 100 s.

@@ -148,7 +148,7 @@ class OperatorConfig:
     trials: int | None = None
     targets: tuple[str, ...] | None = None  # None: every target of the template's kinds
     line: int = 0
-    weight: float = 1.0
+    weight: float | None = None  # None: not typed (Config.weight_of)
     workload_weights: dict[str, float] = field(default_factory=dict)
     # Files its template reads that static reading cannot see: (glob relative to the
     # repository root, its line in tvmtune.yaml). Hashed into its fingerprint.
@@ -253,15 +253,23 @@ class Config:
         """An (operator, workload)'s weight in a time budget: its share of a model's time
         where a model's profile measured it (`shares`, core/profiles.model_shares), else
         the operator's hand weight times the workload's share of it (`workloads:`
-        weights, else equal shares)."""
+        weights, else equal shares).
+
+        An operator with no typed weight weighs 1.0 where no model is profiled. Beside
+        a profile's shares (fractions of a model's time) 1.0 would outweigh every
+        workload the model calls, so there it weighs as the lightest share: a marginal
+        operator, 4.1's "100-200 trials or the default", not the heaviest."""
         if shares and (operator, workload) in shares:
             return shares[(operator, workload)]
         o = self.operator(operator)
+        weight = o.weight
+        if weight is None:
+            weight = min(shares.values()) if shares else 1.0
         ws = o.workload_weights
         if ws:
             total = sum(ws.get(w, 0.0) for w in workloads) or 1.0
-            return o.weight * ws.get(workload, 0.0) / total
-        return o.weight / max(1, len(workloads))
+            return weight * ws.get(workload, 0.0) / total
+        return weight / max(1, len(workloads))
 
     def declared_inputs(self) -> dict[str, tuple[tuple[str, int], ...]]:
         """operator -> its `inputs:` globs with their lines (fingerprint.SourceCache)."""
