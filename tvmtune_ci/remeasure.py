@@ -8,24 +8,32 @@ lower quartile of all its samples (with interval) and of its fastest and slowest
 stretch (`runs.KernelFigure`). A re-tune records the first run of a new set;
 `tvmtune-ci remeasure --record` appends one per call.
 
-The verdict is the history's (`runs.judge`), never one run's: the README's figure
-against how far it moved between runs on this runner.
+A run is taken as WINDOWS separate windows, each with the calibration kernels in
+turns (`runs.Window`): at the first runs of a history a change must last through all of
+them, against the band pooled over every set of the runner label (`runnerband`); from
+8 runs on the history's own band and three-runs rule decide (`runs.judge`). Either way
+the verdict is never one stretch's: the README's figure against how far it moved
+between runs on this runner. A run joins a history, and a history a pooled band, only
+from a machine of the same identity (`runner_identity`, `runs.match_machine`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import math
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from .check.staleness import installed_tvm_version
-from .core import lock, runs, stats
+from .core import lock, runnerband, runs, stats
 from .core.config import Config, TargetConfig
-from .core.errors import HostError, LockError
+from .core.errors import HostError, LockError, TvmtuneError
 from .core.fsutil import canonical_json
 from .core.manifest import Manifest, read_manifest, seal_files
 from .core.template import import_template
@@ -35,13 +43,31 @@ from .publish.swap import publish, recover
 from .tune import calibration
 from .tune.builder import make_builder, schedule_config
 from .tune.devices import preflight
-from .tune.hostcheck import check_host, host_description
+from .tune.hostcheck import Host, check_host, host_description, this_host
 from .tune.measure import interleave
 from .tune.runners import make_runner
 
 Say = Callable[[str], None]
 
 BURST_S = 1.0  # the stretch whose lower quartile the fast figure takes
+# Separate windows of a run (measure.history_s split evenly), each with the calibration
+# kernels in turns: a change must last through all of them at the first runs of a
+# history. A runner's slow stretch lasted 1-24 s (up to minutes under load,
+# docs/measurement.md); a window of a 120-s run lasts 40 s, and `--window-gap` puts
+# idle time between them.
+WINDOWS = 3
+
+
+def runner_identity(host: Host | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+    """What a run records of the machine that measured it: its model name and cores,
+    vendor, family and model (`cpu_id`), LLVM's name for the CPU (`llvm_cpu`) and a hash
+    of the ISA features LLVM's host detection reports (`isa`). `host`: for tests (the
+    default is `this_host()`, which TVMTUNE_TEST_HOST_CPU can make synthetic)."""
+    h = host or this_host()
+    out = host_description(cpuinfo)
+    out["llvm_cpu"] = h.cpu
+    out["isa"] = hashlib.sha256(",".join(sorted(h.features)).encode()).hexdigest()[:16]
+    return out
 
 
 def kernel_figure(visits: Sequence[Any]) -> runs.KernelFigure:
@@ -83,10 +109,15 @@ def measure_runs(
     runner: Any,
     builder: Any,
     say: Say = print,
+    windows: int = WINDOWS,
+    gap_s: float = 0.0,
+    host: Mapping[str, Any] | None = None,
 ) -> dict[str, runs.Run]:
     """One run of the history of each item (log sets of one target): every best and the
-    calibration kernels in turns for measure.history_s seconds in all, so each kernel's
-    visits are spread over the whole run; operator -> its Run."""
+    calibration kernels in turns for measure.history_s seconds in all, as `windows`
+    separate windows `gap_s` apart, so each kernel's visits are spread over the whole
+    run; operator -> its Run. `host`: the runner identity to record (default: this
+    machine's, `runner_identity`; an RPC target's runner is described by its key)."""
     cal = calibration.kernels(target.target) or []
     names: list[tuple[str, str]] = []
     schs = []
@@ -98,18 +129,33 @@ def measure_runs(
     what = ", ".join(sorted({it.operator for it in items}))
     say(f"{what} on {target.name}: a run of the history: {len(names)} best(s)"
         f"{' and the calibration kernels' if cal else ''} in turns for {config.measure.history_s:g}s")
-    visits = interleave(schs, target.target, config.measure, seconds=config.measure.history_s,
-                        runner=runner, builder=builder, what=f"{what} on {target.name}: a history run")
+    visits: list[list[Any]] = [[] for _ in schs]
+    per_window: list[list[float]] = []
+    t0 = time.perf_counter()
+    for k in range(max(1, windows)):
+        if k and gap_s > 0:
+            time.sleep(gap_s)
+        start = time.perf_counter() - t0
+        got = interleave(schs, target.target, config.measure, seconds=config.measure.history_s / max(1, windows),
+                         runner=runner, builder=builder, what=f"{what} on {target.name}: a history run")
+        per_window.append([kernel_figure(v).fast_s for v in got])
+        for i, v in enumerate(got):  # one run's clock: the 1-s stretches of windows stay apart
+            visits[i] += [replace(x, t_s=x.t_s + start) for x in v]
     figures = [kernel_figure(v) for v in visits]
     calibs = {c.kind: f for c, f in zip(cal, figures[len(names):], strict=True)}
-    host = host_description()
+    if host is None:
+        host = host_description() if target.rpc else runner_identity()
+    host = dict(host)
     host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "local"
     at, tvm = now_utc(), installed_tvm_version() or "unknown"
     out: dict[str, runs.Run] = {}
     for it in items:
         wl = {w: f for (op, w), f in zip(names, figures, strict=False) if op == it.operator}
+        wins = tuple(runs.Window({w: f[i] for i, (op, w) in enumerate(names) if op == it.operator},
+                                 {c.kind: f[len(names) + j] for j, c in enumerate(cal)})
+                     for f in per_window) if windows > 1 else ()
         out[it.operator] = runs.Run(at, by, dict(host), tvm, config.measure.history_s, wl, dict(calibs),
-                                    calibration.CALIBRATION_VERSION if cal else 0)
+                                    calibration.CALIBRATION_VERSION if cal else 0, windows=wins)
     return out
 
 
@@ -123,39 +169,56 @@ class Remeasured:
     history: tuple[runs.Run, ...]
     verdicts: tuple[runs.Verdict, ...]
     readme: str  # repo-relative README that states the figures
+    band: runnerband.RunnerBand | None = None  # the runner band the first runs are judged on
+    notes: tuple[str, ...] = ()  # warnings: an old history matched by name, series left out
 
     @property
     def drifted(self) -> bool:
         return any(v.drifted for v in self.verdicts)
 
 
-def check_same_machine(manifest: Manifest, history: Sequence[runs.Run]) -> None:
-    """HostError when this machine is not the one the history was measured on: its
-    band says nothing of another CPU (a runner replaced under the same labels)."""
-    here = host_description()
+def check_same_machine(manifest: Manifest, history: Sequence[runs.Run],
+                       here: Mapping[str, Any] | None = None) -> str:
+    """HostError when this machine is not the one the history was measured on, failing
+    closed (`runs.match_machine`): its band says nothing of another CPU (a runner
+    replaced under the same labels). The warning to print when an old history was
+    matched by its stored fields alone ("" otherwise)."""
+    here = runner_identity() if here is None else here
     theirs = history[-1].host if history else manifest.host
-    if not runs.same_machine(here, theirs):
+    ok, why = runs.match_machine(here, theirs, manifest.target.get("mcpu"))
+    if not ok:
         raise HostError(
-            f"{manifest.operator}/{manifest.target_name} was measured on {runs.machine_words(theirs)}, this "
-            f"machine is {runs.machine_words(here)}: its run history is a property of that runner. Remeasure it there (its "
-            "runs-on labels), or re-tune it here (tvmtune-ci retune --all) to start a history on this one"
+            f"{manifest.operator}/{manifest.target_name} was {why}: its run history is a property of that "
+            "runner. Remeasure it there (its runs-on labels), or re-tune it here (tvmtune-ci retune --all) "
+            "to start a history on this one"
         )
+    return f"{manifest.operator}/{manifest.target_name}: its history was {why}" if why else ""
 
 
-def judge_all(manifest: Manifest, history: Sequence[runs.Run]) -> tuple[runs.Verdict, ...]:
-    return tuple(judge_history(history, w) for w in sorted(manifest.results))
+def judge_all(manifest: Manifest, history: Sequence[runs.Run],
+              band: runnerband.RunnerBand | None = None) -> tuple[runs.Verdict, ...]:
+    return tuple(judge_history(history, w, band) for w in sorted(manifest.results))
 
 
-def judge_history(history: Sequence[runs.Run], workload: str) -> runs.Verdict:
+def judge_history(history: Sequence[runs.Run], workload: str,
+                  band: runnerband.RunnerBand | None = None) -> runs.Verdict:
     """The verdict on one workload, without the runs in which the runner's disturbance
     moved it (`runs.disturbed`, said). A disturbed run whose figure the runner does not
     explain stays in: a change far beyond any band in it is reported at once, and the
-    verdict says the runner was disturbed in that run too."""
+    verdict says the runner was disturbed in that run too.
+
+    While the history has fewer runs than its own band needs (`runs.MIN_REF` +
+    `runs.PERSIST`), a runner band (`band`) judges the latest run's windows against
+    the runs before (`runnerband.judge_first`), unless the far-change rule reported it
+    at once; from then on the history's own band and three-runs rule."""
     skip = runs.disturbed(history, workload)
     kept = [r for r in history if r.at not in skip]
     runner = {k: [(r.at, r.calibration[k].fast_s) for r in kept if k in r.calibration]
               for k in ("compute", "memory")}
     v = runs.judge(workload, runs.series(kept, workload), runner=runner)
+    young = len(runs.series(kept, workload)) < runs.MIN_REF + runs.PERSIST
+    if band is not None and young and not v.drifted and history and kept and kept[-1] is history[-1]:
+        v = runnerband.judge_first(workload, kept[:-1], kept[-1], band) or v
     if skip:
         n = len(skip)
         first = next(iter(skip.items()))
@@ -200,20 +263,68 @@ def runner_sentence(history: Sequence[runs.Run]) -> str:
             + ("(the runner itself changed speed)" if abs(ratio - 1) > 0.1 else "(the runner did not)"))
 
 
+def label_series(config: Config, label: str, skip: Sequence[Path] = ()) -> tuple[list[runnerband.Series], list[str]]:
+    """The series of every log set measured on runner `label` (every target with those
+    runs-on labels), but the folders in `skip`; and in words each set that could not be
+    read (left out, not fatal: the pool is evidence, not a gate)."""
+    out, notes = [], []
+    targets = [t for t in config.targets
+               if runnerband.runner_label(t.runs_on, t.rpc.key if t.rpc else None) == label]
+    folders = sorted(d for d in config.logs_path.iterdir() if d.is_dir() and not d.name.startswith(".")) \
+        if config.logs_path.is_dir() else []
+    for t in targets:
+        for op in folders:
+            folder = op / t.slug
+            if folder in skip or not (folder / "manifest.json").is_file():
+                continue
+            try:
+                m = read_manifest(folder / "manifest.json")
+                history = runs.read_runs(folder, m.files)
+            except TvmtuneError as err:
+                notes.append(f"{op.name}/{t.name} left out of the runner band: {err}")
+                continue
+            out += [s for w in sorted(m.results)
+                    if (s := runnerband.series_of(m.operator, t.name, m.target.get("mcpu"), history, w))]
+    return out, notes
+
+
+def runner_pool(config: Config, target: TargetConfig, current: Mapping[Path, tuple[Manifest, Sequence[runs.Run]]]
+                ) -> tuple[runnerband.Pool | None, list[str]]:
+    """The pool of the target's runner label: its file, with the series of every set of
+    the label as they are now (`current`: the sets being measured, folder -> manifest
+    and history before this run); None when the target names no runner label."""
+    label = runnerband.runner_label(target.runs_on, target.rpc.key if target.rpc else None)
+    if label is None:
+        return None, []
+    pool = runnerband.read_pool(runnerband.pool_path(config.logs_path, label), label)
+    others, notes = label_series(config, label, skip=list(current))
+    mine = [s for m, h in current.values() for w in sorted(m.results)
+            if (s := runnerband.series_of(m.operator, target.name, m.target.get("mcpu"), h, w))]
+    return pool.merged([*others, *mine]), notes
+
+
 def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
-                     say: Say = print) -> list[Remeasured]:
-    """Measure the bests of fresh entries of one target in one run, judge each entry's
-    history with it, and with `record` append the run to each set's runs.jsonl and
-    republish its manifest and README atomically (under the folder's lock). HostError
-    when this host cannot run the target or is not the machine a history was measured on."""
+                     say: Say = print, windows: int = WINDOWS, gap_s: float = 0.0,
+                     here: Mapping[str, Any] | None = None) -> list[Remeasured]:
+    """Measure the bests of fresh entries of one target in one run (`windows` windows
+    `gap_s` apart), judge each entry's history with it (the runner band of its label
+    while the history is young), and with `record` append the run to each set's
+    runs.jsonl, republish its manifest and README atomically (under the folder's lock)
+    and write the runner's pool. HostError when this host cannot run the target or is
+    not the machine a history was measured on. `here`: the runner identity (tests)."""
     target = config.target(entries[0].target_name)
     assert all(e.target_name == target.name for e in entries)
     check_host(target.target, remote=target.rpc is not None)
-    histories = {}
+    if target.rpc is None and here is None:
+        here = runner_identity()
+    histories, notes = {}, []
     for e in entries:
         histories[e.operator] = runs.read_runs(e.logset.folder, e.manifest.files)
         if target.rpc is None:
-            check_same_machine(e.manifest, histories[e.operator])
+            notes.append(check_same_machine(e.manifest, histories[e.operator], here))
+    pool, more = runner_pool(config, target, {e.logset.folder: (e.manifest, histories[e.operator]) for e in entries})
+    band, left = pool.band(here or {}) if pool is not None and here is not None else (None, [])
+    notes += more + [f"left out of the runner band: {x}" for x in left]
     if target.rpc is not None:
         preflight(target.rpc, config.measure)
     items = [RunItem(e.operator, import_template(config.root / e.template_file, config.root),
@@ -223,13 +334,15 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
         builder = make_builder()
         try:
             measured = measure_runs(items, target, config, by="remeasure", runner=runner,
-                                    builder=builder, say=say)
+                                    builder=builder, say=say, windows=windows, gap_s=gap_s, host=here)
         finally:
             builder.close()
             runner.close()
     out = []
     for e, it in zip(entries, items, strict=True):
         run = measured[e.operator]
+        if band is not None and len(histories[e.operator]) + 1 < runs.MIN_REF + runs.PERSIST:
+            run = replace(run, band=band.to_json())  # what its verdicts rest on, for the README
         if record:
             with lock.hold(e.logset.lock, f"{e.operator}/{e.target_name}"):
                 history = append_run(e.logset, run, it.knobs)
@@ -237,8 +350,22 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
             history = [*histories[e.operator], run]
         readme = f"{config.logs_dir}/{e.operator}/{e.logset.target_slug}/README.md"
         out.append(Remeasured(e.operator, e.target_name, run, tuple(history),
-                              judge_all(e.manifest, history), readme))
+                              judge_all(e.manifest, history, band), readme, band,
+                              tuple(n for n in notes if n)))
+    if record and pool is not None:
+        # The pool learns this run too (after the verdicts: a run is never in the band
+        # it is judged against).
+        grown = pool.merged(s for r, e in zip(out, entries, strict=True) for w in sorted(e.manifest.results)
+                            if (s := runnerband.series_of(e.operator, target.name, e.manifest.target.get("mcpu"),
+                                                          r.history, w)))
+        runnerband.write_pool(runnerband.pool_path(config.logs_path, pool.label), grown)
     return out
+
+
+def band_path(config: Config, target: TargetConfig) -> Path | None:
+    """Where the runner band of `target`'s label is kept (None: the target names none)."""
+    label = runnerband.runner_label(target.runs_on, target.rpc.key if target.rpc else None)
+    return None if label is None else runnerband.pool_path(config.logs_path, label)
 
 
 def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]]) -> list[runs.Run]:

@@ -6,11 +6,16 @@ one run alone: "inconclusive" while the history is too short to have a band or t
 latest run lies beyond it for fewer runs than a change must last, "stable" inside it,
 "drift" for a persistent change beyond it (or one far beyond any band seen).
 `--record` appends the run to the set's `runs.jsonl` and republishes its manifest and
-README (the monthly workflow commits them with `--commit --push`).
+README (the monthly workflow commits them with `--commit --push`), and writes the runner
+band of the target's runner label (`<logs_dir>/.runners/`, pooled over its sets). A
+young history (under 8 runs) is judged against that band: a change must show in every
+one of the run's `--windows` (docs/run-history.md).
 
 Exit 0 when nothing drifted (stable or inconclusive), 1 when a best drifted or could not
 be measured, 2 on a config or usage error, 5 when this host cannot run a target or is
-not the machine the history was measured on, 6 when the folder is locked, 8 on git.
+not the machine the history was measured on (its CPU's vendor, family, model or ISA
+features differ, or a history recorded before those cannot be told apart by its stored
+fields), 6 when the folder is locked, 8 on git.
 """
 
 from __future__ import annotations
@@ -31,10 +36,14 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="append the run to each set's runs.jsonl (and its manifest and README)")
     p.add_argument("--commit", action="store_true", help="commit the recorded runs (implies --record)")
     p.add_argument("--push", action="store_true", help="push the commit (implies --commit)")
+    p.add_argument("--windows", type=int, default=None, metavar="N",
+                   help="separate windows per run, each with the calibration kernels in turns (default 3)")
+    p.add_argument("--window-gap", type=float, default=0.0, metavar="S",
+                   help="idle seconds between windows, so that one slow stretch of the runner spans one")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..remeasure import Remeasured, describe, remeasure_target
+    from ..remeasure import WINDOWS, Remeasured, describe, remeasure_target
 
     config, report = report_from_args(args)
     commit = args.commit or args.push
@@ -51,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         by_target.setdefault(e.target_name, []).append(e)
     for name, entries in by_target.items():  # one run per target: its sets' bests in turns
         try:
-            done += remeasure_target(config, entries, record=record, say=say)
+            got = remeasure_target(config, entries, record=record, say=say,
+                                   windows=args.windows or WINDOWS, gap_s=max(0.0, args.window_gap))
+            for note in dict.fromkeys(n for r in got for n in r.notes):
+                print(f"warning: {note}", file=sys.stderr)
+            done += got
         except TvmtuneError as err:
             failures.append(err)
             print(f"error: {', '.join(e.operator for e in entries)} on {name}: {err}", file=sys.stderr)
@@ -61,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         json.dump({"results": [{"operator": r.operator, "target": r.target, "recorded": record,
                                 "run": r.run.to_json(), "verdicts": [v.to_json() for v in r.verdicts],
+                                "runner_band": None if r.band is None else r.band.to_json(),
                                 "history": [h.to_json() for h in r.history]}
                                for r in done],
                    "skipped_stale": skipped, "drifted": len(drifted), "errors": len(failures)},
@@ -95,11 +109,15 @@ def run(args: argparse.Namespace) -> int:
 def _commit(config, done, push: bool, failures: list) -> None:  # noqa: ANN001
     from ..core.runs import RUNS_NAME
     from ..publish.gitwrite import commit_paths, push_with_retry
+    from ..remeasure import band_path
 
     paths = []
     for r in done:
         folder = config.logs_path / r.operator / r.readme.split("/")[-2]
         paths += [folder / RUNS_NAME, folder / "manifest.json", folder / "README.md"]
+        pool = band_path(config, config.target(r.target))
+        if pool is not None and pool.is_file() and pool not in paths:
+            paths.append(pool)
     lines = [f"- {line}" for r in done for line in _short(r)]
     message = (f"tvmtune: record a remeasure run of {len(done)} entr{'y' if len(done) == 1 else 'ies'}"
                "\n\n" + "\n".join(lines) + "\n\nWritten by tvmtune-ci remeasure --record; "

@@ -75,6 +75,34 @@ class KernelFigure:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One of a run's separate windows (`remeasure.WINDOWS`): each kernel's fastest 1-s
+    stretch in it, the calibration kernels measured in turns with the bests as in the
+    whole run. A change lasts within one job when every window shows it."""
+
+    workloads: dict[str, float]
+    calibration: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workloads": dict(sorted(self.workloads.items())),
+                "calibration": dict(sorted(self.calibration.items()))}
+
+
+def _window(d: Any, where: str) -> Window:
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), dict) for k in ("workloads", "calibration")):
+        raise ValueError(f"{where} is not a window (workloads and calibration objects)")
+    out = []
+    for part in ("workloads", "calibration"):
+        figs = {}
+        for name, v in d[part].items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+                raise ValueError(f"{where}.{part}.{name} is {v!r}, expected a positive number of seconds")
+            figs[name] = float(v)
+        out.append(figs)
+    return Window(out[0], out[1])
+
+
+@dataclass(frozen=True)
 class Run:
     """One line of runs.jsonl: when, by what, on which machine, each workload's best and
     the calibration kernels (empty on a target without them)."""
@@ -88,13 +116,24 @@ class Run:
     calibration: dict[str, KernelFigure]  # "compute"/"memory" -> the calibration kernel
     calibration_version: int  # calibration.CALIBRATION_VERSION (0: none measured)
     format: int = RUNS_FORMAT
+    # The run's separate windows, oldest first (none in runs recorded before 2026-12-06,
+    # and then the line is written as before: an old line re-encodes byte for byte).
+    windows: tuple[Window, ...] = ()
+    # The runner band this run's verdicts were judged against, when one was
+    # (`runnerband.RunnerBand.to_json`): the README says which band a verdict used.
+    band: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.format, "at": self.at, "by": self.by, "host": self.host,
-                "tvm": self.tvm, "window_s": self.window_s,
-                "workloads": {w: f.to_json() for w, f in sorted(self.workloads.items())},
-                "calibration": {k: f.to_json() for k, f in sorted(self.calibration.items())},
-                "calibration_version": self.calibration_version}
+        out = {"format": self.format, "at": self.at, "by": self.by, "host": self.host,
+               "tvm": self.tvm, "window_s": self.window_s,
+               "workloads": {w: f.to_json() for w, f in sorted(self.workloads.items())},
+               "calibration": {k: f.to_json() for k, f in sorted(self.calibration.items())},
+               "calibration_version": self.calibration_version}
+        if self.windows:
+            out["windows"] = [w.to_json() for w in self.windows]
+        if self.band is not None:
+            out["band"] = self.band
+        return out
 
     def line(self) -> bytes:
         return (json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode()
@@ -111,13 +150,49 @@ def machine_words(host: Mapping[str, Any]) -> str:
     return f"{host.get('cpu', '?')}{f' ({cpu_id})' if cpu_id else ''} x{host.get('cores', '?')}"
 
 
+# What a run records of its runner's identity beyond its model name and cores (since
+# 2026-12-06 all three; `cpu_id` since 2026-12-04): vendor, family and model from
+# /proc/cpuinfo, LLVM's name for the CPU, and a hash of the ISA features LLVM's host
+# detection reports (`remeasure.runner_identity`).
+IDENTITY = ("cpu_id", "llvm_cpu", "isa")
+
+
 def same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two host descriptions are one kind of runner: the same CPU model name and
-    cores, and the same vendor, family and model where both record them (histories
-    written before `cpu_id` was recorded compare by the rest)."""
+    cores, and the same identity fields (`IDENTITY`) where both record them. Lenient for
+    histories written before `cpu_id` (the re-tune's "does the old search stand");
+    `match_machine` is the check that fails closed."""
     if (a.get("cpu"), a.get("cores")) != (b.get("cpu"), b.get("cores")):
         return False
-    return not (a.get("cpu_id") and b.get("cpu_id") and a["cpu_id"] != b["cpu_id"])
+    return not any(a.get(k) and b.get(k) and a[k] != b[k] for k in IDENTITY)
+
+
+def match_machine(here: Mapping[str, Any], theirs: Mapping[str, Any],
+                  mcpu: str | None = None) -> tuple[bool, str]:
+    """Whether a run measured `here` may join a history (or a pooled band) measured on
+    `theirs`, failing closed: (True, "") when every identity field both record agrees
+    and `theirs` records its vendor, family and model; (False, why) when one differs.
+    A history recorded before `cpu_id` is matched only when its stored fields pin the
+    CPU: the same model name and cores, and the set's target CPU (`mcpu`, which a
+    re-tune on another CPU warns about) is LLVM's name for this one; then (True, a
+    warning saying so). Otherwise it is refused: a VM's "Intel(R) Xeon(R) Processor"
+    names every Xeon generation."""
+    if (here.get("cpu"), here.get("cores")) != (theirs.get("cpu"), theirs.get("cores")):
+        return False, f"measured on {machine_words(theirs)}, this machine is {machine_words(here)}"
+    for key in IDENTITY:
+        if here.get(key) and theirs.get(key) and here[key] != theirs[key]:
+            return False, (f"measured on {machine_words(theirs)} ({key} {theirs[key]}), this machine is "
+                           f"{machine_words(here)} ({key} {here[key]})")
+    if theirs.get("cpu_id"):
+        return True, ""
+    if mcpu and here.get("llvm_cpu") == mcpu:
+        return True, (f"recorded before runs named their CPU's vendor, family and model: matched by its "
+                      f"name ({theirs.get('cpu')!r}), {theirs.get('cores')} cores and the target's CPU "
+                      f"{mcpu}, which is LLVM's name for this one")
+    return False, (f"measured on {machine_words(theirs)}, recorded before runs named their CPU's vendor, "
+                   f"family and model, and its target's CPU ({mcpu or 'none named'}) is not this "
+                   f"machine's ({here.get('llvm_cpu') or 'unknown'}): the name alone cannot tell that "
+                   f"this {machine_words(here)} is the same kind of CPU")
 
 
 def _figure(d: Any, where: str) -> KernelFigure:
@@ -149,9 +224,14 @@ def run_from_json(obj: Any, where: str = "run") -> Run:
     version, win = obj.get("calibration_version"), obj.get("window_s")
     if not isinstance(version, int) or not isinstance(win, (int, float)):
         raise ValueError(f"{where}: calibration_version must be an integer and window_s a number")
+    windows, band = obj.get("windows", []), obj.get("band")
+    if not isinstance(windows, list) or not (band is None or isinstance(band, dict)):
+        raise ValueError(f"{where}: windows must be a list and band an object")
     return Run(obj["at"], obj["by"], dict(host), obj["tvm"], float(win),
                {w: _figure(f, f"{where}.workloads.{w}") for w, f in wls.items()},
-               {k: _figure(f, f"{where}.calibration.{k}") for k, f in cal.items()}, version)
+               {k: _figure(f, f"{where}.calibration.{k}") for k, f in cal.items()}, version,
+               windows=tuple(_window(d, f"{where}.windows[{i}]") for i, d in enumerate(windows)),
+               band=None if band is None else dict(band))
 
 
 def parse_runs(data: bytes, path: Path | str) -> list[Run]:

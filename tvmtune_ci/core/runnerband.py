@@ -1,0 +1,260 @@
+"""The runner band: how far a best's figure moves from run to run on one runner label,
+pooled over every log set measured there, and the verdict it allows at a set's first
+`remeasure` after a re-tune.
+
+A set's own history needs 8 runs before its own band and the three-runs rule can
+judge it (`runs.judge`): with a monthly `remeasure`, most of a year. But most of that
+band is the runner's, not the kernel's, and every set measured on the same runner label
+gives evidence about it. So the runner keeps a **pool** beside the logs
+(`<logs_dir>/.runners/<label>.json`, versioned, written atomically by `remeasure
+--record`): per best and history, its figure in each run over the compute calibration
+kernel measured in turns with it (the runner's speed in that run divided out; the runs
+the runner disturbed left out). The **runner band** is the 95th percentile of how far
+two runs of one best moved apart, over every such pair in the pool. A series kept there
+outlives the history it came from: a re-tune starts a new history, not a new pool.
+
+Never mixed across machines: a pool is read only for the label it names, and a series
+joins the band only when its runner identity matches this machine's
+(`runs.match_machine`, failing closed).
+
+Persistence within one job: a run is taken as separate windows (`remeasure.WINDOWS`),
+each with the calibration kernels in turns. At the first runs of a history the verdict
+(`judge_first`) is "drift" only when every window lies beyond the runner band (widened
+by the set's own runs once it has two) and beyond `runs.MIN_CHANGE` on one side: one of
+the runner's slow stretches (seconds, up to minutes under load) spoils one window, not
+all of them. Pure Python, no TVM.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import runs
+from .errors import CorruptFileError
+from .fsutil import NotRegularFileError, atomic_write_json, read_regular_file
+from .targets import slug
+
+RUNNERS_DIR = ".runners"
+POOL_FORMAT = 1
+MAX_POOL_BYTES = 16 << 20
+# A runner band rests on at least this many pairs of runs, from at least MIN_SERIES
+# series (one best's history): fewer say more about one kernel than about the runner.
+MIN_PAIRS = 20
+MIN_SERIES = 2
+# The share of pooled run-to-run moves the band covers. Not the largest: that grows
+# with the pool and is one odd run; the windows (all of them beyond) carry the rest.
+QUANTILE = 0.95
+FIGURE = "fast_vs_compute"
+
+
+def runner_label(runs_on: Sequence[str], rpc_key: str | None = None) -> str | None:
+    """The runner label a target is measured on: its `runs-on` labels (the same list is
+    the same runner to GitHub), or its RPC key; None when neither names one."""
+    if rpc_key:
+        return f"rpc:{rpc_key}"
+    return ",".join(runs_on) or None
+
+
+def pool_path(logs_path: Path, label: str) -> Path:
+    return logs_path / RUNNERS_DIR / f"{slug(label.replace(',', '-'))}.json"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One best's history on the runner: each run's figure over the compute calibration
+    kernel measured with it, oldest first, and the identity of the machine it ran on."""
+
+    key: str  # "operator/target/workload@<the history's first run>"
+    host: dict[str, Any]
+    mcpu: str | None  # the set's target CPU (matches a history recorded before cpu_id)
+    points: tuple[tuple[str, float], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "host": self.host, "mcpu": self.mcpu,
+                "points": [[at, v] for at, v in self.points]}
+
+
+@dataclass(frozen=True)
+class RunnerBand:
+    """The pooled band of one runner label, on this machine's identity."""
+
+    label: str
+    halfwidth: float  # relative: 0.042 is ±4.2%
+    pairs: int
+    series: int
+    sets: int
+
+    def describe(self) -> str:
+        return describe(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "halfwidth": self.halfwidth, "pairs": self.pairs,
+                "series": self.series, "sets": self.sets}
+
+
+def describe(band: Mapping[str, Any]) -> str:
+    """A runner band (as a run records it) in words."""
+    return (f"the runner band of `{band.get('label')}`: ±{float(band.get('halfwidth', 0)):.1%} "
+            f"({QUANTILE:.0%} of the moves between {band.get('pairs')} pairs of runs of {band.get('series')} "
+            f"bests in {band.get('sets')} log sets, over the compute calibration kernel)")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """What one runner label's file holds: its label and series by key."""
+
+    label: str
+    series: Mapping[str, Series]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": POOL_FORMAT, "label": self.label,
+                "series": [self.series[k].to_json() for k in sorted(self.series)]}
+
+    def merged(self, more: Iterable[Series]) -> Pool:
+        """With `more` in place of the stored series of the same key (a history only
+        grows); the others kept, archived histories included."""
+        out = dict(self.series)
+        out.update((s.key, s) for s in more)
+        return Pool(self.label, out)
+
+    def band(self, here: Mapping[str, Any]) -> tuple[RunnerBand | None, list[str]]:
+        """The runner band over the series measured on this machine's identity, and in
+        words each series left out (another machine, or one the stored fields cannot
+        tell); None while it rests on fewer than MIN_PAIRS pairs or MIN_SERIES series."""
+        moves: list[float] = []
+        used, sets, left = 0, set(), []
+        for key in sorted(self.series):
+            s = self.series[key]
+            ok, why = runs.match_machine(here, s.host, s.mcpu)
+            if not ok:
+                left.append(f"{key}: {why}")
+                continue
+            vals = [v for _, v in s.points]
+            pairs = [max(a / b, b / a) - 1 for i, a in enumerate(vals) for b in vals[i + 1:]]
+            if pairs:
+                used += 1
+                sets.add(key.rsplit("/", 1)[0])
+                moves += pairs
+        if len(moves) < MIN_PAIRS or used < MIN_SERIES:
+            return None, left
+        moves.sort()
+        half = moves[min(len(moves) - 1, math.ceil(QUANTILE * len(moves)) - 1)]
+        return RunnerBand(self.label, half, len(moves), used, len(sets)), left
+
+
+def series_of(operator: str, target_name: str, mcpu: str | None, history: Sequence[runs.Run],
+              workload: str) -> Series | None:
+    """A best's series from its set's history (None without two runs to pair or
+    without the compute calibration kernel)."""
+    pts = runs.steady_series(history, workload, FIGURE)
+    if not history or len(pts) < 2:
+        return None
+    return Series(f"{operator}/{target_name}/{workload}@{history[0].at}", dict(history[-1].host),
+                  mcpu, tuple(pts))
+
+
+def _series(d: Any, where: str) -> Series:
+    if not isinstance(d, dict) or not isinstance(d.get("key"), str) or not isinstance(d.get("host"), dict):
+        raise ValueError(f"{where}: key and host expected")
+    mcpu, pts = d.get("mcpu"), d.get("points")
+    if mcpu is not None and not isinstance(mcpu, str) or not isinstance(pts, list):
+        raise ValueError(f"{where}: mcpu a string or null, points a list")
+    out = []
+    for p in pts:
+        if (not isinstance(p, list) or len(p) != 2 or not isinstance(p[0], str)
+                or not isinstance(p[1], (int, float)) or isinstance(p[1], bool) or not p[1] > 0):
+            raise ValueError(f"{where}: a point is {p!r}, expected [date, positive figure]")
+        out.append((p[0], float(p[1])))
+    return Series(d["key"], dict(d["host"]), mcpu, tuple(out))
+
+
+def read_pool(path: Path, label: str) -> Pool:
+    """The pool of runner `label` (empty when it has none yet); CorruptFileError when
+    the file is not one, or names another label (a file copied or renamed: another
+    runner's band is never used)."""
+    try:
+        data = read_regular_file(path, MAX_POOL_BYTES)
+    except FileNotFoundError:
+        return Pool(label, {})
+    except (OSError, NotRegularFileError) as e:
+        raise CorruptFileError(f"{path}: cannot read the runner band ({e})") from None
+    try:
+        obj = json.loads(data)
+        if not isinstance(obj, dict) or obj.get("format") != POOL_FORMAT:
+            raise ValueError(f"format {obj.get('format') if isinstance(obj, dict) else None!r}, "
+                             f"this tvmtune-ci reads {POOL_FORMAT}")
+        if not isinstance(obj.get("series"), list):
+            raise ValueError("series must be a list")
+        series = [_series(d, f"series[{i}]") for i, d in enumerate(obj["series"])]
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+        raise CorruptFileError(f"{path}: not a runner band ({e}); restore it from git or remove it "
+                               "(the next remeasure --record pools the histories again)") from None
+    if obj.get("label") != label:
+        raise CorruptFileError(f"{path} is the runner band of {obj.get('label')!r}, not of {label!r}: "
+                               "another runner's band is never used; restore it from git or remove it")
+    return Pool(label, {s.key: s for s in series})
+
+
+def write_pool(path: Path, pool: Pool) -> None:
+    atomic_write_json(path, pool.to_json())
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _normalised(fig: float | None, cal: float | None) -> float | None:
+    return fig / cal if fig and cal else None
+
+
+def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run,
+                band: RunnerBand) -> runs.Verdict | None:
+    """The verdict on a best at the first runs of its history, from the runner band and
+    this run's windows; None when they cannot give one (no earlier run of it, fewer
+    than 2 windows, or no compute calibration kernel), and the history's own rule
+    decides.
+
+    The reference is the median of the earlier runs' windows (their run's figure when
+    recorded without windows), each over the compute calibration kernel of the same
+    window. The edge is the runner band, widened by how far the set's own earlier runs
+    spread once it has two, and at least `runs.MIN_CHANGE`. "drift" when every window
+    of this run lies beyond it on one side; "stable" otherwise, naming a window that
+    alone was beyond (a slow stretch of the runner, not a change)."""
+    ref_pts = []
+    for r in before:
+        got = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in r.windows]
+        got = [v for v in got if v] or [runs.value(r, workload, FIGURE)]
+        ref_pts += [v for v in got if v]
+    now = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in latest.windows]
+    if not ref_pts or len(now) < 2 or not all(now):
+        return None
+    ref = statistics.median(ref_pts)
+    own = runs.band_of([(r.at, v) for r in before if (v := runs.value(r, workload, FIGURE))])
+    own_half = own.halfwidth if own is not None and own.runs >= 2 else 0.0
+    edge = max(band.halfwidth, own_half, runs.MIN_CHANGE)
+    ratios = [v / ref for v in now if v]
+    rest = (f"{len(before)} earlier run{'s' if len(before) != 1 else ''} of this set")
+    used = band.describe() + (f", widened to this set's own ±{own_half:.1%}" if own_half > band.halfwidth else "")
+    shown = ", ".join(f"{x:.3f}x" for x in ratios)
+    whole = runs.value(latest, workload)
+    if all(x > 1 + edge for x in ratios) or all(x < 1 - edge for x in ratios):
+        d = "slower" if ratios[0] > 1 else "faster"
+        return runs.Verdict(
+            workload, "drift",
+            f"all {len(ratios)} windows of this run are {d} than the {rest} ({shown} their figure, "
+            f"over the compute calibration kernel measured in turns with it), beyond ±{edge:.1%}: "
+            f"{used}; a change that lasted the whole job", None, whole,
+            statistics.median(ratios), len(before) + 1, d)
+    odd = [i + 1 for i, x in enumerate(ratios) if abs(x - 1) > edge]
+    said = (f"; window{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} alone beyond it: a "
+            "slow stretch of the runner, not a change that lasts") if odd else ""
+    return runs.Verdict(
+        workload, "stable",
+        f"within the runner band: this run's {len(ratios)} windows are {shown} the {rest} (over "
+        f"the compute calibration kernel), within ±{edge:.1%}: {used}{said}", None, whole,
+        statistics.median(ratios), len(before) + 1)
