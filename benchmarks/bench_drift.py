@@ -28,8 +28,19 @@ Each kernel is measured on its own visits, so one round is one trial per workloa
 (The log's own configurations were tried first: its best's neighbours ran within 1.09x
 and the rest 1.4x and slower, so a 1.15x kernel was not among them.)
 
-A run of one set lasts `measure.history_s` (120 s here), so a run of every set of a
-target takes minutes; the operators named on the command line narrow both phases.
+A run of one set lasts `measure.history_s` (120 s here; `--history-s` sets it in the
+clone), so a run of every set of a target takes minutes; the operators named on the
+command line narrow both phases.
+
+`--young` (issue 54: a verdict at the first remeasure after a re-tune): the clone first
+pools every set of the target's runner label as committed into its runner band
+(`<logs>/.runners/`, what `remeasure --record` keeps), then cuts the named operators'
+histories to their re-tune's run (re-sealed), as a re-tune leaves them. Phase 1's runs
+then start from that young history; phase 2 starts each trial from it too, with
+`--runs-per-trial 1`: the drift must be found at the first run after the swap.
+
+    python benchmarks/bench_drift.py softmax --target zen4-2c --young --history-s 60 --runs 20 --minutes 0 \
+        --detect 10 --slowdown 1.15 --runs-per-trial 1
 
 Raw output: every run's JSON (`--out`), the summary printed.
 """
@@ -65,8 +76,59 @@ def clone(dst: Path) -> Path:
     return dst
 
 
+def young_clone(args: argparse.Namespace) -> Path:
+    """A clone whose runner band pools every set of the target's label as committed, and
+    whose named operators' histories are cut to their re-tune's run (`--young`)."""
+    from tvmtune_ci.core import runnerband
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.fsutil import sha256_bytes
+    from tvmtune_ci.core.git.read import blob_id
+    from tvmtune_ci.remeasure import label_series
+
+    repo = clone(Path(tempfile.mkdtemp(prefix="bench-drift-young-")) / "repo")
+    if args.history_s:
+        cfg_text = (repo / "tvmtune.yaml").read_text()
+        new = cfg_text.replace("  finalists: 5", f"  history_s: {args.history_s:g}\n  finalists: 5", 1)
+        assert new != cfg_text, "tvmtune.yaml: no measure.finalists line to put history_s beside"
+        (repo / "tvmtune.yaml").write_text(new)
+    cfg = load_config(repo / "tvmtune.yaml")
+    target = cfg.target(args.target)
+    label = runnerband.runner_label(target.runs_on, target.rpc.key if target.rpc else None)
+    assert label, f"{args.target} names no runner label"
+    series, notes = label_series(cfg, label)
+    # The cut histories keep their first run, so their series would share its key with the
+    # young one's: renamed, as a re-tune's new history (a new first run) would leave them.
+    cut = {f"{op}/{args.target}/" for op in args.operators}
+    pool = runnerband.Pool(label, {(s.key + " (archived)" if s.key.startswith(tuple(cut)) else s.key): s
+                                   for s in series})
+    runnerband.write_pool(runnerband.pool_path(cfg.logs_path, label), pool)
+    from tvmtune_ci.remeasure import runner_identity
+
+    band, left = pool.band(runner_identity())
+    print(f"# young clone {repo}: runner band of {label} from {len(series)} series"
+          f" ({len(left)} left out{': ' + left[0] if left else ''}): "
+          f"{band.describe() if band else 'none (too few pairs)'}", flush=True)
+    for op in args.operators:
+        folder = cfg.logs_path / op / target.slug
+        m = json.loads((folder / "manifest.json").read_text())
+        first = (folder / "runs.jsonl").read_bytes().splitlines(keepends=True)[0]
+        assert json.loads(first)["by"] == "retune", f"{folder}: the first run is not the re-tune's"
+        (folder / "runs.jsonl").write_bytes(first)
+        m["files"]["runs.jsonl"], m["files_git_blob"]["runs.jsonl"] = sha256_bytes(first), blob_id(first)
+        (folder / "manifest.json").write_text(json.dumps(m))
+        print(f"# {op}/{args.target}: history cut to its re-tune's run of {json.loads(first)['at']}", flush=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@localhost",
+                    "commit", "-qm", "young: histories cut to the re-tune's run, runner band pooled"], check=True)
+    return repo
+
+
 def phase1(args: argparse.Namespace) -> Path:
-    repo = clone(Path(tempfile.mkdtemp(prefix="bench-drift-")) / "repo")
+    if args.source:  # a young clone: phase 1 grows a copy, phase 2 starts from the young one
+        repo = Path(tempfile.mkdtemp(prefix="bench-drift-p1-")) / "repo"
+        shutil.copytree(args.source, repo, symlinks=True)
+    else:
+        repo = clone(Path(tempfile.mkdtemp(prefix="bench-drift-")) / "repo")
     print(f"# phase 1: {args.runs} runs of `remeasure {' '.join(args.operators)} --target {args.target} --record` over "
           f"{args.minutes:g} min in {repo}", flush=True)
     gap = args.minutes * 60 / args.runs
@@ -80,9 +142,13 @@ def phase1(args: argparse.Namespace) -> Path:
             out.write(json.dumps({"phase": 1, "run": i + 1, "exit": code, "at": time.time(), **data}) + "\n")
             out.flush()
             states = [v["state"] for r in data["results"] for v in r["verdicts"]]
+            said = "; ".join(f"{e['operator']}/{v['workload']}: {v['state']}"
+                             + (f" {v['ratio']:.3f}x" if v.get("ratio") else "")
+                             + (" (runner band)" if "runner band" in v["sentence"] else "")
+                             for e in data["results"] for v in e["verdicts"])
             print(f"run {i + 1} at {(time.time() - t0) / 60:.1f} min: exit {code}, "
                   f"{states.count('drift')} drift, {states.count('stable')} stable, "
-                  f"{states.count('inconclusive')} inconclusive", flush=True)
+                  f"{states.count('inconclusive')} inconclusive: {said}", flush=True)
     return repo
 
 
@@ -204,15 +270,16 @@ def phase2(args: argparse.Namespace) -> None:
             # its own visits, so the swaps do not disturb one another), then up to 3 runs.
             work = Path(tempfile.mkdtemp(prefix="bench-drift-trial-")) / "repo"
             shutil.copytree(base, work, symlinks=True)
-            # The runs use this checkout's code (`python -m` in the copy imports the copy's).
-            shutil.rmtree(work / "tvmtune_ci")
-            shutil.copytree(ROOT / "tvmtune_ci", work / "tvmtune_ci")
+            if not args.young:
+                # The runs use this checkout's code (`python -m` in the copy imports the copy's).
+                shutil.rmtree(work / "tvmtune_ci")
+                shutil.copytree(ROOT / "tvmtune_ci", work / "tvmtune_ci")
             for key, p in picks.items():
                 op, w = key.split("/")
                 swap_best(work / cfg.logs_dir / op / target.slug, w, p["knobs"])
             states: dict[str, list[str]] = {k: [] for k in [*picks, *controls]}
             cals: list[str] = []
-            for _ in range(3):
+            for _ in range(args.runs_per_trial):
                 ops = sorted({k.split("/")[0] for k in picks})
                 code, data = cli(work, "remeasure", *ops, "--target", args.target, "--record")
                 out.write(json.dumps({"phase": 2, "round": t + 1, "swaps": picks, "exit": code, **data}) + "\n")
@@ -223,7 +290,8 @@ def phase2(args: argparse.Namespace) -> None:
                         seen = states[f"{e['operator']}/{v['workload']}"]
                         if not seen or not seen[-1].startswith("drift"):
                             ratio = f" ({v['ratio']:.3f}x)" if v.get("ratio") else ""
-                            seen.append(v["state"] + ratio)
+                            which = " [runner band]" if "runner band" in v["sentence"] else ""
+                            seen.append(v["state"] + ratio + which)
                 if all(s and s[-1].startswith("drift") for k, s in states.items() if k in picks):
                     break  # every workload found: a 4th run would judge nothing new
             for key, seen in sorted(states.items()):
@@ -239,7 +307,7 @@ def phase2(args: argparse.Namespace) -> None:
                 print(f"| {t + 1} | {key} | {picks[key]['measured']:.3f}x | {', '.join(seen)} | "
                       f"{'; '.join(cals)} | {'yes' if hit else 'NO'} |", flush=True)
             shutil.rmtree(work.parent, ignore_errors=True)
-    print(f"\nfound within 3 runs: {found} of {trials}; per workload: "
+    print(f"\nfound within {args.runs_per_trial} run(s): {found} of {trials}; per workload: "
           + ", ".join(f"{k} {sum(v)} of {len(v)} ({picks[k]['measured']:.3f}x)" for k, v in sorted(per.items()))
           + (f"; controls (not swapped): {sum(alarms)} false alarm(s) in {len(alarms)}" if controls else ""))
 
@@ -438,7 +506,16 @@ def main() -> int:
     ap.add_argument("--source", default=None, help="phase 2: the clone phase 1 left")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/bench_drift_raw.jsonl")
     ap.add_argument("--analyse", action="store_true", help="only analyse --out")
+    ap.add_argument("--young", action="store_true",
+                    help="pool the label's sets into its runner band, then cut the named operators' "
+                    "histories to their re-tune's run (a verdict at the first remeasure)")
+    ap.add_argument("--history-s", type=float, default=None, help="measure.history_s in the clone")
+    ap.add_argument("--runs-per-trial", type=int, default=3, help="phase 2: runs to find the drift in")
     args = ap.parse_args()
+    if args.young:
+        if not args.operators:
+            raise SystemExit("--young needs the operators whose histories to cut")
+        args.source = str(young_clone(args))
     if args.analyse:
         analyse1(args.out, args.publish_at)
         return 0
