@@ -36,7 +36,7 @@ CRASH_EXIT = 70  # EX_SOFTWARE: a bug in tvmtune-ci, not in the user's input
 
 
 def _available(only: str | None = None) -> dict[str, object]:
-    mods = {}
+    mods: dict[str, object] = {}
     for verb, (mod, _) in COMMANDS.items():
         if only is not None and verb != only:
             continue

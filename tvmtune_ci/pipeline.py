@@ -79,6 +79,8 @@ from .tune.tuner import TuneRequest, tune_workload
 from .tune.workload import resolve
 
 if TYPE_CHECKING:
+    from .budget import Budget
+    from .tune.runners import Runner
     from .tune.tuner import TuneOutcome
 
 Say = Callable[[str], None]
@@ -368,7 +370,7 @@ class Job:
     manifest: Manifest | None = None
     files: dict[str, bytes] = field(default_factory=dict)  # the set's log, results, manifest
     history_runs: tuple[Any, ...] = ()  # the new set's run history (runs.Run)
-    budget: Any = None  # budget.Budget shared by the entries of one `retune --budget`
+    budget: Budget | None = None  # shared by the entries of one `retune --budget`
     carry: bool = True  # whether a set whose programs an edit left alone is carried forward
     carried: str | None = None  # why the set was carried forward (carry_step), in words
     published: Published | None = None
@@ -614,7 +616,7 @@ def old_ranking_holds(target: TargetConfig, manifest: Manifest) -> bool:
     return target.rpc is not None or same_machine(host_description(), manifest.host)
 
 
-def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadResult]:
+def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, WorkloadResult]:
     """One workload: the previous best as a finalist, or the history replayed; the
     tuner's outcome and the manifest's result, with the history report."""
     entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
@@ -716,7 +718,8 @@ def tune_one(job: Job, wname: str, runner: Any) -> tuple[TuneOutcome, WorkloadRe
     )
 
 
-def _budget_more(budget: Any, item: tuple[str, str, str], history_s: float) -> Any:
+def _budget_more(budget: Budget, item: tuple[str, str, str], history_s: float
+                 ) -> Callable[[float, float, float], tuple[bool, str]]:
     """The search's question past its share (TuneRequest.budget_more), asked of the
     budget with the item's part of its set's history run added to what it needs."""
     def more(spent_s: float, gain_per_s: float, need_s: float) -> tuple[bool, str]:
@@ -724,8 +727,8 @@ def _budget_more(budget: Any, item: tuple[str, str, str], history_s: float) -> A
     return more
 
 
-def _budget_reshare(budget: Any, item: tuple[str, str, str], left_s: float, history_s: float,
-                    say: Say) -> Any:
+def _budget_reshare(budget: Budget, item: tuple[str, str, str], left_s: float, history_s: float,
+                    say: Say) -> Callable[[float], tuple[float, str] | None]:
     """The search's question when its warm-up is done (TuneRequest.budget_reshare): the
     first searching item's share again from its own floor (with its part of its set's history
     run), as though it had been known at the item's start (`left_s` then)."""
@@ -818,7 +821,7 @@ UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, carry_ste
 
 def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
                  say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None,
-                 budget: Any = None, carry: bool = True) -> RetuneResult:
+                 budget: Budget | None = None, carry: bool = True) -> RetuneResult:
     """Re-tune one stale entry end to end: `BEFORE_LOCK`, then `UNDER_LOCK` while
     holding the folder's lock. Returns what was published. `carry`: a set whose
     programs the template's edit left alone is carried forward (`carry_step`)."""

@@ -257,7 +257,7 @@ class _Scanner:
             for parent in ast.walk(self.code):
                 for child in ast.iter_child_nodes(parent):
                     self._parents[id(child)] = parent
-        out = []
+        out: list[ast.AST] = []
         cur = self._parents.get(id(node))
         while cur is not None:
             if isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -378,7 +378,7 @@ class _Scanner:
             if name == "os.path.join" and args:
                 return posixpath.join(*args)  # type: ignore[arg-type]
             if name == "os.path.dirname" and len(args) == 1:
-                return posixpath.dirname(args[0]) or ""  # type: ignore[arg-type]
+                return posixpath.dirname(args[0]) or ""  # type: ignore[type-var]
             if not name.startswith("builtins."):
                 return None
         if not isinstance(func, ast.Attribute):

@@ -113,9 +113,9 @@ def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries
         workloads = list(read_template(config.root / e.template_file).workloads)
         groups[f"{e.operator}/{e.target_name}"] = [
             config.weight_of(e.operator, w, workloads, shares.get(e.target_name)) for w in workloads]
-    shares = split(total_s, groups)
+    seconds = split(total_s, groups)
     for job in matrix["include"]:
-        job["budget"] = f"{max(1, int(shares[job['operator'] + '/' + job['target']]))}s"
+        job["budget"] = f"{max(1, int(seconds[job['operator'] + '/' + job['target']]))}s"
 
 
 def select(

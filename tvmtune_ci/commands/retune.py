@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"recovered {name}: finished a publish that an earlier run did not complete")
     report = find_stale(config, as_of=parse_date(args.as_of) if args.as_of else None,
                         operators=args.operators or None, targets=args.target or None)
-    entries = report.entries if args.all else report.stale
+    entries: Sequence[Entry] = report.entries if args.all else report.stale
     skipped = [e for e in report.entries if e not in entries]
     print_settings(config, args, len(entries))
     for e in skipped:
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
+def make_budget(config: Config, entries: Sequence[Entry], total_s: float) -> Budget:
     """The budget over every workload of `entries`, weighted by the models' profiles
     where a model calls the workload, else as tvmtune.yaml says."""
     from ..budget import Budget, floor_estimate
@@ -232,7 +233,7 @@ def make_budget(config: Config, entries: list[Entry], total_s: float) -> Budget:
         m.time_cap_s, m.search_cap_s, m.finalists, WARMUP_SAMPLES, history))
 
 
-def dry_run_verdict(config: Config, entries: list[Entry], *, carry: bool = True) -> int:
+def dry_run_verdict(config: Config, entries: Sequence[Entry], *, carry: bool = True) -> int:
     """What a real run would stop at before tuning, with its exit code: a template that
     cannot be read (2), a target this host cannot run (5). 0 when it would start."""
     from ..check.staleness import TEMPLATE_INVALID

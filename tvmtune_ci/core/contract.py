@@ -274,7 +274,7 @@ def _arg_pattern(a: Any, i: int, j: int, op: str, keys: set[str], err: Any, at: 
 
 def contract_from_tree(tree: ast.Module, path: Path, rel: str) -> Contract | None:
     """The template's contract read from its AST (no import); None without IMPLEMENTS."""
-    found: dict[str, ast.AST] = {}
+    found: dict[str, ast.expr] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign):
             for t in stmt.targets:

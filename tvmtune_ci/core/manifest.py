@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import CorruptFileError
 from .fsutil import (
@@ -409,11 +409,11 @@ class _Shape(Exception):
         super().__init__(f"{where} is {shown if len(shown) <= 60 else shown[:57] + '...'}, expected {expected}")
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: Any) -> TypeGuard[float]:
     # JSON may carry NaN/Infinity; neither is a measurement.
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 

@@ -39,7 +39,7 @@ class Code(str, enum.Enum):
 
     # Strings in f-strings, str() and formatting, on every Python this supports.
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # str's, on purpose
 
     @property
     def order(self) -> int:

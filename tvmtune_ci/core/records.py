@@ -241,7 +241,8 @@ def to_json_database(log_path: Path, out_dir: Path) -> tuple[Path, Path]:
     Workloads are numbered in name order. Returns (workload_path, record_path)."""
     log = read_log(Path(log_path))
     out_dir = Path(out_dir)
-    wl_lines, rec_lines = [], []
+    wl_lines: list[str] = []
+    rec_lines: list[str] = []
     for idx, name in enumerate(sorted(log["workloads"])):
         w = log["workloads"][name]
         wl_lines.append(_compact(w["workload"]))

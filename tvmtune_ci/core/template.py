@@ -450,7 +450,7 @@ class TemplateDecl:
 REQUIRED_FUNCTIONS = ("compute", "reference", "schedule")
 
 
-def _literal(node: ast.AST, path: Path, what: str) -> Any:
+def _literal(node: ast.expr, path: Path, what: str) -> Any:
     # Most knob arguments are plain constants; ast.literal_eval builds a few
     # self-referencing closures per call (garbage for the cyclic GC), so skip it.
     if isinstance(node, ast.Constant):
@@ -520,7 +520,7 @@ def declared_kinds(path: Path) -> tuple[str, ...] | None:
         tree = ast.parse(source, filename=str(path))
     except (SyntaxError, ValueError):
         return None
-    kinds = CPU_KINDS
+    kinds: tuple[str, ...] = CPU_KINDS
     for stmt in tree.body:  # the last top-level assignment wins, as in read_template
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -557,8 +557,8 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
             if "KNOBS" in names and stmt.value is not None:
                 if not isinstance(stmt.value, (ast.List, ast.Tuple)):
                     raise TemplateError("KNOBS must be a list of define_* calls", file=path, line=stmt.lineno)
-                knobs = [knob_from_ast(e, path) for e in stmt.value.elts]
-                knob_lines = {k.name: e.lineno for k, e in zip(knobs, stmt.value.elts, strict=True)}
+                knobs = [knob_from_ast(el, path) for el in stmt.value.elts]
+                knob_lines = {k.name: el.lineno for k, el in zip(knobs, stmt.value.elts, strict=True)}
                 knobs_line = stmt.lineno
                 if any(isinstance(k, Constraint) for k in knobs):
                     raise TemplateError("define_constraint() belongs in CONSTRAINTS, not KNOBS",
@@ -567,13 +567,13 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                 if not isinstance(stmt.value, (ast.List, ast.Tuple)):
                     raise TemplateError("CONSTRAINTS must be a list of define_constraint() calls",
                                         file=path, line=stmt.lineno)
-                for e in stmt.value.elts:
-                    c = knob_from_ast(e, path)
+                for el in stmt.value.elts:
+                    c = knob_from_ast(el, path)
                     if not isinstance(c, Constraint):
                         raise TemplateError("CONSTRAINTS holds define_constraint() calls only",
-                                            file=path, line=e.lineno)
+                                            file=path, line=el.lineno)
                     constraints.append(c)
-                    constraint_lines[c.name] = e.lineno
+                    constraint_lines[c.name] = el.lineno
             if "TARGET_KINDS" in names and stmt.value is not None:
                 kinds = _target_kinds(stmt, path)
             if "IMPLEMENTS" in names and stmt.value is not None:
@@ -587,6 +587,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
         missing.insert(0, "KNOBS")
     if missing:
         raise TemplateError(f"not an operator template: missing {', '.join(missing)}; see `tvmtune_ci.template` for the API (or move helpers out of {path.parent.name}/ or prefix the file with '_')", file=path)
+    assert knobs is not None  # else `missing` named KNOBS
     if not isinstance(workloads, dict) or not workloads or not all(isinstance(v, dict) for v in workloads.values()):
         raise TemplateError("WORKLOADS must be a non-empty dict of name -> {param: value}", file=path)
     names = [k.name for k in knobs]

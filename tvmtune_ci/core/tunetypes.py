@@ -11,10 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .config import EarlyStop, MeasureOptions, RpcRunner
 from .manifest import Measured, Trials
+
+if TYPE_CHECKING:  # tune/ types, named here without importing tune/
+    from ..tune.runners import Runner
+    from ..tune.workload import Workload
 
 __all__ = ["BatchEvent", "ReplayStats", "Trial", "TuneOutcome", "TuneRequest"]
 
@@ -139,11 +143,11 @@ class TuneRequest:
     # The workload resolved once (a `workload.Workload` of `template`, `workload_name`
     # and `target`): its parameters, module and FLOPs. None: tune_workload
     # resolves it.
-    workload: Any = None
+    workload: Workload | None = None
     # A runner (`runners.make_runner(measure, rpc)`) the caller shares between the
     # workloads of a set and closes: its worker process (TVM's import, ~2 s) starts
     # once. None: tune_workload makes its own and closes it.
-    runner: Any = None
+    runner: Runner | None = None
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class Journal:
         self.trials = []
         atomic_write_text(self.path, json.dumps(self.header, sort_keys=True) + "\n")
 
-    def append(self, entries: Sequence[dict[str, Any]]) -> None:
+    def append(self, entries: Sequence[Trial]) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
             for e in entries:
                 f.write(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n")

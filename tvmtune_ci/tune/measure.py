@@ -29,7 +29,7 @@ from ..core.manifest import Measured
 from ..core.template import template_name
 from .builder import build_config, make_builder, remove_artifact, schedule_config
 from .rpclimits import rpc_failure
-from .runners import make_runner
+from .runners import Runner, make_runner
 from .sampling import SamplePolicy, device_type, full_policy
 from .workload import Workload, name_of, resolve, workload_params
 
@@ -100,7 +100,7 @@ def measured(
 def run_schedule(
     sch: Any,
     target: Mapping[str, Any],
-    runner: Any,
+    runner: Runner,
     builder: Any | None = None,
     what: str = "measuring a schedule",
 ) -> list[float]:
@@ -135,23 +135,19 @@ def run_schedule(
             builder.close()
 
 
-@dataclass
 class _Session:
     """A runner (and builder) borrowed from the caller or owned for one call."""
 
-    measure: MeasureOptions
-    runner: Any = None
-    builder: Any = None
-    own: bool = False
-    own_builder: bool = False
+    def __init__(self, measure: MeasureOptions, runner: Runner | None = None) -> None:
+        self.measure = measure
+        self.own = runner is None
+        self.own_builder = True
+        self._borrowed = runner
 
     def __enter__(self) -> _Session:
-        if self.runner is None:
-            self.runner = make_runner(self.measure)
-            self.own = True
-        if self.builder is None:
-            self.builder = make_builder()
-            self.own_builder = True
+        self.runner: Runner = (make_runner(self.measure) if self._borrowed is None
+                               else self._borrowed)
+        self.builder: Any = make_builder()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -190,7 +186,7 @@ def measure_config(
     knobs: Mapping[str, Any] | None,
     measure: MeasureOptions = DEFAULT_MEASURE,
     *,
-    runner: Any = None,
+    runner: Runner | None = None,
     policy: SamplePolicy | None = None,
 ) -> Measured:
     """Build and measure one configuration (knobs by name; None: the default), sampled
@@ -215,7 +211,7 @@ def measure_baseline(
     target: Mapping[str, Any],
     measure: MeasureOptions = DEFAULT_MEASURE,
     *,
-    runner: Any = None,
+    runner: Runner | None = None,
     warn: Any = None,
 ) -> Measured:
     """The noise check: the default configuration sampled to `measure.search_precision`
@@ -320,7 +316,7 @@ class _Visits:
     first visit and kept, artifacts removed on close."""
 
     def __init__(self, schs: Sequence[Any], target: Mapping[str, Any], measure: MeasureOptions,
-                 runner: Any, builder: Any) -> None:
+                 runner: Runner, builder: Any) -> None:
         from . import tvmsetup
 
         ms = tvmsetup.ms()
@@ -373,7 +369,7 @@ def finals(
     finalists: Sequence[Finalist],
     measure: MeasureOptions,
     *,
-    runner: Any,
+    runner: Runner,
     builder: Any,
 ) -> list[FinalResult]:
     """Re-measure `finalists` in interleaved rounds (A B C, B C A, ...) until each is
@@ -448,7 +444,7 @@ def interleave(
     measure: MeasureOptions,
     *,
     seconds: float,
-    runner: Any,
+    runner: Runner,
     builder: Any,
     what: str = "interleaved measurement",
 ) -> list[list[Visit]]:

@@ -7,13 +7,15 @@ a set forward unmeasured."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from ..core.errors import TemplateError, TuningError
 from ..core.tunetypes import TuneRequest
+from .workload import Workload
 
 
-def old_search_stands(req: TuneRequest, wl: Any) -> str | None:
+def old_search_stands(req: TuneRequest, wl: Workload) -> str | None:
     """Why the old log's search still stands on the edited template, in words; None when
     it does not. It stands when the edit opened no knob values (the old declaration is
     known: `history.probes` finds none) and this template makes the same program of every
@@ -38,7 +40,7 @@ def old_search_stands(req: TuneRequest, wl: Any) -> str | None:
             "values: the old search stands; the replay and the finals re-measured its best")
 
 
-def programs_unchanged(template: Any, wl: Any, target: Mapping[str, Any], old_best: Mapping[str, Any],
+def programs_unchanged(template: ModuleType, wl: Workload, target: Mapping[str, Any], old_best: Mapping[str, Any],
                        old_knobs: Sequence[Any], old_programs: Sequence[tuple[dict[str, Any], str]]) -> bool:
     """Whether the edited `template` opens no knob values next to the old best (mapped
     into its space; `history.probes`) and makes the same program of every old
@@ -53,7 +55,7 @@ def programs_unchanged(template: Any, wl: Any, target: Mapping[str, Any], old_be
     return all(same_program(template, wl, target, kv, key) for kv, key in old_programs)
 
 
-def same_program(template: Any, wl: Any, target: Mapping[str, Any], knobs: Mapping[str, Any],
+def same_program(template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any],
                  old_key: str) -> bool:
     """Whether the edited `template` makes of `knobs` the program the old template made
     (`old_key`, `builder.program_key`; "" for a configuration the edit repaired: never)."""

@@ -39,6 +39,7 @@ from .journal import Journal, request_fingerprint
 from .measure import gflops
 from .programs import programs_unchanged  # noqa: F401 (pipeline.carry_step imports it from here)
 from .rpclimits import rpc_failure
+from .runners import Runner
 from .sampling import device_type, search_policy
 from .space import (
     TemplateSpace,
@@ -80,7 +81,7 @@ def _rand_state(seed: int, done: int) -> int:
 
 
 def _run_batch(
-    cands: Sequence[Any], target: Any, builder: Any, runner: Any, ms: Any,
+    cands: Sequence[Any], target: Any, builder: Any, runner: Runner, ms: Any,
     prebuilt: Sequence[Any] | None = None,
 ) -> list[tuple[Any, str | None, bool]]:
     """Build every candidate in-process (unless `prebuilt` holds their BuilderResults),
@@ -116,7 +117,7 @@ class Search:
     """One workload's MetaSchedule search: context, design spaces, database, journal,
     cost model; `run()` measures batch after batch until a stop reason."""
 
-    def __init__(self, req: TuneRequest, builder: Any, runner: Any, t_start: float) -> None:
+    def __init__(self, req: TuneRequest, builder: Any, runner: Runner, t_start: float) -> None:
         from . import tvmsetup
 
         self.ms = ms = tvmsetup.ms()
@@ -327,7 +328,8 @@ class Search:
             if self.done >= self.space_size:
                 return "space_exhausted"
             # A cold search's first batch is drawn, not proposed; the strategy is not told.
-            picked = self._first_batch() if self._cold_start() else []
+            picked: list[tuple[Any, int, dict[str, Any]]] | None = (
+                self._first_batch() if self._cold_start() else [])
             drawn = bool(picked)
             if not drawn:
                 picked = self._candidates()
@@ -653,23 +655,23 @@ class Search:
             trial = self.done + len(entries) + 1
             raced = bool(est is not None and incumbent and est.n <= req.measure.probe
                          and est.value > req.measure.race * incumbent)
-            entries.append(
-                {
-                    "trial": trial,
-                    "batch": batch,
-                    "space": sidx,
-                    "knobs": kv,
-                    "latency_s": est.value if est is not None else None,
-                    "ci": [est.lo, est.hi] if est is not None and est.n >= stats.MIN_SAMPLES
-                    else None,
-                    "n": est.n if est is not None else 0,
-                    "stage": ("probe" if raced else "search") if est is not None else None,
-                    "error": err,
-                    "device": device,
-                    "record": line[1],
-                    **({"source": source} if source != "search" else {}),
-                }
-            )
+            entry: Trial = {
+                "trial": trial,
+                "batch": batch,
+                "space": sidx,
+                "knobs": kv,
+                "latency_s": est.value if est is not None else None,
+                "ci": [est.lo, est.hi] if est is not None and est.n >= stats.MIN_SAMPLES
+                else None,
+                "n": est.n if est is not None else 0,
+                "stage": ("probe" if raced else "search") if est is not None else None,
+                "error": err,
+                "device": device,
+                "record": line[1],
+            }
+            if source != "search":
+                entry["source"] = source
+            entries.append(entry)
             self.progress.add(trial, est if not raced else None, self.flop, kv)
         self.journal.append(entries)
         if req.on_batch is not None:

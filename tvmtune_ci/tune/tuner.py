@@ -45,10 +45,10 @@ from .failures import failure_kinds
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
 from .numerics import check_correct
 from .programs import old_search_stands
-from .runners import make_runner
+from .runners import Runner, make_runner
 from .search import Search
 from .space import knobs_key
-from .workload import resolve
+from .workload import Workload, resolve
 
 __all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest", "tune_workload"]
 
@@ -67,7 +67,7 @@ def _valid_sorted(entries: Sequence[Trial]) -> list[Trial]:
     )
 
 
-def _all_failed(where: str, entries: Sequence[dict[str, Any]]) -> TuningError:
+def _all_failed(where: str, entries: Sequence[Trial]) -> TuningError:
     errors = sorted({e["error"].splitlines()[0][:200] for e in entries if e["error"]})
     return TuningError(
         f"{where}: every one of {len(entries)} trials failed; first errors: "
@@ -85,7 +85,7 @@ class _FinalsOutcome:
     left_out: int = 0
 
 
-def _new_programs(req: TuneRequest, wl: Any, keys: list[str], by_key: Mapping[str, Trial],
+def _new_programs(req: TuneRequest, wl: Workload, keys: list[str], by_key: Mapping[str, Trial],
                   entries: Sequence[Trial]) -> tuple[list[str], int]:
     """The search's finalists (`keys`) less those that are programs the old log measured,
     unchanged by the edit, and how many were left out. The old log's search and finals
@@ -137,7 +137,7 @@ def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int
 
 
 def run_finals(
-    req: TuneRequest, entries: list[Trial], runner: Any, builder: Any, *, stands: bool = False
+    req: TuneRequest, entries: list[Trial], runner: Runner, builder: Any, *, stands: bool = False
 ) -> _FinalsOutcome:
     """The search's top `finalists`, the default and the previous best, interleaved;
     the winner's numerics checked (a wrong one becomes a failed trial and the next
@@ -157,7 +157,7 @@ def run_finals(
     finalists that are programs the old log measured are left out for the same reason
     (`_new_programs`)."""
     template, name = req.template, req.workload_name
-    wl = req.workload if req.workload is not None else name
+    wl = req.workload if req.workload is not None else resolve(template, name, req.target)
     where = f"{template_name(template)}/{name}"
     by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
     keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
@@ -273,7 +273,7 @@ class Assembled:
 
 
 def assemble(
-    entries: Sequence[dict[str, Any]], fin: _FinalsOutcome, extra: Mapping[str, Any], flop: float,
+    entries: Sequence[Trial], fin: _FinalsOutcome, extra: Mapping[str, Any], flop: float,
     noise: Measured | None, full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
 ) -> Assembled:
     """Plain data work after the finals: the search's trials put on the finals' scale,
@@ -281,7 +281,7 @@ def assemble(
     kept previous best at the kept value), the winner's record added when the search did
     not measure it (`extra`: its record JSON by role), the top table and the verdict of
     this run's best against the previous best. `full` fills a configuration's defaults."""
-    records = [dict(e) for e in entries]
+    records = [e.copy() for e in entries]
     rec_by_key = {knobs_key(e["knobs"]): e for e in records}
     # The search's numbers and the finals' come from different minutes of a machine
     # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
@@ -297,11 +297,12 @@ def assemble(
     # Records the finals give a figure (one that failed there keeps its search figure, scaled).
     final_keys = {r.finalist.key for r in fin.results if r.finalist.key in rec_by_key and r.estimate is not None}
     for e in records:
-        if e["error"] is None and knobs_key(e["knobs"]) not in final_keys:
-            e["measured_s"], e["scale"] = e["latency_s"], scale
+        lat = e["latency_s"]  # set whenever `error` is None
+        if e["error"] is None and lat is not None and knobs_key(e["knobs"]) not in final_keys:
+            e["measured_s"], e["scale"] = lat, scale
             # x * (winner / x_min) is the winner's value for x_min only up to rounding
             # (one ulp below it once in CI): never below it.
-            logged = max(e["latency_s"] * scale, fin.winner.estimate.value)
+            logged = max(lat * scale, fin.winner.estimate.value)
             e["record"] = [e["record"][0], [logged], *e["record"][2:]]
     final_json: list[dict[str, Any]] = []
     finals_measured: list[Measured] = []
@@ -321,8 +322,8 @@ def assemble(
             previous = m
         if r is fin.winner:
             best = m
-        e = rec_by_key.get(f.key)
-        if e is not None or r is fin.winner:
+        rec: Trial | None = rec_by_key.get(f.key)
+        if rec is not None or r is fin.winner:
             finals_measured.append(m)
         # The log's value of a finalist is its finals estimate; one tied with a kept
         # previous best is logged at the kept value, so TVM's ranking keeps it too.
@@ -330,16 +331,16 @@ def assemble(
         if i in fin.tied:
             assert fin.winner.estimate is not None
             value = fin.winner.estimate.value
-        if e is None and r is fin.winner:
-            e = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
-                 "device": None, "record": extra[f.role]}
-            records.append(e)
-        if e is not None:
-            e["latency_s"] = value
-            e["ci"] = [r.estimate.lo, r.estimate.hi]
-            e["n"] = r.estimate.n
-            e["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
-            e["record"] = [e["record"][0], [value], *e["record"][2:]]
+        if rec is None and r is fin.winner:
+            rec = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
+                   "device": None, "record": extra[f.role], "latency_s": value}
+            records.append(rec)
+        if rec is not None:
+            rec["latency_s"] = value
+            rec["ci"] = [r.estimate.lo, r.estimate.hi]
+            rec["n"] = r.estimate.n
+            rec["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
+            rec["record"] = [rec["record"][0], [value], *rec["record"][2:]]
     assert best is not None
     if baseline is None and noise is not None and noise.knobs == full(None):
         baseline = noise  # the default could not be measured in the finals
@@ -356,8 +357,8 @@ def assemble(
     search_top = [
         Measured(full(e["knobs"]), e["record"][1][0],  # as logged, on the finals' scale
                  gflops(flop, e["record"][1][0]),
-                 ci_lo_s=e["ci"][0] * scale if e.get("ci") else None,
-                 ci_hi_s=e["ci"][1] * scale if e.get("ci") else None,
+                 ci_lo_s=ci[0] * scale if (ci := e.get("ci")) else None,
+                 ci_hi_s=ci[1] * scale if ci else None,
                  n=int(e.get("n", 0)), stage=e.get("stage") or "search",
                  search_s=e["latency_s"])
         for e in _valid_sorted(records)
@@ -388,9 +389,10 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     template, name = req.template, req.workload_name
     # One resolved workload for the whole run: everything below takes its parameters,
     # module and FLOP count from it (workload.Workload).
-    if req.workload is None:
-        req = replace(req, workload=resolve(template, name, req.target))
     wl = req.workload
+    if wl is None:
+        wl = resolve(template, name, req.target)
+        req = replace(req, workload=wl)
     stats_: dict[str, float] = {}
 
     def lap(key: str, t0: float) -> float:
@@ -399,7 +401,8 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         return now
 
     own_runner = req.runner is None
-    if own_runner:
+    runner: Runner
+    if req.runner is None:
         runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
     else:
         runner = req.runner
@@ -486,7 +489,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             replay = replace(replay, finals_left_out=fin.left_out)
         # The records of finalists that are not search trials (the default or the
         # previous best winning, unless replayed) are made from their schedules.
-        extra: dict[str, dict[str, Any]] = {}
+        extra: dict[str, list[Any]] = {}
         searched = {knobs_key(e["knobs"]) for e in entries}
         for r in fin.results:
             if r.finalist.role != "search" and r is fin.winner and r.finalist.key not in searched:
@@ -505,7 +508,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     from .gpubuild import gpu_resources
 
     gpu = gpu_resources(template, name, req.target, best.knobs)
-    devices = tuple(sorted({e["device"] for e in entries if not e["error"] and e.get("device")}))
+    devices = tuple(sorted({d for e in entries if not e["error"] and (d := e.get("device"))}))
     stats_["devices_used"] = float(len(devices))
     stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()) - retries0)
     stats_["total_s"] = time.perf_counter() - t_start

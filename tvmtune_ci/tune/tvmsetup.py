@@ -60,7 +60,7 @@ def _install_intrinsics_stub(tvm: Any) -> None:
 
     stub.__dict__["__getattr__"] = __getattr__
     sys.modules[_INTRIN_PKG] = stub
-    s_tir.tensor_intrin = stub  # type: ignore[attr-defined]
+    s_tir.tensor_intrin = stub
     importlib.import_module(_INTRIN_PKG + ".x86")
 
 
@@ -68,7 +68,7 @@ def load() -> Any:
     """Import TVM once, register only the x86 tensor intrinsics, return the `tvm` module."""
     tvm = _state.get("tvm")
     if tvm is None:
-        import tvm  # noqa: F811 - the first TVM import, before the stub
+        import tvm  # type: ignore[no-redef]  # noqa: F811 - the first TVM import, before the stub
 
         _install_intrinsics_stub(tvm)
         _state["tvm"] = tvm

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..core import stats
+from ..core.stats import Estimate
 from ..core.tunetypes import Trial
 from .space import knobs_key
 from .trials import Progress, entry_estimate, own_entries, trials_of_its_own
@@ -53,7 +54,7 @@ WEAK_HISTORY = 1.10
 # Measures an own best's knobs and the old best's, interleaved, now: (own, old), each
 # None when it failed.
 MeasureBeside = Callable[[Mapping[str, Any], Mapping[str, Any]],
-                         tuple["stats.Estimate | None", "stats.Estimate | None"]]
+                         tuple["Estimate | None", "Estimate | None"]]
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Verdict(NamedTuple):
     detail: str = ""
 
 
-def own_best(trials: Sequence[Trial]) -> tuple[stats.Estimate, Trial] | None:
+def own_best(trials: Sequence[Trial]) -> tuple[Estimate, Trial] | None:
     """The best of the search's own proposals (its estimate and journal entry): not
     the replay, nor the probes of an opened region (the old best with one knob
     moved, equal to it within the noise by construction). Counting the probes let
@@ -94,7 +95,7 @@ class WarmStop:
     """The stop rule of one re-tune with history, against `old_best` (the old best on the
     new template, as the replay measured it, and its knobs)."""
 
-    def __init__(self, options: WarmOptions, old_best: stats.Estimate, old_best_knobs: Mapping[str, Any],
+    def __init__(self, options: WarmOptions, old_best: Estimate, old_best_knobs: Mapping[str, Any],
                  measure_beside: MeasureBeside) -> None:
         self.options = options
         self.old_best = old_best
@@ -109,7 +110,7 @@ class WarmStop:
         self.judged: list[tuple[float, float, float]] = []
         # The own bests re-measured beside the old best, and how that went:
         # (own / old, side by side; matched).
-        self.beside: dict[str, tuple[stats.Estimate, stats.Estimate] | None] = {}
+        self.beside: dict[str, tuple[Estimate, Estimate] | None] = {}
         self.side_asked: set[str] = set()
         self.side_by_side: list[tuple[float, bool]] = []
         # When the search's own best beat the old best beyond the noise, side by side:
@@ -180,7 +181,7 @@ class WarmStop:
         """The stop reason of a run this rule stopped."""
         return "matched_history" if self.matched_at is not None else "nowhere_near"
 
-    def record(self, gain: float, band: float, incumbent: stats.Estimate, batch: Sequence[Trial]) -> None:
+    def record(self, gain: float, band: float, incumbent: Estimate, batch: Sequence[Trial]) -> None:
         """Keep what the warm rule saw (`gain` against `band`) in a batch after the match,
         with what that batch (its journal entries) measured against `incumbent`."""
         ests = [entry_estimate(e) for e in batch if e["error"] is None]
@@ -247,7 +248,7 @@ class WarmStop:
 
     # ---- the rule's parts
 
-    def nowhere_near(self, found: tuple[stats.Estimate, Trial] | None, gain: float | None,
+    def nowhere_near(self, found: tuple[Estimate, Trial] | None, gain: float | None,
                      band: float, trials: Sequence[Trial], progress: Progress) -> str | None:
         """Why the run stops, in words, when a re-tune with history's search cannot come
         near the old configurations; None when it can (or may yet). Then: WARMUP_SAMPLES
@@ -299,7 +300,7 @@ class WarmStop:
                 f"slower still (its best {gain:+.1%}, beyond the noise of ±{band:.1%}): the old "
                 "configurations stand as the search's best")
 
-    def _beside(self, entry: Trial) -> tuple[stats.Estimate, stats.Estimate] | None:
+    def _beside(self, entry: Trial) -> tuple[Estimate, Estimate] | None:
         """The own best `entry` and the old best, measured now, interleaved
         (`measure_beside`): (own, old); None when either failed. Each own best is
         measured once (the answer is kept)."""
@@ -351,7 +352,7 @@ class WarmStop:
             return False
         own, entry = found
 
-        def beats(a: stats.Estimate, b: stats.Estimate) -> bool:
+        def beats(a: Estimate, b: Estimate) -> bool:
             return a.value < b.value * min(1 - self._band(b), 1 / WEAK_HISTORY)
 
         if not beats(own, self.old_best):
@@ -367,7 +368,7 @@ class WarmStop:
                             "so the old log no longer vouched for the rest of the space")
         return True
 
-    def _band(self, a: stats.Estimate) -> float:
+    def _band(self, a: Estimate) -> float:
         """The relative noise band around `a`: its interval, at least the search precision."""
         rel = a.rel_halfwidth if math.isfinite(a.rel_halfwidth) else 0.0
         return max(rel, self.options.precision)

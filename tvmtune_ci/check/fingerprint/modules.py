@@ -139,7 +139,7 @@ class Module:
         prev = self.defs.get(name)
         if extend and prev is not None:
             # `X += [..]` extends the earlier definition: hash both statements.
-            both = ast.Module(body=[prev.node, node], type_ignores=[])
+            both = ast.Module(body=[prev.node, node], type_ignores=[])  # type: ignore[list-item]  # hashed, never compiled
             self.defs[name] = Def(self, name, both, prev.line)
         else:
             self.defs[name] = Def(self, name, node, node.lineno)

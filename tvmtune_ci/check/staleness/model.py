@@ -39,7 +39,7 @@ class Reason:
     line: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "code", Code(self.code))  # a plain "missing" too
+        object.__setattr__(self, "code", Code(self.code))  # type: ignore[call-arg]  # a lookup by value: a plain "missing" too
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,17 @@ tracker. Both sample with `sampling.py` where the kernel runs.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...core.config import MeasureOptions, RpcRunner
 from ...core.errors import DeviceError
 from ..rpclimits import check_session_timeout
+from .controls import Runner
 from .local import local_runner_class
 from .rpc import rpc_runner_class
 
+__all__ = ["Runner", "make_runner"]
 
-def make_runner(measure: MeasureOptions, rpc: RpcRunner | None = None) -> Any:
+
+def make_runner(measure: MeasureOptions, rpc: RpcRunner | None = None) -> Runner:
     """The MetaSchedule `Runner` that measures for `target`: the one seam for RPC.
 
     Every runner returned has `run(inputs) -> futures`, `set_options(measure)`,

@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
-from ...core.config import MeasureOptions
+from typing import Any, Protocol
+
+from ...core.config import MeasureOptions, RpcRunner
 from ..sampling import RunTiming, Sampled, SamplePolicy, full_policy
+
+
+class Runner(Protocol):
+    """What the tuner uses of a runner (`runners.make_runner`): TVM's `PyRunner`
+    subclasses are made when TVM loads, so this is their type before then."""
+
+    rpc: RpcRunner | None
+    timings: list[RunTiming]
+
+    def run(self, runner_inputs: list[Any]) -> list[Any]: ...
+    def set_options(self, measure: MeasureOptions) -> None: ...
+    def set_policy(self, policy: SamplePolicy) -> None: ...
+    def info_of(self, artifact_path: str) -> Sampled | None: ...
+    def device_of(self, artifact_path: str) -> str | None: ...
+    def close(self) -> None: ...
 
 
 class SamplingControls:

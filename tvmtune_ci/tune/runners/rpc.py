@@ -195,7 +195,7 @@ def rpc_runner_class() -> Any:
                 tracker_port=rpc.tracker_port,
                 tracker_key=rpc.key,
                 session_priority=1,
-                session_timeout_sec=rpc.session_timeout_s,  # type: ignore[arg-type]
+                session_timeout_sec=rpc.session_timeout_s,
             )
             self.pool_timeout_s = 2 * rpc.session_timeout_s + RPC_GRACE_S
             n = max(1, rpc.devices)
