@@ -209,15 +209,17 @@ def judge_history(history: Sequence[runs.Run], workload: str,
 
     While the history has fewer runs than its own band needs (`runs.MIN_REF` +
     `runs.PERSIST`), a runner band (`band`) judges the latest run's windows against
-    the runs before (`runnerband.judge_first`), unless the far-change rule reported it
-    at once; from then on the history's own band and three-runs rule."""
+    the runs before (`runnerband.judge_first`); from then on the history's own band and
+    three-runs rule."""
     skip = runs.disturbed(history, workload)
     kept = [r for r in history if r.at not in skip]
     runner = {k: [(r.at, r.calibration[k].fast_s) for r in kept if k in r.calibration]
               for k in ("compute", "memory")}
     v = runs.judge(workload, runs.series(kept, workload), runner=runner)
     young = len(runs.series(kept, workload)) < runs.MIN_REF + runs.PERSIST
-    if band is not None and young and not v.drifted and history and kept and kept[-1] is history[-1]:
+    if band is not None and young and history and kept and kept[-1] is history[-1]:
+        # Every window decides, the far-change rule's cases included: a swapped 60x kernel
+        # is beyond the band in all of them, one loaded earlier run is not a change.
         v = runnerband.judge_first(workload, kept[:-1], kept[-1], band) or v
     if skip:
         n = len(skip)

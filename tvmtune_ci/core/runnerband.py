@@ -148,11 +148,22 @@ class Pool:
         return RunnerBand(self.label, half, len(moves), used, len(sets)), left
 
 
+def run_figure(run: runs.Run, workload: str) -> float | None:
+    """A run's figure of one best for the runner band: over the compute calibration
+    kernel of the same window, in its fastest window (noise on a shared runner only ever
+    slows a kernel, so the fastest window is the run's best estimate, as the fastest 1-s
+    stretch is a window's); the whole run's figure when it recorded no windows."""
+    got = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in run.windows]
+    got = [v for v in got if v]
+    return min(got) if got else runs.value(run, workload, FIGURE)
+
+
 def series_of(operator: str, target_name: str, mcpu: str | None, history: Sequence[runs.Run],
               workload: str) -> Series | None:
-    """A best's series from its set's history (None without two runs to pair or
-    without the compute calibration kernel)."""
-    pts = runs.steady_series(history, workload, FIGURE)
+    """A best's series from its set's history, the runs the runner disturbed left out
+    (None without two runs to pair or without the compute calibration kernel)."""
+    skip = runs.disturbed(history, workload)
+    pts = [(r.at, v) for r in history if r.at not in skip and (v := run_figure(r, workload))]
     if not history or len(pts) < 2:
         return None
     return Series(f"{operator}/{target_name}/{workload}@{history[0].at}", dict(history[-1].host),
@@ -219,22 +230,19 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run,
     than 2 windows, or no compute calibration kernel), and the history's own rule
     decides.
 
-    The reference is the median of the earlier runs' windows (their run's figure when
-    recorded without windows), each over the compute calibration kernel of the same
-    window. The edge is the runner band, widened by how far the set's own earlier runs
-    spread once it has two, and at least `runs.MIN_CHANGE`. "drift" when every window
-    of this run lies beyond it on one side; "stable" otherwise, naming a window that
-    alone was beyond (a slow stretch of the runner, not a change)."""
-    ref_pts = []
-    for r in before:
-        got = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in r.windows]
-        got = [v for v in got if v] or [runs.value(r, workload, FIGURE)]
-        ref_pts += [v for v in got if v]
+    The reference is the median over the earlier runs of their figure (`run_figure`:
+    the fastest window, over the compute calibration kernel of the same window). The
+    edge is the runner band, widened by how far the set's own earlier runs spread once
+    it has two, and at least `runs.MIN_CHANGE`. "drift" when every window of this run
+    lies beyond it on one side (its fastest window too: like for like with the
+    reference); "stable" otherwise, naming a window that alone was beyond (a slow
+    stretch of the runner, not a change)."""
+    ref_pts = [(r.at, v) for r in before if (v := run_figure(r, workload))]
     now = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in latest.windows]
     if not ref_pts or len(now) < 2 or not all(now):
         return None
-    ref = statistics.median(ref_pts)
-    own = runs.band_of([(r.at, v) for r in before if (v := runs.value(r, workload, FIGURE))])
+    ref = statistics.median(v for _, v in ref_pts)
+    own = runs.band_of(ref_pts)
     own_half = own.halfwidth if own is not None and own.runs >= 2 else 0.0
     edge = max(band.halfwidth, own_half, runs.MIN_CHANGE)
     ratios = [v / ref for v in now if v]
@@ -251,10 +259,17 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run,
             f"{used}; a change that lasted the whole job", None, whole,
             statistics.median(ratios), len(before) + 1, d)
     odd = [i + 1 for i, x in enumerate(ratios) if abs(x - 1) > edge]
-    said = (f"; window{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} alone beyond it: a "
-            "slow stretch of the runner, not a change that lasts") if odd else ""
+    if odd:
+        inside = [i + 1 for i in range(len(ratios)) if i + 1 not in odd]
+        return runs.Verdict(
+            workload, "stable",
+            f"no change that lasts: this run's {len(ratios)} windows are {shown} the {rest} (over the "
+            f"compute calibration kernel); window{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} "
+            f"beyond ±{edge:.1%}, window{'s' if len(inside) > 1 else ''} {', '.join(map(str, inside))} "
+            f"within it: a slow stretch of the runner, not a change ({used})", None, whole,
+            statistics.median(ratios), len(before) + 1)
     return runs.Verdict(
         workload, "stable",
         f"within the runner band: this run's {len(ratios)} windows are {shown} the {rest} (over "
-        f"the compute calibration kernel), within ±{edge:.1%}: {used}{said}", None, whole,
+        f"the compute calibration kernel), within ±{edge:.1%}: {used}", None, whole,
         statistics.median(ratios), len(before) + 1)
