@@ -492,6 +492,10 @@ def test_a_retune_starts_the_run_history(tuned: tuple[Path, subprocess.Completed
     root, _ = tuned
     (first,) = _runs(root)
     assert first["by"] == "retune" and first["calibration_version"] == 1 and first["window_s"] == 3.0
+    # In separate windows, each with the calibration kernels in turns, and who measured it.
+    assert len(first["windows"]) == 3 and all(set(w["calibration"]) == {"compute", "memory"}
+                                               and set(w["workloads"]) == {"s64"} for w in first["windows"])
+    assert first["host"]["llvm_cpu"] == TARGET["mcpu"] and len(first["host"]["isa"]) == 16
     assert set(first["workloads"]) == {"s64"} and set(first["calibration"]) == {"compute", "memory"}
     for k in [first["workloads"]["s64"], *first["calibration"].values()]:
         assert k["n"] >= 3 and k["fast_s"] <= k["p25_s"] * 1.001 and k["fast_s"] <= k["slow_s"]
@@ -553,6 +557,46 @@ def test_remeasure_record_appends_a_run_and_check_vouches_for_it(
     r = run_cli(root, "remeasure", "mm", "--record")  # nothing is appended to a doubtful set
     assert r.returncode == 0 and "mm/host: stale, not re-measured" in r.stdout
     assert (root / FOLDER / "runs.jsonl").read_bytes() == old
+
+
+def test_remeasure_judges_the_first_run_on_its_runner_s_band_and_never_another_s(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """Real kernels, real files: the runner label `linux,x64` has a pooled band (other
+    sets' series, this machine's identity), so the first remeasure after the re-tune
+    gives a verdict, not "N more runs needed", and names that band; a wider band of
+    another label beside it is never used. --record adds this set's series to the pool
+    and the README says which band the verdict used."""
+    from tvmtune_ci.core import runnerband
+    from tvmtune_ci.remeasure import runner_identity
+
+    root = _copy(tuned[0], tmp_path)
+    here = runner_identity()
+    quiet = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0]
+
+    def pool(label: str, scale: float) -> runnerband.Pool:
+        return runnerband.Pool(label, {k: runnerband.Series(
+            k, here, here["llvm_cpu"], tuple((f"2026-11-{i + 1:02d}T00:00:00Z", 1 + (v - 1) * scale)
+                                             for i, v in enumerate(quiet)))
+            for k in ("a/host/w@2026-11-01", "b/host/w@2026-11-01")})
+
+    logs = root / "tuning_logs"
+    runnerband.write_pool(runnerband.pool_path(logs, "linux,x64"), pool("linux,x64", 1.0))
+    runnerband.write_pool(runnerband.pool_path(logs, "linux,x64,big"), pool("linux,x64,big", 20.0))
+    r = run_cli(root, "remeasure", "mm", "--record", "--format", "json")
+    (res,) = json.loads(r.stdout)["results"]
+    (v,) = res["verdicts"]
+    assert res["runner_band"]["label"] == "linux,x64" and res["runner_band"]["pairs"] == 56, res["runner_band"]
+    assert v["state"] in ("stable", "drift") and "more runs needed" not in v["sentence"], v
+    assert "runner band of `linux,x64`:" in v["sentence"] and "windows" in v["sentence"], v
+    assert r.returncode == int(v["state"] == "drift"), r.stderr
+    grown = runnerband.read_pool(runnerband.pool_path(logs, "linux,x64"), "linux,x64")
+    (mine,) = [s for k, s in grown.series.items() if k.startswith("mm/host/s64@")]
+    assert len(mine.points) == 2 and mine.host["isa"] == here["isa"]
+    readme = (root / FOLDER / "README.md").read_text()
+    assert "**Drift verdicts** (`tvmtune-ci remeasure`) use the runner band of `linux,x64`" in readme
+    assert _runs(root)[-1]["band"]["label"] == "linux,x64"
+    assert run_cli(root, "check").returncode == 0
 
 
 @pytest.mark.slow
