@@ -161,6 +161,11 @@ def test_a_single_slow_window_is_not_drift() -> None:
     assert v.state == "stable" and "window 2 beyond" in v.sentence, v
     history = [run(0, 1.0, windows=(1.0, 1.01, 0.99)), run(1, 1.2, windows=(1.2, 1.22, 1.02))]
     assert judge_history(history, "w", band).state == "stable"  # two of three: not all
+    # Every window beyond, but by moves 1.9x apart (bench_drift under load): the runner
+    # moved under the kernel within the job, not one change; said, not "more runs needed".
+    history = [run(0, 1.0, windows=(1.0, 1.01, 0.99)), run(1, 1.2, windows=(1.13, 1.26, 2.13))]
+    v = judge_history(history, "w", band)
+    assert v.state == "inconclusive" and "they disagree by" in v.sentence, v
 
 
 def test_the_runner_band_gives_way_to_the_own_band_and_three_runs() -> None:

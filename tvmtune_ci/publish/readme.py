@@ -15,16 +15,8 @@ from typing import Any
 
 from ..core.history import ReplayReport
 from ..core.manifest import Manifest, Measured, WorkloadResult
-from ..core.runnerband import describe as describe_band
-from ..core.runs import (
-    MIN_REF,
-    PERSIST,
-    headline,
-    headline_series,
-    history_table,
-    noise_warning,
-    runner_band,
-)
+from ..core.runnerband import verdict_basis
+from ..core.runs import headline, history_table, noise_warning, runner_band
 from ..core.stats import fmt_latency
 from ..core.targets import target_json
 
@@ -230,7 +222,7 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
               "speedup over the default configuration in those same finals, its bounds from the two "
               "intervals. Why these figures: docs/measurement.md."]
     if runs and runs[-1].band is not None:  # the latest run was judged against a runner band
-        lines += ["", _verdict_basis(runs, sorted(m.results), runs[-1].band)]
+        lines += ["", verdict_basis(runs, sorted(m.results), runs[-1].band)]
     noise = runner_band(runs)
     if noise:
         lines += ["", f"The runner: {noise}."]
@@ -246,19 +238,6 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
     lines += _provenance(m, tj, runs)
     lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
     return "\n".join(lines)
-
-
-def _verdict_basis(runs: Sequence[Any], workloads: Sequence[str], band: Mapping[str, Any]) -> str:
-    """Which band `remeasure`'s drift verdict used for this set's latest run, in words."""
-    need = MIN_REF + PERSIST
-    own = min((len(headline_series(runs, w)) for w in workloads), default=0)
-    if own >= need:
-        return (f"**Drift verdicts** (`tvmtune-ci remeasure`) use this set's own band ({own} runs): a "
-                f"change must lie beyond it in the last {PERSIST} runs (or 30% off at once).")
-    return (f"**Drift verdicts** (`tvmtune-ci remeasure`) use {describe_band(band)} until this set has "
-            f"{need} runs of its own ({own} now): a change must lie beyond it, and beyond 5%, in every "
-            f"window of one run (each with the calibration kernels in turns); then this set's own band "
-            f"and {PERSIST} runs.")
 
 
 def _workload_section(m: Manifest, wname: str) -> list[str]:
