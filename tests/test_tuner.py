@@ -273,6 +273,72 @@ def test_the_replay_checks_the_library_it_measures_and_measures_no_wrong_one(
     assert 1 <= len(compiles) <= 2, len(compiles)
 
 
+def test_a_replay_measures_each_program_once_and_hands_its_old_best_to_the_warm_rule(
+        tmp_path: Path) -> None:
+    """`Replay.run` on a search of its own: a configuration that computes wrong is built,
+    not correct, never measured; one offered twice (one program) is measured once; the
+    first, measured, is the old best the warm rule starts against (`Search.replay`).
+    Probes of a region an edit opened are the search's own trials and hand nothing on."""
+    from tvmtune_ci.tune.builder import make_builder
+    from tvmtune_ci.tune.replay import Replay
+    from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.search import Search
+    from tvmtune_ci.tune.space import knobs_key
+
+    template = load_template(write_template(tmp_path, "mm_half2", knobs_extra=HALF_KNOB, extra=HALF_CODE))
+    good = {"tile_i": [4, 16], "tile_j": [1, 64], "tile_k": [4, 16], "unroll": 0,
+            "write_cache": True, "half": False}
+    wrong = dict(good, half=True)
+    other = dict(good, tile_i=[8, 8])
+    runner, builder = make_runner(FAST), make_builder(str(tmp_path / "artifacts"))
+    try:
+        search = Search(request(template, tmp_path / "w", trials=8), builder, runner,
+                        time.perf_counter())
+        replay = Replay(search)
+        rs = replay.run([good, wrong, good, other])
+        assert (rs.offered, rs.built, rs.correct, rs.measured) == (4, 4, 3, 2), rs
+        assert rs.old_best_correct and any("does not match" in f for f in rs.failures), rs
+        assert replay.old_best is not None and knobs_key(replay.old_best[1]) == knobs_key(good)
+        assert [e.get("source") for e in search.store.trials] == ["replay", "replay"]
+        probes = Replay(search, "new_region")
+        ps = probes.run([dict(good, tile_j=[2, 32])])
+        assert ps.measured == 1 and probes.old_best is None, ps
+        assert search.store.trials[-1].get("source") == "new_region"
+    finally:
+        builder.close()
+        runner.close()
+
+
+def test_a_search_resumes_what_its_store_journaled_and_run_says_what_it_did(tmp_path: Path) -> None:
+    """A second search of the same request goes on from the first one's journal
+    (`resume.Store`): its trials, the configurations seen, the incumbent, the database's
+    records. `run()` returns a `SearchResult`: with the old search standing, nothing is
+    searched and the result says why."""
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.search import Search
+    from tvmtune_ci.tune.space import knobs_key
+
+    template = make_template(tmp_path, "mm_store")
+    req = request(template, tmp_path / "w")
+    first = Search(req, None, None, time.perf_counter())
+    assert first.resumed == 0 and first.store.trials == []
+    sch = schedule_config(template, first.wl, {"tile_i": [16, 4], "unroll": 64}, TARGET)
+    sidx, kv = first.designs.decode(sch)
+    record = first.record_json(sch)
+    record[1] = [1e-3]
+    first.store.append([{"trial": 1, "batch": 1, "space": sidx, "knobs": kv, "latency_s": 1e-3,
+                         "ci": [0.9e-3, 1.1e-3], "n": 8, "stage": "search", "error": None,
+                         "device": "local", "record": record}])
+    again = Search(req, None, None, time.perf_counter())
+    assert again.resumed == 1 and again.store.trials[0]["knobs"] == kv
+    assert knobs_key(kv) in again.designs.seen
+    assert again.progress.best_latency == 1e-3
+    assert [[float(x) for x in r.run_secs] for r in again.store.valid_records()] == [[1e-3]]
+    got = again.run(stands="the edit changed no program")
+    assert (got.reason, got.detail, got.stood) == ("history_unchanged", "the edit changed no program", True)
+    assert got.trials == again.store.trials and got.space_size == again.designs.size > 1
+
+
 def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> None:
     """Knob names read back from a trace give the same program the search measured."""
     import tvm
@@ -819,21 +885,21 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
     the old run's default, so the side-by-side verdict does not hang on this 64^3
     kernel's noise (CI saw its figures move 1.6x: a scaled figure was matched plainly)."""
     from tvmtune_ci.tune import warmstop
-    from tvmtune_ci.tune.search import Search
+    from tvmtune_ci.tune.replay import Replay
 
     old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
                                 early_stop=EarlyStop(patience=2)))
     replay, prior = _old_log(old)
-    real = Search.replay
+    real = Replay.run
 
-    def fast_stretch(self, configs, source="replay"):  # noqa: ANN001, ANN202
-        got = real(self, configs, source)
-        if source == "replay" and self.warm is not None:
-            b = self.warm.old_best
-            self.warm.old_best = Estimate(b.value * 1e-6, b.lo * 1e-6, b.hi * 1e-6, b.n)
+    def fast_stretch(self, configs):  # noqa: ANN001, ANN202
+        got = real(self, configs)
+        if self.old_best is not None:  # what the warm rule starts against
+            b, knobs = self.old_best
+            self.old_best = (Estimate(b.value * 1e-6, b.lo * 1e-6, b.hi * 1e-6, b.n), knobs)
         return got
 
-    monkeypatch.setattr(Search, "replay", fast_stretch)
+    monkeypatch.setattr(Replay, "run", fast_stretch)
     monkeypatch.setattr(warmstop, "SIDE_BY_SIDE_WITHIN", 1e9)
     edited = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
     slow_old_best = dict(old.baseline.knobs)

@@ -308,3 +308,42 @@ class TemplateSpace:
             self.orders[i] = list(cfg.order)
             out.append(s)
         return out
+
+
+class Designs:
+    """The design spaces one search draws from (`infos`, filled once the context has
+    made its `schedules`; the constraint postprocessors read the same list), how many
+    legal points they hold, and the configurations measured so far (`seen`)."""
+
+    def __init__(self, knobs: Sequence[Knob], size: int) -> None:
+        self.knobs = list(knobs)
+        self.size = size  # legal points of all design spaces together
+        self.count = len(design_spaces(self.knobs))
+        self.infos: list[Any] = []
+        self.schedules: list[Any] = []
+        self.seen: set[str] = set()
+        # MeasureCandidates of configurations the search asked the cost model about.
+        self.candidates: dict[str, Any] = {}
+
+    def fill(self, schedules: Sequence[Any], space: TemplateSpace) -> None:
+        self.schedules = list(schedules)
+        self.infos.extend(
+            space_info(i, space.structures[i], sch, space.orders[i])
+            for i, sch in enumerate(self.schedules)
+        )
+
+    def decode(self, sch: Any) -> tuple[int, dict[str, Any]]:
+        """A schedule's (design space, knobs)."""
+        return decode_knobs(plain(sch.trace.as_json()), self.infos, self.knobs)
+
+    def unseen(self, cands: Sequence[Any]) -> list[tuple[Any, int, dict[str, Any]]]:
+        """The candidates not measured before (a resume, a duplicate draw), now seen, as
+        (candidate, design space, knobs)."""
+        picked = []
+        for c in cands:
+            sidx, kv = self.decode(c.sch)
+            key = knobs_key(kv)
+            if key not in self.seen:
+                self.seen.add(key)
+                picked.append((c, sidx, kv))
+        return picked

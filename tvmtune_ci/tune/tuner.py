@@ -437,7 +437,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         replay = None
         if req.replay:
             if search.resumed:  # replayed before the interruption: in the journal
-                done = [e for e in search.journal.trials if e.get("source") == "replay"]
+                done = [e for e in search.store.trials if e.get("source") == "replay"]
                 ok = sum(e["error"] is None for e in done)
                 replay = ReplayStats(len(req.replay), ok, ok, ok, (), False)
             else:
@@ -462,8 +462,9 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         if noise is None and req.replay:  # the old best computes wrong now, or its replay was too noisy
             noise = sample_default()
             t = lap("baseline_s", t)
-        if stands and replay is not None and replay.old_best_correct and not search.resumed:
-            search.stands = stands
+        # The old search stands only where the replay measured its best here.
+        if not (stands and replay is not None and replay.old_best_correct and not search.resumed):
+            stands = None
 
         def first_batch_noise() -> None:
             nonlocal noise
@@ -475,15 +476,13 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             ) or sample_default()
             stats_["baseline_s"] = stats_.get("baseline_s", 0.0) + time.perf_counter() - t0
 
-        if noise is None:
-            search.after_first_batch = first_batch_noise
-        stop_reason = search.run()
+        result = search.run(stands, after_first_batch=first_batch_noise if noise is None else None)
         if noise is None:  # the search measured nothing (a zero budget, an exhausted space)
             noise = sample_default()
-        stats_.update(search.stats)
+        stats_.update(result.stats)
         t = time.perf_counter()
-        entries = search.journal.trials
-        fin = run_finals(req, entries, runner, builder, stands=search.stands is not None)  # 5
+        entries = result.trials
+        fin = run_finals(req, entries, runner, builder, stands=result.stood)  # 5
         lap("finals_s", t)
         if replay is not None and fin.left_out:
             replay = replace(replay, finals_left_out=fin.left_out)
@@ -523,16 +522,16 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             run=len(entries),
             valid=len(entries) - sum(e["error"] is not None for e in entries),
             failed=sum(e["error"] is not None for e in entries),
-            stop_reason=stop_reason,
-            stop_detail=search.stop_detail,
-            budget_note=search.budget.share_note,
+            stop_reason=result.reason,
+            stop_detail=result.detail,
+            budget_note=result.budget_note,
             failures=failure_kinds(entries),
         ),
-        curve=tuple(search.progress.curve),
-        space_size=search.space_size,
-        design_spaces=search.n_spaces,
+        curve=result.curve,
+        space_size=result.space_size,
+        design_spaces=result.design_spaces,
         noise_check=noise,
-        workload_json=list(search.workload_json),
+        workload_json=result.workload_json,
         flop=flop,
         stats=stats_,
         devices=devices,

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from ..core import stats
 from ..core.stats import Estimate
-from ..core.tunetypes import Trial
+from ..core.tunetypes import Trial, TuneRequest
 from .space import knobs_key
 from .trials import Progress, entry_estimate, own_entries, trials_of_its_own
 
@@ -68,6 +68,11 @@ class WarmOptions:
     trials: int
     race: float
     warmup: int
+
+    @classmethod
+    def of(cls, req: TuneRequest, warmup: int) -> WarmOptions:
+        return cls(precision=req.measure.search_precision, patience=req.early_stop.patience,
+                   trials=req.trials, race=req.measure.race, warmup=warmup)
 
 
 class Verdict(NamedTuple):
