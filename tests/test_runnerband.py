@@ -168,6 +168,19 @@ def test_a_single_slow_window_is_not_drift() -> None:
     assert v.state == "inconclusive" and "they disagree by" in v.sentence, v
 
 
+def test_a_run_the_runner_disturbed_is_not_judged_and_the_run_before_is_not_judged_again() -> None:
+    """The latest run 2x slow with its compute calibration kernel 2x slow too: left out.
+    The run before it is not then judged again (the far rule read it 1.785x in
+    bench_drift's loaded phase 1)."""
+    from tvmtune_ci.remeasure import judge_history
+
+    band, _ = pool().band(ZEN4)
+    history = [run(i, v, windows=(v,) * 3) for i, v in enumerate([1.0, 1.02, 0.98, 1.6])]
+    history.append(run(4, 2.0, windows=(2.0, 2.0, 2.0), cal=0.6))
+    v = judge_history(history, "w", band)
+    assert v.state == "inconclusive" and v.sentence.startswith("not judged: the runner was disturbed"), v
+
+
 def test_the_runner_band_gives_way_to_the_own_band_and_three_runs() -> None:
     from tvmtune_ci.remeasure import judge_history
 
