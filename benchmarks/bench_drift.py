@@ -224,6 +224,36 @@ def analyse1(path: Path, publish_at: int) -> None:
           f"{inside['usual']} of {total} workloads; the figure as measured would have in {inside['fast']}")
 
 
+def rejudge1(path: Path) -> None:
+    """Phase 1's runs judged again by this checkout's code (`judge_history`, with the runner
+    band each run recorded): the verdicts are a function of the recorded history and band,
+    so a rule changed after the runs can be read on the same runs, labelled as such."""
+    from tvmtune_ci.core import runnerband
+    from tvmtune_ci.core import runs as R
+    from tvmtune_ci.remeasure import judge_history
+
+    recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    recs = [r for r in recs if r["phase"] == 1]
+    print("\n## the same runs judged again by this checkout's code (the runner band each run was given)\n")
+    print("| run | history | workload | printed then | judged now | ratio | which band |")
+    print("|---|---|---|---|---|---|---|")
+    alarms = verdicts = 0
+    for r in recs:
+        for e in r["results"]:
+            history = [R.run_from_json(h) for h in e["history"]]
+            band = runnerband.RunnerBand(**e["runner_band"]) if e.get("runner_band") else None
+            for then in e["verdicts"]:
+                v = judge_history(history, then["workload"], band)
+                verdicts += 1
+                alarms += v.drifted
+                which = ("far rule" if "at once" in v.sentence else "runner band" if "runner band" in v.sentence
+                         else "own band" if "band" in v.sentence else "-")
+                ratio = f"{v.ratio:.3f}x" if v.ratio else "-"
+                print(f"| {r['run']} | {len(history)} | {then['workload']} | {then['state']} | {v.state} | "
+                      f"{ratio} | {which} |")
+    print(f"\njudged now: {alarms} false alarm(s) in {verdicts} verdicts of {len(recs)} runs")
+
+
 def phase2(args: argparse.Namespace) -> None:
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.manifest import read_manifest
@@ -511,6 +541,7 @@ def main() -> int:
                     "histories to their re-tune's run (a verdict at the first remeasure)")
     ap.add_argument("--history-s", type=float, default=None, help="measure.history_s in the clone")
     ap.add_argument("--runs-per-trial", type=int, default=3, help="phase 2: runs to find the drift in")
+    ap.add_argument("--rejudge", action="store_true", help="with --analyse: phase 1's runs judged again by this code")
     args = ap.parse_args()
     if args.young:
         if not args.operators:
@@ -518,6 +549,8 @@ def main() -> int:
         args.source = str(young_clone(args))
     if args.analyse:
         analyse1(args.out, args.publish_at)
+        if args.rejudge:
+            rejudge1(args.out)
         return 0
     if args.runs:
         repo = phase1(args)
