@@ -217,13 +217,14 @@ def judge_history(history: Sequence[runs.Run], workload: str,
               for k in ("compute", "memory")}
     v = runs.judge(workload, runs.series(kept, workload), runner=runner)
     young = len(runs.series(kept, workload)) < runs.MIN_REF + runs.PERSIST
-    if band is not None and young and history and history[-1].at in skip:
-        # The runner's disturbance moved the kernel in this run: nothing to judge in it (and
-        # the runs before were judged in their turn: bench_drift saw the rule above re-judge
-        # the run before as a 1.785x "far" drift once this one was left out).
+    if history and history[-1].at in skip:
+        # The runner's disturbance moved the kernel in this run: nothing to judge in it, and
+        # the runs before were judged in their turn (bench_drift saw the rule above re-judge
+        # the run before as a 1.785x "far" drift, run after run, once this one was left out).
         v = runs.Verdict(workload, "inconclusive",
                          f"not judged: the runner was disturbed in this run ({skip[history[-1].at]}) and "
-                         f"this kernel moved with it; the next remeasure tells ({band.describe()})",
+                         "this kernel moved with it; the next remeasure tells"
+                         + (f" ({band.describe()})" if band is not None and young else ""),
                          latest=runs.value(history[-1], workload), runs=len(kept))
     elif band is not None and young and history and kept and kept[-1] is history[-1]:
         # Every window decides, the far-change rule's cases included: a swapped 60x kernel
