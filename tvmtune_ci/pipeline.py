@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from .budget import Budget
     from .tune.runners import Runner
     from .tune.tuner import TuneOutcome
+    from .tune.workload import Workload
 
 Say = Callable[[str], None]
 
@@ -362,9 +363,9 @@ class Job:
     threads: int | None = None  # TVM_NUM_THREADS while measuring locally (None: TVM's own)
     template: Template | None = None
     history: History | None = None
-    # Each workload resolved once (workload.Workload): the tuner and the first history
-    # run take its module and FLOPs from here.
-    workloads: dict[str, Any] = field(default_factory=dict)
+    # Each workload resolved once (`load_step`): the carry, the tuner and the first
+    # history run take its module and FLOPs from here.
+    workloads: dict[str, Workload] = field(default_factory=dict)
     outcomes: dict[str, TuneOutcome] = field(default_factory=dict)
     results: dict[str, WorkloadResult] = field(default_factory=dict)
     manifest: Manifest | None = None
@@ -461,8 +462,13 @@ def load_step(job: Job) -> Job:
     decl, fp = cache.template(path), cache.fingerprint(path)
     module = import_template(path, root, cache.tree(path))
     check_imported_agrees(module, decl)
+    # Each workload resolved here, once: a carry (refused or not), the tuner and the
+    # first history run take its module and FLOPs from the same object. Lazy: nothing
+    # is computed until one of them asks.
+    workloads = {w: resolve(module, w, job.target.target) for w in decl.workloads}
     return replace(job, template=Template(path, decl, fp, module,
-                                          sources.record(cache, decl, fp, job.target.target)))
+                                          sources.record(cache, decl, fp, job.target.target)),
+                   workloads=workloads)
 
 
 def history_step(job: Job) -> Job:
@@ -507,7 +513,7 @@ def carry_step(job: Job) -> Job:
     When the only reason the set is stale is the template's edit, and for every workload
     the edited template opens no knob values and makes the same program of every
     configuration the old log measured or its manifest publishes (the records, best,
-    default, top table; `search.programs_unchanged`), with the same default
+    default, top table; `programs.programs_unchanged`), with the same default
     configuration, then everything the set states still describes these kernels: the
     log's records, the finals, the run history. Measuring them again would re-measure
     the same programs (after a no-op edit the tuner's replay and finals took 16-26 s on a
@@ -521,7 +527,7 @@ def carry_step(job: Job) -> Job:
             job.say(f"not carried forward: {refusal}")
         return job
     from .tune.measure import full_knobs
-    from .tune.search import programs_unchanged
+    from .tune.programs import programs_unchanged
 
     entry, target, tpl, hist = job.entry, job.target, job.template, job.history
     old = entry.manifest
@@ -529,7 +535,7 @@ def carry_step(job: Job) -> Job:
     t0 = time.monotonic()
     counts = {}
     for w in tpl.decl.workloads:
-        params, wl = tpl.decl.workloads[w], resolve(tpl.module, w, target.target)
+        params, wl = tpl.decl.workloads[w], job.workloads[w]
         result = old.results[w]
         if any(history.map_config(k, tpl.decl.knobs, params, target.target).knobs != k
                for k in priors.published_configs(old, [w])[w]):
@@ -589,8 +595,6 @@ def tune_step(job: Job) -> Job:
                 f"and ranking under {job.target.name}'s name. Re-tune it on a runner with that CPU "
                 "(its runs-on labels in tvmtune.yaml), or give this CPU a target of its own")
     names = list(job.template.decl.workloads)
-    # template.check_imported_agrees made the imported WORKLOADS the parsed ones.
-    job = replace(job, workloads={w: resolve(job.template.module, w, job.target.target) for w in names})
     if job.budget is not None:  # the lightest first, as the budget orders every item
         order = job.budget.order()
         names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))

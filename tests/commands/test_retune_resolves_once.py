@@ -1,11 +1,13 @@
 """Along one re-tune, each workload's facts are computed once (workload.Workload): the
 template's `compute()`, the parameters looked up in WORKLOADS, the FLOP count and the
-TVM target, counted in a real `tvmtune-ci retune` of a two-workload template.
+TVM target, counted in a real `tvmtune-ci retune` of a two-workload template: a cold
+one, a warm one after an edit (its carry refused, the old log replayed), and the GPU
+builds of `check --build`.
 
 The counts come from the process tree of the re-tune: `compute()` appends to a file
 named by an environment variable (so a child process would count too), and a driver
-wraps `workload.workload_params`, TVM's FLOP estimate and `tvm.target.Target` before the
-command's modules are imported.
+wraps `workload.workload_params`, the module's computation, TVM's FLOP estimate and
+`tvm.target.Target` before the command's modules are imported.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import git_env, make_repo
+from conftest import commit_all, edit_results, freshen_all, git_env, make_repo
 from small_mm import SMALL_MM
 
 pytest.importorskip("tvm")
@@ -57,6 +59,12 @@ DRIVER = textwrap.dedent('''\
     import tvm.s_tir.analysis as analysis
     from tvmtune_ci.tune import workload as W  # before the modules that import its names
 
+    real_compute = W._compute_module  # what Workload.mod runs, in this process
+    def _compute_module(template, params):
+        counts["compute " + ",".join(f"{k}={v}" for k, v in sorted(params.items()))] += 1
+        return real_compute(template, params)
+    W._compute_module = _compute_module
+
     real_params = W.workload_params
     def workload_params(template, workload):
         if isinstance(workload, str):  # a lookup in WORKLOADS; a Workload has its params
@@ -78,20 +86,28 @@ DRIVER = textwrap.dedent('''\
     tvm.target.Target.__init__ = init
 
     from tvmtune_ci.cli import main
-    code = main(["retune"])
+    code = main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else ["retune"])
     print("COUNTS " + json.dumps(counts))
     sys.exit(code)
 ''')
+
+
+def _run(root: Path, count_file: Path, *argv: str) -> tuple[dict[str, int], str]:
+    """The driver's counts of one command in `root` (compute() calls go to `count_file`),
+    and what it printed."""
+    count_file.unlink(missing_ok=True)
+    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(list(argv) or ["retune"])],
+                       cwd=root, capture_output=True, text=True,
+                       env={**git_env(), "COUNT_COMPUTE": str(count_file)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return json.loads(next(x for x in r.stdout.splitlines() if x.startswith("COUNTS "))[7:]), r.stdout
 
 
 def test_one_retune_computes_each_workload_fact_once(tmp_path: Path) -> None:
     assert COUNTING_MM.count("COUNT_COMPUTE") == 1 and '"s32"' in COUNTING_MM
     root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
     count_file = tmp_path / "compute.txt"
-    r = subprocess.run([sys.executable, "-c", DRIVER], cwd=root, capture_output=True, text=True,
-                       env={**git_env(), "COUNT_COMPUTE": str(count_file)})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    counts = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("COUNTS "))[7:])
+    counts, _ = _run(root, count_file)
     # compute(): once per workload, whatever checks, measurements and runs follow.
     calls = count_file.read_text().split()
     assert sorted(calls) == ["32x64x32", "64x64x64"], calls
@@ -102,3 +118,64 @@ def test_one_retune_computes_each_workload_fact_once(tmp_path: Path) -> None:
     # One TVM target for the set's target dict, however many builds, checks and
     # measurements use it.
     assert counts.get("target " + json.dumps(TARGET, sort_keys=True)) == 1, counts
+
+
+@pytest.mark.slow
+def test_a_warm_retune_whose_carry_is_refused_computes_each_workload_once(tmp_path: Path) -> None:
+    """An edit that changes every program (the outer loop no longer parallel) and no
+    knob: the carry step compares the programs (computing the workload) and refuses,
+    the re-tune replays the old log's configurations and searches on. The carry, the
+    replay, the search, the finals and the history run share one Workload here; the
+    priors' child process, which decodes the old log with the old template, computes
+    each workload once more there (its own process), not once per old record."""
+    root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
+    count_file = tmp_path / "compute.txt"
+    _run(root, count_file)
+    commit_all(root, "tuned")
+    path = root / "operators/mm.py"
+    text = path.read_text()
+    assert "    sch.parallel(i0)\n" in text
+    path.write_text(text.replace("    sch.parallel(i0)\n", ""))
+    commit_all(root, "edit: no parallel loop")
+    counts, out = _run(root, count_file)
+    assert "not carried forward: the edit changed a program" in out, out[-3000:]
+    assert "replaying" in out, out[-3000:]
+    calls = count_file.read_text().split()
+    # Each workload: once in this process, once in the priors' child.
+    assert sorted(calls) == ["32x64x32", "32x64x32", "64x64x64", "64x64x64"], calls
+    assert sorted(v for k, v in counts.items() if k.startswith("compute ")) == [1, 1], counts
+    assert counts.get("params s64") == 1 and counts.get("params s32") == 1, counts
+    assert counts.get("flops") == 2, counts
+    assert counts.get("target " + json.dumps(TARGET, sort_keys=True)) == 1, counts
+
+
+GPU_CONFIG = """\
+format: 1
+tvm_version: "0.27"
+targets:
+  h100:
+    target: nvidia/nvidia-h100
+    runs-on: [self-hosted, linux, x64, gpu, h100]
+operators:
+  matmul_cuda: {targets: [h100]}
+"""
+
+
+@pytest.mark.extra("cuda")
+def test_the_gpu_builds_compute_each_workload_once(tmp_path: Path) -> None:
+    """`check --build` compiles a GPU template's default and its best for each
+    workload (here m1024's two and m4096's default) from one Workload each: the CUDA
+    build, its knobs' check and the cubin do not compute the module again."""
+    root = make_repo(tmp_path, config=GPU_CONFIG, operators=["matmul_cuda"])
+    freshen_all(root)
+    best = {"tile_i": [16, 16, 4], "tile_j": [32, 16, 2], "tile_k": [64, 16], "vec": 2,
+            "unroll": 512, "stages": 1}
+
+    def set_best(results: dict) -> None:
+        results["m1024"]["best"]["knobs"] = dict(best)
+
+    edit_results(root / "tuning_logs" / "matmul_cuda" / "h100", set_best)
+    commit_all(root, "tuned")
+    counts, _ = _run(root, tmp_path / "compute.txt", "check", "--build")
+    computed = {k: v for k, v in counts.items() if k.startswith("compute ")}
+    assert len(computed) == 2 and set(computed.values()) == {1}, counts

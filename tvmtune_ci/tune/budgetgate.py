@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.tunetypes import TuneRequest
+from .request import TuneRequest
 
 # Batches whose gain per second is a search's backward gradient past its share of a
 # time budget (TVM auto_scheduler's task scheduler: backward_window_size=3).

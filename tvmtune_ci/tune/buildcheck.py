@@ -22,6 +22,7 @@ from typing import Any
 from ..check.staleness import Entry
 from ..core.config import Config
 from ..core.errors import TemplateError, TvmtuneError
+from .workload import Workload, resolve
 
 
 @dataclass(frozen=True)
@@ -110,31 +111,32 @@ def build_entries(config: Config, entries: Sequence[Entry],
             continue
         modules[rel] = module
         results = dict(e.manifest.results) if e.manifest is not None else {}
-        for wl in module.WORKLOADS:
+        for name in module.WORKLOADS:
             configs: list[tuple[str, dict[str, Any] | None]] = [("default", None)]
-            best = results.get(wl)
+            best = results.get(name)
             if best is not None and best.best.knobs:
                 configs.append(("best", dict(best.best.knobs)))
+            wl = resolve(module, name, target)  # one compute() for its builds
             for label, knobs in configs:
-                say(f"building {e.operator}/{e.target_name} {wl} ({label}) for {target['arch']}")
+                say(f"building {e.operator}/{e.target_name} {name} ({label}) for {target['arch']}")
                 out.append(_build_one(module, path, rel, e, wl, label, knobs, target))
     return out
 
 
-def _build_one(module: Any, path: Path, rel: str, e: Entry, wl: str, label: str,
+def _build_one(module: Any, path: Path, rel: str, e: Entry, wl: Workload, label: str,
                knobs: dict[str, Any] | None, target: dict[str, Any]) -> Build:
     from .builder import split_knobs
     from .gpubuild import ResourceError, compile_cuda_config
 
     def fail(message: str, line: int | None) -> Build:
-        return Build(e.operator, e.target_name, wl, label, False, message, rel,
+        return Build(e.operator, e.target_name, wl.name, label, False, message, rel,
                      line or e.template_line or 1)
 
     if knobs is not None:
         try:
             split_knobs(module, wl, knobs, target)
         except TemplateError as err:  # knobs of an earlier version: the re-tune maps them
-            return Build(e.operator, e.target_name, wl, label, False,
+            return Build(e.operator, e.target_name, wl.name, label, False,
                          f"not built: {err.message}", rel, e.template_line or 1, skipped=True)
     t0 = time.perf_counter()
     try:
@@ -146,5 +148,5 @@ def _build_one(module: Any, path: Path, rel: str, e: Entry, wl: str, label: str,
                     or template_line(err, path))
     except Exception as err:  # noqa: BLE001 - TVM's lowering: its message, at the template
         return fail(f"{type(err).__name__}: {_first_line(str(err))}", template_line(err, path))
-    return Build(e.operator, e.target_name, wl, label, True, "", rel, e.template_line or 1,
+    return Build(e.operator, e.target_name, wl.name, label, True, "", rel, e.template_line or 1,
                  time.perf_counter() - t0, len(cubin.data), cubin.summary())

@@ -39,7 +39,7 @@ from ..core.template import (
     eval_extent,
     template_name,
 )
-from .workload import Workload, resolve, workload_params
+from .workload import Workload, resolve
 
 # Threads a batch of CPU kernels builds on (`InProcessBuilder.build`): this process's
 # CPUs, at most 8. One build was 14-28% of a search trial's seconds, on one core while
@@ -56,7 +56,7 @@ def _knob_decls(template: ModuleType) -> dict[str, Knob]:
 
 def split_knobs(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     knobs: Mapping[str, Any] | None,
     target: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -66,7 +66,7 @@ def split_knobs(
     Missing knobs get the template default (first candidate, all-ones inner factors).
     """
     decls = _knob_decls(template)
-    workload = scope(workload_params(template, workload_name), target)
+    workload = scope(dict(resolve(template, wl).params), target)
     structure: dict[str, Any] = {}
     values: dict[str, Any] = {}
     knobs = dict(knobs or {})
@@ -161,7 +161,7 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
 
 def schedule_config(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     knobs: Mapping[str, Any] | None = None,
     target: Mapping[str, Any] | None = None,
 ) -> Any:
@@ -173,8 +173,7 @@ def schedule_config(
     from . import tvmsetup
 
     tvm = tvmsetup.load()
-    wl = resolve(template, workload_name, target)
-    workload_name = wl.name
+    wl = resolve(template, wl, target)  # a name too, from callers outside the package
     structure, values = split_knobs(template, wl, knobs, target)
     sch = tvm.s_tir.Schedule(wl.mod)
     cfg = Knobs(
@@ -192,7 +191,7 @@ def schedule_config(
     except Exception as e:  # a TVM ScheduleError or a bug in the template
         first = (str(e).strip().splitlines() or [type(e).__name__])[-1]
         raise TemplateError(
-            f"{template_name(template)}: schedule() failed for workload {workload_name!r} at "
+            f"{template_name(template)}: schedule() failed for workload {wl.name!r} at "
             f"{dict(structure, **values)}: {type(e).__name__}: {first}"
         ) from e
     if target is not None:
@@ -211,7 +210,7 @@ def program_key(sch: Any) -> str:
 
 def build_config(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None = None,
 ) -> Any:
@@ -222,7 +221,7 @@ def build_config(
     from . import tvmsetup
 
     tvm = tvmsetup.load()
-    sch = schedule_config(template, workload_name, knobs, target)
+    sch = schedule_config(template, wl, knobs, target)
     return tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.errors import TvmtuneError
 from .builder import build_config
+from .workload import Workload
 
 
 class ResourceError(TvmtuneError):
@@ -42,20 +43,20 @@ def cuda_cubin(module: Any, target: Mapping[str, Any]) -> Any:
 
 
 def compile_cuda_config(
-    template: ModuleType, workload_name: str, target: Mapping[str, Any],
+    template: ModuleType, wl: Workload, target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None = None,
 ) -> Any:
     """Build the template at `knobs` for a CUDA `target` and compile it to a cubin for
     the target's arch on this machine: what a CPU-only runner can check."""
-    return cuda_cubin(build_config(template, workload_name, target, knobs).mod, target)
+    return cuda_cubin(build_config(template, wl, target, knobs).mod, target)
 
 
-def gpu_resources(template: ModuleType, workload_name: str, target: Mapping[str, Any],
+def gpu_resources(template: ModuleType, wl: Workload, target: Mapping[str, Any],
                   knobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """What a CUDA `target`'s build of this configuration reports (its arch, shared
     memory and registers per block, registers per thread, threads, spilled bytes), for
     the README of a best; None on a CPU target."""
     if target.get("kind") != "cuda":
         return None
-    cubin = compile_cuda_config(template, workload_name, target, knobs)
+    cubin = compile_cuda_config(template, wl, target, knobs)
     return {"arch": str(target["arch"]), **cubin.summary(), "cubin_bytes": len(cubin.data)}

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from .workload import workload_params
 
 if TYPE_CHECKING:
-    from ..core.tunetypes import Trial, TuneRequest
+    from ..core.tunetypes import Trial
+    from .request import TuneRequest
 
 JOURNAL_FORMAT = 2  # 2: estimates (lower quartile + interval) per trial
 JOURNAL_NAME = "journal.jsonl"
@@ -45,7 +46,8 @@ def request_fingerprint(req: TuneRequest) -> str:
         "template": req.template.__name__,
         "source": hashlib.sha256(source.encode()).hexdigest(),
         "workload": req.workload_name,
-        "params": workload_params(req.template, req.workload if req.workload is not None else req.workload_name),
+        "params": (dict(req.workload.params) if req.workload is not None
+                   else workload_params(req.template, req.workload_name)),
         "target": req.target,
         "seed": req.seed,
         "measure": sorted(vars(req.measure).items()),

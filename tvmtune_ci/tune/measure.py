@@ -27,11 +27,11 @@ from ..core.config import MeasureOptions
 from ..core.errors import TuningError
 from ..core.manifest import Measured
 from ..core.template import template_name
-from .builder import build_config, make_builder, remove_artifact, schedule_config
+from .builder import make_builder, remove_artifact, schedule_config
 from .rpclimits import rpc_failure
 from .runners import Runner, make_runner
 from .sampling import SamplePolicy, device_type, full_policy
-from .workload import Workload, name_of, resolve, workload_params
+from .workload import Workload, resolve
 
 DEFAULT_MEASURE = MeasureOptions()
 
@@ -52,21 +52,20 @@ def gflops(flops: float, latency_s: float) -> float:
     return flops / latency_s / 1e9 if latency_s > 0 else 0.0
 
 
-def workload_flops(template: ModuleType, workload_name: str | Workload) -> float:
+def workload_flops(template: ModuleType, wl: Workload) -> float:
     """The FLOP count of the workload as declared (not of a padded schedule): the one
     count every GFLOPS figure uses."""
-    return resolve(template, workload_name).flops
+    return resolve(template, wl).flops
 
 
-def workload_bytes(template: ModuleType, workload_name: str | Workload) -> int:
+def workload_bytes(template: ModuleType, wl: Workload) -> int:
     """Bytes one run must move at the least: every buffer of the PrimFunc's parameters
     (inputs read once, outputs written once). The bandwidth figure of a memory-bound
     operator (softmax, layernorm) divides this by the latency."""
     from . import tvmsetup
-    from .workload import workload_module
 
     tvm = tvmsetup.load()
-    func = workload_module(template, workload_name)["main"]
+    func = resolve(template, wl).mod["main"]
     buffers = getattr(func, "buffer_map", None)  # TVM 0.27: the params are the buffers
     total = 0
     for p in func.params:
@@ -159,7 +158,7 @@ class _Session:
 
 def full_knobs(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     knobs: Mapping[str, Any] | None,
     target: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -167,7 +166,7 @@ def full_knobs(
     from ..core.targetinfo import scope
     from ..core.template import Categorical, Split, Structural, default_value
 
-    workload = scope(workload_params(template, workload_name), target)
+    workload = scope(dict(resolve(template, wl).params), target)
     out: dict[str, Any] = {}
     knobs = knobs or {}
     for k in getattr(template, "KNOBS", []):
@@ -181,7 +180,7 @@ def full_knobs(
 
 def measure_config(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None,
     measure: MeasureOptions = DEFAULT_MEASURE,
@@ -191,23 +190,24 @@ def measure_config(
 ) -> Measured:
     """Build and measure one configuration (knobs by name; None: the default), sampled
     to `measure.precision` within `measure.time_cap_s` (or as `policy` says)."""
+    wl = resolve(template, wl, target)  # a name too, from callers outside the package
     with _Session(measure, runner) as s:
-        sch = schedule_config(template, workload_name, knobs, target)
+        sch = schedule_config(template, wl, knobs, target)
         s.runner.set_policy(policy or full_policy(measure))
         config = "a tuned configuration" if knobs else "the default configuration"
-        what = f"{template_name(template)}/{name_of(workload_name)}: measuring {config}"
+        what = f"{template_name(template)}/{wl.name}: measuring {config}"
         try:
             secs = run_schedule(sch, target, s.runner, s.builder, what)
         finally:
             s.runner.set_options(measure)
-        full = full_knobs(template, workload_name, knobs, target)
+        full = full_knobs(template, wl, knobs, target)
         est = stats.estimate(secs)
-        return measured(full, est, workload_flops(template, workload_name), "single")
+        return measured(full, est, wl.flops, "single")
 
 
 def measure_baseline(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     target: Mapping[str, Any],
     measure: MeasureOptions = DEFAULT_MEASURE,
     *,
@@ -224,11 +224,11 @@ def measure_baseline(
     winner. A slow default (55-283 ms a run: conv2d, a 1024^3 matmul) sampled toward
     `precision` held the first trial back 9-13 s; sampled on toward `search_precision`
     on a runner already usable, 10.5 s (bench_tuner, Zen 4)."""
-    workload_name = resolve(template, workload_name, target)
-    where = f"{template_name(template)}/{workload_name.name}"
-    flop = workload_flops(template, workload_name)
+    wl = resolve(template, wl, target)
+    where = f"{template_name(template)}/{wl.name}"
+    flop = wl.flops
     with _Session(measure, runner) as s:
-        sch = schedule_config(template, workload_name, None, target)
+        sch = schedule_config(template, wl, None, target)
         what = f"{where}: measuring the default configuration"
         check = replace(full_policy(measure), precision=measure.search_precision)
         try:
@@ -253,7 +253,7 @@ def measure_baseline(
                 est = stats.estimate(secs)
         finally:
             s.runner.set_options(measure)
-    base = measured(full_knobs(template, workload_name, None, target), est, flop, "single",
+    base = measured(full_knobs(template, wl, None, target), est, flop, "single",
                     "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap")
     if est.rel_halfwidth <= measure.usable_precision:
         return base
@@ -364,7 +364,7 @@ class _Visits:
 
 def finals(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     target: Mapping[str, Any],
     finalists: Sequence[Finalist],
     measure: MeasureOptions,
@@ -378,9 +378,10 @@ def finals(
     (`time_cap_s` per finalist) is spent. One result per finalist, in order."""
     results: list[FinalResult | None] = [None] * len(finalists)
     schs: list[Any] = []
+    wl = resolve(template, wl, target)  # a name too, from callers outside the package
     for i, f in enumerate(finalists):
         try:
-            schs.append(f.sch or schedule_config(template, workload_name, f.knobs, target))
+            schs.append(f.sch or schedule_config(template, wl, f.knobs, target))
         except Exception as e:  # noqa: BLE001 - e.g. an old configuration the template refuses
             schs.append(None)
             results[i] = FinalResult(f, None, error=f"{type(e).__name__}: {e}")
@@ -477,14 +478,3 @@ def interleave(
     finally:
         kernels.close()
 
-
-def time_compile(
-    template: ModuleType,
-    workload_name: str | Workload,
-    target: Mapping[str, Any],
-    knobs: Mapping[str, Any] | None = None,
-) -> float:
-    """Seconds one `tvm.compile` of the configuration takes (for the benchmark)."""
-    t0 = time.perf_counter()
-    build_config(template, workload_name, target, knobs)
-    return time.perf_counter() - t0

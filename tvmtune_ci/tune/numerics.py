@@ -24,7 +24,7 @@ from .rpclimits import RPC_GRACE_S, last_line, rpc_where
 from .runners.local import WORKER_START_S, wait_or_kill
 from .runners.rpc import open_session
 from .sampling import device_type
-from .workload import Workload, name_of, workload_params
+from .workload import Workload, resolve
 
 # (rtol, atol) per dtype; atol is scaled by max(1, max |reference|) because a
 # reduction's rounding error grows with the magnitude of what it sums.
@@ -177,7 +177,7 @@ def _inputs_and_reference(
 
 def check_correct(
     template: ModuleType,
-    workload_name: str | Workload,
+    wl: Workload,
     target: Mapping[str, Any],
     knobs: Mapping[str, Any] | None = None,
     *,
@@ -204,9 +204,10 @@ def check_correct(
 
     tvm = tvmsetup.load()
     ms = tvmsetup.ms()
-    workload = workload_params(template, workload_name)
-    where = f"{template_name(template)} workload {name_of(workload_name)!r}"
-    sch = schedule_config(template, workload_name, knobs, target)
+    wl = resolve(template, wl, target)  # a name too, from callers outside the package
+    workload = dict(wl.params)
+    where = f"{template_name(template)} workload {wl.name!r}"
+    sch = schedule_config(template, wl, knobs, target)
     infos = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
     n_in = _reference_arity(template.reference, workload)
     if n_in < 0:

@@ -219,16 +219,25 @@ def _main(argv: Sequence[str]) -> int:
     from .builder import program_key, schedule_config
     from .measure import full_knobs
     from .space import decode_knobs, design_space_infos
+    from .workload import Workload, resolve
 
     template = import_template(root / args["template"], root)
     log = read_log(Path(args["log"]))
     target = args["target"]
     out: dict[str, list[OldRecord]] = {}
+    resolved: dict[str, Workload] = {}  # one compute() per workload for all its records
+
+    def wl_of(name: str) -> Workload:
+        if name not in resolved:
+            resolved[name] = resolve(template, name, target)
+        return resolved[name]
+
     for w in args["workloads"]:
         entry = log["workloads"].get(w)
         if entry is None or w not in getattr(template, "WORKLOADS", {}):
             continue
-        spaces = design_space_infos(template, w, target)
+        wl = wl_of(w)
+        spaces = design_space_infos(template, wl, target)
         rows = out.setdefault(w, [])
         for rec in entry["records"]:
             if not record_is_valid(rec):
@@ -237,9 +246,9 @@ def _main(argv: Sequence[str]) -> int:
                 _, kv = decode_knobs(rec[0], spaces, template.KNOBS)
             except TvmtuneError:  # a record of another design space: skipped
                 continue
-            knobs = full_knobs(template, w, kv, target)
+            knobs = full_knobs(template, wl, kv, target)
             try:
-                program = program_key(schedule_config(template, w, knobs, target))
+                program = program_key(schedule_config(template, wl, knobs, target))
             except Exception:  # noqa: BLE001 - no program to compare; the prior still has the record
                 program = ""
             rows.append((knobs, float(rec[1][0]), program))
@@ -247,11 +256,12 @@ def _main(argv: Sequence[str]) -> int:
         if w not in getattr(template, "WORKLOADS", {}):
             continue
         rows = out.setdefault(w, [])
+        pwl = wl_of(w)
         for kv in configs:
             knobs = dict(kv)
             try:
-                knobs = full_knobs(template, w, kv, target)
-                program = program_key(schedule_config(template, w, knobs, target))
+                knobs = full_knobs(template, pwl, kv, target)
+                program = program_key(schedule_config(template, pwl, knobs, target))
             except Exception:  # noqa: BLE001 - no program: the set cannot be carried forward
                 program = ""
             rows.append((knobs, 0.0, program))

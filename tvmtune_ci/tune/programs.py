@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from ..core.errors import TemplateError, TuningError
-from ..core.tunetypes import TuneRequest
+from .request import TuneRequest
 from .workload import Workload
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.records import FAILED_RUN_SECS, RECORD_FILE, WORKLOAD_FILE
-from ..core.tunetypes import Trial, TuneRequest
+from ..core.tunetypes import Trial
 from .journal import Journal, request_fingerprint
+from .request import TuneRequest
 
 
 class Store:

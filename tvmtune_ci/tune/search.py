@@ -32,13 +32,13 @@ from ..core.errors import TemplateError, TuningError
 from ..core.records import FAILED_RUN_SECS
 from ..core.targetinfo import scope
 from ..core.template import space_size, template_name
-from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneRequest
+from ..core.tunetypes import BatchEvent, ReplayStats, Trial
 from .batch import Picked, ok, run_batch, trial_entries
 from .budgetgate import BudgetGate, BudgetOptions
 from .builder import make_postprocs, schedule_config
 from .measure import Finalist, finals, gflops
-from .programs import programs_unchanged  # noqa: F401 (pipeline.carry_step imports it from here)
 from .replay import Replay
+from .request import TuneRequest
 from .resume import Store
 from .rpclimits import rpc_failure
 from .runners import Runner
@@ -52,7 +52,7 @@ from .space import (
 )
 from .trials import Progress, entry_estimate, trials_of_its_own
 from .warmstop import WarmOptions, WarmStop
-from .workload import Workload, resolve, workload_params
+from .workload import Workload, resolve
 
 # Valid samples before the XGB model's predictions replace random scores (stock: 100,
 # which leaves a 64-trial run a random search). It trains on every batch until then.
@@ -103,7 +103,7 @@ class Search:
         # computed once per re-tune, not once per use.
         self.wl: Workload = (req.workload if req.workload is not None
                              else resolve(req.template, req.workload_name, req.target))
-        workload = workload_params(req.template, self.wl)
+        workload = dict(self.wl.params)
         knobs = list(getattr(req.template, "KNOBS", []))
         names = scope(workload, req.target)
         constraints = tuple(getattr(req.template, "CONSTRAINTS", ()))

@@ -26,7 +26,7 @@ from typing import Any
 from ..core.constraints import violated
 from ..core.errors import TemplateError, TuningError
 from ..core.template import Categorical, Knob, Knobs, Split, default_values, design_spaces
-from .workload import workload_module, workload_params
+from .workload import Workload, resolve
 
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
 
@@ -159,15 +159,16 @@ def decode_knobs(
 
 
 def design_space_infos(
-    template: ModuleType, workload_name: str, target: Mapping[str, Any]
+    template: ModuleType, wl: Workload, target: Mapping[str, Any]
 ) -> list[SpaceInfo]:
     """The design spaces of a template's workload on `target`, for `decode_knobs` (e.g.
     on another tool's records of the same template)."""
     from . import tvmsetup
 
     tvm = tvmsetup.load()
-    space = TemplateSpace(template, workload_params(template, workload_name), target)
-    sch = tvm.s_tir.Schedule(workload_module(template, workload_name))
+    wl = resolve(template, wl, target)
+    space = TemplateSpace(template, wl.params, target)
+    sch = tvm.s_tir.Schedule(wl.mod)
     return [
         space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(space(sch))
     ]

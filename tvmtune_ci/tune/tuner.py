@@ -39,12 +39,13 @@ from ..core import stats
 from ..core.errors import TuningError
 from ..core.manifest import Measured, Trials
 from ..core.template import template_name
-from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome, TuneRequest
+from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome
 from .builder import make_builder
 from .failures import failure_kinds
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
 from .numerics import check_correct
 from .programs import old_search_stands
+from .request import TuneRequest
 from .runners import Runner, make_runner
 from .search import Search
 from .space import knobs_key
@@ -506,7 +507,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         a.records, a.best, a.baseline, a.previous, a.top, a.final_results, a.previous_verdict)
     from .gpubuild import gpu_resources
 
-    gpu = gpu_resources(template, name, req.target, best.knobs)
+    gpu = gpu_resources(template, wl, req.target, best.knobs)
     devices = tuple(sorted({d for e in entries if not e["error"] and (d := e.get("device"))}))
     stats_["devices_used"] = float(len(devices))
     stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()) - retries0)

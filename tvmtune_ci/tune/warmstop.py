@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 
 from ..core import stats
 from ..core.stats import Estimate
-from ..core.tunetypes import Trial, TuneRequest
+from ..core.tunetypes import Trial
+from .request import TuneRequest
 from .space import knobs_key
 from .trials import Progress, entry_estimate, own_entries, trials_of_its_own
 

@@ -3,10 +3,12 @@ template's `compute()`) and FLOP count (`Workload`). Its TVM target is
 `tvmsetup.make_target`'s, one object per target dict in a process.
 
 A re-tune resolves each (entry, workload) once and hands the object down: the
-correctness checks, the baseline, the search, the finals, the log and the first run
-of the history take these facts from it. The functions here, and those of
-`builder.py`, `measure.py` and `numerics.py` that take a workload, take a name or a
-`Workload` (`resolve`).
+correctness checks, the baseline, the search, the replay, the finals, the log and the
+first run of the history take these facts from it. `resolve` is the one function of
+tune/ that takes a workload's name; every other takes the `Workload`. (Those that
+resolved a name before still pass what they are given through `resolve`, so callers
+outside the type-checked package that hold a name, benchmarks/, keep working; each
+such call computes the workload again.)
 
 Nothing here imports TVM at module level; `tvmsetup` does, when a module is computed.
 """
@@ -56,25 +58,22 @@ class Workload:
 
 def resolve(template: ModuleType, workload: str | Workload,
             target: Mapping[str, Any] | None = None) -> Workload:
-    """`workload` itself when it is resolved already (of this template), else the named
-    workload of `template` resolved for `target`."""
+    """`workload` itself when it is resolved already (of this template, for this target),
+    else the named workload of `template` resolved for `target`."""
     if isinstance(workload, Workload):
         if workload.template is not template:
             raise TemplateError(f"workload {workload.name!r} was resolved for "
                                 f"{template_name(workload.template)}, not {template_name(template)}")
+        if target is not None and workload.target is not None and dict(workload.target) != dict(target):
+            raise TemplateError(f"workload {workload.name!r} was resolved for target "
+                                f"{dict(workload.target)}, not {dict(target)}")
         return workload
     return Workload(template, workload, workload_params(template, workload), target)
 
 
-def name_of(workload: str | Workload) -> str:
-    """The workload's name, resolved or not."""
-    return workload.name if isinstance(workload, Workload) else workload
-
-
-def workload_params(template: ModuleType, workload_name: str | Workload) -> dict[str, Any]:
-    """The parameters of `workload_name` as the template declares them."""
-    if isinstance(workload_name, Workload):
-        return dict(workload_name.params)
+def workload_params(template: ModuleType, workload_name: str) -> dict[str, Any]:
+    """The parameters of `workload_name` as the template declares them (a lookup in
+    WORKLOADS: `resolve` makes it once; a `Workload` has them as `params`)."""
     workloads = getattr(template, "WORKLOADS", None) or {}
     if workload_name not in workloads:
         raise TemplateError(
@@ -84,16 +83,14 @@ def workload_params(template: ModuleType, workload_name: str | Workload) -> dict
     return dict(workloads[workload_name])
 
 
-def workload_module(template: ModuleType, workload_name: str | Workload) -> Any:
+def workload_module(template: ModuleType, wl: Workload) -> Any:
     """The workload as MetaSchedule keys it: an IRModule with one `main` PrimFunc.
 
     Normalised exactly as `TuneContext` normalises a PrimFunc (global symbol `main`,
     `tirx.noalias`), so `database.query_schedule(workload_module(...), ...)` finds
     the records a tune committed.
     """
-    if isinstance(workload_name, Workload):
-        return resolve(template, workload_name).mod
-    return _compute_module(template, workload_params(template, workload_name))
+    return resolve(template, wl).mod
 
 
 def _compute_module(template: ModuleType, params: Mapping[str, Any]) -> Any:
