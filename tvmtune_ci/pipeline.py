@@ -1,14 +1,15 @@
 """Re-tuning one (operator, target) entry as a tuple of named steps.
 
     BEFORE_LOCK: check_host_step -> preflight_step (RPC)
-    UNDER_LOCK:  recheck_step -> check_names_step -> load_step -> history_step ->
-                 tune_step (per workload, the tuner's steps: correctness, baseline,
-                 search, finals) -> first_run_step (the run history's first run) ->
-                 manifest_step -> write_step
+    UNDER_LOCK:  recheck_step -> check_names_step -> load_step (the workloads resolved
+                 once) -> history_step -> carry_step -> refused_step -> tune_step (per
+                 workload, the tuner's steps: correctness, baseline, search, finals) ->
+                 first_run_step (the run history's first run) -> manifest_step -> write_step
 
 Each step takes a `Job` (plain data: the config, the entry, the target, what earlier
 steps found) and returns the next one; `retune_entry` runs them in order, holding the
-log folder's lock for the second tuple. The thread count is part of the Job. Printing
+log folder's lock for the second tuple. The thread count is part of the Job (its
+policy, `tune/runners/threads.py`, is shared with `remeasure.py`). Printing
 is the command's business: steps report through the `say` callback. Committing and
 pushing come after every entry (`commands/retune.py`, `publish/gitwrite.py`).
 
@@ -25,14 +26,12 @@ build, run or measure, so importing this module does not load it.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import os
 import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -74,6 +73,10 @@ from .tune.devices import preflight
 from .tune.hostcheck import check_host, host_description, other_cpu
 from .tune.measure import workload_bytes
 from .tune.runners import make_runner
+from .tune.runners.threads import (  # remeasure imports them from here too
+    measure_threads,
+    tvm_threads,
+)
 from .tune.search import WARMUP_SAMPLES
 from .tune.tuner import TuneRequest, tune_workload
 from .tune.workload import resolve
@@ -103,14 +106,6 @@ class RetuneResult:
 
     def speedups(self) -> dict[str, float]:
         return {w: r.speedup for w, r in self.manifest.results.items()}
-
-
-def measure_threads(target: TargetConfig) -> int | None:
-    """Threads a local measurement uses: the target's num-cores (None: TVM's default)."""
-    cores = target.target.get("num-cores")
-    if target.rpc is not None or not isinstance(cores, int) or cores < 1:
-        return None
-    return cores
 
 
 def can_reuse_previous(entry: Entry) -> bool:
@@ -290,25 +285,6 @@ def previous_sentence(source: str, verdict: str) -> str:
     if source == "previous":
         return "this run's best and the previous best are equal within noise; kept the previous best"
     return "this run's best and the previous best are equal within noise"
-
-
-@contextlib.contextmanager
-def tvm_threads(threads: int | None) -> Iterator[None]:
-    """TVM sizes its thread pool from TVM_NUM_THREADS, else half the cores it sees (it
-    assumes hyper-threading): a 2-core runner would tune on one thread. The measuring
-    worker inherits it when it starts; restored afterwards for the next entry."""
-    if threads is None:
-        yield
-        return
-    old = os.environ.get("TVM_NUM_THREADS")
-    os.environ["TVM_NUM_THREADS"] = str(threads)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TVM_NUM_THREADS", None)
-        else:
-            os.environ["TVM_NUM_THREADS"] = old
 
 
 def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:

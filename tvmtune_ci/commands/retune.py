@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
     if local:
         # Its TVM import (2 s) runs beside ours, not after it: the first trial comes sooner.
         # With the threads the first such entry measures with: its environment is fixed now.
-        from ..pipeline import measure_threads
         from ..tune.runners.local import prestart_worker
+        from ..tune.runners.threads import measure_threads
 
         prestart_worker(measure_threads(config.target(local[0].target_name)))
     commit = args.commit or args.push
