@@ -10,10 +10,9 @@ slow stretch of a noisy runner lands on every arm alike. Printed: each arm's med
 seconds per inference, its ratio to ONNX Runtime (median of the per-round ratios, and
 their min-max), and the largest difference of its output from ONNX Runtime's.
 
-The ONNX graphs are written here, op for op, from models/bert_layer.py (nn.Linear as
-MatMul with the transposed weight plus Add, LayerNormalization, erf GELU, softmax over
-the last axis) and models/resnet50_stage.py (Conv with its bias, Relu, Add), and fed
-the same random weights as the Relax build. The arms:
+The ONNX graphs are the models' own `to_onnx(weights, path)` (models/bert_layer.py,
+models/resnet50_stage.py: op for op the same layers), fed the same random weights as
+the Relax build. The arms:
 
 - `logs`: `build_model` with the committed logs (BERT's FFN on dense, the stage's 3x3
   convolutions on conv2d), TVM's default loops for every other call
@@ -40,107 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def bert_onnx(weights: dict[str, object], path: Path) -> None:
-    """models/bert_layer.py as an ONNX graph over `weights` (export_tvm's names)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    from models.bert_layer import HEAD_DIM, HEADS, HIDDEN, SEQ
-
-    nodes, inits = [], []
-
-    def init(name: str, arr) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(arr), name))
-        return name
-
-    def linear(x: str, prefix: str, out: str) -> str:
-        w = init(f"{prefix}.wT", np.ascontiguousarray(weights[f"{prefix}.weight"].T))
-        b = init(f"{prefix}.b", weights[f"{prefix}.bias"])
-        nodes.append(helper.make_node("MatMul", [x, w], [out + "_mm"]))
-        nodes.append(helper.make_node("Add", [out + "_mm", b], [out]))
-        return out
-
-    def heads(t: str, out: str) -> str:
-        shape = init(f"{out}.shape", np.array([1, SEQ, HEADS, HEAD_DIM], "int64"))
-        nodes.append(helper.make_node("Reshape", [t, shape], [out + "_r"]))
-        nodes.append(helper.make_node("Transpose", [out + "_r"], [out], perm=[0, 2, 1, 3]))
-        return out
-
-    q = heads(linear("x", "q", "q"), "qh")
-    k = heads(linear("x", "k", "k"), "kh")
-    v = heads(linear("x", "v", "v"), "vh")
-    nodes.append(helper.make_node("Transpose", [k], ["kT"], perm=[0, 1, 3, 2]))
-    nodes.append(helper.make_node("MatMul", [q, "kT"], ["scores"]))
-    scale = init("scale", np.array(1.0 / HEAD_DIM**0.5, "float32"))
-    nodes.append(helper.make_node("Mul", ["scores", scale], ["scaled"]))
-    nodes.append(helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1))
-    nodes.append(helper.make_node("MatMul", ["probs", v], ["ctx4"]))
-    nodes.append(helper.make_node("Transpose", ["ctx4"], ["ctxT"], perm=[0, 2, 1, 3]))
-    flat = init("flat", np.array([1, SEQ, HIDDEN], "int64"))
-    nodes.append(helper.make_node("Reshape", ["ctxT", flat], ["ctx"]))
-    o = linear("ctx", "o", "o")
-    nodes.append(helper.make_node("Add", [o, "x"], ["res1"]))
-    nodes.append(helper.make_node("LayerNormalization", ["res1", init("ln1.g", weights["ln1.weight"]),
-                                                         init("ln1.b", weights["ln1.bias"])], ["h"], axis=-1))
-    f1 = linear("h", "fc1", "f1")
-    nodes.append(helper.make_node("Gelu", [f1], ["g"]))
-    f2 = linear("g", "fc2", "f2")
-    nodes.append(helper.make_node("Add", [f2, "h"], ["res2"]))
-    nodes.append(helper.make_node("LayerNormalization", ["res2", init("ln2.g", weights["ln2.weight"]),
-                                                         init("ln2.b", weights["ln2.bias"])], ["y"], axis=-1))
-    graph = helper.make_graph(nodes, "bert_layer",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, HIDDEN])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    onnx.save(model, str(path))
-
-
-def resnet_onnx(weights: dict[str, object], path: Path) -> None:
-    """models/resnet50_stage.py as an ONNX graph over `weights` (Conv with its bias,
-    Relu, the residual Add)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    from models.resnet50_stage import IN_CHANNELS, OUT_CHANNELS, SIZE
-
-    nodes, inits = [], []
-
-    def conv(x: str, prefix: str, out: str) -> str:
-        w, b = weights[f"{prefix}.conv.weight"], weights[f"{prefix}.conv.bias"]
-        inits.append(numpy_helper.from_array(np.asarray(w), f"{prefix}.w"))
-        inits.append(numpy_helper.from_array(np.asarray(b), f"{prefix}.b"))
-        pad = np.asarray(w).shape[-1] // 2
-        nodes.append(helper.make_node("Conv", [x, f"{prefix}.w", f"{prefix}.b"], [out], pads=[pad] * 4))
-        return out
-
-    x = "x"
-    for i, project in ((1, True), (2, False), (3, False)):
-        blk = f"block{i}"
-        y = conv(x, f"{blk}.reduce", f"{blk}_r")
-        nodes.append(helper.make_node("Relu", [y], [f"{blk}_r1"]))
-        y = conv(f"{blk}_r1", f"{blk}.spatial", f"{blk}_s")
-        nodes.append(helper.make_node("Relu", [y], [f"{blk}_s1"]))
-        y = conv(f"{blk}_s1", f"{blk}.expand", f"{blk}_e")
-        short = conv(x, f"{blk}.project", f"{blk}_p") if project else x
-        nodes.append(helper.make_node("Add", [y, short], [f"{blk}_a"]))
-        nodes.append(helper.make_node("Relu", [f"{blk}_a"], [f"{blk}_out" if i < 3 else "y"]))
-        x = f"{blk}_out"
-    graph = helper.make_graph(
-        nodes, "resnet50_stage",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, IN_CHANNELS, SIZE, SIZE])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, OUT_CHANNELS, SIZE, SIZE])], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))
-
-
-GRAPHS = {"bert_layer": bert_onnx, "resnet50_stage": resnet_onnx}
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", required=True, help="a target of tvmtune.yaml this machine runs (zen4-2c)")
-    p.add_argument("--models", nargs="*", default=list(GRAPHS), choices=list(GRAPHS))
+    p.add_argument("--models", nargs="*", default=None, help="models of tvmtune.yaml (default: all)")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--json", type=Path, default=None, help="also write the samples here")
     args = p.parse_args()
@@ -153,6 +55,7 @@ def main() -> int:
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.loader import build_model
     from tvmtune_ci.tune.hostcheck import host_description
+    from tvmtune_ci.tune.modelcalls import onnx_form
     from tvmtune_ci.tune.modelprofile import random_inputs
 
     config = load_config(ROOT)
@@ -163,7 +66,7 @@ def main() -> int:
           f"({host.get('cpu_id')}); {args.rounds} rounds in turns; onnxruntime {ort.__version__}, "
           f"tvm {tvm.__version__}")
     raw: dict[str, dict[str, list[float]]] = {}
-    for name in args.models:
+    for name in args.models or [m.name for m in config.models]:
         logs = build_model(name, target=target.target, root=ROOT, untemplated="none")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -172,8 +75,10 @@ def main() -> int:
         mod = logs.module
         arrays = random_inputs(mod)
         weights = dict(zip([p.name for p in mod["forward"].params], arrays, strict=True))
-        onnx_path = Path(f"/tmp/tvmtune_bench_{name}.onnx")
-        GRAPHS[name](weights, onnx_path)
+        spec = next(m for m in config.models if m.name == name)
+        onnx_path = onnx_form(ROOT, spec, weights, Path(f"/tmp/tvmtune_bench_{name}.onnx"))
+        if onnx_path is None:
+            raise SystemExit(f"{spec.source} has no to_onnx(weights, path): no ONNX Runtime arm")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = cores
         opts.inter_op_num_threads = 1

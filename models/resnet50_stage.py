@@ -9,6 +9,8 @@ residual add. Weights are random: the export's parameters; nothing is downloaded
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tvm.relax.frontend import nn
 
 SIZE, IN_CHANNELS, WIDTH, OUT_CHANNELS = 56, 64, 64, 256
@@ -51,3 +53,40 @@ class Conv2Stage(nn.Module):
 
 MODEL = Conv2Stage
 SPEC = {"forward": {"x": nn.spec.Tensor((1, IN_CHANNELS, SIZE, SIZE), "float32")}}
+
+
+def to_onnx(weights: dict[str, object], path: Path) -> None:
+    """This stage as an ONNX graph over `weights` (export_tvm's parameter names ->
+    arrays): Conv with its bias, Relu, the residual Add. `tvmtune-ci profile` runs it on
+    ONNX Runtime beside the build (docs/models.md); needs the [onnx] extra."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+
+    def conv(x: str, prefix: str, out: str) -> str:
+        w, b = weights[f"{prefix}.conv.weight"], weights[f"{prefix}.conv.bias"]
+        inits.append(numpy_helper.from_array(np.asarray(w), f"{prefix}.w"))
+        inits.append(numpy_helper.from_array(np.asarray(b), f"{prefix}.b"))
+        pad = np.asarray(w).shape[-1] // 2
+        nodes.append(helper.make_node("Conv", [x, f"{prefix}.w", f"{prefix}.b"], [out], pads=[pad] * 4))
+        return out
+
+    x = "x"
+    for i, project in ((1, True), (2, False), (3, False)):
+        blk = f"block{i}"
+        y = conv(x, f"{blk}.reduce", f"{blk}_r")
+        nodes.append(helper.make_node("Relu", [y], [f"{blk}_r1"]))
+        y = conv(f"{blk}_r1", f"{blk}.spatial", f"{blk}_s")
+        nodes.append(helper.make_node("Relu", [y], [f"{blk}_s1"]))
+        y = conv(f"{blk}_s1", f"{blk}.expand", f"{blk}_e")
+        short = conv(x, f"{blk}.project", f"{blk}_p") if project else x
+        nodes.append(helper.make_node("Add", [y, short], [f"{blk}_a"]))
+        nodes.append(helper.make_node("Relu", [f"{blk}_a"], [f"{blk}_out" if i < 3 else "y"]))
+        x = f"{blk}_out"
+    graph = helper.make_graph(
+        nodes, "resnet50_stage",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, IN_CHANNELS, SIZE, SIZE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, OUT_CHANNELS, SIZE, SIZE])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))

@@ -275,3 +275,31 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
                       and c.sig.op not in modelbuild.VIEWS)
     return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), mod, tuple(swaps),
                                  how, uncovered)
+
+
+def metaschedule_model(model: str, *, target: Any, seconds: float, work_dir: Path | str,
+                       root: Path | str | None = None, seed: int = 42, clock: Any = None) -> Any:
+    """Build `model` with MetaSchedule alone, given `seconds` of this runner for the
+    whole model (tune/modelms.py): no template, no log. The anchor a model's README sets
+    beside `build_model` (`profile --metaschedule-seconds`). Returns a `ModelBuild`
+    whose `untemplated` says what the search spent; `search` is its SearchSpent.
+    `clock` (seconds, time.monotonic by default) decides the deadline: a test's hook."""
+    from .tune import modelbuild, modelms
+    from .tune.modelcalls import load_model
+
+    config = load_config(Path(root) if root is not None else None)
+    spec = next((m for m in config.models if m.name == model), None)
+    if spec is None:
+        raise UsageError(f"no model {model!r} in {config.path}; configured models: "
+                         f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)")
+    if seconds <= 0:
+        raise UsageError(f"MetaSchedule needs a positive number of seconds, not {seconds}")
+    want = _target_dict(target)
+    _check_runs_here(Best(model, "", want, {}, None, None, False), False)
+    tvm_target = tvmsetup.make_target(want)
+    mod = load_model(config.root, spec)
+    fused = modelbuild.fuse(mod, tvm_target)
+    scheduled, spent = modelms.tune_model(fused, tvm_target, seconds, Path(work_dir), seed=seed,
+                                          **({"clock": clock} if clock is not None else {}))
+    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), mod, (),
+                                 spent.words(), spent.untuned, search=spent)

@@ -18,14 +18,12 @@ log (as build_best), 5 a target this machine cannot run.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import warnings
 from pathlib import Path
 
 from ..core.config import load_config
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
-from ..core.profiles import ProfileRun, breakdown, profile_path, read_profile, write_profile
+from ..core.profiles import breakdown, profile_path, read_profile, write_profile
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -40,13 +38,18 @@ def register(p: argparse.ArgumentParser) -> None:
                    help="MetaSchedule trials for each function no template covers (default 32)")
     p.add_argument("--runs", type=int, default=10,
                    help="instrumented inferences per kernel time, and rounds of the end-to-end timing (default 10)")
+    p.add_argument("--metaschedule-seconds", type=float, default=None, metavar="S",
+                   help="also build the model with MetaSchedule alone, given S seconds of this runner "
+                        "(the seconds the committed logs' re-tunes took), and time it in turns with the "
+                        "build; its search is kept under .tvmtune-cache/ and reused by the next run")
+    p.add_argument("--no-onnxruntime", action="store_true",
+                   help="leave ONNX Runtime out (by default it runs beside the build where it is "
+                        "installed and the model has an ONNX form)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..loader import build_model
     from ..publish.modelreadme import render, render_chart
-    from ..tune.hostcheck import host_description
-    from ..tune.modelprofile import interleaved, profile_calls, random_inputs
+    from ..tune.modelprofile import profile_model
 
     config = load_config(Path(args.config) if args.config else None)
     known = [m.name for m in config.models]
@@ -59,23 +62,12 @@ def run(args: argparse.Namespace) -> int:
     target = config.target(args.target)
     for m in [m for m in config.models if m.name in names]:
         work = config.root / ".tvmtune-cache" / f"{m.name}-{target.slug}"
-        common = dict(target=target.target, root=config.root, untemplated=args.untemplated,
-                      trials=args.trials, work_dir=work, uncovered_shapes=args.uncovered_shapes)
-        with warnings.catch_warnings():  # the mapped shapes: said below, per kernel
-            warnings.simplefilter("ignore")
-            tuned = build_model(m.name, **common)
-            default = build_model(m.name, configs="default", **common)
-        arrays = random_inputs(tuned.module)
-        calls = profile_calls(tuned, arrays, runs=args.runs)
-        samples = interleaved({"tuned": tuned, "default": default}, arrays, rounds=args.runs)
-        ratios = sorted(d / t for d, t in zip(samples["default"], samples["tuned"], strict=True))
-        t_sorted = sorted(samples["tuned"])
-        med = t_sorted[len(t_sorted) // 2]
-        run_ = ProfileRun(
-            date=_dt.date.today().isoformat(), host=host_description(), untemplated=tuned.untemplated,
-            latency_s=med, latency_spread=(t_sorted[-1] - t_sorted[0]) / med, samples=len(t_sorted),
-            calls=calls, default_latency_s=sorted(samples["default"])[len(t_sorted) // 2],
-            speedup=ratios[len(ratios) // 2], speedup_range=(ratios[0], ratios[-1]))
+        run_ = profile_model(config, m, target, untemplated=args.untemplated, trials=args.trials,
+                             uncovered_shapes=args.uncovered_shapes, runs=args.runs, work_dir=work,
+                             metaschedule_s=args.metaschedule_seconds,
+                             onnxruntime=not args.no_onnxruntime)
+        ratios = run_.speedup_range or (0.0, 0.0)
+        med = run_.latency_s
         src = config.root / m.source
         path = profile_path(src, m.name)
         profile = read_profile(path, m.name).with_run(target.name, run_)
@@ -84,7 +76,11 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_bytes(src.parent / f"{stem}.png", render_chart(run_, f"{m.name} on {target.name}"))
         atomic_write_text(src.parent / f"{stem}.md", render(profile, target.name, f"{stem}.png"))
         print(f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
-              f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {len(ratios)} rounds)")
+              f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {args.runs} rounds)")
+        for a in run_.anchors:
+            lo, hi = a.ratio_range
+            print(f"  beside {a.detail}: {a.latency_s * 1e3:.3g} ms, {a.ratio:.2f}x the committed logs' "
+                  f"latency ({lo:.2f}-{hi:.2f}x over the rounds)")
         for label, sec, _n, owner in breakdown(run_)[:8]:
             print(f"  {sec / run_.kernel_seconds() * 100:5.1f}%  {label} ({owner or 'no template'})")
         print(f"wrote {path.relative_to(config.root)}, {stem}.md and {stem}.png")

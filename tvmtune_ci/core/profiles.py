@@ -38,6 +38,9 @@ class CallTime:
     # A shape no workload declares, run at this sibling's best mapped onto it
     # (`profile --uncovered-shapes sibling`): a workload worth declaring.
     mapped_from: str | None = None
+    # A template kernel's seconds per inference at the template's default configuration
+    # (the default build, instrumented alike): what its tuning saved end to end.
+    default_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"symbol": self.symbol, "calls": self.calls, "seconds": self.seconds}
@@ -45,12 +48,36 @@ class CallTime:
             out["template"], out["workload"] = self.template, self.workload
         if self.mapped_from is not None:
             out["mapped_from"] = self.mapped_from
+        if self.default_seconds is not None:
+            out["default_seconds"] = self.default_seconds
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallTime:
         return cls(str(d["symbol"]), int(d["calls"]), float(d["seconds"]), d.get("template"),
-                   d.get("workload"), d.get("mapped_from"))
+                   d.get("workload"), d.get("mapped_from"), d.get("default_seconds"))
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Another way to run the same model on the same runner, timed in turns with the
+    build with the committed logs: MetaSchedule at given runner seconds, ONNX Runtime."""
+
+    name: str  # "metaschedule", "onnxruntime"
+    latency_s: float  # median of its samples
+    ratio: float  # median over the rounds of its latency / the committed logs' (>1: ours faster)
+    ratio_range: tuple[float, float]  # min and max over the rounds
+    detail: str  # what it was: seconds asked and spent, trials; version and threads
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "latency_s": self.latency_s, "ratio": self.ratio,
+                "ratio_range": list(self.ratio_range), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Anchor:
+        lo, hi = d["ratio_range"]
+        return cls(str(d["name"]), float(d["latency_s"]), float(d["ratio"]), (float(lo), float(hi)),
+                   str(d.get("detail", "")))
 
 
 @dataclass(frozen=True)
@@ -69,6 +96,10 @@ class ProfileRun:
     default_latency_s: float | None = None
     speedup: float | None = None  # median over the rounds of default / tuned
     speedup_range: tuple[float, float] | None = None  # its min and max over the rounds
+    anchors: tuple[Anchor, ...] = ()  # timed in turns with it (profile --metaschedule-seconds, ORT)
+
+    def anchor(self, name: str) -> Anchor | None:
+        return next((a for a in self.anchors if a.name == name), None)
 
     def kernel_seconds(self) -> float:
         return sum(c.seconds for c in self.calls)
@@ -96,6 +127,8 @@ class ProfileRun:
             out["default_latency_s"] = self.default_latency_s
             out["speedup"] = self.speedup
             out["speedup_range"] = list(self.speedup_range or ())
+        if self.anchors:
+            out["anchors"] = [a.to_json() for a in self.anchors]
         return out
 
     @classmethod
@@ -105,7 +138,8 @@ class ProfileRun:
                    float(d["latency_s"]), float(d.get("latency_spread", 0.0)), int(d.get("samples", 0)),
                    tuple(CallTime.from_json(c) for c in d["calls"]),
                    d.get("default_latency_s"), d.get("speedup"),
-                   (float(rng[0]), float(rng[1])) if rng else None)
+                   (float(rng[0]), float(rng[1])) if rng else None,
+                   tuple(Anchor.from_json(a) for a in d.get("anchors", ())))
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
         lines.append(f"With every template kernel at its default configuration instead: "
                      f"{_ms(run.default_latency_s)}. **Tuning made the model {run.speedup:.2f}x "
                      f"faster** (median of the per-round ratios; {lo:.2f}-{hi:.2f}x over the rounds).")
+    lines += _anchors(runs)
     if len(runs) > 1:
         lo, hi = spread([r.latency_s for r in runs])
         lines.append(f"Across the {len(runs)} profile runs of this target: {lo:.2f}-{hi:.2f}x their "
@@ -44,6 +45,32 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _times(r: float) -> str:
+    """An anchor's latency over ours, in words: "1.32x faster" (ours) or "2.5x slower"."""
+    return f"{r:.2f}x faster" if r >= 1 else f"{1 / r:.2f}x slower"
+
+
+def _anchors(runs: tuple[ProfileRun, ...]) -> list[str]:
+    """The other builds timed in turns with it in the newest run, and the band of their
+    ratio across the runs that timed the same thing (the same words: a MetaSchedule
+    given other seconds is another anchor)."""
+    run = runs[-1]
+    if not run.anchors:
+        return []
+    out = ["", "| beside it, in the same rounds | per inference | the committed logs are | over the rounds "
+           "| across runs |", "|---|---|---|---|---|"]
+    for a in run.anchors:
+        same = [x for r in runs if (x := r.anchor(a.name)) is not None and x.detail == a.detail]
+        band = (f"{min(x.ratio for x in same):.2f}-{max(x.ratio for x in same):.2f}x over {len(same)} runs"
+                if len(same) > 1 else "one run so far")
+        lo, hi = a.ratio_range
+        out.append(f"| {a.detail} | {_ms(a.latency_s)} | **{_times(a.ratio)}** | "
+                   f"{lo:.2f}-{hi:.2f}x | {band} |")
+    out += ["", "A ratio is the other build's latency over the committed logs' build, per round "
+            "(median; above 1: the committed logs' build is faster)."]
+    return out
+
+
 def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
     total = run.kernel_seconds() or 1.0
     out = ["## Where the time goes", "",
@@ -51,11 +78,22 @@ def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
            f"runs). Template kernels: {(1 - run.uncovered_share()) * 100:.0f}% of the kernel "
            f"time; calls no template covers: {run.uncovered_share() * 100:.0f}%.", "",
            f"![breakdown]({chart_name})", "",
-           "| kernel | template / workload | calls | time | share |", "|---|---|---|---|---|"]
+           "| kernel | template / workload | calls | time | share | at the default config | "
+           "its tuning, end to end |", "|---|---|---|---|---|---|---|"]
+    default_total = run.default_latency_s
+    by_symbol = {c.symbol: c for c in run.calls}
     for label, sec, calls, tw in breakdown(run):
-        out.append(f"| `{label}` | {tw or '(none: TVM)'} | {calls} | {_ms(sec)} | {sec / total * 100:.1f}% |")
+        d = by_symbol[label].default_seconds
+        at_default = _ms(d) if d is not None else ""
+        saved = (f"-{(d - sec) / default_total * 100:.1f}% of the model's time at the defaults"
+                 if d is not None and default_total else "")
+        out.append(f"| `{label}` | {tw or '(none: TVM)'} | {calls} | {_ms(sec)} | {sec / total * 100:.1f}% "
+                   f"| {at_default} | {saved} |")
     out += ["", "A template kernel's share is its workload's weight in `retune --budget` "
-            "(docs/models.md)."]
+            "(docs/models.md). Its tuning, end to end (habit 5.2): the kernel's seconds at its "
+            "default configuration less its seconds tuned, over the model's end-to-end latency "
+            "with every template kernel at its default: what that kernel's tuning alone took "
+            "off the model."]
     mapped = sorted((c for c in run.calls if c.mapped_from), key=lambda c: -c.seconds)
     if mapped:
         out += ["", "## Shapes worth a workload", "",

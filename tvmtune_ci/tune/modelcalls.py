@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,9 +62,7 @@ def load_model(root: Path, model: ModelConfig) -> Any:
     return _load_python(root, path, model)
 
 
-def _load_python(root: Path, path: Path, model: ModelConfig) -> Any:
-    from tvm.relax.frontend import nn
-
+def _import_module(root: Path, path: Path, model: ModelConfig) -> Any:
     root_s = str(root.resolve())
     if root_s not in sys.path:
         sys.path.insert(0, root_s)
@@ -77,6 +75,31 @@ def _load_python(root: Path, path: Path, model: ModelConfig) -> Any:
         spec.loader.exec_module(module)
     except Exception as e:
         raise ModelError(f"{model.source}: importing it failed: {type(e).__name__}: {e}") from e
+    return module
+
+
+def onnx_form(root: Path, model: ModelConfig, weights: Mapping[str, Any], out: Path) -> Path | None:
+    """The model as an ONNX graph, for ONNX Runtime beside the build (`profile`): an
+    ONNX model's own file; a Python model's `to_onnx(weights, path)` if its module has
+    one (`weights`: export_tvm's parameter names -> numpy arrays, the inputs included,
+    so both runtimes compute the same function); None otherwise."""
+    path = root / model.source
+    if model.kind == "onnx":
+        return path
+    to_onnx = getattr(_import_module(root, path, model), "to_onnx", None)
+    if to_onnx is None:
+        return None
+    try:
+        to_onnx(dict(weights), out)
+    except Exception as e:
+        raise ModelError(f"{model.source}: to_onnx(weights, path) failed: {type(e).__name__}: {e}") from e
+    return out
+
+
+def _load_python(root: Path, path: Path, model: ModelConfig) -> Any:
+    from tvm.relax.frontend import nn
+
+    module = _import_module(root, path, model)
     for attr in ("MODEL", "SPEC"):
         if not hasattr(module, attr):
             raise ModelError(f"{model.source}: no module-level {attr}; a model module exposes MODEL "

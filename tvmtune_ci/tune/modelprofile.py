@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from ..core.profiles import CallTime
+from ..core.profiles import Anchor, CallTime, ProfileRun
 from .modelbuild import ModelBuild
 
 
@@ -81,26 +84,113 @@ def profile_calls(build: ModelBuild, arrays: Sequence[Any], *, function: str = "
 
 
 def interleaved(builds: dict[str, ModelBuild], arrays: Sequence[Any], *, function: str = "forward",
-                rounds: int = 10, min_sample_ms: int = 100) -> dict[str, list[float]]:
+                rounds: int = 10, min_sample_ms: int = 100,
+                others: Mapping[str, Callable[[], float]] | None = None) -> dict[str, list[float]]:
     """Seconds per inference of each build, `rounds` samples each, taken in turns (the
     order rotating each round): a slow stretch of the runner lands on every build
     alike, so their ratio holds where each figure alone would not. A sample is the mean
-    of as many inferences as fill `min_sample_ms`."""
+    of as many inferences as fill `min_sample_ms`. `others`: more arms that are not TVM
+    builds (ONNX Runtime), each a callable returning one such sample."""
     import tvm
     from tvm import relax
 
     dev = tvm.cpu()
-    timers = {}
+    timers: dict[str, Callable[[], float]] = {}
     for label, b in builds.items():
         vm = relax.VirtualMachine(b.executable, dev)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         vm[function](*args)  # warm-up
-        timers[label] = (vm.time_evaluator(function, dev, number=1, repeat=1,
-                                           min_repeat_ms=min_sample_ms), args)
-    labels = list(builds)
+        timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
+        timers[label] = lambda timer=timer, args=args: float(timer(*args).mean)
+    for label, sample in (others or {}).items():
+        sample()  # warm-up
+        timers[label] = sample
+    labels = list(timers)
     out: dict[str, list[float]] = {k: [] for k in labels}
     for r in range(max(1, rounds)):
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            timer, args = timers[label]
-            out[label].append(float(timer(*args).mean))
+            out[label].append(timers[label]())
     return out
+
+
+def ort_sampler(onnx_path: Any, arrays: Mapping[str, Any], threads: int,
+                min_sample_ms: int = 100) -> tuple[Callable[[], float], str]:
+    """One ONNX Runtime sample (seconds per inference, the mean over `min_sample_ms`) of
+    the graph at `onnx_path` fed `arrays` (its input names -> numpy), on `threads`
+    intra-op threads, one inter-op: the deployment a team would compare with."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    feed = {i.name: arrays[i.name] for i in sess.get_inputs()}
+
+    def sample() -> float:
+        n, t0 = 0, time.perf_counter()
+        while True:
+            sess.run(None, feed)
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_sample_ms / 1e3:
+                return elapsed / n
+
+    return sample, f"ONNX Runtime {ort.__version__}, CPU, {threads} intra-op thread(s)"
+
+
+def profile_model(config: Any, model: Any, target: Any, *, untemplated: str, trials: int,
+                  uncovered_shapes: str, runs: int, work_dir: Path,
+                  metaschedule_s: float | None = None, onnxruntime: bool = True) -> ProfileRun:
+    """One profile run of `model` (a ModelConfig) on `target` (a TargetConfig), here:
+    the build with the committed logs, instrumented per call and timed end to end in
+    turns with the same model at the templates' default configurations, MetaSchedule
+    given `metaschedule_s` seconds (None: left out), and ONNX Runtime where it is
+    installed and the model has an ONNX form (modelcalls.onnx_form)."""
+    import datetime as _dt
+    import importlib.util
+
+    from ..loader import build_model, metaschedule_model
+    from .hostcheck import host_description
+    from .modelcalls import onnx_form
+
+    common = dict(target=target.target, root=config.root, untemplated=untemplated, trials=trials,
+                  work_dir=work_dir, uncovered_shapes=uncovered_shapes)
+    with warnings.catch_warnings():  # the mapped shapes: the README lists them per kernel
+        warnings.simplefilter("ignore")
+        tuned = build_model(model.name, **common)
+        default = build_model(model.name, configs="default", **common)
+    arrays = random_inputs(tuned.module)
+    at_default = {c.symbol: c.seconds for c in profile_calls(default, arrays, runs=runs)}
+    calls = tuple(replace(c, default_seconds=at_default.get(c.symbol)) if c.template else c
+                  for c in profile_calls(tuned, arrays, runs=runs))
+    builds = {"tuned": tuned, "default": default}
+    details: dict[str, str] = {}
+    if metaschedule_s is not None:
+        ms = metaschedule_model(model.name, target=target.target, seconds=metaschedule_s,
+                                work_dir=work_dir, root=config.root)
+        builds["metaschedule"], details["metaschedule"] = ms, ms.untemplated
+    others: dict[str, Callable[[], float]] = {}
+    if onnxruntime and all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
+        names = [p.name for p in tuned.module["forward"].params]
+        weights = dict(zip(names, arrays, strict=True))
+        work_dir.mkdir(parents=True, exist_ok=True)
+        path = onnx_form(config.root, model, weights, work_dir / f"{model.name}.onnx")
+        if path is not None:
+            threads = int(target.target.get("num-cores", 1))
+            others["onnxruntime"], details["onnxruntime"] = ort_sampler(path, weights, threads)
+    samples = interleaved(builds, arrays, rounds=runs, others=others)
+    tuned_s = samples["tuned"]
+    med = statistics.median(tuned_s)
+
+    def ratio(name: str) -> tuple[float, tuple[float, float]]:
+        rs = sorted(x / t for x, t in zip(samples[name], tuned_s, strict=True))
+        return statistics.median(rs), (rs[0], rs[-1])
+
+    speedup, speedup_range = ratio("default")
+    anchors = tuple(Anchor(name, statistics.median(samples[name]), *ratio(name), details[name])
+                    for name in ("metaschedule", "onnxruntime") if name in samples)
+    return ProfileRun(
+        date=_dt.date.today().isoformat(), host=host_description(), untemplated=tuned.untemplated,
+        latency_s=med, latency_spread=(max(tuned_s) - min(tuned_s)) / med, samples=len(tuned_s),
+        calls=calls, default_latency_s=statistics.median(samples["default"]),
+        speedup=speedup, speedup_range=speedup_range, anchors=anchors)
