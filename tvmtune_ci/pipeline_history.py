@@ -1,0 +1,184 @@
+"""Which log a re-tune replays (`history_source`): the entry's own log after a template
+edit, another target's as a seed, or a renamed template's; whether the previous best
+is a fair finalist (`can_reuse_previous`); the old log's records decoded as the cost
+model's prior (`old_records`); what `--dry-run` says would be replayed."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .check.renames import renamed_history
+from .check.staleness import Entry, installed_tvm_version, major_minor
+from .core import history
+from .core.config import Config, TargetConfig
+from .core.errors import TvmtuneError
+from .core.fsutil import sha256_bytes
+from .core.git.read import last_commit
+from .core.layout import LogSet
+from .core.manifest import Manifest, read_manifest
+from .core.reasons import Code
+from .core.runs import same_machine
+from .core.template import read_template
+from .pipeline_job import Say
+from .tune import priors
+from .tune.hostcheck import host_description
+
+if TYPE_CHECKING:
+    pass
+
+
+# Reasons under which the previous log no longer describes the same template, workload
+# and target (its best is no fair finalist to keep), and under which it is not replayed
+# on an edited template (history.py): reasons.Code says which.
+_SAME_TEMPLATE_BLOCKERS = frozenset(c for c in Code if c.blocks_reuse)
+
+
+_REPLAY_BLOCKERS = frozenset(c for c in Code if c.blocks_replay)
+
+
+def can_reuse_previous(entry: Entry) -> bool:
+    """Whether the previous log describes this very template, workload and target,
+    so its best is a fair finalist to keep."""
+    return entry.manifest is not None and not ({r.code for r in entry.reasons} & _SAME_TEMPLATE_BLOCKERS)
+
+
+def replay_skipped(entry: Entry) -> str | None:
+    """Why the previous log is not replayed on the edited template (None: it is, or
+    the template did not change). Only a template edit is replayed."""
+    codes = {r.code for r in entry.reasons}
+    if entry.manifest is None:  # unreadable (log_modified), or none at all (missing)
+        return "no readable previous log" if Code.LOG_MODIFIED in codes else None
+    if Code.TEMPLATE_CHANGED not in codes and Code.WORKLOAD_CHANGED not in codes:
+        return None
+    if Code.TVM_CHANGED in codes:
+        return f"the previous log was tuned with TVM {entry.manifest.tvm_version}"
+    if Code.LOG_MODIFIED in codes:
+        return "the previous log was edited by hand"
+    if Code.TEMPLATE_API_CHANGED in codes:
+        return (f"the previous log was decoded with template API {entry.manifest.template_api}, "
+                "not this tvmtune-ci's")
+    if Code.TARGET_CHANGED in codes:
+        return "the previous log was tuned for another target"
+    return None
+
+
+def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
+                   ) -> tuple[Manifest | None, Path, str | None]:
+    """Whose log a re-tune replays: (manifest, its path, the other target's name or None).
+
+    This entry's own log after a template edit; its old folder's after a rename with
+    an edit (renames.renamed_history); else, with the target's seed-from,
+    another target's log of the operator when the entry has no log of its own to
+    keep; else none (manifest None). Says why a replay is skipped."""
+    reuse = can_reuse_previous(entry)
+    if can_replay(entry):
+        return entry.manifest, entry.logset.manifest, None
+    skipped = replay_skipped(entry)
+    if entry.manifest is None and skipped is None:
+        # No log: a renamed (and edited) template's is in its old folder (renames.py).
+        renamed = renamed_history(config, entry.operator, target, entry.template_file, say)
+        if renamed is not None:
+            return renamed[0], renamed[1], None
+    if not reuse and target.seed_from:
+        seeded = seed_source(config, entry, target, say)
+        if seeded is not None:
+            say(f"history: seeding from the {target.seed_from} log {seeded[0].log} (seed-from)")
+            return seeded[0], seeded[1], target.seed_from
+    if skipped is not None:
+        say(f"history replay skipped: {skipped}; a cold search")
+    return None, entry.logset.manifest, None
+
+
+def replay_plan(config: Config, entry: Entry) -> list[str]:
+    """What `retune` would replay, in words, without TVM (for --dry-run): per workload
+    the knob diff and how many old configurations map."""
+    lines: list[str] = []
+    target_cfg = config.target(entry.target_name)
+    hist, _, from_target = history_source(config, entry, target_cfg, lines.append)
+    if hist is None:
+        return [x.removesuffix("; a cold search") for x in lines]
+    decl = read_template(config.root / entry.template_file)
+    target = target_cfg.target
+    old_decl = history.old_declaration(config.root, hist)
+    for wname, wl in sorted(decl.workloads.items()):
+        old = history.old_configs(hist, wname)
+        mapped = history.map_all(old, decl.knobs, wl, target)
+        diff = history.knob_diff(old_decl, decl.knobs, wl, target,
+                                 old_names=sorted({k for c in old for k in c}))
+        whole = sum(not m.reset for m in mapped)
+        lines.append(f"history {wname}: {diff.sentence()}; {len(mapped)} configuration(s) of "
+                     f"{hist.log}{f' ({from_target})' if from_target else ''} would be replayed "
+                     f"first, {whole} with every knob kept; its other records would train the "
+                     "cost model")
+    return lines
+
+
+def can_replay(entry: Entry) -> bool:
+    """Whether the entry's own previous log is replayed: its template was edited,
+    the log is readable, unedited, for this target and tuned with this TVM."""
+    codes = {r.code for r in entry.reasons}
+    return (entry.manifest is not None and bool(codes & {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED})
+            and not codes & _REPLAY_BLOCKERS)
+
+
+def _git_commit_of(root: Path, path: Path) -> str | None:
+    try:
+        return last_commit(root, path)
+    except Exception:  # not a git repo, or the template is not committed yet
+        return None
+
+
+def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) -> tuple[Manifest, Path] | None:
+    """The log of `target.seed_from` for this operator, when it can seed this entry's
+    search: readable, not edited by hand, tuned with this TVM, for the same template
+    file. None (with a line saying why) otherwise."""
+
+    name = target.seed_from
+    assert name is not None
+    logset = LogSet.of(config.logs_path, entry.operator, name)
+    where = f"seed-from {name}: {logset.folder.relative_to(config.root) if logset.folder.is_relative_to(config.root) else logset.folder}"
+    try:
+        m = read_manifest(logset.manifest)
+    except (OSError, TvmtuneError) as e:
+        say(f"history: {where} has no readable log ({type(e).__name__}); a cold search")
+        return None
+    try:
+        data = (logset.folder / m.log).read_bytes()
+    except OSError:
+        data = None
+    installed = installed_tvm_version()
+    why = None
+    if data is None or sha256_bytes(data) != m.log_sha256:
+        why = f"its log {m.log} is missing or was edited since its manifest was written"
+    elif installed and major_minor(installed) != major_minor(str(m.tvm_version)):
+        why = f"it was tuned with TVM {m.tvm_version}"
+    elif m.template_file != entry.template_file:
+        why = f"it is a log of {m.template_file}, not {entry.template_file}"
+    if why is not None:
+        say(f"history: {where}: not seeding, {why}; a cold search")
+        return None
+    return m, logset.manifest
+
+
+def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads: list[str],
+                 say: Say) -> dict[str, list[Any]]:
+    """The replayed log's records as (knobs, latency, program key) per workload, for the
+    cost model's prior and the check whether the old search stands (`priors.py`); {} with
+    a line saying why when they cannot be read."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="tvmtune-prior-") as scratch:
+            return priors.old_records(root, manifest_path, manifest, workloads, Path(scratch))
+    except priors.PriorError as e:
+        say(f"history: the cost model is not trained on the previous log's other records: {e}")
+        return {}
+
+
+def old_ranking_holds(target: TargetConfig, manifest: Manifest) -> bool:
+    """Whether the previous log's ranking of its programs was measured on this kind of
+    runner (`runs.same_machine`): the old search standing after an edit, and the finals
+    leaving old programs out, rest on it. Another CPU generation ranks them otherwise (a
+    Zen 4's best 1024^3 matmul ran 1.7-1.9x slower on a Zen 5 than the Zen 5's own best;
+    bench_warmstart run R). An RPC target's devices are the runner: not this machine."""
+    return target.rpc is not None or same_machine(host_description(), manifest.host)

@@ -1,0 +1,94 @@
+"""The re-tune's data (`pipeline.py`): the `Job` each step takes and returns, what it
+holds (the loaded `Template`, the `History` replayed), and an entry's `RetuneResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from .check.fingerprint import Fingerprint
+from .check.sources import Sources
+from .check.staleness import Entry
+from .core.config import Config, TargetConfig
+from .core.errors import TvmtuneError
+from .core.manifest import Manifest, WorkloadResult
+from .core.template import Knob, TemplateDecl
+from .publish.swap import Published
+
+if TYPE_CHECKING:
+    from .budget import Budget
+    from .tune.tuner import TuneOutcome
+    from .tune.workload import Workload
+
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RetuneResult:
+    """One entry re-tuned: the entry as it was, the new manifest, what was published."""
+
+    entry: Entry
+    manifest: Manifest
+    published: Published
+
+    def speedups(self) -> dict[str, float]:
+        return {w: r.speedup for w, r in self.manifest.results.items()}
+
+
+@dataclass(frozen=True)
+class Template:
+    """An operator template loaded once: its declarations (read without running it),
+    its semantic fingerprint, and the imported module."""
+
+    path: Path
+    decl: TemplateDecl
+    fingerprint: Fingerprint
+    module: ModuleType
+    sources: Sources  # what decl and fingerprint were computed from (for `check`)
+
+
+@dataclass(frozen=True)
+class History:
+    """The log a re-tune replays (history.py, priors.py): this entry's own after a
+    template edit, or another target's with seed-from."""
+
+    manifest: Manifest
+    manifest_path: Path
+    from_target: str | None  # None: this entry's own log
+    old_knobs: tuple[Knob, ...] | None  # the KNOBS it was tuned with (None: unknown)
+    records: dict[str, list[Any]]  # workload -> its records as (knobs, latency, program key)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one entry's re-tune steps pass along; each step returns the next Job."""
+
+    config: Config
+    entry: Entry
+    target: TargetConfig
+    trials: int
+    seed: int
+    say: Say
+    progress: Callable[[str], Callable[[Any], None]] | None = None
+    threads: int | None = None  # TVM_NUM_THREADS while measuring locally (None: TVM's own)
+    template: Template | None = None
+    history: History | None = None
+    # Each workload resolved once (`load_step`): the carry, the tuner and the first
+    # history run take its module and FLOPs from here.
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    outcomes: dict[str, TuneOutcome] = field(default_factory=dict)
+    results: dict[str, WorkloadResult] = field(default_factory=dict)
+    manifest: Manifest | None = None
+    files: dict[str, bytes] = field(default_factory=dict)  # the set's log, results, manifest
+    history_runs: tuple[Any, ...] = ()  # the new set's run history (runs.Run)
+    budget: Budget | None = None  # shared by the entries of one `retune --budget`
+    carry: bool = True  # whether a set whose programs an edit left alone is carried forward
+    carried: str | None = None  # why the set was carried forward (carry_step), in words
+    published: Published | None = None
+    # Why this machine cannot measure the target, held back while a carry forward (which
+    # measures nothing) is tried; raised if the set is not carried (`refused_step`).
+    refusal: TvmtuneError | None = None

@@ -1,0 +1,153 @@
+"""One workload's tuning request built from the re-tune's `Job` (`tune_one`): the
+previous best as a finalist, the history mapped and replayed, the budget's share and
+its questions, the tuner's outcome and the manifest's result with its history report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from .budget import floor_of, fmt_duration
+from .core import history
+from .core.manifest import WorkloadResult
+from .core.runs import machine_words
+from .pipeline_history import can_reuse_previous, old_ranking_holds
+from .pipeline_job import Job, Say
+from .pipeline_words import previous_sentence, replay_report
+from .tune import priors
+from .tune.hostcheck import host_description
+from .tune.measure import workload_bytes
+from .tune.search import WARMUP_SAMPLES
+from .tune.tuner import TuneRequest, tune_workload
+
+if TYPE_CHECKING:
+    from .budget import Budget
+    from .tune.runners import Runner
+    from .tune.tuner import TuneOutcome
+
+
+def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, WorkloadResult]:
+    """One workload: the previous best as a finalist, or the history replayed; the
+    tuner's outcome and the manifest's result, with the history report."""
+    entry, target, say, tpl, hist = job.entry, job.target, job.say, job.template, job.history
+    assert tpl is not None
+    decl, wl = tpl.decl, tpl.decl.workloads[wname]
+    prev = None
+    if can_reuse_previous(entry) and entry.manifest is not None and wname in entry.manifest.results:
+        prev = dict(entry.manifest.results[wname].best.knobs)
+        where = f"on {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "on this machine"
+        say(f"{wname}: the previous log's best is a finalist, re-measured {where}")
+    mapped: list[history.Mapped] = []
+    diff = None
+    holds = False  # asked once per workload: it reads /proc/cpuinfo
+    if hist is not None and hist.from_target is None:
+        holds = old_ranking_holds(target, hist.manifest)
+    if hist is not None and hist.from_target is None and not holds:
+        say(f"{wname}: {hist.manifest.log} was measured on {machine_words(hist.manifest.host)}, this machine "
+            f"is {machine_words(host_description())}: its search does not stand here, and its programs are "
+            "not left out of the finals")
+    if hist is not None:
+        old = history.old_configs(hist.manifest, wname)
+        mapped = history.map_all(old, decl.knobs, wl, target.target)
+        diff = history.knob_diff(hist.old_knobs, decl.knobs, wl, target.target,
+                                 old_names=sorted({k for c in old for k in c}))
+        why = f"seeded from {hist.from_target}" if hist.from_target else "template edited"
+        say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
+            f"configuration(s) of {hist.manifest.log} first")
+    budget_s, note, t0, left0 = None, "", time.monotonic(), 0.0
+    # The entry's run history is measured after its workloads: each leaves its part.
+    history_s = job.config.measure.history_s / max(1, len(decl.workloads))
+    if job.budget is not None:
+        left0 = job.budget.left_s()
+        budget_s, note = job.budget.share((entry.operator, target.name, wname))
+        budget_s -= history_s
+        say(f"{wname}: budget: {note}")
+    resolved = job.workloads[wname]
+    outcome = tune_workload(TuneRequest(
+        template=tpl.module,
+        workload_name=wname,
+        workload=resolved,
+        target=target.target,
+        trials=job.trials,
+        batch_size=job.config.batch_size,
+        seed=job.seed,
+        early_stop=job.config.early_stop,
+        measure=job.config.measure,
+        work_dir=entry.logset.work_dir / wname,
+        rpc=target.rpc,
+        on_batch=job.progress(f"{entry.operator}/{entry.target_name}/{wname}") if job.progress else None,
+        fingerprint=tpl.fingerprint.digest,
+        previous_knobs=prev,
+        warn=say,
+        replay=tuple(m.knobs for m in mapped),
+        prior=priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
+                               [m.knobs for m in mapped]) if hist is not None else (),
+        old_knobs=(tuple(hist.old_knobs) if hist is not None and hist.old_knobs is not None and mapped
+                   else None),
+        # Another target's programs are other kernels whatever their modules: only this
+        # target's own log, measured on this kind of runner, can stand for the edited
+        # template (or rank old programs below its best in the finals).
+        old_programs=(priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
+                      if holds and hist is not None else ()),
+        time_budget_s=budget_s,
+        budget_note=note,
+        budget_more=(None if job.budget is None else _budget_more(
+            job.budget, (entry.operator, target.name, wname),
+            history_s)),
+        budget_reshare=(None if job.budget is None else _budget_reshare(
+            job.budget, (entry.operator, target.name, wname), left0,
+            history_s, say)),
+        runner=runner,
+    ))
+    if job.budget is not None:
+        took = time.monotonic() - t0
+        job.budget.finish((entry.operator, target.name, wname), took, floor_of(
+            took, outcome.stats, WARMUP_SAMPLES, history_s))
+        # What it spent beside what it was given, in the README and the commit.
+        spent = f"; it took {fmt_duration(took)}" + (
+            f" (and {fmt_duration(history_s)} of its set's history run after the set)" if history_s else "")
+        outcome = replace(outcome, trials=replace(outcome.trials, budget_note=outcome.trials.budget_note + spent))
+    report = None
+    if diff is not None and hist is not None:
+        report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target)
+        for line in report.sentences():
+            say(f"{wname}: history: {line}")
+    if outcome.previous_verdict is not None and outcome.previous is not None:
+        say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
+    elif prev is not None:
+        say(f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best")
+    return outcome, WorkloadResult(
+        best=outcome.best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),
+        space_size=outcome.space_size, design_spaces=outcome.design_spaces,
+        curve=tuple(outcome.curve), previous_best=outcome.previous,
+        previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
+        history=report.to_json() if report is not None else None,
+        noise_check=outcome.noise_check,
+        bytes_moved=workload_bytes(tpl.module, resolved),
+        gpu=outcome.gpu,
+    )
+
+
+def _budget_more(budget: Budget, item: tuple[str, str, str], history_s: float
+                 ) -> Callable[[float, float, float], tuple[bool, str]]:
+    """The search's question past its share (TuneRequest.budget_more), asked of the
+    budget with the item's part of its set's history run added to what it needs."""
+    def more(spent_s: float, gain_per_s: float, need_s: float) -> tuple[bool, str]:
+        return budget.go_on(item, spent_s + history_s, gain_per_s, need_s + history_s)
+    return more
+
+
+def _budget_reshare(budget: Budget, item: tuple[str, str, str], left_s: float, history_s: float,
+                    say: Say) -> Callable[[float], tuple[float, str] | None]:
+    """The search's question when its warm-up is done (TuneRequest.budget_reshare): the
+    first searching item's share again from its own floor (with its part of its set's history
+    run), as though it had been known at the item's start (`left_s` then)."""
+    def reshare(floor_s: float) -> tuple[float, str] | None:
+        again = budget.reshare(item, floor_s + history_s, left_s)
+        if again is None:
+            return None
+        say(f"{item[2]}: budget, its floor measured: {again[1]}")
+        return again[0] - history_s, again[1]
+    return reshare
