@@ -178,7 +178,7 @@ def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], se
             print(f"  {a}: {statistics.median(samples[a]) * 1e3:.2f} ms (median; "
                   f"{min(samples[a]) * 1e3:.2f}-{max(samples[a]) * 1e3:.2f} ms)")
 
-        def ratio(a: str, b: str) -> str:
+        def ratio(a: str, b: str, samples: dict[str, list[float]] = samples) -> str:
             rs = sorted(x / y for x, y in zip(samples[a], samples[b], strict=True))
             return f"{statistics.median(rs):.3f} ({rs[0]:.3f}-{rs[-1]:.3f} over the rounds)"
 
