@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42, help="the first seed (42)")
     p.add_argument("--rounds", type=int, default=10, help="rounds of the end-to-end timing (10)")
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch repos under this folder")
+    p.add_argument("--usable-precision", type=float, default=None,
+                   help="measure.usable_precision in the scratch repos (default: this repo's); raise "
+                        "it on a loaded machine, where retune refuses a runner too noisy, and say so")
     return p.parse_args(argv)
 
 
@@ -67,7 +70,7 @@ def snapshot(where: Path) -> Path:
 
 
 def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any], trials: int,
-                 seed: int) -> Path:
+                 seed: int, usable_precision: float | None = None) -> Path:
     """A git repo with the CPU templates, the models and their profiles, one target."""
     sys.path.insert(0, str(src))
     from tvmtune_ci.core.template import discover_templates, read_template
@@ -83,6 +86,8 @@ def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any
         cfg.pop(key, None)
     cfg.update(trials=trials, seed=seed, targets={target_name: {"target": target}})
     cfg["measure"] = {**cfg.get("measure", {}), "history_s": 10}
+    if usable_precision is not None:
+        cfg["measure"]["usable_precision"] = usable_precision
     (where / "tvmtune.yaml").write_text(
         "# written by benchmarks/bench_model_budget.py\n" + yaml.safe_dump(cfg, sort_keys=False))
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
@@ -133,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                           text=True).stdout.strip()
     print(f"# bench_model_budget: equal ({args.trials} trials per workload) vs budget (the equal arm's "
           f"seconds, the models' shares on {target.name}); {args.seeds} seed(s) from {args.seed}; code at "
-          f"{head}; host {host.get('cpu')} ({host.get('cpu_id')}); load {os.getloadavg()[0]:.2f}", flush=True)
+          f"{head}; host {host.get('cpu')} ({host.get('cpu_id')}); load {os.getloadavg()[0]:.2f}; "
+          f"usable_precision {args.usable_precision or config.measure.usable_precision}", flush=True)
     print("# shares (the budget's weights where a model calls the workload): "
           + ", ".join(f"{o}/{w} {s:.3f}" for (o, w), s in sorted(shares.items(), key=lambda x: -x[1])), flush=True)
     repos: dict[str, Path] = {}
@@ -141,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for k in range(args.seeds):
             seed = args.seed + k
-            eq = scratch_repo(src, base / f"equal@{k}", target.name, target.target, args.trials, seed)
+            eq = scratch_repo(src, base / f"equal@{k}", target.name, target.target, args.trials, seed,
+                              args.usable_precision)
             seconds[f"equal@{k}"], _ = retune(src, eq, "--seed", str(seed))
             repos[f"equal@{k}"] = eq
-            bu = scratch_repo(src, base / f"budget@{k}", target.name, target.target, args.trials, seed)
+            bu = scratch_repo(src, base / f"budget@{k}", target.name, target.target, args.trials, seed,
+                              args.usable_precision)
             seconds[f"budget@{k}"], _ = retune(src, bu, "--seed", str(seed), "--trials", "300",
                                                "--budget", f"{seconds[f'equal@{k}']:.0f}s")
             repos[f"budget@{k}"] = bu

@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="*", default=None, help="models of tvmtune.yaml (default: all)")
     p.add_argument("--runs", type=int, default=3, help="profile runs per model (3)")
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch repos under this folder")
+    p.add_argument("--usable-precision", type=float, default=None,
+                   help="measure.usable_precision in the scratch repo (default: this repo's); raise it "
+                        "on a loaded machine, where retune refuses a runner too noisy, and say so")
     args = p.parse_args(argv)
 
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-model-ms-"))
@@ -65,13 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip()
     print(f"# bench_model_ms on {target.name} ({json.dumps(target.target)}); code at {head}; "
-          f"load {os.getloadavg()[0]:.2f}", flush=True)
+          f"load {os.getloadavg()[0]:.2f}; usable_precision "
+          f"{args.usable_precision or config.measure.usable_precision}", flush=True)
     try:
         for m in [m for m in config.models if not args.models or m.name in args.models]:
             src_path = src / m.source
             cov = read_coverage(src_path.parent / f"{m.name}.coverage.json")
             ops = sorted({cv.template for _, cv, _ in cov.calls if cv.template is not None})
-            repo = scratch_repo(src, base / m.name, target.name, target.target, config.trials, config.seed)
+            repo = scratch_repo(src, base / m.name, target.name, target.target, config.trials, config.seed,
+                                args.usable_precision)
             seconds, out = run(src, repo, "retune", *ops, "--target", target.name)
             print(f"\n## {m.name}: retune {' '.join(ops)} --target {target.name}, cold: {seconds:.0f} s "
                   f"wall (load {os.getloadavg()[0]:.2f})", flush=True)
