@@ -9,7 +9,7 @@ from typing import Any
 from ..core import stats
 from ..core.config import MeasureOptions
 from ..core.tunetypes import Trial
-from .builder import remove_artifact
+from .builder import Builder, remove_artifact
 from .runners import Runner
 from .sampling import device_type
 
@@ -18,7 +18,7 @@ Picked = tuple[Any, int, dict[str, Any]]
 
 
 def run_batch(
-    cands: Sequence[Any], target: Any, builder: Any, runner: Runner, ms: Any,
+    cands: Sequence[Any], target: Any, builder: Builder, runner: Runner, ms: Any,
     prebuilt: Sequence[Any] | None = None,
 ) -> list[tuple[Any, str | None, bool]]:
     """Build every candidate in-process (unless `prebuilt` holds their BuilderResults),

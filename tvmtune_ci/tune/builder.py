@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.cpus import usable_cores
 from ..core.errors import TemplateError, TvmtuneError
@@ -264,6 +264,18 @@ def export_kernel(module: Any, path: str, target: Mapping[str, Any]) -> float:
 
 
 @functools.cache  # one class per process: TVM registers it by name
+class Builder(Protocol):
+    """What the tuner uses of the builder (`make_builder`): TVM's `PyBuilder` subclass
+    is made when TVM loads, so this is its type before then."""
+
+    compile_s: list[float]
+    export_s: list[float]
+    build_wall_s: list[float]
+
+    def build(self, build_inputs: list[Any]) -> list[Any]: ...
+    def close(self) -> None: ...
+
+
 def _builder_class() -> Any:
     from . import tvmsetup
 
@@ -366,7 +378,7 @@ def _builder_class() -> Any:
     return InProcessBuilder
 
 
-def make_builder(artifact_dir: str | None = None, threads: int | None = None) -> Any:
+def make_builder(artifact_dir: str | None = None, threads: int | None = None) -> Builder:
     """An `InProcessBuilder` (a MetaSchedule `Builder`) building a batch on `threads`
     threads (None: BUILD_THREADS); call `.close()` when done."""
     return _builder_class()(artifact_dir, threads)

@@ -27,7 +27,7 @@ from ..core.config import MeasureOptions
 from ..core.errors import TuningError
 from ..core.manifest import Measured
 from ..core.template import template_name
-from .builder import make_builder, remove_artifact, schedule_config
+from .builder import Builder, make_builder, remove_artifact, schedule_config
 from .rpclimits import rpc_failure
 from .runners import Runner, make_runner
 from .sampling import SamplePolicy, device_type, full_policy
@@ -100,7 +100,7 @@ def run_schedule(
     sch: Any,
     target: Mapping[str, Any],
     runner: Runner,
-    builder: Any | None = None,
+    builder: Builder | None = None,
     what: str = "measuring a schedule",
 ) -> list[float]:
     """Build `sch` in-process, measure it with `runner` (its current policy); the samples
@@ -146,7 +146,7 @@ class _Session:
     def __enter__(self) -> _Session:
         self.runner: Runner = (make_runner(self.measure) if self._borrowed is None
                                else self._borrowed)
-        self.builder: Any = make_builder()
+        self.builder: Builder = make_builder()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -316,7 +316,7 @@ class _Visits:
     first visit and kept, artifacts removed on close."""
 
     def __init__(self, schs: Sequence[Any], target: Mapping[str, Any], measure: MeasureOptions,
-                 runner: Runner, builder: Any) -> None:
+                 runner: Runner, builder: Builder) -> None:
         from . import tvmsetup
 
         ms = tvmsetup.ms()
@@ -370,7 +370,7 @@ def finals(
     measure: MeasureOptions,
     *,
     runner: Runner,
-    builder: Any,
+    builder: Builder,
 ) -> list[FinalResult]:
     """Re-measure `finalists` in interleaved rounds (A B C, B C A, ...) until each is
     within `measure.precision`, or separated from the leader (its interval entirely
@@ -446,7 +446,7 @@ def interleave(
     *,
     seconds: float,
     runner: Runner,
-    builder: Any,
+    builder: Builder,
     what: str = "interleaved measurement",
 ) -> list[list[Visit]]:
     """Measure the schedules `schs` in tight alternation for `seconds`: round after

@@ -35,7 +35,7 @@ from ..core.template import space_size, template_name
 from ..core.tunetypes import BatchEvent, ReplayStats, Trial
 from .batch import Picked, ok, run_batch, trial_entries
 from .budgetgate import BudgetGate, BudgetOptions
-from .builder import make_postprocs, schedule_config
+from .builder import Builder, make_postprocs, schedule_config
 from .measure import Finalist, finals, gflops
 from .replay import Replay
 from .request import TuneRequest
@@ -94,7 +94,7 @@ class Search:
     """One workload's MetaSchedule search: context, design spaces, database, journal,
     cost model; `run()` measures batch after batch until a stop reason."""
 
-    def __init__(self, req: TuneRequest, builder: Any, runner: Runner, t_start: float) -> None:
+    def __init__(self, req: TuneRequest, builder: Builder, runner: Runner, t_start: float) -> None:
         from . import tvmsetup
 
         self.ms = ms = tvmsetup.ms()

@@ -40,7 +40,7 @@ from ..core.errors import TuningError
 from ..core.manifest import Measured, Trials
 from ..core.template import template_name
 from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome
-from .builder import make_builder
+from .builder import Builder, make_builder
 from .failures import failure_kinds
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measure_baseline, measured
 from .numerics import check_correct
@@ -138,7 +138,7 @@ def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int
 
 
 def run_finals(
-    req: TuneRequest, entries: list[Trial], runner: Runner, builder: Any, *, stands: bool = False
+    req: TuneRequest, entries: list[Trial], runner: Runner, builder: Builder, *, stands: bool = False
 ) -> _FinalsOutcome:
     """The search's top `finalists`, the default and the previous best, interleaved;
     the winner's numerics checked (a wrong one becomes a failed trial and the next
