@@ -28,6 +28,7 @@ from .core.template import import_template, read_template
 from .tune import tvmsetup
 from .tune.builder import build_config
 from .tune.hostcheck import check_host
+from .tune.workload import resolve
 
 
 class FallbackWarning(UserWarning):
@@ -89,7 +90,7 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
             entry = report.entries[0]
             reasons += [f"{r.code}: {r.detail}" for r in entry.reasons]
     m = entry.manifest if entry is not None else None
-    if m is not None and not reasons:
+    if entry is not None and m is not None and not reasons:
         wl = workload or (next(iter(m.results)) if len(m.results) == 1 else None)
         if wl is None:
             reasons.append(f"{operator} has several workloads ({', '.join(m.results)}); pass workload=")
@@ -138,7 +139,7 @@ def build_best(operator: str, *, target: Any, workload: str | None = None, root:
     _check_runs_here(best, allow_foreign_host)
     config = load_config(Path(root) if root is not None else None)
     module = import_template(config.operators_path / f"{operator}.py", config.root)
-    return build_config(module, best.workload, best.target, best.knobs)
+    return build_config(module, resolve(module, best.workload, best.target), best.target, best.knobs)
 
 
 def load_database(log_path: Path) -> Any:

@@ -66,7 +66,7 @@ def deadline_scheduler(deadline: float, clock: Callable[[], float] = time.monoto
     from tvm.ir.utils import derived_object
 
     @derived_object
-    class Deadline(ms.task_scheduler.PyTaskScheduler):  # type: ignore[misc, name-defined]
+    class Deadline(ms.task_scheduler.PyTaskScheduler):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.last = -1
@@ -124,7 +124,7 @@ def tune_model(mod: Any, target: Any, seconds: float, work_dir: Path, *, seed: i
                            and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))))
     trials = sum(1 for r in db.get_all_tuning_records()
                  if r.run_secs and all(float(s) < 1e9 for s in r.run_secs))
-    if reused:
+    if done is not None and reused:
         spent = float(done["spent_s"])
     else:
         spent = time.monotonic() - t0

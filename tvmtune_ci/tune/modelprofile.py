@@ -101,7 +101,7 @@ def interleaved(builds: dict[str, ModelBuild], arrays: Sequence[Any], *, functio
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         vm[function](*args)  # warm-up
         timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
-        timers[label] = lambda timer=timer, args=args: float(timer(*args).mean)
+        timers[label] = _vm_sample(timer, args)
     for label, sample in (others or {}).items():
         sample()  # warm-up
         timers[label] = sample
@@ -111,6 +111,10 @@ def interleaved(builds: dict[str, ModelBuild], arrays: Sequence[Any], *, functio
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
             out[label].append(timers[label]())
     return out
+
+
+def _vm_sample(timer: Any, args: Sequence[Any]) -> Callable[[], float]:
+    return lambda: float(timer(*args).mean)
 
 
 def ort_sampler(onnx_path: Any, arrays: Mapping[str, Any], threads: int,
