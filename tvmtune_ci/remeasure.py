@@ -37,7 +37,6 @@ from .core.errors import HostError, LockError, TvmtuneError
 from .core.fsutil import canonical_json
 from .core.manifest import Manifest, read_manifest, seal_files
 from .core.template import import_template
-from .pipeline import measure_threads, tvm_threads
 from .publish.readme import render_readme
 from .publish.swap import publish, recover
 from .tune import calibration
@@ -46,6 +45,7 @@ from .tune.devices import preflight
 from .tune.hostcheck import Host, check_host, host_description, this_host
 from .tune.measure import interleave
 from .tune.runners import make_runner
+from .tune.runners.threads import measure_threads, tvm_threads
 
 Say = Callable[[str], None]
 
