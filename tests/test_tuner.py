@@ -1087,8 +1087,8 @@ def test_the_finals_leave_out_old_programs_only_while_the_old_best_s_program_is_
     programs and the old best's unchanged, the old search already ranked them below its
     best: the finals take only the search's new programs (at least one, the best new one
     of the whole search, for the verdict). An edit that changed the programs keeps them all."""
+    from tvmtune_ci.tune.finals import _new_programs
     from tvmtune_ci.tune.space import knobs_key
-    from tvmtune_ci.tune.tuner import _new_programs
     from tvmtune_ci.tune.workload import resolve
 
     old_tpl, out, _ = tuned
@@ -1272,7 +1272,7 @@ def _final(role: str, value: float, rel: float = 0.01, error: str | None = None)
 def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     finals: list[tuple], winner: int | None, tied: set[int]
 ) -> None:
-    from tvmtune_ci.tune.tuner import _decide
+    from tvmtune_ci.tune.finals import _decide
 
     results = [_final(*f) for f in finals]
     got, got_tied = _decide(results)
@@ -1432,7 +1432,7 @@ def _trial(i: int, a: int, latency: float | None) -> dict:
 
 
 def _fin_of(results: list[FinalResult]):  # noqa: ANN202
-    from tvmtune_ci.tune.tuner import _decide, _FinalsOutcome
+    from tvmtune_ci.tune.finals import _decide, _FinalsOutcome
 
     winner, tied = _decide(results)
     return _FinalsOutcome(results, winner, tied)
@@ -1449,7 +1449,7 @@ def _finalist(role: str, a: int | None, value: float, rel: float = 0.01) -> Fina
 
 def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
     from tvmtune_ci.core.manifest import Measured
-    from tvmtune_ci.tune.tuner import assemble
+    from tvmtune_ci.tune.finals import assemble
 
     entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.1), _trial(3, 3, 2.0), _trial(4, 4, None)]
     fin = _fin_of([_finalist("search", 1, 0.9), _finalist("search", 2, 1.05), _finalist("default", None, 3.0)])
@@ -1477,8 +1477,8 @@ def test_assembling_never_logs_a_record_left_out_of_the_finals_below_the_winner(
     search's order on one scale."""
     from tvmtune_ci.core.manifest import Measured
     from tvmtune_ci.core.records import workload_entry
+    from tvmtune_ci.tune.finals import assemble
     from tvmtune_ci.tune.space import knobs_key
-    from tvmtune_ci.tune.tuner import assemble
 
     # 1: an old program, left out; 2: the old best's replayed record; 3: a new program;
     # 4: another, not a finalist.
@@ -1503,7 +1503,7 @@ def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only
     the default; a re-tune with history checked the noise on the old best, so the speedup
     is unknown and it says what to do."""
     from tvmtune_ci.core.manifest import Measured
-    from tvmtune_ci.tune.tuner import assemble
+    from tvmtune_ci.tune.finals import assemble
 
     entries = [_trial(1, 1, 1.0)]
     lost = FinalResult(Finalist("default", None, "default"), None, error="timeout after 30 s")
@@ -1524,8 +1524,8 @@ def test_assembling_a_replayed_previous_best_gives_its_own_record_the_finals_fig
     from dataclasses import replace as dc_replace
 
     from tvmtune_ci.core.manifest import Measured
+    from tvmtune_ci.tune.finals import assemble
     from tvmtune_ci.tune.space import knobs_key
-    from tvmtune_ci.tune.tuner import assemble
 
     entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.1), _trial(3, 3, 2.0)]
 
@@ -1549,7 +1549,7 @@ def test_assembling_a_replayed_previous_best_gives_its_own_record_the_finals_fig
 
 def test_assembling_a_kept_previous_best_logs_its_record_and_the_tie() -> None:
     from tvmtune_ci.core.manifest import Measured
-    from tvmtune_ci.tune.tuner import assemble
+    from tvmtune_ci.tune.finals import assemble
 
     entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.3)]
     fin = _fin_of([_finalist("search", 1, 0.99, 0.03), _finalist("previous", 9, 1.0, 0.03),
