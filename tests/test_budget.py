@@ -208,3 +208,26 @@ def test_the_first_items_share_is_recomputed_from_the_floor_its_warm_up_measured
     b.finish(a, 660.0, 100.0)
     assert b.reshare(("mm", "t", "b"), 50.0, left_s=340.0) is None
     assert b.floor() == 100.0
+
+
+def test_trials_by_share_follow_the_tiers_unless_the_operator_sets_its_own() -> None:
+    """The background write-up's 4.1: a workload's trials by its share of a profiled
+    model's time; the operator's `trials:` wins; no profile: the top-level trials."""
+    c = parse("targets:\n  cpu:\n    target: {kind: llvm}\ntrials: 300\noperators:\n  dense: {trials: 64}\n")
+    shares = {("conv2d", "r3x3"): 0.44, ("conv2d", "r1x1"): 0.12, ("matmul", "m"): 0.01}
+    assert c.trials_of("conv2d", "r3x3", shares)[0] == 1500
+    assert c.trials_of("conv2d", "r1x1", shares)[0] == 500
+    assert c.trials_of("matmul", "m", shares)[0] == 150
+    assert c.trials_of("softmax", "s", shares)[0] == 150  # no model calls it: marginal
+    assert c.trials_of("dense", "a", shares) == (64, "operators.dense.trials")
+    assert c.trials_of("conv2d", "r3x3") == (300, "trials")
+    off = parse("targets:\n  cpu:\n    target: {kind: llvm}\ntrial_tiers: off\n")
+    assert off.trials_of("conv2d", "r3x3", shares)[0] == 300
+
+
+@pytest.mark.parametrize("tiers", ["{0.3: 100}", "{2: 100, 0: 10}", "{0.3: 0, 0: 10}", "[1, 2]"])
+def test_bad_trial_tiers_name_the_fix(tiers: str) -> None:
+    from tvmtune_ci.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trial_tiers"):
+        parse(f"targets:\n  cpu:\n    target: {{kind: llvm}}\ntrial_tiers: {tiers}\n")

@@ -259,3 +259,29 @@ def test_profile_lists_the_mapped_shapes_as_workloads_worth_declaring(tmp_path: 
     readme = (root / "models/two_mm.host.md").read_text()
     assert "## Shapes worth a workload" in readme and "- `mm` `K64_M64_N40` (" in readme
     assert "mapped from s64)" in readme
+
+
+@pytest.mark.slow
+def test_a_model_s_shares_set_each_workload_s_trials_by_the_tiers(tmp_path: Path) -> None:
+    """4.1's tiers: where a model is profiled on the target, a workload's trials follow
+    its share of the model's time; `--trials` on the command line still rules."""
+    import yaml
+    from conftest import run_cli
+
+    from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.core.profiles import CallTime, Profile, ProfileRun, write_profile
+
+    root = _repo(tmp_path)
+    cfg = yaml.safe_load((root / "tvmtune.yaml").read_text())
+    cfg["trial_tiers"] = {0.5: 6, 0: 3}
+    (root / "tvmtune.yaml").write_text(yaml.safe_dump(cfg))
+    run = ProfileRun("2026-12-06", {}, "none", 1e-3, 0.1, 3,
+                     (CallTime("mm_s64", 2, 6e-4, "mm", "s64"), CallTime("fused_gelu", 1, 2e-4)))
+    write_profile(root / "models/two_mm.profile.json", Profile("two_mm", {"host": (run,)}))
+    r = run_cli(root, "retune", "--all", "--no-carry")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "s64: 6 trials (75% of the profiled models' time: the 50%+ tier)" in r.stdout
+    assert read_manifest(root / "tuning_logs/mm/host/manifest.json").trials["s64"].requested == 6
+    r = run_cli(root, "retune", "--all", "--no-carry", "--trials", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert read_manifest(root / "tuning_logs/mm/host/manifest.json").trials["s64"].requested == 4

@@ -46,6 +46,7 @@ from .core.fsutil import sha256_bytes
 from .core.git.read import blob_id
 from .core.layout import LogSet
 from .core.manifest import Manifest, encode, seal_files
+from .core.profiles import model_shares_by_target
 from .core.records import make_log, render_log
 from .core.runs import RUNS_NAME, encode_runs, machine_words, parse_runs, read_runs
 from .core.stats import ESTIMATOR
@@ -312,9 +313,12 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
     holding the folder's lock. Returns what was published. `carry`: a set whose
     programs the template's edit left alone is carried forward (`carry_step`)."""
     target = config.target(entry.target_name)
+    shares = None
+    if trials is None and config.trial_tiers:
+        shares = model_shares_by_target(config, [target.name]).get(target.name)
     job = Job(config, entry, target,
               trials=trials if trials is not None else config.trials_for(entry.operator),
-              seed=seed if seed is not None else config.seed, say=say, progress=progress,
+              seed=seed if seed is not None else config.seed, say=say, shares=shares, progress=progress,
               threads=measure_threads(target), budget=budget, carry=carry)
     for step in BEFORE_LOCK:
         job = step(job)

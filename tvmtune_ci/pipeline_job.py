@@ -3,7 +3,7 @@ holds (the loaded `Template`, the `History` replayed), and an entry's `RetuneRes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -73,6 +73,9 @@ class Job:
     trials: int
     seed: int
     say: Say
+    # The profiled models' shares on this target where the trials were not given on the
+    # command line: each workload's trials follow them (Config.trials_of, trial_tiers).
+    shares: Mapping[tuple[str, str], float] | None = None
     progress: Callable[[str], Callable[[Any], None]] | None = None
     threads: int | None = None  # TVM_NUM_THREADS while measuring locally (None: TVM's own)
     template: Template | None = None

@@ -65,12 +65,16 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
         budget_s -= history_s
         say(f"{wname}: budget: {note}")
     resolved = job.workloads[wname]
+    trials = job.trials
+    if job.shares:
+        trials, why = job.config.trials_of(entry.operator, wname, job.shares)
+        say(f"{wname}: {trials} trials ({why})")
     outcome = tune_workload(TuneRequest(
         template=tpl.module,
         workload_name=wname,
         workload=resolved,
         target=target.target,
-        trials=job.trials,
+        trials=trials,
         batch_size=job.config.batch_size,
         seed=job.seed,
         early_stop=job.config.early_stop,

@@ -37,7 +37,11 @@ def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
     es = config.early_stop
     m = config.measure
     print(f"tvmtune-ci retune: {n} entr{'y' if n == 1 else 'ies'} from {config.path}")
-    print(f"  trials per workload: {args.trials if args.trials is not None else f'{config.trials} (per-operator overrides apply)'}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}")
+    tiers = (f"; where a model is profiled on the target, by the workload's share of it: "
+             + ", ".join(f"{n} at {least * 100:.0f}%+" for least, n in config.trial_tiers)
+             if config.models and config.trial_tiers else "")
+    trials = args.trials if args.trials is not None else f"{config.trials} (per-operator overrides apply{tiers})"
+    print(f"  trials per workload: {trials}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}")
     print(f"  early stop: {'off' if es.patience == 0 else f'best not improved beyond the noise and >{es.min_improvement:.0%} for {es.patience} batches (once the cost model is warm)'}")
     # Every option by name, so the line follows MeasureOptions as it changes.
     print("  measure: " + " ".join(f"{f.name}={getattr(m, f.name)!r}" for f in dataclasses.fields(m)))

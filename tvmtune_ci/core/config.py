@@ -198,6 +198,10 @@ class Config:
     operators_dir: str = "operators"
     logs_dir: str = "tuning_logs"
     trials: int = 300
+    # The background write-up's 4.1: trials by a workload's share of a profiled model's
+    # time, (least share, trials), the largest share first. Used where the target has a
+    # model profile and the operator no `trials:` of its own (`trials_of`); () is off.
+    trial_tiers: tuple[tuple[float, int], ...] = ((0.30, 1500), (0.05, 500), (0.0, 150))
     batch_size: int = 16
     seed: int = 42
     max_age_days: int = 365
@@ -278,6 +282,22 @@ class Config:
     def trials_for(self, operator: str) -> int:
         o = self.operator(operator)
         return o.trials if o.trials is not None else self.trials
+
+    def trials_of(self, operator: str, workload: str,
+                  shares: Mapping[tuple[str, str], float] | None = None) -> tuple[int, str]:
+        """A workload's trials and why: the operator's `trials:`; else, where a model is
+        profiled on the target (`shares`, core/profiles.model_shares), the tier of its
+        share of the model's time (`trial_tiers`; a workload no model calls is
+        marginal: share 0); else `trials:` at the top."""
+        o = self.operator(operator)
+        if o.trials is not None:
+            return o.trials, f"operators.{operator}.trials"
+        if shares and self.trial_tiers:
+            share = shares.get((operator, workload), 0.0)
+            for least, n in self.trial_tiers:
+                if share >= least:
+                    return n, f"{share * 100:.0f}% of the profiled models' time: the {least * 100:.0f}%+ tier"
+        return self.trials, "trials"
 
     def targets_for(self, operator: str, kinds: Collection[str] | None
                     ) -> tuple[TargetConfig, ...]:
@@ -623,7 +643,7 @@ def _parse_inputs(ctx: _Ctx, node: yaml.Node, operator: str) -> tuple[tuple[str,
     return tuple(out)
 
 
-_TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "batch_size", "seed",
+_TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "trial_tiers", "batch_size", "seed",
              "max_age_days", "tvm_version", "early_stop", "measure", "operators", "pr_check", "git",
              "keep", "models"]
 
@@ -669,6 +689,8 @@ def parse_config(text: str, path: Path) -> Config:
         if not isinstance(v, str) or not re.match(r"v?\d+\.\d+(?![\d])", v.strip()):
             raise ctx.error(items["tvm_version"][1], f"tvm_version {v!r} is not MAJOR.MINOR", 'write `tvm_version: "0.27"` (quoted)')
         kw["tvm_version"] = v
+    if "trial_tiers" in items:
+        kw["trial_tiers"] = _parse_tiers(ctx, items["trial_tiers"][1])
     if "early_stop" in items:
         kw["early_stop"] = _parse_early_stop(ctx, items["early_stop"][1])
     if "measure" in items:
@@ -688,6 +710,26 @@ def parse_config(text: str, path: Path) -> Config:
         kw["models"] = _parse_models(ctx, items["models"][1], [t.name for t in targets])
     kw["warnings"] = tuple(ctx.warnings)
     return Config(**kw)
+
+
+def _parse_tiers(ctx: _Ctx, node: yaml.Node) -> tuple[tuple[float, int], ...]:
+    """`trial_tiers: {0.30: 1500, 0.05: 500, 0: 150}` (least share: trials), or `off`."""
+    example = "trial_tiers: {0.30: 1500, 0.05: 500, 0: 150} (least share of a model's time: trials), or `off`"
+    value = _construct(node)
+    if value is False or value == "off":  # YAML reads a bare `off` as False
+        return ()
+    if not isinstance(value, dict) or not value:
+        raise ctx.error(node, f"trial_tiers {value!r} is not a mapping of shares to trials", f"write `{example}`")
+    tiers = []
+    for share, n in value.items():
+        if (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+                or isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ctx.error(node, f"trial_tiers entry {share!r}: {n!r} is not a share in [0, 1] and "
+                            "a positive trial count", f"write `{example}`")
+        tiers.append((float(share), n))
+    if min(t[0] for t in tiers) != 0:
+        raise ctx.error(node, "trial_tiers has no tier for the smallest shares", "add `0: 150` (every share falls in a tier)")
+    return tuple(sorted(tiers, reverse=True))
 
 
 def _parse_models(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tuple[ModelConfig, ...]:
