@@ -373,12 +373,6 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
     return out
 
 
-def band_path(config: Config, target: TargetConfig) -> Path | None:
-    """Where the runner band of `target`'s label is kept (None: the target names none)."""
-    label = runnerband.runner_label(target.runs_on, target.rpc.key if target.rpc else None)
-    return None if label is None else runnerband.pool_path(config.logs_path, label)
-
-
 def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]]) -> list[runs.Run]:
     """Append `run` to the set's runs.jsonl and republish it with its manifest (which
     hashes it) and README (which states its band), in one atomic swap; the history.

@@ -107,15 +107,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _commit(config, done, push: bool, failures: list) -> None:  # noqa: ANN001
+    from ..core.runnerband import pool_path, runner_label
     from ..core.runs import RUNS_NAME
     from ..publish.gitwrite import commit_paths, push_with_retry
-    from ..remeasure import band_path
 
     paths = []
     for r in done:
         folder = config.logs_path / r.operator / r.readme.split("/")[-2]
         paths += [folder / RUNS_NAME, folder / "manifest.json", folder / "README.md"]
-        pool = band_path(config, config.target(r.target))
+        t = config.target(r.target)  # its runner's band, when --record wrote it
+        label = runner_label(t.runs_on, t.rpc.key if t.rpc else None)
+        pool = pool_path(config.logs_path, label) if label else None
         if pool is not None and pool.is_file() and pool not in paths:
             paths.append(pool)
     lines = [f"- {line}" for r in done for line in _short(r)]
