@@ -637,7 +637,7 @@ def test_a_worker_started_before_tvm_is_imported_is_the_first_runners_worker(
 def test_a_prestarted_worker_measures_with_the_runs_threads_or_is_not_adopted(
         monkeypatch: pytest.MonkeyPatch, no_prestarted: None) -> None:
     """TVM sizes a process's thread pool from TVM_NUM_THREADS, which `retune` sets only
-    around an entry's tuning (pipeline.tvm_threads). A worker started before that must
+    around an entry's tuning (tune/runners/threads.tvm_threads). A worker started before that must
     be given it (2-core targets measured on one thread, 2x slower, before it was), and
     a runner whose worker would get another value starts its own."""
     from tvmtune_ci.tune.runners import local, make_runner

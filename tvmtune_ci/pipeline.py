@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from .budget import Budget
 
 # What callers import from here: the steps' modules are this module's parts, and
-# remeasure.py still takes the thread policy from here (tune/runners/threads.py).
+# benchmarks/ take the thread policy from here (it is tune/runners/threads.py's).
 __all__ = [
     "BEFORE_LOCK", "UNDER_LOCK", "History", "Job", "RetuneResult", "Say", "Template",
     "_REPLAY_BLOCKERS", "_SAME_TEMPLATE_BLOCKERS", "can_replay", "can_reuse_previous",

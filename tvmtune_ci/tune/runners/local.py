@@ -80,7 +80,7 @@ def prestart_worker(threads: int | None = None) -> None:
     Idempotent; imports nothing of TVM.
 
     `threads`: the TVM_NUM_THREADS the first measurement will run with
-    (`pipeline.tvm_threads`, which sets it only around an entry's tuning). TVM sizes its
+    (`threads.tvm_threads`, which the re-tune sets only around an entry's tuning). TVM sizes its
     thread pool from the environment the worker started with, so one started without it
     measured a 2-core target on one thread: 2x slower (softmax attn_512, Zen 3), and the
     run's history, measured in-process with the pipeline's setting, disagreed with its
