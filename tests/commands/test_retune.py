@@ -587,8 +587,11 @@ def test_remeasure_judges_the_first_run_on_its_runner_s_band_and_never_another_s
     (res,) = json.loads(r.stdout)["results"]
     (v,) = res["verdicts"]
     assert res["runner_band"]["label"] == "linux,x64" and res["runner_band"]["pairs"] == 56, res["runner_band"]
-    assert v["state"] in ("stable", "drift") and "more runs needed" not in v["sentence"], v
-    assert "runner band of `linux,x64`:" in v["sentence"] and "windows" in v["sentence"], v
+    # Stable or drift; inconclusive only for the job's own reasons (its windows disagreeing,
+    # the runner disturbed: a loaded machine), never "N more runs needed".
+    assert "more runs needed" not in v["sentence"] and "runner band of `linux,x64`:" in v["sentence"], v
+    assert v["state"] != "inconclusive" or ("they disagree by" in v["sentence"]
+                                            or v["sentence"].startswith("not judged")), v
     assert r.returncode == int(v["state"] == "drift"), r.stderr
     grown = runnerband.read_pool(runnerband.pool_path(logs, "linux,x64"), "linux,x64")
     (mine,) = [s for k, s in grown.series.items() if k.startswith("mm/host/s64@")]
