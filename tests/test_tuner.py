@@ -23,7 +23,7 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from tvmtune_ci.core.config import EarlyStop, MeasureOptions
-from tvmtune_ci.core.errors import TuningError
+from tvmtune_ci.core.errors import TemplateError, TuningError
 from tvmtune_ci.core.stats import Estimate
 from tvmtune_ci.tune.measure import Finalist, FinalResult
 from tvmtune_ci.tune.space import SpaceInfo, decode_knobs
@@ -337,6 +337,23 @@ def test_a_search_resumes_what_its_store_journaled_and_run_says_what_it_did(tmp_
     got = again.run(stands="the edit changed no program")
     assert (got.reason, got.detail, got.stood) == ("history_unchanged", "the edit changed no program", True)
     assert got.trials == again.store.trials and got.space_size == again.designs.size > 1
+
+
+def test_a_workload_is_resolved_for_one_template_and_one_target(tmp_path: Path) -> None:
+    """`resolve` hands a resolved Workload back as it is, for its own template and target
+    (or no target named); one resolved for another target or template is refused
+    rather than measured under the wrong facts. Nothing is computed to decide it."""
+    from tvmtune_ci.tune.workload import resolve
+
+    template = make_template(tmp_path, "mm_resolve")
+    wl = resolve(template, "m64", TARGET)
+    assert wl.name == "m64" and wl.target == TARGET and dict(wl.params)["M"] == 64
+    assert resolve(template, wl, TARGET) is wl and resolve(template, wl) is wl
+    with pytest.raises(TemplateError, match="resolved for target"):
+        resolve(template, wl, dict(TARGET, **{"num-cores": 4}))
+    with pytest.raises(TemplateError, match="was resolved for"):
+        resolve(make_template(tmp_path, "mm_other"), wl, TARGET)
+    assert "mod" not in wl._cache  # lazy: compute() never ran
 
 
 def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> None:
