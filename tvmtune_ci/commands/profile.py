@@ -48,8 +48,8 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..profiling import profile_model
     from ..publish.modelreadme import render, render_chart
-    from ..tune.modelprofile import profile_model
 
     config = load_config(Path(args.config) if args.config else None)
     known = [m.name for m in config.models]
