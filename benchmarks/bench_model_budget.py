@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42, help="the first seed (42)")
     p.add_argument("--rounds", type=int, default=10, help="rounds of the end-to-end timing (10)")
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch repos under this folder")
+    p.add_argument("--operators", nargs="*", default=None,
+                   help="only these operators' templates in the scratch repos (default: every CPU template)")
     p.add_argument("--usable-precision", type=float, default=None,
                    help="measure.usable_precision in the scratch repos (default: this repo's); raise "
                         "it on a loaded machine, where retune refuses a runner too noisy, and say so")
@@ -70,7 +72,8 @@ def snapshot(where: Path) -> Path:
 
 
 def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any], trials: int,
-                 seed: int, usable_precision: float | None = None) -> Path:
+                 seed: int, usable_precision: float | None = None,
+                 operators: list[str] | None = None) -> Path:
     """A git repo with the CPU templates, the models and their profiles, one target."""
     sys.path.insert(0, str(src))
     from tvmtune_ci.core.template import discover_templates, read_template
@@ -78,7 +81,7 @@ def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any
     where.mkdir(parents=True)
     shutil.copytree(src / "operators", where / "operators", ignore=shutil.ignore_patterns("__pycache__"))
     for path in discover_templates(where / "operators"):
-        if "llvm" not in read_template(path).kinds:
+        if "llvm" not in read_template(path).kinds or (operators and path.stem not in operators):
             path.unlink()
     shutil.copytree(src / "models", where / "models", ignore=shutil.ignore_patterns("__pycache__", "*.md", "*.png"))
     cfg = yaml.safe_load((src / "tvmtune.yaml").read_text())
@@ -139,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# bench_model_budget: equal ({args.trials} trials per workload) vs budget (the equal arm's "
           f"seconds, the models' shares on {target.name}); {args.seeds} seed(s) from {args.seed}; code at "
           f"{head}; host {host.get('cpu')} ({host.get('cpu_id')}); load {os.getloadavg()[0]:.2f}; "
-          f"usable_precision {args.usable_precision or config.measure.usable_precision}", flush=True)
+          f"usable_precision {args.usable_precision or config.measure.usable_precision}; operators "
+          f"{' '.join(args.operators) if args.operators else 'every CPU template'}", flush=True)
     print("# shares (the budget's weights where a model calls the workload): "
           + ", ".join(f"{o}/{w} {s:.3f}" for (o, w), s in sorted(shares.items(), key=lambda x: -x[1])), flush=True)
     repos: dict[str, Path] = {}
@@ -148,11 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.seeds):
             seed = args.seed + k
             eq = scratch_repo(src, base / f"equal@{k}", target.name, target.target, args.trials, seed,
-                              args.usable_precision)
+                              args.usable_precision, args.operators)
             seconds[f"equal@{k}"], _ = retune(src, eq, "--seed", str(seed))
             repos[f"equal@{k}"] = eq
             bu = scratch_repo(src, base / f"budget@{k}", target.name, target.target, args.trials, seed,
-                              args.usable_precision)
+                              args.usable_precision, args.operators)
             seconds[f"budget@{k}"], _ = retune(src, bu, "--seed", str(seed), "--trials", "300",
                                                "--budget", f"{seconds[f'equal@{k}']:.0f}s")
             repos[f"budget@{k}"] = bu
