@@ -87,7 +87,8 @@ def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any
     cfg = yaml.safe_load((src / "tvmtune.yaml").read_text())
     for key in ("keep", "operators"):
         cfg.pop(key, None)
-    cfg.update(trials=trials, seed=seed, targets={target_name: {"target": target}})
+    # Equal trials means equal: the profiles' trial tiers (4.1) off.
+    cfg.update(trials=trials, seed=seed, targets={target_name: {"target": target}}, trial_tiers="off")
     cfg["measure"] = {**cfg.get("measure", {}), "history_s": 10}
     if usable_precision is not None:
         cfg["measure"]["usable_precision"] = usable_precision
