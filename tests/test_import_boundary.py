@@ -178,11 +178,24 @@ def test_every_named_module_exists() -> None:
 
 
 def test_the_tuner_and_the_modules_its_types_pass_through_have_no_cycle() -> None:
-    """search, journal and records take the tuner's request and outcome types from
-    core.tunetypes, not from the tuner that imports them."""
+    """search, journal and records take the tuner's outcome types from core.tunetypes
+    and its request from tune.request, not from the tuner that imports them."""
     graph = _graph()
-    for m in ("tune.search", "tune.journal", "core.records", "core.tunetypes"):
+    for m in ("tune.search", "tune.journal", "core.records", "core.tunetypes", "tune.request"):
         assert _path(graph, m, {"tune.tuner"}) is None, m
+
+
+def test_the_retune_and_the_history_run_share_the_thread_policy_without_a_cycle() -> None:
+    """The thread policy lives below both orchestrators (tune.runners.threads): the
+    history run (remeasure) never reaches the re-tune (pipeline, which imports it in a
+    step), and the pipeline's parts never reach the module that assembles them."""
+    graph = _graph()
+    assert _path(graph, "tune.runners.threads", {"pipeline", "remeasure"}) is None
+    assert _path(graph, "remeasure", {"pipeline"}) is None
+    parts = sorted(m for m in graph if m.startswith("pipeline_"))
+    assert len(parts) >= 5, parts
+    for m in parts:
+        assert _path(graph, m, {"pipeline"}) is None, m
 
 
 def test_the_tracker_module_does_not_import_the_rpc_runner() -> None:
