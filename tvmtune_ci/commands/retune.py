@@ -37,7 +37,7 @@ def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
     es = config.early_stop
     m = config.measure
     print(f"tvmtune-ci retune: {n} entr{'y' if n == 1 else 'ies'} from {config.path}")
-    tiers = (f"; where a model is profiled on the target, by the workload's share of it: "
+    tiers = ("; where a model is profiled on the target, by the workload's share of it: "
              + ", ".join(f"{n} at {least * 100:.0f}%+" for least, n in config.trial_tiers)
              if config.models and config.trial_tiers else "")
     trials = args.trials if args.trials is not None else f"{config.trials} (per-operator overrides apply{tiers})"

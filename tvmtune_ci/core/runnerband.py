@@ -153,8 +153,8 @@ def run_figure(run: runs.Run, workload: str) -> float | None:
     kernel of the same window, in its fastest window (noise on a shared runner only ever
     slows a kernel, so the fastest window is the run's best estimate, as the fastest 1-s
     stretch is a window's); the whole run's figure when it recorded no windows."""
-    got = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in run.windows]
-    got = [v for v in got if v]
+    got = [v for w in run.windows
+           if (v := _normalised(w.workloads.get(workload), w.calibration.get("compute")))]
     return min(got) if got else runs.value(run, workload, FIGURE)
 
 
