@@ -57,8 +57,8 @@ def _anchors(runs: tuple[ProfileRun, ...]) -> list[str]:
     run = runs[-1]
     if not run.anchors:
         return []
-    out = ["", "| beside it, in the same rounds | per inference | the committed logs are | over the rounds "
-           "| across runs |", "|---|---|---|---|---|"]
+    out = ["", "| beside it, in the same rounds | per inference | the committed logs are | its latency / "
+           "ours, over the rounds | the same, across runs |", "|---|---|---|---|---|"]
     for a in run.anchors:
         same = [x for r in runs if (x := r.anchor(a.name)) is not None and x.detail == a.detail]
         band = (f"{min(x.ratio for x in same):.2f}-{max(x.ratio for x in same):.2f}x over {len(same)} runs"
