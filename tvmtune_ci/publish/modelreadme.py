@@ -13,6 +13,8 @@ from ..core.profiles import Profile, ProfileRun, breakdown, spread
 
 
 def _ms(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
     return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
 
 
