@@ -20,10 +20,12 @@ measurement, not of its search.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,23 @@ def deadline_scheduler(deadline: float, clock: Callable[[], float] = time.monoto
     return Deadline()
 
 
+@contextlib.contextmanager
+def _foreign_handlers_detached() -> Iterator[None]:
+    """MetaSchedule configures its logger anew for every search (logging.config.dictConfig,
+    listing the handlers the logger has by name), and fails on a handler it did not make
+    (an unnamed one: AttributeError; another: ValueError). One left on it by anything
+    else in the process (a caller, an earlier search elsewhere) stays off during ours."""
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    foreign = [h for h in ms_logger.handlers if not (h.get_name() or "").startswith("tvm.s_tir.meta_schedule")]
+    for h in foreign:
+        ms_logger.removeHandler(h)
+    try:
+        yield
+    finally:
+        for h in foreign:
+            ms_logger.addHandler(h)
+
+
 def tune_model(mod: Any, target: Any, seconds: float, work_dir: Path, *, seed: int = 42,
                clock: Callable[[], float] = time.monotonic) -> tuple[Any, SearchSpent]:
     """Schedule every PrimFunc of `mod` (legalized and fused) with MetaSchedule within
@@ -110,12 +129,13 @@ def tune_model(mod: Any, target: Any, seconds: float, work_dir: Path, *, seed: i
         if reused:
             db = ms.database.JSONDatabase(work_dir=str(work), allow_missing=False)
         else:
-            db = ms.relax_integration.tune_relax(
-                mod=mod, params={}, target=target, work_dir=str(work),
-                max_trials_global=1_000_000, num_trials_per_iter=BATCH, seed=seed,
-                builder=ms.builder.LocalBuilder(timeout_sec=TIMEOUT_S),
-                runner=ms.runner.LocalRunner(timeout_sec=TIMEOUT_S),
-                task_scheduler=deadline_scheduler(clock() + seconds, clock))
+            with _foreign_handlers_detached():
+                db = ms.relax_integration.tune_relax(
+                    mod=mod, params={}, target=target, work_dir=str(work),
+                    max_trials_global=1_000_000, num_trials_per_iter=BATCH, seed=seed,
+                    builder=ms.builder.LocalBuilder(timeout_sec=TIMEOUT_S),
+                    runner=ms.runner.LocalRunner(timeout_sec=TIMEOUT_S),
+                    task_scheduler=deadline_scheduler(clock() + seconds, clock))
         with target, db:
             scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
     funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
