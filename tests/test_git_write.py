@@ -30,8 +30,9 @@ def git(cwd: Path, *args: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def git_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user or system git config leaks in; identity and dates pinned."""
+def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user or system git config leaks in; identity and dates pinned. (Not named
+    `git_env`: that is conftest's helper, which this fixture's name would shadow.)"""
     home = tmp_path / "home"
     home.mkdir()
     (home / ".gitconfig").write_text(
@@ -75,6 +76,19 @@ def status(root: Path) -> set[str]:
         for line in git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
         if line
     }
+
+
+def test_git_runs_isolated_with_the_pinned_identity(tmp_path: Path) -> None:
+    """What `isolated_git` promises, checked: a commit here carries the pinned author,
+    committer and dates, and git reads the test's own global config only."""
+    root = make_repo(tmp_path / "work", {"a.txt": "a\n"})
+    who = git(root, "log", "-1", "--format=%an <%ae> %aI / %cn <%ce> %cI").strip()
+    assert who == (
+        f"{PINNED['GIT_AUTHOR_NAME']} <{PINNED['GIT_AUTHOR_EMAIL']}> 2026-01-02T03:04:05+00:00 / "
+        f"{PINNED['GIT_COMMITTER_NAME']} <{PINNED['GIT_COMMITTER_EMAIL']}> 2026-01-02T03:04:05+00:00"
+    )
+    origins = git(root, "config", "--show-origin", "--list", "--global").splitlines()
+    assert origins and all(str(tmp_path / "home" / ".gitconfig") in o for o in origins), origins
 
 
 # --------------------------------------------------------------------------- commit_paths
