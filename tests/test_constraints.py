@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tvmtune_ci.core.errors import TemplateError
-from tvmtune_ci.core.template import read_template
+from tvmtune_ci.core.template import check_imported_agrees, import_template, read_template
 
 H100 = {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
         "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536}
@@ -206,3 +206,19 @@ def test_the_search_never_builds_a_point_that_breaks_a_constraint(tmp_path: Path
         assert i[1] * j[1] <= 64, kv
     # The reported size is the legal points' (35 of the 5 x 7 split pairs are 25).
     assert out.space_size == 25 * 5 * 3 * 2 and out.design_spaces == 2
+
+
+@pytest.mark.parametrize("edit", [
+    'CONSTRAINTS.append(define_constraint("more", "vec <= 2"))',
+    "CONSTRAINTS.pop()",
+    'CONSTRAINTS[0] = define_constraint("threads", "tile_i[2] * tile_j[2] <= THREADS // 2")',
+])
+def test_constraints_changed_at_import_are_refused(tmp_path: Path, edit: str) -> None:
+    """The tuner keeps to the imported CONSTRAINTS, `check` counts the space by the
+    literal: a template whose CONSTRAINTS change at import is refused, naming them."""
+    wl = {"w": {"M": 64, "N": 64, "K": 32, "dtype": "float32"}}
+    path = gpu_template(tmp_path, wl)
+    check_imported_agrees(import_template(path, tmp_path), read_template(path))  # as written: agrees
+    edited = write(tmp_path, GPU_TEMPLATE.replace("WL", repr(wl)) + f"\n{edit}\n", "gemm_gpu_edited")
+    with pytest.raises(TemplateError, match="CONSTRAINTS after import differs from the literal"):
+        check_imported_agrees(import_template(edited, tmp_path), read_template(edited))

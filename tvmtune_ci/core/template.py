@@ -786,12 +786,15 @@ def import_template(path: Path, root: Path, tree: ast.Module | None = None) -> A
 
 
 def check_imported_agrees(module: Any, decl: TemplateDecl) -> None:
-    """TemplateError unless the imported WORKLOADS and KNOBS are the literals `check`
-    read from the source. The tuner reads the module, while the fingerprint, the
-    manifest and the history read the source: code that changes them at import (a
-    loop adding workloads, an `update`) would tune something the log does not say."""
-    for attr, parsed in (("WORKLOADS", decl.workloads), ("KNOBS", decl.knobs)):
-        imported = getattr(module, attr)
+    """TemplateError unless the imported WORKLOADS, KNOBS and CONSTRAINTS are the
+    literals `check` read from the source. The tuner reads the module (the search and
+    the builder keep to its CONSTRAINTS), while the fingerprint, the manifest, the
+    history and `check`'s space sizes read the source: code that changes them at import
+    (a loop adding workloads, an `update`, an `append`) would tune something the log
+    does not say."""
+    for attr, parsed in (("WORKLOADS", decl.workloads), ("KNOBS", decl.knobs),
+                         ("CONSTRAINTS", decl.constraints)):
+        imported = getattr(module, attr, ()) if attr == "CONSTRAINTS" else getattr(module, attr)
         same = imported == parsed if attr == "WORKLOADS" else tuple(imported) == parsed
         if not same:
             raise TemplateError(
