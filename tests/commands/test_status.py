@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,10 @@ from conftest import make_repo, run_cli, tuned_on, write_fresh
 
 from tvmtune_ci.cli import main
 from tvmtune_ci.commands.status import human_count
+from tvmtune_ci.core import runs
 from tvmtune_ci.core.config import load_config
 from tvmtune_ci.core.template import read_template
+from tvmtune_ci.publish.readme import render_readme
 
 
 @pytest.fixture
@@ -65,6 +68,35 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
         " entries stale; run `tvmtune-ci retune` to re-tune the stale entries and "
         "rewrite their logs, then commit them"
     )
+
+
+def test_the_best_is_the_figure_the_readme_states(tmp_path: Path, status) -> None:  # noqa: ANN001
+    """One figure per workload: with a run history, status's BEST is the README's headline
+    (the median over the runs, `runs.headline`), not this re-tune's finals figure."""
+    root = make_repo(tmp_path)
+    workloads = list(read_template(root / "operators/matmul.py").workloads)
+
+    def kf(s: float) -> runs.KernelFigure:
+        return runs.KernelFigure(s, s * 0.99, s * 1.01, 33, s * 0.98, s * 1.3)
+
+    # Ten runs at 2-3 ms (the finals write_fresh records: 1.25 ms x position), the compute
+    # calibration kernel in each: the headline at the runner's usual speed.
+    history = [runs.Run(f"2026-12-01T{i:02d}:00:00Z", "remeasure", {"cpu": "Test CPU", "cores": 2},
+                        "0.27.0", 90.0, {w: kf(0.002 + 0.0001 * (i % 4) + 0.0004 * j)
+                                         for j, w in enumerate(workloads)},
+                        {"compute": kf(0.3 + 0.01 * (i % 3)), "memory": kf(3.0)}, 1)
+               for i in range(10)]
+    m = write_fresh(root, "matmul", "avx512", extra_files={runs.RUNS_NAME: runs.encode_runs(history)})
+    readme = render_readme(m, history)
+    heads = dict(re.findall(r"^\| `(\w+)` \| \*\*([^*]+)\*\*", readme, re.M))
+    assert sorted(heads) == sorted(workloads), readme
+    code, rows, _ = status(root, "--target", "avx512", "--operator", "matmul")
+    assert code == 0
+    (entry,) = [r for r in rows if r[0] == "matmul/avx512"]
+    best = entry[rows[0].index("BEST")]
+    assert best == ", ".join(f"{w} {heads[w]}" for w in sorted(workloads))
+    finals = {w: r.best.latency_s for w, r in m.results.items()}
+    assert all(heads[w] != f"{finals[w] * 1e3:.4g} ms" for w in workloads), (heads, finals)
 
 
 def test_reasons_and_as_of(repo: Path, status) -> None:  # noqa: ANN001

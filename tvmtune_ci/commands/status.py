@@ -1,8 +1,9 @@
 """`tvmtune-ci status`: one row per (operator, target); never imports TVM.
 
-Columns: state, age in days, trials run/requested (summed over workloads), best
-latency per workload, config-space size (all workloads and design spaces), and
-the stale reasons. Below the table, the templates each target covers (a target
+Columns: state, age in days, trials run/requested (summed over workloads), the best
+latency per workload as its README states it (the figure that holds over the run
+history, `runs.headline`; this re-tune's finals while there is no run), its run-to-run
+band, config-space size (all workloads and design spaces), and the stale reasons. Below the table, the templates each target covers (a target
 pairs with the templates whose TARGET_KINDS include its kind, unless an operator
 lists its targets). Exit 0; 2 on a config or usage error.
 """
@@ -20,6 +21,7 @@ from ..check.staleness import TEMPLATE_INVALID, Entry, Report
 from ..ci import md_escape
 from ..core.config import Config
 from ..core.errors import CorruptFileError
+from ..core.manifest import Manifest
 from ..core.stats import fmt_latency
 
 COLUMNS = ("entry", "state", "age", "trials", "best", "run to run", "space", "reasons")
@@ -87,6 +89,21 @@ def noise_lines(report: Report, histories: list[History]) -> list[str]:
     return out
 
 
+def best_cell(m: Manifest, history: History) -> str:
+    """Each workload's best as its README's headline states it: the median over the run
+    history (`runs.headline`, the rule the README takes it by), else, before any run or
+    when runs.jsonl fails its check, the re-tune's finals figure with its precision."""
+    from ..core.runs import headline
+
+    runs = history if isinstance(history, list) else []
+    cells = []
+    for w, r in m.results.items():
+        value, _ = headline(runs, w)
+        shown = fmt_latency(value) if value is not None else fmt_latency(r.best.latency_s, r.best.rel_halfwidth)
+        cells.append(f"{w} {shown}")
+    return ", ".join(cells) or "-"
+
+
 def row(e: Entry, history: History) -> dict[str, str]:
     m = e.manifest
     trials = best = "-"
@@ -95,13 +112,7 @@ def row(e: Entry, history: History) -> dict[str, str]:
             run = sum(t.run for t in m.trials.values())
             requested = sum(t.requested for t in m.trials.values())
             trials = f"{run}/{requested}"
-            best = (
-                ", ".join(
-                    f"{w} {fmt_latency(r.best.latency_s, r.best.rel_halfwidth)}"
-                    for w, r in m.results.items()
-                )
-                or "-"
-            )
+            best = best_cell(m, history)
         except (AttributeError, TypeError, CorruptFileError):
             pass  # a hand-edited manifest or results.json; its reasons say so
     space = sum(points * spaces for points, spaces in e.space_sizes.values())
