@@ -229,12 +229,6 @@ def read_log(path: Path) -> dict[str, Any]:
     return validate_log(data, path)
 
 
-def best_record(log: Mapping[str, Any], workload_name: str) -> list[Any] | None:
-    """The best (first) valid record of `workload_name`, or None."""
-    recs = log["workloads"][workload_name]["records"]
-    return min(recs, key=record_mean_secs) if recs else None
-
-
 def to_json_database(log_path: Path, out_dir: Path) -> tuple[Path, Path]:
     """Write `database_workload.json` and `database_tuning_record.json` into `out_dir`
     (what `ms.database.JSONDatabase(path_workload=..., path_tuning_record=...)` loads).

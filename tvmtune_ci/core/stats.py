@@ -124,12 +124,6 @@ def from_json(d: dict[str, float | int]) -> Estimate:
     return Estimate(float(d["latency_s"]), float(d["ci_lo_s"]), float(d["ci_hi_s"]), int(d["n"]))
 
 
-def noise_band(a: Estimate, b: Estimate) -> float:
-    """The larger of two estimates' half-widths, in seconds: a difference smaller
-    than this is noise."""
-    return max(a.halfwidth_s, b.halfwidth_s)
-
-
 def faster(a: Estimate, b: Estimate) -> bool:
     """`a` is faster than `b` beyond the noise: their intervals do not overlap."""
     return a.hi < b.lo

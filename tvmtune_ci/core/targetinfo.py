@@ -247,11 +247,6 @@ def _cuda_facts(target: Mapping[str, Any], where: str) -> TargetFacts:
     return TargetFacts(str(target["arch"]), "cuda", CUDA_VECTOR_BITS, 0, limits)
 
 
-def is_gpu(target: Mapping[str, Any]) -> bool:
-    """Whether `target` is a CUDA target (its kernels run on a GPU)."""
-    return str(target.get("kind", "")) == "cuda"
-
-
 def scope(workload: Mapping[str, Any], target: Mapping[str, Any] | None) -> dict[str, Any]:
     """The names a KNOBS extent may use: the workload's keys, and with a target its
     facts (LANES counted in the workload's `dtype`, float32 when it has none; SMEM,

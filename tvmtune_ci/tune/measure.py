@@ -26,7 +26,7 @@ from ..core import stats
 from ..core.config import MeasureOptions
 from ..core.errors import TuningError
 from ..core.manifest import Measured
-from ..core.template import template_name
+from ..core.template import Categorical, Split, Structural, default_value, template_name
 from .builder import Builder, make_builder, remove_artifact, schedule_config
 from .rpclimits import rpc_failure
 from .runners import Runner, make_runner
@@ -50,12 +50,6 @@ def flop_count(mod: Any) -> float:
 def gflops(flops: float, latency_s: float) -> float:
     """GFLOP/s of `flops` done in `latency_s`."""
     return flops / latency_s / 1e9 if latency_s > 0 else 0.0
-
-
-def workload_flops(template: ModuleType, wl: Workload) -> float:
-    """The FLOP count of the workload as declared (not of a padded schedule): the one
-    count every GFLOPS figure uses."""
-    return resolve(template, wl).flops
 
 
 def workload_bytes(template: ModuleType, wl: Workload) -> int:
@@ -164,7 +158,6 @@ def full_knobs(
 ) -> dict[str, Any]:
     """Every knob's value, defaults filled in (what a manifest records)."""
     from ..core.targetinfo import scope
-    from ..core.template import Categorical, Split, Structural, default_value
 
     workload = scope(dict(resolve(template, wl).params), target)
     out: dict[str, Any] = {}

@@ -13,8 +13,7 @@ targets (an llvm target whose mcpu has VNNI makes the `from-target` rules ask fo
 object in `sys.modules` (its `__path__` is the real folder) and import the one file
 `tensor_intrin/x86.py` through it (~0.4 s). The stub makes the later
 `import tvm.s_tir.tensor_intrin` statements no-ops; explicit imports of submodules
-(`from tvm.s_tir.tensor_intrin.cuda import ...`) still load the real file, and
-`register_all_intrinsics()` loads the rest if something ever needs them.
+(`from tvm.s_tir.tensor_intrin.cuda import ...`) still load the real file.
 
 Import this module freely: it imports TVM only when `load()` (or a helper) is called.
 """
@@ -81,16 +80,6 @@ def ms() -> Any:
     from tvm.s_tir import meta_schedule
 
     return meta_schedule
-
-
-def register_all_intrinsics() -> None:
-    """Load every tensor intrinsic file (slow: CUDA's take ~30 s); rarely needed."""
-    load()
-    for name in ("cuda", "arm_cpu", "rocm", "hexagon", "riscv_cpu", "metal"):
-        try:
-            importlib.import_module(f"{_INTRIN_PKG}.{name}")
-        except ImportError:
-            pass
 
 
 def make_target(target: dict[str, Any]) -> Any:
