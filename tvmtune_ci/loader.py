@@ -26,9 +26,9 @@ from .core.records import read_log
 from .core.targets import canonical_target, parse_legacy_string
 from .core.template import import_template, read_template
 from .tune import tvmsetup
-from .tune.builder import build_config
+from .tune.builder import build_config, schedule_config
 from .tune.hostcheck import check_host
-from .tune.workload import resolve
+from .tune.workload import Workload, resolve
 
 
 class FallbackWarning(UserWarning):
@@ -172,8 +172,6 @@ def _model_kernel(config: Any, key: tuple[str, str], shape: Mapping[str, Any] | 
     (or default), or for an undeclared `shape` its nearest sibling's, mapped onto it."""
     from .core.history import map_config
     from .tune import modelbuild
-    from .tune.builder import schedule_config
-    from .tune.workload import Workload
 
     template, workload = key
     module = import_template(config.operators_path / f"{template}.py", config.root)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import ci
-from ..budget import parse_duration
+from ..budget import parse_duration, split
 from ..core.config import Config
 from ..core.errors import UsageError
 
@@ -103,7 +103,6 @@ def build_matrix(config: Config, entries: Iterable[Any]) -> dict[str, list[dict[
 def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries: Sequence[Any],
                 total_s: float) -> None:
     """Each job's share of `total_s` (its workloads' weights over all), as `budget`."""
-    from ..budget import split
     from ..core.profiles import model_shares_by_target
     from ..core.template import read_template
 

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import ci
-from ..budget import fmt_duration, parse_duration
+from ..budget import Budget, floor_estimate, fmt_duration, parse_duration
 from ..core.config import Config, load_config
 from ..core.errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..budget import Budget
     from ..check.staleness import Entry
 
 
@@ -219,7 +218,6 @@ def run(args: argparse.Namespace) -> int:
 def make_budget(config: Config, entries: Sequence[Entry], total_s: float) -> Budget:
     """The budget over every workload of `entries`, weighted by the models' profiles
     where a model calls the workload, else as tvmtune.yaml says."""
-    from ..budget import Budget, floor_estimate
     from ..core.profiles import model_shares_by_target
     from ..core.template import read_template
     from ..tune.search import WARMUP_SAMPLES

@@ -19,7 +19,7 @@ import numpy as np
 from ..core.config import RpcRunner
 from ..core.errors import DeviceError, TemplateError, TuningError
 from ..core.template import call_with_workload, template_name
-from .builder import schedule_config
+from .builder import export_kernel, schedule_config
 from .rpclimits import RPC_GRACE_S, last_line, rpc_where
 from .runners.local import WORKER_START_S, wait_or_kill
 from .runners.rpc import open_session
@@ -346,7 +346,6 @@ def _run_on_device(
     from tvm.support.popen_pool import PopenPoolExecutor
 
     from . import tvmsetup
-    from .builder import export_kernel
 
     tmp = tempfile.mkdtemp(prefix="tvmtune-check-")
     try:

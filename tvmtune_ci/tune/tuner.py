@@ -42,7 +42,7 @@ from ..core.errors import TuningError
 from ..core.manifest import Measured, Trials
 from ..core.template import template_name
 from ..core.tunetypes import BatchEvent, ReplayStats, TuneOutcome
-from .builder import make_builder
+from .builder import make_builder, schedule_config
 from .failures import failure_kinds
 from .finals import assemble, run_finals
 from .measure import full_knobs, measure_baseline, measured
@@ -116,7 +116,6 @@ def first_batch_noise_check(
 def tune_workload(req: TuneRequest) -> TuneOutcome:
     """Tune one workload; see the module docstring for the steps."""
     from . import tvmsetup
-    from .builder import schedule_config
 
     t_start = time.perf_counter()
     tvmsetup.load()
