@@ -31,11 +31,13 @@ from conftest import (
 from small_mm import SMALL_MM
 from test_log_invariants import INCONSISTENT, edit_set, problems
 
+from tvmtune_ci.core import stats
 from tvmtune_ci.core.fsutil import sha256_bytes
 from tvmtune_ci.core.git.read import blob_id
 
 tvm = pytest.importorskip("tvm")
 
+from tvmtune_ci.pipeline_words import previous_sentence  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
@@ -201,14 +203,23 @@ def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path,
     res = m["results"]["s64"]
     assert res["previous_best"] is not None
     assert res["best"]["latency_s"] <= res["previous_best"]["latency_s"]
-    # A statistical decision, from the same interleaved finals: switched only when this
-    # run's best is faster beyond the noise (either way the published set agrees with
-    # the verdict; the decision's cases: test_tuner's table of _decide).
-    assert res["previous_verdict"] in ("faster", "equal", "slower")
-    assert res["previous_best"]["stage"] == res["best"]["stage"] == "finals"
-    switched = res["previous_verdict"] == "faster"
+    # A statistical decision, from the same interleaved finals. Which way it goes is the
+    # machine's noise, so the verdict is recomputed here from the finals the set records
+    # (this run's best search finalist against the previous best) and the published set
+    # held to it: switched exactly when this run's best is faster beyond the noise. (The
+    # decision's every case, without noise: test_tuner's table of _decide.)
+    prev = res["previous_best"]
+    assert prev["stage"] == res["best"]["stage"] == "finals"
+    news = [x for x in res["top"] if x["stage"] == "finals"
+            and x["knobs"] not in (prev["knobs"], res["baseline"]["knobs"])]
+    assert news, res["top"]
+    new_best = min(news, key=lambda x: x["latency_s"])
+    verdict = stats.compare(stats.from_json(new_best), stats.from_json(prev))
+    assert res["previous_verdict"] == verdict, (new_best, prev)
+    switched = verdict == "faster"
     assert res["best_source"] == ("search" if switched else "previous")
-    assert switched or (res["best"]["knobs"] == res["previous_best"]["knobs"] and "kept" in r.stdout)
+    assert res["best"]["knobs"] == (new_best if switched else prev)["knobs"]
+    assert previous_sentence(res["best_source"], verdict) in r.stdout
     assert run_cli(root, "check").returncode == 0
 
 
