@@ -4,11 +4,36 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The author and committer of a scratch repo's commits (no git config needed).
+GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+
+
+def snapshot(where: Path, root: Path = ROOT) -> Path:
+    """`root`'s HEAD, unpacked into `where` (git archive): the code every step of a
+    benchmark imports, so edits made while it runs do not reach it."""
+    where.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=root, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    return where
+
+
+def git_commit(repo: Path, message: str, *, init: bool = False, paths: list[str] | None = None) -> None:
+    """Commit `paths` (default: everything) in the scratch repo `repo` (`git init` it
+    first with `init`)."""
+    env = {**os.environ, **GIT_ENV}
+    cmds = [["git", "init", "-q"]] if init else []
+    for cmd in (*cmds, ["git", "add", *(["--", *paths] if paths else ["-A"])], ["git", "commit", "-qm", message]):
+        subprocess.run(cmd, cwd=repo, env=env, check=True)
 
 
 def wait_idle(limit_s: float) -> float:

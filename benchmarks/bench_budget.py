@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import wait_idle  # benchmarks/ is the script's folder
+from _common import git_commit, wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_NAME = "this-cpu"
@@ -77,10 +77,7 @@ def scratch_repo(where: Path, target: dict[str, Any], trials: int, seed: int,
     cfg["measure"] = {**cfg.get("measure", {}), "history_s": 10}
     (where / "tvmtune.yaml").write_text(
         "# written by benchmarks/bench_budget.py\n" + yaml.safe_dump(cfg, sort_keys=False))
-    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "templates"]):
-        subprocess.run(cmd, cwd=where, env=env, check=True)
+    git_commit(where, "templates", init=True)
     return where
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _common import git_commit, snapshot  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,14 +62,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="measure.usable_precision in the scratch repos (default: this repo's); raise "
                         "it on a loaded machine, where retune refuses a runner too noisy, and say so")
     return p.parse_args(argv)
-
-
-def snapshot(where: Path) -> Path:
-    """This checkout's HEAD, unpacked: the code every step of the run imports."""
-    where.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
-    return where
 
 
 def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any], trials: int,
@@ -94,10 +87,7 @@ def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any
         cfg["measure"]["usable_precision"] = usable_precision
     (where / "tvmtune.yaml").write_text(
         "# written by benchmarks/bench_model_budget.py\n" + yaml.safe_dump(cfg, sort_keys=False))
-    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "templates"]):
-        subprocess.run(cmd, cwd=where, env=env, check=True)
+    git_commit(where, "templates", init=True)
     return where
 
 
