@@ -2,7 +2,8 @@
 
     BEFORE_LOCK: check_host_step -> preflight_step (RPC)
     UNDER_LOCK:  recheck_step -> check_names_step -> load_step (the workloads resolved
-                 once) -> history_step -> carry_step -> refused_step -> tune_step (per
+                 once) -> history_step -> partial_step (only workloads changed: tune
+                 those) -> carry_step -> refused_step -> tune_step (per
                  workload, the tuner's steps: correctness, baseline, search, finals) ->
                  first_run_step (the run history's first run) -> manifest_step -> write_step
 
@@ -14,7 +15,9 @@ is the command's business: steps report through the `say` callback. Committing a
 pushing come after every entry (`commands/retune.py`, `publish/gitwrite.py`).
 
 Its parts, one job each: the data the steps pass (`pipeline_job.py`: `Job`), which log
-is replayed (`pipeline_history.py`), carrying a set forward (`pipeline_carry.py`), one
+is replayed (`pipeline_history.py`), tuning only the workloads that changed
+(`pipeline_partial.py`) and seeding a new shape from its siblings (`pipeline_siblings.py`),
+carrying a set forward (`pipeline_carry.py`), one
 workload's request to the tuner (`pipeline_request.py`), the words (`pipeline_words.py`:
 the history report, the previous best's sentence, the commit message). Their public
 names are importable from here too.
@@ -65,6 +68,7 @@ from .pipeline_history import (
     replay_skipped,
 )
 from .pipeline_job import History, Job, RetuneResult, Say, Template
+from .pipeline_partial import kept_runs, partial_step
 from .pipeline_request import tune_one
 from .pipeline_words import commit_message, previous_sentence, replay_report
 from .publish.readme import render_curve, render_readme
@@ -212,6 +216,8 @@ def tune_step(job: Job) -> Job:
                 f"and ranking under {job.target.name}'s name. Re-tune it on a runner with that CPU "
                 "(its runs-on labels in tvmtune.yaml), or give this CPU a target of its own")
     names = list(job.template.decl.workloads)
+    if job.partial is not None:  # the carried ones keep what they measured
+        names = [w for w in names if w in job.partial.tuned]
     if job.budget is not None:  # the lightest first, as the budget orders every item
         order = job.budget.order()
         names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))
@@ -237,18 +243,36 @@ def first_run_step(job: Job) -> Job:
     if job.carried is not None:  # its history goes on: the same programs
         return job
     assert job.template is not None
+    kept: tuple[Any, ...] = ()
+    config = job.config
+    if job.partial is not None:
+        # The carried workloads' history goes on; this run measures what changed, for
+        # the seconds its kernels would have had in a run of the whole set, so each
+        # kernel is visited as often as in any run of this history.
+        from .tune import calibration
+
+        kept = tuple(kept_runs(job))
+        if not job.results:  # only removals: nothing new to measure
+            return replace(job, history_runs=kept)
+        cal = len(calibration.kernels(job.target.target) or [])
+        whole = len(job.template.decl.workloads) + cal
+        seconds = config.measure.history_s * (len(job.results) + cal) / whole
+        job.say(f"the run of the history measures the {len(job.results)} tuned workload(s) for "
+                f"{seconds:.0f} s of the {config.measure.history_s:g} s a run of all {whole} "
+                "kernels takes (the same seconds per kernel); the carried ones' history goes on")
+        config = replace(config, measure=replace(config.measure, history_s=seconds))
     item = RunItem(job.entry.operator, job.template.module,
                    {w: r.best.knobs for w, r in job.results.items()}, job.workloads)
     with tvm_threads(job.threads):
-        runner = make_runner(job.config.measure, job.target.rpc)
+        runner = make_runner(config.measure, job.target.rpc)
         builder = make_builder()
         try:
-            run = measure_runs([item], job.target, job.config, by="retune", runner=runner,
+            run = measure_runs([item], job.target, config, by="retune", runner=runner,
                                builder=builder, say=job.say)[job.entry.operator]
         finally:
             builder.close()
             runner.close()
-    return replace(job, history_runs=(run,))
+    return replace(job, history_runs=(*kept, run))
 
 
 def manifest_step(job: Job) -> Job:
@@ -258,7 +282,24 @@ def manifest_step(job: Job) -> Job:
     entry, target, tpl = job.entry, job.target, job.template
     assert tpl is not None
     date = _dt.date.today().isoformat()
-    data = render_log(make_log(entry.operator, target.target, list(job.outcomes.values()))).encode()
+    log = make_log(entry.operator, target.target, list(job.outcomes.values()))
+    results, trials = dict(job.results), {w: o.trials for w, o in job.outcomes.items()}
+    tuned_on, partial = date, {}
+    if job.partial is not None:
+        # The carried workloads' entries, results and trials as they were measured, in
+        # the template's order; the set's date stays the oldest measurement it holds, so
+        # the age rule counts from it.
+        old = entry.manifest
+        assert old is not None
+        new = log["workloads"]
+        log["workloads"] = {w: job.partial.entries[w] if w in job.partial.carried else new[w]
+                            for w in tpl.decl.workloads}
+        results = {w: old.results[w] if w in job.partial.carried else job.results[w]
+                   for w in tpl.decl.workloads}
+        trials = {w: old.trials[w] if w in job.partial.carried else trials[w]
+                  for w in tpl.decl.workloads}
+        tuned_on, partial = old.tuned_on, job.partial.to_json(date)
+    data = render_log(log).encode()
     host = host_description()
     host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
     if target.rpc is None and target.target.get("kind") == "llvm":
@@ -272,8 +313,7 @@ def manifest_step(job: Job) -> Job:
         log=entry.logset.log_name(date), log_sha256=sha256_bytes(data), log_git_blob=blob_id(data),
         fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
         workloads=tpl.decl.workloads, tvm_version=installed_tvm_version() or "unknown",
-        tuned_on=date, seed=job.seed, trials={w: o.trials for w, o in job.outcomes.items()},
-        results=job.results,
+        tuned_on=tuned_on, seed=job.seed, trials=trials, results=results, partial=partial,
         measure={**vars(job.config.measure), "estimator": ESTIMATOR,
                  "threads": job.threads or "TVM default"},
         template_file=entry.template_file, template_commit=_git_commit_of(job.config.root, tpl.path),
@@ -302,7 +342,8 @@ def write_step(job: Job) -> Job:
 
 # The re-tune of one entry, in order (nox-style: a tuple of steps, each Job -> Job).
 BEFORE_LOCK = (check_host_step, preflight_step)
-UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, carry_step, refused_step,
+UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, partial_step, carry_step,
+              refused_step,
               tune_step, first_run_step, manifest_step, write_step)
 
 

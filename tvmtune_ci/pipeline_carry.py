@@ -72,6 +72,8 @@ def carry_step(job: Job) -> Job:
     are, and their date stays the date they were measured, so the age rule still counts
     from it. `retune --no-carry` measures anyway."""
     refusal = carry_refusal(job)
+    if job.partial is not None:  # only workloads changed: partial_step planned the run
+        return job
     if refusal is not None or not job.entry.reasons:
         if refusal is not None and refusal != "--no-carry" and job.history is not None:
             job.say(f"not carried forward: {refusal}")

@@ -20,6 +20,7 @@ from .publish.swap import Published
 
 if TYPE_CHECKING:
     from .budget import Budget
+    from .pipeline_partial import Partial
     from .tune.tuner import TuneOutcome
     from .tune.workload import Workload
 
@@ -91,6 +92,8 @@ class Job:
     budget: Budget | None = None  # shared by the entries of one `retune --budget`
     carry: bool = True  # whether a set whose programs an edit left alone is carried forward
     carried: str | None = None  # why the set was carried forward (carry_step), in words
+    # Only workloads changed: which are tuned, carried and removed (`partial_step`).
+    partial: Partial | None = None
     published: Published | None = None
     # Why this machine cannot measure the target, held back while a carry forward (which
     # measures nothing) is tried; raised if the set is not carried (`refused_step`).

@@ -15,6 +15,7 @@ from .core.manifest import WorkloadResult
 from .core.runs import machine_words
 from .pipeline_history import can_reuse_previous, old_ranking_holds
 from .pipeline_job import Job, Say
+from .pipeline_siblings import is_new_shape, sibling_seed
 from .pipeline_words import previous_sentence, replay_report
 from .tune import priors
 from .tune.hostcheck import host_description
@@ -48,7 +49,17 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
         say(f"{wname}: {hist.manifest.log} was measured on {machine_words(hist.manifest.host)}, this machine "
             f"is {machine_words(host_description())}: its search does not stand here, and its programs are "
             "not left out of the finals")
-    if hist is not None:
+    seed = None
+    if hist is not None and is_new_shape(job, wname):
+        try:
+            seed = sibling_seed(job, wname)
+        except Exception as e:  # a prior, never a reason to refuse
+            say(f"{wname}: not seeded from its siblings ({type(e).__name__}: {e}); a cold search")
+    if seed is not None and hist is not None:
+        mapped = list(seed.mapped)
+        diff = history.KnobDiff()
+        say(f"{wname}: {seed.sentence(hist.manifest.log)}")
+    elif hist is not None:
         old = history.old_configs(hist.manifest, wname)
         mapped = history.map_all(old, decl.knobs, wl, target.target)
         diff = history.knob_diff(hist.old_knobs, decl.knobs, wl, target.target,
@@ -86,15 +97,17 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
         previous_knobs=prev,
         warn=say,
         replay=tuple(m.knobs for m in mapped),
-        prior=priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
-                               [m.knobs for m in mapped]) if hist is not None else (),
+        prior=(seed.prior if seed is not None else
+               priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
+                                [m.knobs for m in mapped]) if hist is not None else ()),
+        # A new shape has no old search to stand, nor a region an edit opened.
         old_knobs=(tuple(hist.old_knobs) if hist is not None and hist.old_knobs is not None and mapped
-                   else None),
+                   and seed is None else None),
         # Another target's programs are other kernels whatever their modules: only this
         # target's own log, measured on this kind of runner, can stand for the edited
         # template (or rank old programs below its best in the finals).
         old_programs=(priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
-                      if holds and hist is not None else ()),
+                      if holds and hist is not None and seed is None else ()),
         time_budget_s=budget_s,
         budget_note=note,
         budget_more=(None if job.budget is None else _budget_more(
@@ -115,12 +128,14 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
         outcome = replace(outcome, trials=replace(outcome.trials, budget_note=outcome.trials.budget_note + spent))
     report = None
     if diff is not None and hist is not None:
-        report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target)
+        report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target,
+                               siblings=seed.siblings if seed is not None else ())
         for line in report.sentences():
             say(f"{wname}: history: {line}")
-    if outcome.previous_verdict is not None and outcome.previous is not None:
+    # A seeded new shape: its report said what the mapped sibling best measured.
+    if seed is None and outcome.previous_verdict is not None and outcome.previous is not None:
         say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
-    elif prev is not None:
+    elif seed is None and prev is not None:
         say(f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best")
     return outcome, WorkloadResult(
         best=outcome.best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),

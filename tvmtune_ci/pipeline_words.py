@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
-                  from_target: str | None = None) -> Any:
+                  from_target: str | None = None, siblings: Sequence[str] = ()) -> Any:
     """The history report of one workload: the replay's counts and the old best's
     place in the finals (it was the "previous" finalist when it still worked)."""
     rs = outcome.replay
@@ -41,6 +41,7 @@ def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
         from_target=from_target,
         probes=rs.probes if rs else 0,
         finals_left_out=rs.finals_left_out if rs else 0,
+        siblings=tuple(siblings),
     )
 
 
@@ -69,8 +70,17 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
             parts.append(f"{m.operator} on {m.target_name} carried forward")
             body.append(f"- {m.operator}/{m.target_name}: carried forward unmeasured: {m.carried['sentence']}")
             continue
-        parts.append(f"{m.operator} on {m.target_name}")
+        carried = set(m.partial.get("carried", ())) if m.partial else set()
+        parts.append(f"{m.operator} on {m.target_name}"
+                     + (f" ({', '.join(m.partial['tuned']) or 'nothing'} tuned, "
+                        f"{len(carried)} carried)" if m.partial else ""))
+        if m.partial:
+            body.append(f"- {m.operator}/{m.target_name}: {m.partial['sentence']}")
         for w, res in sorted(m.results.items()):
+            if w in carried:
+                body.append(f"- {m.operator}/{m.target_name}/{w}: carried unmeasured from "
+                            f"{m.partial['from_log']}, best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)}")
+                continue
             if res.history is not None:
 
                 for line in ReplayReport.from_json(res.history).sentences():
@@ -84,7 +94,8 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
             body.append(f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}{budget}), "
                         f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
                         f"{res.speedup:.1f}x vs default{prev}")
-    total = sum(sum(t.run for t in r.manifest.trials.values()) for r in results if not r.manifest.carried)
+    total = sum(t.run for r in results if not r.manifest.carried for w, t in r.manifest.trials.items()
+                if w not in (r.manifest.partial.get("carried", ()) if r.manifest.partial else ()))
     speed = min((s for r in results for s in r.speedups().values()), default=1.0)
     head = f"tvmtune: re-tune {', '.join(parts)} ({total} trials, {speed:.1f}x vs default)"
     return head + "\n\n" + "\n".join(body) + ("\n\nLatencies: lower quartile of the samples ± half its 95% interval. "

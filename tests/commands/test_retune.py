@@ -34,6 +34,7 @@ from test_log_invariants import INCONSISTENT, edit_set, problems
 from tvmtune_ci.core import stats
 from tvmtune_ci.core.fsutil import sha256_bytes
 from tvmtune_ci.core.git.read import blob_id
+from tvmtune_ci.core.manifest import MANIFEST_FORMAT
 
 tvm = pytest.importorskip("tvm")
 
@@ -91,7 +92,7 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     log_name = f"mm_host_{m['tuned_on']}.json"
     assert set(files) == {"manifest.json", "results.json", "runs.jsonl", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
-    assert m["format"] == 5 and "carried" not in m and m["log"] == log_name and m["target"] == TARGET
+    assert m["format"] == MANIFEST_FORMAT and "carried" not in m and "partial" not in m and m["log"] == log_name and m["target"] == TARGET
     # The blob id git gives the log: `check` trusts git's index for it once committed.
     git_id = subprocess.run(["git", "hash-object", "--", str(root / FOLDER / log_name)],
                             capture_output=True, text=True, check=True).stdout.strip()
@@ -883,7 +884,7 @@ def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
     and its run history stay byte for byte (no .bak: nothing was replaced), the manifest
     is re-stamped with the new fingerprint and says why, keeping the date the set was
     measured; README, commit and `check` agree. A format-2 set (results inline) is
-    carried as format 5, its results moved to results.json. `--all` (the yearly
+    carried in the current format, its results moved to results.json. `--all` (the yearly
     re-tune) measures."""
     root = _copy(tuned[0], tmp_path)
     if fmt == 2:
@@ -900,7 +901,7 @@ def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
     assert {n for n in after if after.get(n) != before.get(n)} == {"manifest.json", "README.md", *new}
     m = manifest_at(root / FOLDER)
     assert m["results"] == old["results"]
-    assert m["format"] == 5 and m["tuned_on"] == old["tuned_on"] and m["log"] == old["log"]
+    assert m["format"] == MANIFEST_FORMAT and m["tuned_on"] == old["tuned_on"] and m["log"] == old["log"]
     assert m["fingerprint"] != old["fingerprint"]
     assert m["carried"]["from_fingerprint"] == old["fingerprint"]
     assert m["carried"]["sentence"].startswith("the template edit changed none of the ")

@@ -156,8 +156,13 @@ def run(args: argparse.Namespace) -> int:
             for b in bars:
                 b.close()
             results.append(r)
+            partial = r.manifest.partial
             for w, res in sorted(r.manifest.results.items()):
                 t = r.manifest.trials[w]
+                if partial and w in partial["carried"]:
+                    print(f"{e.operator}/{e.target_name}/{w}: carried unmeasured from {partial['from_log']}: "
+                          f"best {res.best.latency_s * 1e3:.4g} ms")
+                    continue
                 if r.manifest.carried:
                     print(f"{e.operator}/{e.target_name}/{w}: carried forward, 0 trials: best "
                           f"{res.best.latency_s * 1e3:.4g} ms as measured on {r.manifest.tuned_on}")

@@ -355,6 +355,9 @@ class ReplayReport:
     from_target: str | None = None  # seeded from this target's log (seed-from), not our own
     probes: int = 0  # points of the region the edit opened, next to the old best, measured
     finals_left_out: int = 0  # search finalists left out: old programs the edit left unchanged
+    # A new workload (or one whose parameters changed) seeded from the set's siblings in
+    # `source`, nearest shape first (siblings.py); () for an edit's replay.
+    siblings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -364,7 +367,7 @@ class ReplayReport:
             "failures": list(self.failures), "old_best_s": self.old_best_s,
             "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
             "prior": self.prior, "from_target": self.from_target, "probes": self.probes,
-            "finals_left_out": self.finals_left_out,
+            "finals_left_out": self.finals_left_out, **({"siblings": list(self.siblings)} if self.siblings else {}),
         }
 
     @classmethod
@@ -384,10 +387,13 @@ class ReplayReport:
             from_target=d.get("from_target"),
             probes=int(d.get("probes", 0)),
             finals_left_out=int(d.get("finals_left_out", 0)),
+            siblings=tuple(str(x) for x in d.get("siblings", ())),
         )
 
     def sentences(self) -> list[str]:
         """The report in words (README, commit message, console)."""
+        if self.siblings:
+            return self._sibling_sentences()
         out = [f"knobs: {self.knob_diff.sentence()}"]
         if self.from_target:  # not this target's own history: say whose it is
             out.insert(0, f"seeded from the {self.from_target} log {self.source} (seed-from)")
@@ -427,6 +433,43 @@ class ReplayReport:
                        "measured, which the edit left unchanged as it did the old best's: left out of "
                        "the finals, since the old search ranked them below its best; the finals asked "
                        "whether a program it never measured beats it")
+        if self.failures:
+            out.append("first failures: " + "; ".join(self.failures))
+        return out
+
+    def _sibling_sentences(self) -> list[str]:
+        """The report of a new shape seeded from its siblings (siblings.py), in words."""
+        names = ", ".join(self.siblings)
+        out = [f"a new shape, seeded from its siblings in {self.source} (nearest first): {names}"]
+        if not self.offered:
+            out.append("no sibling configuration mapped onto this shape beyond its default: "
+                       "a cold search")
+            return out
+        resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
+        out.append(
+            f"{self.offered} of the siblings' best and top configurations mapped onto this shape's "
+            f"legal knob values: {self.whole} as they were"
+            + (f", moved to the nearest legal value: {resets}" if resets else "")
+            + f"; {self.built} built, {self.correct} computed the right result"
+            + (f", {self.measured} measured" if self.measured != self.correct else "")
+            + "; measured before the search")
+        if self.correct == 0:
+            out.append("none works on this shape: the search started cold")
+        elif self.seeded:
+            out.append("the search started from them (seeded population, trained cost model)")
+        if self.prior:
+            out.append(f"the cost model also learned from {self.prior} other record(s) of the "
+                       "siblings before the first batch (their latencies scaled by the FLOPs ratio "
+                       "of the two shapes)")
+        if self.old_best_s is not None:
+            verdict = {
+                "faster": "the new best is faster beyond the noise",
+                "slower": "the mapped sibling best is faster beyond the noise",
+                "equal": "equal within noise",
+            }.get(self.verdict or "", "")
+            out.append(f"the nearest sibling's best ({self.siblings[0]}'s), mapped onto this shape, "
+                       f"in the finals: {fmt_latency(self.old_best_s, self.old_best_rel)}"
+                       + (f"; {verdict}" if verdict else ""))
         if self.failures:
             out.append("first failures: " + "; ".join(self.failures))
         return out

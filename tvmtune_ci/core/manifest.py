@@ -39,8 +39,11 @@ from .templateapi import TEMPLATE_API, UNRECORDED
 # when git vouches for them. Formats 1-3 read (results inline).
 # 5: `carried`: the set was carried forward unmeasured onto an edited template that
 # makes the same programs (pipeline.carry_step); {} when it was tuned. Format 4 reads.
-MANIFEST_FORMAT = 5
-READ_FORMATS = (1, 2, 3, 4, 5)
+# 6: `partial`: only the set's workloads changed, and the re-tune tuned the added and
+# changed ones and carried the rest as they were measured (pipeline_partial.py); {}
+# when every workload was tuned (then not written). Format 5 reads.
+MANIFEST_FORMAT = 6
+READ_FORMATS = (1, 2, 3, 4, 5, 6)
 MANIFEST_NAME = "manifest.json"
 RESULTS_NAME = "results.json"
 RESULTS_FORMAT = 1
@@ -190,6 +193,10 @@ class Manifest:
     # of measuring it again (pipeline.carry_step): {"on": date, "from_fingerprint": the
     # template's fingerprint it was tuned with, "sentence": why, in words}. {}: tuned.
     carried: dict[str, Any] = field(default_factory=dict)
+    # Format 6: a re-tune that tuned only the workloads that changed and carried the
+    # others (pipeline_partial.Partial.to_json: on, tuned, changed, carried, removed,
+    # from_log, from_date, sentence). {}: every workload was tuned (or carried) at once.
+    partial: dict[str, Any] = field(default_factory=dict)
     format: int = MANIFEST_FORMAT
 
     def to_json(self) -> dict[str, Any]:
@@ -201,6 +208,8 @@ class Manifest:
             del d["results"]
         if not self.carried:  # written only when carried: a format-4 set re-sealed stays format 4
             del d["carried"]
+        if not self.partial:
+            del d["partial"]
         return d
 
     def measured_on_other_cpu(self) -> str | None:
@@ -236,6 +245,7 @@ class Manifest:
             d = dict(data)
             d.setdefault("template_api", UNRECORDED)
             d.setdefault("carried", {})
+            d.setdefault("partial", {})
             d["trials"] = {w: Trials(**t) for w, t in d["trials"].items()}
             if fmt >= 4:
                 expected = d["files"][RESULTS_NAME]
@@ -571,6 +581,17 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
             for key in ("on", "from_fingerprint", "sentence"):
                 _need(isinstance(_obj(carried, "carried").get(key), str), f"carried.{key}",
                       carried.get(key), "a string")
+        partial = data.get("partial", {})
+        _need(fmt is not None and fmt >= 6 or partial == {}, "partial", partial,
+              "absent before format 6")
+        if partial != {}:
+            for key in ("on", "from_log", "from_date", "sentence"):
+                _need(isinstance(_obj(partial, "partial").get(key), str), f"partial.{key}",
+                      partial.get(key), "a string")
+            for key in ("tuned", "changed", "carried", "removed"):
+                v = partial.get(key)
+                _need(isinstance(v, list) and all(isinstance(x, str) for x in v),
+                      f"partial.{key}", v, "a list of workload names")
     except _Shape as e:
         raise CorruptFileError(
             f"{path}: manifest field {e}; the manifest was edited by hand or truncated: "

@@ -188,6 +188,8 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
            f"`{m.carried['from_fingerprint'][:12]}` before, `{m.fingerprint[:12]}` now), not "
            f"measured again: {m.carried['sentence']}. To measure it anyway: `tvmtune-ci retune "
            f"{m.operator} --target {m.target_name} --no-carry`.", ""] if m.carried else []),
+        *([f"Re-tuned in part on {m.partial['on']}: {m.partial['sentence']}. Each workload's "
+           "figures below are those of the run that measured it.", ""] if m.partial else []),
         *([f"**Measured on {m.host['llvm_cpu']}, not the target's {m.target['mcpu']}**: "
            f"these timings and this ranking are that machine's. Re-tune on a runner with the "
            f"target's CPU.", ""] if m.measured_on_other_cpu() else []),
@@ -282,7 +284,9 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
     if r.history is not None:
         seeded = r.history.get("from_target")
         head = (f"seeded from the {seeded} log `{r.history.get('source', '?')}` (seed-from)"
-                if seeded else f"the template was edited since `{r.history.get('source', '?')}`")
+                if seeded else f"a new shape, seeded from its siblings in `{r.history.get('source', '?')}`"
+                if r.history.get("siblings")
+                else f"the template was edited since `{r.history.get('source', '?')}`")
         lines += ["", f"### History: {head}", ""]
         lines += [f"- {x}" for x in ReplayReport.from_json(r.history).sentences()]
     lines += ["", "Chosen splits and knobs:", "", "```"]
