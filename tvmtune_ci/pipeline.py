@@ -218,6 +218,8 @@ def tune_step(job: Job) -> Job:
     names = list(job.template.decl.workloads)
     if job.partial is not None:  # the carried ones keep what they measured
         names = [w for w in names if w in job.partial.tuned]
+        if not names:  # only removals: no worker to start
+            return job
     if job.budget is not None:  # the lightest first, as the budget orders every item
         order = job.budget.order()
         names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))

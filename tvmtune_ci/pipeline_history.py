@@ -5,13 +5,15 @@ model's prior (`old_records`); what `--dry-run` says would be replayed."""
 
 from __future__ import annotations
 
+import json
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .check.renames import renamed_history
 from .check.staleness import Entry, installed_tvm_version, major_minor
-from .core import history
+from .core import history, siblings
 from .core.config import Config, TargetConfig
 from .core.errors import TvmtuneError
 from .core.fsutil import sha256_bytes
@@ -91,9 +93,10 @@ def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
     return None, entry.logset.manifest, None
 
 
-def replay_plan(config: Config, entry: Entry) -> list[str]:
+def replay_plan(config: Config, entry: Entry, only: Sequence[str] | None = None) -> list[str]:
     """What `retune` would replay, in words, without TVM (for --dry-run): per workload
-    the knob diff and how many old configurations map."""
+    the knob diff and how many old configurations map; for a new shape, the siblings
+    that would seed it. `only`: these workloads (a partial re-tune's)."""
     lines: list[str] = []
     target_cfg = config.target(entry.target_name)
     hist, _, from_target = history_source(config, entry, target_cfg, lines.append)
@@ -103,6 +106,19 @@ def replay_plan(config: Config, entry: Entry) -> list[str]:
     target = target_cfg.target
     old_decl = history.old_declaration(config.root, hist)
     for wname, wl in sorted(decl.workloads.items()):
+        if only is not None and wname not in only:
+            continue
+        if from_target is None and (wname not in hist.results
+                                    or json.dumps(hist.workloads.get(wname), sort_keys=True)
+                                    != json.dumps(wl, sort_keys=True)):
+            shapes = {s: dict(hist.workloads[s]) for s in hist.results if isinstance(hist.workloads.get(s), dict)}
+            order = siblings.nearest(wl, shapes)
+            seeds = siblings.map_siblings(siblings.sibling_configs(hist, order), decl.knobs, wl, target)
+            lines.append(f"history {wname}: a new shape: {len(seeds)} configuration(s) of its siblings in "
+                         f"{hist.log} ({', '.join(order) or 'none'}; nearest first) mapped onto its legal "
+                         "knob values would be replayed first; their other records would train the cost "
+                         "model, latencies scaled by the FLOPs ratio")
+            continue
         old = history.old_configs(hist, wname)
         mapped = history.map_all(old, decl.knobs, wl, target)
         diff = history.knob_diff(old_decl, decl.knobs, wl, target,

@@ -8,15 +8,18 @@ log, archived as `.bak` like every replaced set.
 The carried figures and the new ones must be one runner's, measured the same way, or
 the set would publish two kinds of number side by side: so a set measured on another
 machine, with other measurement settings, or from before format 2 is re-tuned whole
-(`partial_refusal` says why). `retune --no-carry` (and `--all`) re-tune it whole too.
+(`plan_partial` says why). `retune --no-carry` (and `--all`) re-tune it whole too.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .check.staleness import Entry
+from .core.config import Config, TargetConfig
 from .core.errors import CorruptFileError
 from .core.fsutil import sha256_bytes
 from .core.reasons import Code
@@ -74,28 +77,28 @@ def _settings(measure: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in measure.items() if k != "threads"}
 
 
-def partial_refusal(job: Job) -> Partial | str | None:
-    """The partial re-tune this job can make; a string: why the set is re-tuned whole
-    although only its workloads changed; None: not a workloads-only change."""
-    entry, tpl = job.entry, job.template
+def plan_partial(config: Config, entry: Entry, target: TargetConfig, workloads: Mapping[str, Any], *,
+                 carry: bool = True, threads: int | None = None) -> Partial | str | None:
+    """The partial re-tune of `entry` whose template now declares `workloads`; a string:
+    why the set is re-tuned whole although only its workloads changed; None: not a
+    workloads-only change. Without TVM (`retune --dry-run` asks it too)."""
     codes = {r.code for r in entry.reasons}
     if codes != {Code.WORKLOAD_CHANGED}:
         return None
-    if not job.carry:
+    if not carry:
         return "--no-carry"
     old = entry.manifest
     if old is None or old.format < 2:
         return "the previous set's manifest is of format 1 (fixed-repeat means)" if old else None
-    assert tpl is not None
-    if job.target.rpc is None and not same_machine(host_description(), old.host):
+    if target.rpc is None and not same_machine(host_description(), old.host):
         return ("the set was measured on another machine: its figures and this run's would not be "
                 "one runner's")
-    now = _settings({**vars(job.config.measure), "estimator": ESTIMATOR})
+    now = _settings({**vars(config.measure), "estimator": ESTIMATOR})
     if _normal(_settings(old.measure)) != _normal(now):
         keys = sorted(k for k in set(now) | set(_settings(old.measure))
                       if _normal(now.get(k)) != _normal(old.measure.get(k)))
         return f"the measurement settings changed since it was tuned ({', '.join(keys)})"
-    if old.measure.get("threads") != (job.threads or "TVM default"):
+    if old.measure.get("threads") != (threads or "TVM default"):
         return "it was measured with another thread count"
     try:
         data = (entry.logset.folder / old.log).read_bytes()
@@ -104,22 +107,24 @@ def partial_refusal(job: Job) -> Partial | str | None:
         log = None
     if not isinstance(log, dict) or not isinstance(log.get("workloads"), dict):
         return f"its log {old.log} cannot be read as its manifest recorded it"
-    new_wl, old_wl = tpl.decl.workloads, old.workloads
-    carried = tuple(w for w in new_wl if w in old_wl and _normal(old_wl[w]) == _normal(new_wl[w])
+    old_wl = old.workloads
+    carried = tuple(w for w in workloads if w in old_wl and _normal(old_wl[w]) == _normal(workloads[w])
                     and w in old.results and w in log["workloads"])
     if not carried:
         return "no workload of the previous set is left unchanged"
-    tuned = tuple(w for w in new_wl if w not in carried)
+    tuned = tuple(w for w in workloads if w not in carried)
     return Partial(
         tuned=tuned, changed=tuple(w for w in tuned if w in old_wl), carried=carried,
-        removed=tuple(w for w in old_wl if w not in new_wl), old_log=old.log,
+        removed=tuple(w for w in old_wl if w not in workloads), old_log=old.log,
         old_date=old.tuned_on, entries={w: log["workloads"][w] for w in carried})
 
 
 def partial_step(job: Job) -> Job:
     """Only the set's workloads changed: plan to tune the changed ones and carry the rest
     (`Partial`), or say why the whole set is re-tuned."""
-    plan = partial_refusal(job)
+    assert job.template is not None
+    plan = plan_partial(job.config, job.entry, job.target, job.template.decl.workloads,
+                        carry=job.carry, threads=job.threads)
     if plan is None:
         return job
     if isinstance(plan, str):

@@ -86,6 +86,18 @@ def test_an_added_workload_is_the_only_one_tuned_and_seeded_from_its_siblings(
     old, old_text = _log(root)
     old_runs = (root / FOLDER / "runs.jsonl").read_bytes()
     _set_workloads(root, TWO[:-1] + ', "s96": {"M": 96, "N": 96, "K": 96, "dtype": "float32"}}')
+    dry = run_cli(root, "retune", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "partial re-tune: only workloads changed (added s96): tuned s96" in dry.stdout, dry.stdout
+    assert "history s96: a new shape: " in dry.stdout and "(s64, s48; nearest first)" in dry.stdout
+    assert "history s64" not in dry.stdout  # carried: nothing replayed
+    # Figures measured another way would not sit beside the carried ones: the whole set.
+    config = (root / "tvmtune.yaml").read_text()
+    (root / "tvmtune.yaml").write_text(config.replace("time_cap_s: 1.0", "time_cap_s: 1.5"))
+    dry = run_cli(root, "retune", "--dry-run")
+    assert "every workload would be re-tuned: the measurement settings changed since it was tuned " \
+           "(time_cap_s)" in dry.stdout, dry.stdout
+    (root / "tvmtune.yaml").write_text(config)
     r = run_cli(root, "retune", "--commit")
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout

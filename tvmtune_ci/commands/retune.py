@@ -13,6 +13,7 @@ from .. import ci
 from ..budget import Budget, floor_estimate, fmt_duration, parse_duration
 from ..core.config import Config, load_config
 from ..core.errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
+from ..core.template import read_template
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..check.staleness import Entry
@@ -26,7 +27,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", default=None, metavar="DURATION", help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), the heaviest last")
     p.add_argument("--seed", type=int, default=None, metavar="S", help="search seed (default: from tvmtune.yaml)")
     p.add_argument("--as-of", default=None, metavar="YYYY-MM-DD", help="date that decides expiry (default: today)")
-    p.add_argument("--no-carry", action="store_true", help="re-tune an entry even when its template's edit changed no program (by default its set is carried forward unmeasured; --all implies this)")
+    p.add_argument("--no-carry", action="store_true", help="re-tune every workload of an entry even when its template's edit changed no program (by default its set is carried forward unmeasured) or only its WORKLOADS changed (by default only the added and changed ones are tuned); --all implies this")
     p.add_argument("--dry-run", action="store_true", help="print what would be re-tuned and stop")
     p.add_argument("--commit", action="store_true", help="commit exactly the files the re-tune wrote")
     p.add_argument("--push", action="store_true", help="push the commit(s), rebasing onto a moved remote (implies --commit)")
@@ -106,8 +107,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {e.operator}/{e.target_name}: {why}")
         if args.dry_run:
             from ..pipeline import replay_plan
+            from ..pipeline_partial import plan_partial
+            from ..tune.runners.threads import measure_threads
 
-            for line in replay_plan(config, e):
+            target = config.target(e.target_name)
+            plan = None
+            if not any(r.code == "template_invalid" for r in e.reasons):
+                plan = plan_partial(config, e, target, read_template(config.root / e.template_file).workloads,
+                                    carry=not (args.no_carry or args.all), threads=measure_threads(target))
+                if isinstance(plan, str) and plan != "--no-carry":
+                    print(f"    every workload would be re-tuned: {plan}")
+                elif plan is not None and not isinstance(plan, str):
+                    print(f"    partial re-tune: {plan.sentence()}")
+            only = plan.tuned if plan is not None and not isinstance(plan, str) else None
+            for line in replay_plan(config, e, only=only):
                 print(f"    {line}")
     budget = None
     if args.budget is not None:
