@@ -28,13 +28,14 @@ cross-toolchain:
 cuda: $(VENV)/.installed
 	$(PY) -m pytest -m extra
 
-# The linter (ruff) and the type checker (mypy), both configured in pyproject.toml and
+# The linter and the formatter (ruff) and the type checker (mypy), configured in pyproject.toml and
 # run by .pre-commit-config.yaml too, the suite without the tests marked
 # `slow` (they tune for longer: warm stop rules, budgets, run histories, races), then
 # `check`: main never carries stale logs.
 # .ci/run runs the slow ones after it (`make test-slow`).
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not slow"
 	$(VENV)/bin/tvmtune-ci check

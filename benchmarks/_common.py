@@ -14,8 +14,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 # The author and committer of a scratch repo's commits (no git config needed).
-GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@localhost",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@localhost",
+}
 
 
 def snapshot(where: Path, root: Path = ROOT) -> Path:
@@ -67,8 +71,12 @@ def replay_sets(root: Path, target: str) -> Iterator[tuple[Any, ModuleType, str,
         workload = next(iter(manifest.results), None)
         if workload is None or workload not in template.WORKLOADS:
             continue
-        configs = [full_knobs(template, workload, m.knobs, tgt) for m in history.map_all(
-            history.old_configs(manifest, workload), template.KNOBS, template.WORKLOADS[workload], tgt)]
+        configs = [
+            full_knobs(template, workload, m.knobs, tgt)
+            for m in history.map_all(
+                history.old_configs(manifest, workload), template.KNOBS, template.WORKLOADS[workload], tgt
+            )
+        ]
         yield manifest, template, workload, tgt, configs
 
 

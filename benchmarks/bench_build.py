@@ -45,8 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     ms = tvmsetup.ms()
     builders = {1: make_builder(threads=1), threads: make_builder(threads=threads)}
     waited = wait_idle(args.wait_idle)
-    print(f"# bench_build: tuning_logs/*/{args.target}; {args.rounds} interleaved rounds per workload; "
-          f"BUILD_THREADS {threads}; waited {waited:.0f} s for idle", flush=True)
+    print(
+        f"# bench_build: tuning_logs/*/{args.target}; {args.rounds} interleaved rounds per workload; "
+        f"BUILD_THREADS {threads}; waited {waited:.0f} s for idle",
+        flush=True,
+    )
     print(f"| workload | kernels | 1 thread: s per batch | {threads} threads: s per batch | threads / one |")
     print("|---|---|---|---|---|")
     totals = {1: 0.0, threads: 0.0}
@@ -59,11 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for manifest, template, workload, target, configs in sets:
             tgt = tvmsetup.make_target(target)
-            inputs = [ms.builder.BuilderInput(schedule_config(template, workload, kv, target).mod, tgt)
-                      for kv in configs]
+            inputs = [
+                ms.builder.BuilderInput(schedule_config(template, workload, kv, target).mod, tgt) for kv in configs
+            ]
             secs: dict[int, list[float]] = {1: [], threads: []}
             for r in range(args.rounds):
-                for n in ((1, threads) if r % 2 == 0 else (threads, 1)):
+                for n in (1, threads) if r % 2 == 0 else (threads, 1):
                     s, got = build(inputs, n)
                     secs[n].append(s)
                     for kv, res in zip(configs, got, strict=True):
@@ -75,14 +79,18 @@ def main(argv: list[str] | None = None) -> int:
             one, many = statistics.median(secs[1]), statistics.median(secs[threads])
             totals[1] += one
             totals[threads] += many
-            print(f"| {manifest.operator}/{workload} | {len(configs)} | {one:.2f} | {many:.2f} | "
-                  f"{many / one:.2f} |", flush=True)
+            print(
+                f"| {manifest.operator}/{workload} | {len(configs)} | {one:.2f} | {many:.2f} | {many / one:.2f} |",
+                flush=True,
+            )
     finally:
         for b in builders.values():
             b.close()
-    print(f"\nall batches: 1 thread {totals[1]:.1f} s, {threads} threads {totals[threads]:.1f} s "
-          f"(threads / one {totals[threads] / totals[1]:.2f}; medians over the rounds); every library "
-          "the threads built checked against reference()")
+    print(
+        f"\nall batches: 1 thread {totals[1]:.1f} s, {threads} threads {totals[threads]:.1f} s "
+        f"(threads / one {totals[threads] / totals[1]:.2f}; medians over the rounds); every library "
+        "the threads built checked against reference()"
+    )
     return 0
 
 

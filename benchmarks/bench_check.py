@@ -220,9 +220,7 @@ def generate(root: Path, n: int) -> int:
     (root / "mylib/__init__.py").write_text("")
     (root / "mylib/tiling.py").write_text(TILING)
     for i in range(n):
-        (ops / f"op{i:05d}.py").write_text(
-            TEMPLATE.format(i=i, m=64 * (1 + i % 8), n=128 * (1 + i % 4))
-        )
+        (ops / f"op{i:05d}.py").write_text(TEMPLATE.format(i=i, m=64 * (1 + i % 8), n=128 * (1 + i % 4)))
     config = load_config(root / "tvmtune.yaml")
     sets = real_sets()
     total = 0
@@ -235,9 +233,7 @@ def generate(root: Path, n: int) -> int:
             real_log, real_manifest, readme, curve = sets[(2 * i + k) % len(sets)]
             # Same size, own bytes (git would store identical logs once).
             log = real_log.replace(
-                f'"operator": "{real_manifest["operator"]}"'.encode(),
-                f'"operator": "{op}"'.encode(),
-                1,
+                f'"operator": "{real_manifest["operator"]}"'.encode(), f'"operator": "{op}"'.encode(), 1
             )
             data = as_entry(real_manifest, log, op, t, decl.workloads, fp)
             logset = LogSet.of(config.logs_path, op, t.name)
@@ -276,10 +272,15 @@ def phase_times(root: Path, repeat: int, installed: dict[str, str]) -> dict[str,
             Manifest.from_json(json.loads(m.read_bytes()), m, lazy_results=True)
 
     return {
-        "start+imports": best_of(repeat, lambda: subprocess.run(
-            [sys.executable, "-c", "import tvmtune_ci.commands.check"], check=True)),
-        "start+imports (bytecode)": best_of(repeat, lambda: subprocess.run(
-            [sys.executable, "-c", "import tvmtune_ci.commands.check"], check=True, env=installed)),
+        "start+imports": best_of(
+            repeat, lambda: subprocess.run([sys.executable, "-c", "import tvmtune_ci.commands.check"], check=True)
+        ),
+        "start+imports (bytecode)": best_of(
+            repeat,
+            lambda: subprocess.run(
+                [sys.executable, "-c", "import tvmtune_ci.commands.check"], check=True, env=installed
+            ),
+        ),
         "git (status, ls-files)": best_of(repeat, lambda: clean_blobs(root)),
         f"manifests ({len(manifests)})": best_of(repeat, read_all),
         "find_stale": best_of(repeat, lambda: find_stale(config)),
@@ -303,8 +304,7 @@ def installed_env(tmp: Path) -> dict[str, str]:
     CLI runs from this checkout, where PYTHONDONTWRITEBYTECODE=1 (set on these VMs)
     makes every start compile the modules it imports."""
     dest = tmp / "installed"
-    shutil.copytree(REPO / "tvmtune_ci", dest / "tvmtune_ci",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "tvmtune_ci", dest / "tvmtune_ci", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest)], check=True)
     assert list(dest.glob("tvmtune_ci/__pycache__/*.pyc")), "compileall wrote no bytecode"
     return {**os.environ, "PYTHONPATH": str(dest)}
@@ -340,13 +340,9 @@ def pr_check(root: Path, repeat: int, edited: Path, entries: int) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1000", help="operator counts (comma-separated)")
-    ap.add_argument(
-        "--repeat", type=int, default=3, help="runs per measurement; the best is reported"
-    )
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
     ap.add_argument("--keep", help="generate the repositories here and keep them")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -63,8 +63,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def cli(repo: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", *args, "--format", "json"], cwd=repo,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci", *args, "--format", "json"], cwd=repo, capture_output=True, text=True
+    )
     try:
         return r.returncode, json.loads(r.stdout)
     except json.JSONDecodeError:
@@ -99,15 +100,19 @@ def young_clone(args: argparse.Namespace) -> Path:
     # The cut histories keep their first run, so their series would share its key with the
     # young one's: renamed, as a re-tune's new history (a new first run) would leave them.
     cut = {f"{op}/{args.target}/" for op in args.operators}
-    pool = runnerband.Pool(label, {(s.key + " (archived)" if s.key.startswith(tuple(cut)) else s.key): s
-                                   for s in series})
+    pool = runnerband.Pool(
+        label, {(s.key + " (archived)" if s.key.startswith(tuple(cut)) else s.key): s for s in series}
+    )
     runnerband.write_pool(runnerband.pool_path(cfg.logs_path, label), pool)
     from tvmtune_ci.remeasure import runner_identity
 
     band, left = pool.band(runner_identity())
-    print(f"# young clone {repo}: runner band of {label} from {len(series)} series"
-          f" ({len(left)} left out{': ' + left[0] if left else ''}): "
-          f"{band.describe() if band else 'none (too few pairs)'}", flush=True)
+    print(
+        f"# young clone {repo}: runner band of {label} from {len(series)} series"
+        f" ({len(left)} left out{': ' + left[0] if left else ''}): "
+        f"{band.describe() if band else 'none (too few pairs)'}",
+        flush=True,
+    )
     for op in args.operators:
         folder = cfg.logs_path / op / target.slug
         m = json.loads((folder / "manifest.json").read_text())
@@ -116,10 +121,26 @@ def young_clone(args: argparse.Namespace) -> Path:
         (folder / "runs.jsonl").write_bytes(first)
         m["files"]["runs.jsonl"], m["files_git_blob"]["runs.jsonl"] = sha256_bytes(first), blob_id(first)
         (folder / "manifest.json").write_text(json.dumps(m))
-        print(f"# {op}/{args.target}: history cut to its first run ({json.loads(first)['by']}, {json.loads(first)['at']})", flush=True)
+        print(
+            f"# {op}/{args.target}: history cut to its first run ({json.loads(first)['by']}, {json.loads(first)['at']})",
+            flush=True,
+        )
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@localhost",
-                    "commit", "-qm", "young: histories cut to the re-tune's run, runner band pooled"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "commit",
+            "-qm",
+            "young: histories cut to the re-tune's run, runner band pooled",
+        ],
+        check=True,
+    )
     return repo
 
 
@@ -129,8 +150,11 @@ def phase1(args: argparse.Namespace) -> Path:
         shutil.copytree(args.source, repo, symlinks=True)
     else:
         repo = clone(Path(tempfile.mkdtemp(prefix="bench-drift-")) / "repo")
-    print(f"# phase 1: {args.runs} runs of `remeasure {' '.join(args.operators)} --target {args.target} --record` over "
-          f"{args.minutes:g} min in {repo}", flush=True)
+    print(
+        f"# phase 1: {args.runs} runs of `remeasure {' '.join(args.operators)} --target {args.target} --record` over "
+        f"{args.minutes:g} min in {repo}",
+        flush=True,
+    )
     gap = args.minutes * 60 / args.runs
     t0 = time.time()
     with open(args.out, "a", encoding="utf-8") as out:
@@ -142,13 +166,19 @@ def phase1(args: argparse.Namespace) -> Path:
             out.write(json.dumps({"phase": 1, "run": i + 1, "exit": code, "at": time.time(), **data}) + "\n")
             out.flush()
             states = [v["state"] for r in data["results"] for v in r["verdicts"]]
-            said = "; ".join(f"{e['operator']}/{v['workload']}: {v['state']}"
-                             + (f" {v['ratio']:.3f}x" if v.get("ratio") else "")
-                             + (" (runner band)" if "runner band" in v["sentence"] else "")
-                             for e in data["results"] for v in e["verdicts"])
-            print(f"run {i + 1} at {(time.time() - t0) / 60:.1f} min: exit {code}, "
-                  f"{states.count('drift')} drift, {states.count('stable')} stable, "
-                  f"{states.count('inconclusive')} inconclusive: {said}", flush=True)
+            said = "; ".join(
+                f"{e['operator']}/{v['workload']}: {v['state']}"
+                + (f" {v['ratio']:.3f}x" if v.get("ratio") else "")
+                + (" (runner band)" if "runner band" in v["sentence"] else "")
+                for e in data["results"]
+                for v in e["verdicts"]
+            )
+            print(
+                f"run {i + 1} at {(time.time() - t0) / 60:.1f} min: exit {code}, "
+                f"{states.count('drift')} drift, {states.count('stable')} stable, "
+                f"{states.count('inconclusive')} inconclusive: {said}",
+                flush=True,
+            )
     return repo
 
 
@@ -157,13 +187,20 @@ def analyse1(path: Path, publish_at: int) -> None:
 
     recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     recs = [r for r in recs if r["phase"] == 1]
-    wrong = [(r["run"], f"{e['operator']}/{v['workload']}") for r in recs for e in r["results"]
-             for v in e["verdicts"] if v["state"] == "drift"]
+    wrong = [
+        (r["run"], f"{e['operator']}/{v['workload']}")
+        for r in recs
+        for e in r["results"]
+        for v in e["verdicts"]
+        if v["state"] == "drift"
+    ]
     n_verdicts = sum(len(e["verdicts"]) for r in recs for e in r["results"])
-    print(f"\n## nothing changed: {len(recs)} runs over {(recs[-1]['at'] - recs[0]['at']) / 60:.0f} min, "
-          f"{n_verdicts} verdicts, {len(wrong)} false alarm(s){': ' + str(wrong) if wrong else ''}; "
-          f"runs with any drift: {sum(r['exit'] != 0 for r in recs)} of {len(recs)} (the verdicts "
-          "the runs printed, with the code they ran)\n")
+    print(
+        f"\n## nothing changed: {len(recs)} runs over {(recs[-1]['at'] - recs[0]['at']) / 60:.0f} min, "
+        f"{n_verdicts} verdicts, {len(wrong)} false alarm(s){': ' + str(wrong) if wrong else ''}; "
+        f"runs with any drift: {sum(r['exit'] != 0 for r in recs)} of {len(recs)} (the verdicts "
+        "the runs printed, with the code they ran)\n"
+    )
     # The verdicts are a function of the recorded history: replayed here with this
     # checkout's rule, run by run, on the last run's history.
     from tvmtune_ci.remeasure import judge_history
@@ -175,18 +212,22 @@ def analyse1(path: Path, publish_at: int) -> None:
             for w in sorted(history[0].workloads):
                 states.setdefault(w, []).append(judge_history(history[:k], w).state)
         for w, st in states.items():
-            print(f"- {e['operator']}/{w}, verdicts replayed with this checkout's rule after each of "
-                  f"the {len(st)} runs (the re-tune's first): {st.count('drift')} drift, "
-                  f"{st.count('stable')} stable, {st.count('inconclusive')} inconclusive; left out "
-                  f"as disturbed: {len(R.disturbed(history, w))} (the runner disturbed in "
-                  f"{len(R.disturbed(history))})")
+            print(
+                f"- {e['operator']}/{w}, verdicts replayed with this checkout's rule after each of "
+                f"the {len(st)} runs (the re-tune's first): {st.count('drift')} drift, "
+                f"{st.count('stable')} stable, {st.count('inconclusive')} inconclusive; left out "
+                f"as disturbed: {len(R.disturbed(history, w))} (the runner disturbed in "
+                f"{len(R.disturbed(history))})"
+            )
     print()
     # The last run's history holds every run (the re-tune's first).
     last = recs[-1]
-    print(f"| workload | runs | band of the headline (at the runner's usual speed) after run {publish_at} "
-          "(README) | median of the 5 later runs, spread over the rest, inside it? | the figure as "
-          "measured: band, later median inside? | band of the absolute p25 over the same runs | "
-          "headline band over all runs | as measured | absolute p25 |")
+    print(
+        f"| workload | runs | band of the headline (at the runner's usual speed) after run {publish_at} "
+        "(README) | median of the 5 later runs, spread over the rest, inside it? | the figure as "
+        "measured: band, later median inside? | band of the absolute p25 over the same runs | "
+        "headline band over all runs | as measured | absolute p25 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     inside = {"usual": 0, "fast": 0}
     total = 0
@@ -217,11 +258,15 @@ def analyse1(path: Path, publish_at: int) -> None:
             lb = R.band_of(lat[:k])
             ua, fa, la = R.band_of(figs["usual"]), R.band_of(figs["fast"]), R.band_of(lat)
             (ub, uok), (fb, fok) = cells["usual"], cells["fast"]
-            print(f"| {e['operator']}/{w} | {len(figs['fast'])} | ±{100 * ub.halfwidth:.1f}% | {uok} | "
-                  f"±{100 * fb.halfwidth:.1f}%, {fok} | ±{100 * lb.halfwidth:.1f}% | ±{100 * ua.halfwidth:.1f}% | "
-                  f"±{100 * fa.halfwidth:.1f}% | ±{100 * la.halfwidth:.1f}% |")
-    print(f"\nthe README's headline reproduced (median of 5 later runs, spread over the rest, inside its band) in "
-          f"{inside['usual']} of {total} workloads; the figure as measured would have in {inside['fast']}")
+            print(
+                f"| {e['operator']}/{w} | {len(figs['fast'])} | ±{100 * ub.halfwidth:.1f}% | {uok} | "
+                f"±{100 * fb.halfwidth:.1f}%, {fok} | ±{100 * lb.halfwidth:.1f}% | ±{100 * ua.halfwidth:.1f}% | "
+                f"±{100 * fa.halfwidth:.1f}% | ±{100 * la.halfwidth:.1f}% |"
+            )
+    print(
+        f"\nthe README's headline reproduced (median of 5 later runs, spread over the rest, inside its band) in "
+        f"{inside['usual']} of {total} workloads; the figure as measured would have in {inside['fast']}"
+    )
 
 
 def rejudge1(path: Path) -> None:
@@ -246,11 +291,20 @@ def rejudge1(path: Path) -> None:
                 v = judge_history(history, then["workload"], band)
                 verdicts += 1
                 alarms += v.drifted
-                which = ("far rule" if "at once" in v.sentence else "runner band" if "runner band" in v.sentence
-                         else "own band" if "band" in v.sentence else "-")
+                which = (
+                    "far rule"
+                    if "at once" in v.sentence
+                    else "runner band"
+                    if "runner band" in v.sentence
+                    else "own band"
+                    if "band" in v.sentence
+                    else "-"
+                )
                 ratio = f"{v.ratio:.3f}x" if v.ratio else "-"
-                print(f"| {r['run']} | {len(history)} | {then['workload']} | {then['state']} | {v.state} | "
-                      f"{ratio} | {which} |")
+                print(
+                    f"| {r['run']} | {len(history)} | {then['workload']} | {then['state']} | {v.state} | "
+                    f"{ratio} | {which} |"
+                )
     print(f"\njudged now: {alarms} false alarm(s) in {verdicts} verdicts of {len(recs)} runs")
 
 
@@ -261,10 +315,14 @@ def phase2(args: argparse.Namespace) -> None:
     base = Path(args.source)
     cfg = load_config(base / "tvmtune.yaml")
     target = cfg.target(args.target)
-    folders = sorted(p for p in (base / cfg.logs_dir).glob(f"*/{target.slug}") if (p / "manifest.json").is_file()
-                     and (not args.operators or p.parent.name in args.operators))
-    wanted = {f"{f.parent.name}/{w}": args.slowdown for f in folders
-              for w in read_manifest(f / "manifest.json").results}
+    folders = sorted(
+        p
+        for p in (base / cfg.logs_dir).glob(f"*/{target.slug}")
+        if (p / "manifest.json").is_file() and (not args.operators or p.parent.name in args.operators)
+    )
+    wanted = {
+        f"{f.parent.name}/{w}": args.slowdown for f in folders for w in read_manifest(f / "manifest.json").results
+    }
     for spec in args.slowdown_for:
         key, _, val = spec.partition("=")
         if key not in wanted:
@@ -278,18 +336,25 @@ def phase2(args: argparse.Namespace) -> None:
     tmpl_knobs = {k: p["best"] for k, p in picks.items()}
     with open(args.out, "a", encoding="utf-8") as out:
         out.write(json.dumps({"phase": 2, "picks": picks, "at": time.time()}) + "\n")
-    print(f"\n## a real slowdown: {args.detect} rounds, each every workload of "
-          f"{', '.join(f.parent.name for f in folders)} with its best swapped for a configuration of "
-          f"its log measured slower side by side ({args.pick_seconds:g} s, interleaved)\n")
+    print(
+        f"\n## a real slowdown: {args.detect} rounds, each every workload of "
+        f"{', '.join(f.parent.name for f in folders)} with its best swapped for a configuration of "
+        f"its log measured slower side by side ({args.pick_seconds:g} s, interleaved)\n"
+    )
     for k, p in sorted(picks.items()):
         best_knobs = tmpl_knobs[k]
-        how = "the best with " + ", ".join(f"{n} {best_knobs[n]} -> {v}" for n, v in p["knobs"].items()
-                                          if best_knobs.get(n) != v)
-        print(f"- {k}: wanted {wanted[k]:.2f}x; picked {how}, measured {p['measured']:.3f}x "
-              f"the best now; measured ratios of all candidates: "
-              f"{', '.join(f'{r:.3f}' for r in p['all_measured'])}")
-    print("\n| round | workload | swapped-in configuration (measured / the best's, before the round) | "
-          "verdicts of the next runs (measured / the band's median) | calibration kernels / their median | found |")
+        how = "the best with " + ", ".join(
+            f"{n} {best_knobs[n]} -> {v}" for n, v in p["knobs"].items() if best_knobs.get(n) != v
+        )
+        print(
+            f"- {k}: wanted {wanted[k]:.2f}x; picked {how}, measured {p['measured']:.3f}x "
+            f"the best now; measured ratios of all candidates: "
+            f"{', '.join(f'{r:.3f}' for r in p['all_measured'])}"
+        )
+    print(
+        "\n| round | workload | swapped-in configuration (measured / the best's, before the round) | "
+        "verdicts of the next runs (measured / the band's median) | calibration kernels / their median | found |"
+    )
     print("|---|---|---|---|---|---|")
     found = trials = 0
     per: dict[str, list[bool]] = {}
@@ -328,18 +393,26 @@ def phase2(args: argparse.Namespace) -> None:
                 hit = any(x.startswith("drift") for x in seen)
                 if key in controls:  # nothing changed: a drift here is a false alarm
                     alarms.append(hit)
-                    print(f"| {t + 1} | {key} (control, not swapped) | - | {', '.join(seen)} | "
-                          f"{'; '.join(cals)} | {'FALSE ALARM' if hit else 'no drift (right)'} |", flush=True)
+                    print(
+                        f"| {t + 1} | {key} (control, not swapped) | - | {', '.join(seen)} | "
+                        f"{'; '.join(cals)} | {'FALSE ALARM' if hit else 'no drift (right)'} |",
+                        flush=True,
+                    )
                     continue
                 found += hit
                 trials += 1
                 per.setdefault(key, []).append(hit)
-                print(f"| {t + 1} | {key} | {picks[key]['measured']:.3f}x | {', '.join(seen)} | "
-                      f"{'; '.join(cals)} | {'yes' if hit else 'NO'} |", flush=True)
+                print(
+                    f"| {t + 1} | {key} | {picks[key]['measured']:.3f}x | {', '.join(seen)} | "
+                    f"{'; '.join(cals)} | {'yes' if hit else 'NO'} |",
+                    flush=True,
+                )
             shutil.rmtree(work.parent, ignore_errors=True)
-    print(f"\nfound within {args.runs_per_trial} run(s): {found} of {trials}; per workload: "
-          + ", ".join(f"{k} {sum(v)} of {len(v)} ({picks[k]['measured']:.3f}x)" for k, v in sorted(per.items()))
-          + (f"; controls (not swapped): {sum(alarms)} false alarm(s) in {len(alarms)}" if controls else ""))
+    print(
+        f"\nfound within {args.runs_per_trial} run(s): {found} of {trials}; per workload: "
+        + ", ".join(f"{k} {sum(v)} of {len(v)} ({picks[k]['measured']:.3f}x)" for k, v in sorted(per.items()))
+        + (f"; controls (not swapped): {sum(alarms)} false alarm(s) in {len(alarms)}" if controls else "")
+    )
 
 
 def calibration_ratio(data: dict[str, Any]) -> str:
@@ -356,8 +429,9 @@ def calibration_ratio(data: dict[str, Any]) -> str:
     return " ".join(parts) or "-"
 
 
-def pick_slower(base: Path, cfg: Any, target: Any, folders: list[Path], wanted: dict[str, float],
-                seconds: float) -> dict[str, dict[str, Any]]:
+def pick_slower(
+    base: Path, cfg: Any, target: Any, folders: list[Path], wanted: dict[str, float], seconds: float
+) -> dict[str, dict[str, Any]]:
     """Per workload: the configuration whose latency, measured now side by side with the
     best (every workload's best and candidates in one interleaved run of `seconds`, each
     as the fast figure the history records), is closest to the wanted ratio. Candidates:
@@ -442,9 +516,15 @@ def pick_slower(base: Path, cfg: Any, target: Any, folders: list[Path], wanted: 
         # The closest to the wanted ratio: a single measurement of a ratio spreads a few
         # percent, so "at least" would skip a 1.085x for a wanted 1.09x.
         ratio, idx = min(cands, key=lambda c: abs(c[0] - want))
-        out[key] = {"index": idx, "knobs": cands_of[key][idx]["knobs"], "best": tmpl_of[key][2], "measured": ratio,
-                    "recorded": recorded[(key, idx)],
-                    "wanted": want, "all_measured": [r for r, _ in cands]}
+        out[key] = {
+            "index": idx,
+            "knobs": cands_of[key][idx]["knobs"],
+            "best": tmpl_of[key][2],
+            "measured": ratio,
+            "recorded": recorded[(key, idx)],
+            "wanted": want,
+            "all_measured": [r for r, _ in cands],
+        }
     return out
 
 
@@ -468,8 +548,9 @@ def neighbours(best: dict[str, Any], decls: Any) -> list[dict[str, Any]]:
     return out
 
 
-def side_by_side(cfg: Any, target: Any, keys: list[tuple[str, int]], schs: list[Any],
-                 seconds: float) -> dict[tuple[str, int], float]:
+def side_by_side(
+    cfg: Any, target: Any, keys: list[tuple[str, int]], schs: list[Any], seconds: float
+) -> dict[tuple[str, int], float]:
     """The fast figure (as the history records it) of each schedule, measured in one
     interleaved run of `seconds`."""
     from tvmtune_ci.pipeline import measure_threads, tvm_threads
@@ -482,8 +563,15 @@ def side_by_side(cfg: Any, target: Any, keys: list[tuple[str, int]], schs: list[
     with tvm_threads(measure_threads(target)):
         runner, builder = make_runner(cfg.measure, None), make_builder()
         try:
-            visits = interleave(schs, target.target, cfg.measure, seconds=seconds, runner=runner,
-                                builder=builder, what="bench_drift: the swap candidates")
+            visits = interleave(
+                schs,
+                target.target,
+                cfg.measure,
+                seconds=seconds,
+                runner=runner,
+                builder=builder,
+                what="bench_drift: the swap candidates",
+            )
         finally:
             builder.close()
             runner.close()
@@ -528,17 +616,26 @@ def main() -> int:
     ap.add_argument("--publish-at", type=int, default=8, help="runs behind the README whose headline is checked")
     ap.add_argument("--detect", type=int, default=0)
     ap.add_argument("--slowdown", type=float, default=1.15, help="phase 2: the measured ratio wanted")
-    ap.add_argument("--slowdown-for", action="append", default=[], metavar="OP/W=RATIO",
-                    help="phase 2: another ratio for one workload (one whose band is wider); "
-                    "0: not swapped, a control whose drift would be a false alarm")
-    ap.add_argument("--pick-seconds", type=float, default=90.0,
-                    help="phase 2: how long the candidates are measured side by side")
+    ap.add_argument(
+        "--slowdown-for",
+        action="append",
+        default=[],
+        metavar="OP/W=RATIO",
+        help="phase 2: another ratio for one workload (one whose band is wider); "
+        "0: not swapped, a control whose drift would be a false alarm",
+    )
+    ap.add_argument(
+        "--pick-seconds", type=float, default=90.0, help="phase 2: how long the candidates are measured side by side"
+    )
     ap.add_argument("--source", default=None, help="phase 2: the clone phase 1 left")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/bench_drift_raw.jsonl")
     ap.add_argument("--analyse", action="store_true", help="only analyse --out")
-    ap.add_argument("--young", action="store_true",
-                    help="pool the label's sets into its runner band, then cut the named operators' "
-                    "histories to their re-tune's run (a verdict at the first remeasure)")
+    ap.add_argument(
+        "--young",
+        action="store_true",
+        help="pool the label's sets into its runner band, then cut the named operators' "
+        "histories to their re-tune's run (a verdict at the first remeasure)",
+    )
     ap.add_argument("--history-s", type=float, default=None, help="measure.history_s in the clone")
     ap.add_argument("--runs-per-trial", type=int, default=3, help="phase 2: runs to find the drift in")
     ap.add_argument("--rejudge", action="store_true", help="with --analyse: phase 1's runs judged again by this code")

@@ -62,20 +62,43 @@ LANES = 16  # fp32 lanes of the target's vectors (set by main())
 # Found by hand on this machine (benchmarks/README-free: rerun this script to check).
 # Structural knobs and sampled knobs together, as a manifest's best.knobs.
 HAND_PICKS: dict[str, dict[str, Any]] = {
-    "matmul/m1024": {"accumulate": "register", "pack_b": "global",
-                     "tile_i": [1, 128, 8], "tile_j": [16, 2, 2], "tile_k": [8, 8]},
-    "matmul/m1021": {"accumulate": "register", "pack_b": "tile",
-                     "tile_i": [2, 64, 8], "tile_j": [8, 4, 2], "tile_k": [16, 4]},
-    "dense/bert_ffn1": {"accumulate": "register", "pack_b": "global",
-                        "tile_i": [32, 4], "tile_j": [48, 1, 4], "tile_k": [3, 16]},
-    "dense/bert_ffn2": {"accumulate": "register", "pack_b": "global",
-                        "tile_i": [16, 8], "tile_j": [24, 1, 2], "tile_k": [12, 16]},
-    "conv2d/resnet50_3x3": {"pad": "stage", "tile_k": [16, 4], "tile_h": [14, 4],
-                            "tile_w": [4, 14], "unroll": 64},
-    "softmax/attn_512": {"exp_mode": "store", "tile_r": [8192, 1], "acc_max": [16, 2],
-                         "acc_sum": [16, 2], "unroll": 0},
-    "softmax/vocab_32k": {"exp_mode": "store", "tile_r": [16, 4], "acc_max": [250, 8],
-                          "acc_sum": [250, 8], "unroll": 0},
+    "matmul/m1024": {
+        "accumulate": "register",
+        "pack_b": "global",
+        "tile_i": [1, 128, 8],
+        "tile_j": [16, 2, 2],
+        "tile_k": [8, 8],
+    },
+    "matmul/m1021": {
+        "accumulate": "register",
+        "pack_b": "tile",
+        "tile_i": [2, 64, 8],
+        "tile_j": [8, 4, 2],
+        "tile_k": [16, 4],
+    },
+    "dense/bert_ffn1": {
+        "accumulate": "register",
+        "pack_b": "global",
+        "tile_i": [32, 4],
+        "tile_j": [48, 1, 4],
+        "tile_k": [3, 16],
+    },
+    "dense/bert_ffn2": {
+        "accumulate": "register",
+        "pack_b": "global",
+        "tile_i": [16, 8],
+        "tile_j": [24, 1, 2],
+        "tile_k": [12, 16],
+    },
+    "conv2d/resnet50_3x3": {"pad": "stage", "tile_k": [16, 4], "tile_h": [14, 4], "tile_w": [4, 14], "unroll": 64},
+    "softmax/attn_512": {"exp_mode": "store", "tile_r": [8192, 1], "acc_max": [16, 2], "acc_sum": [16, 2], "unroll": 0},
+    "softmax/vocab_32k": {
+        "exp_mode": "store",
+        "tile_r": [16, 4],
+        "acc_max": [250, 8],
+        "acc_sum": [250, 8],
+        "unroll": 0,
+    },
 }
 
 
@@ -92,8 +115,10 @@ def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
         if name not in targets:
             raise SystemExit(f"no target {name!r} in tvmtune.yaml (it has: {', '.join(targets)})")
         if targets[name].get("mcpu") != host:
-            raise SystemExit(f"target {name!r} is for mcpu {targets[name].get('mcpu')!r}, this "
-                             f"machine is {host!r}: its kernels cannot be timed here")
+            raise SystemExit(
+                f"target {name!r} is for mcpu {targets[name].get('mcpu')!r}, this "
+                f"machine is {host!r}: its kernels cannot be timed here"
+            )
         return name, dict(targets[name])
     for n, t in targets.items():
         if t.get("mcpu") == host and t.get("kind") == "llvm" and "mtriple" not in t:
@@ -103,24 +128,38 @@ def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ops", default="matmul,dense,conv2d,softmax",
-                   help="comma-separated operators (default: all four)")
+    p.add_argument("--ops", default="matmul,dense,conv2d,softmax", help="comma-separated operators (default: all four)")
     p.add_argument("--threads", type=int, default=2, help="threads for TVM and OpenBLAS (2)")
     p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds (20)")
-    p.add_argument("--min-round-ms", type=float, default=20.0,
-                   help="each round runs a kernel at least this long (20 ms)")
-    p.add_argument("--settle-ms", type=float, default=200.0,
-                   help="idle time before each timed segment, so the other side's spinning "
-                        "worker threads have gone to sleep (200 ms)")
-    p.add_argument("--knobs", help="JSON (or a file of it): {\"op/workload\": knobs} hand picks")
-    p.add_argument("--wait-idle", type=float, default=120.0,
-                   help="before measuring, wait up to this many seconds for the 1-minute load "
-                        "average to drop below 0.5 (other processes' load is noise) (120)")
+    p.add_argument(
+        "--min-round-ms", type=float, default=20.0, help="each round runs a kernel at least this long (20 ms)"
+    )
+    p.add_argument(
+        "--settle-ms",
+        type=float,
+        default=200.0,
+        help="idle time before each timed segment, so the other side's spinning "
+        "worker threads have gone to sleep (200 ms)",
+    )
+    p.add_argument("--knobs", help='JSON (or a file of it): {"op/workload": knobs} hand picks')
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=120.0,
+        help="before measuring, wait up to this many seconds for the 1-minute load "
+        "average to drop below 0.5 (other processes' load is noise) (120)",
+    )
     p.add_argument("--no-peak-probe", action="store_true", help="skip the C FMA peak probe")
-    p.add_argument("--blas-isa", choices=["avx2"], help="pin OpenBLAS to that ISA's kernels "
-                   "(the anchor for a target restricted to it, e.g. mattr -avx512f)")
-    p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
-                   "(default: the one matching this CPU, else this CPU with hand picks)")
+    p.add_argument(
+        "--blas-isa",
+        choices=["avx2"],
+        help="pin OpenBLAS to that ISA's kernels (the anchor for a target restricted to it, e.g. mattr -avx512f)",
+    )
+    p.add_argument(
+        "--target",
+        help="a target of tvmtune.yaml whose CPU this machine is "
+        "(default: the one matching this CPU, else this CPU with hand picks)",
+    )
     return p.parse_args(argv)
 
 
@@ -185,8 +224,17 @@ def measured_peak_gflops(threads: int) -> float | None:
     with tempfile.TemporaryDirectory() as d:
         src, exe = Path(d) / "peak.c", Path(d) / "peak"
         src.write_text(PROBE_C)
-        cmd = [cc, "-O2", "-march=native", "-ffp-contract=fast", f"-DLANES={LANES}", "-fopenmp",
-               str(src), "-o", str(exe)]
+        cmd = [
+            cc,
+            "-O2",
+            "-march=native",
+            "-ffp-contract=fast",
+            f"-DLANES={LANES}",
+            "-fopenmp",
+            str(src),
+            "-o",
+            str(exe),
+        ]
         build = subprocess.run(cmd, capture_output=True, text=True)
         if build.returncode != 0:
             return None
@@ -297,8 +345,10 @@ def out_of_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> str 
             for f in v:
                 prod *= int(f)
             if len(v) != k.parts or prod != ext or int(v[-1]) > top:
-                return (f"{name}={v} is not a point of define_split({name!r}, extent {ext}, "
-                        f"parts={k.parts}, max_factor={top}) on this target")
+                return (
+                    f"{name}={v} is not a point of define_split({name!r}, extent {ext}, "
+                    f"parts={k.parts}, max_factor={top}) on this target"
+                )
         elif isinstance(k, (Categorical, Structural)) and v not in k.candidates:
             return f"{name}={v!r} is not one of {list(k.candidates)}"
     return None
@@ -313,13 +363,13 @@ def build(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> Any:
     structure = {k: v for k, v in knobs.items() if k in structural}
     values = {k: v for k, v in knobs.items() if k not in structural}
     sch = tvm.s_tir.Schedule(call_with_workload(module.compute, wl))
-    module.schedule(sch, Knobs(module.KNOBS, wl, structure, mode="fixed", values=values,
-                               target=TARGET))
+    module.schedule(sch, Knobs(module.KNOBS, wl, structure, mode="fixed", values=values, target=TARGET))
     return tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
 
 
-def time_rounds(run_tvm: Callable[[int], float], run_base: Callable[[], Any], rounds: int,
-                min_round_s: float, settle_s: float) -> tuple[list[float], list[float]]:
+def time_rounds(
+    run_tvm: Callable[[int], float], run_base: Callable[[], Any], rounds: int, min_round_s: float, settle_s: float
+) -> tuple[list[float], list[float]]:
     """Per-round mean seconds of the TVM kernel and the baseline, interleaved."""
     t0 = time.perf_counter()
     run_base()
@@ -342,8 +392,9 @@ def time_rounds(run_tvm: Callable[[int], float], run_base: Callable[[], Any], ro
     return tvm_s, base_s
 
 
-def bench_one(op: str, name: str, wl: dict[str, Any], knobs: dict[str, Any], source: str,
-              args: argparse.Namespace) -> dict[str, Any]:
+def bench_one(
+    op: str, name: str, wl: dict[str, Any], knobs: dict[str, Any], source: str, args: argparse.Namespace
+) -> dict[str, Any]:
     import numpy as np
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -354,8 +405,7 @@ def bench_one(op: str, name: str, wl: dict[str, Any], knobs: dict[str, Any], sou
     exe = build(module, wl, knobs)
     func = call_with_workload(module.compute, wl)
     rng = np.random.default_rng(1)
-    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
-              for a in ArgInfo.from_prim_func(func)]
+    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype)) for a in ArgInfo.from_prim_func(func)]
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
     entry = exe.mod.get_function(exe.mod.entry_name)
@@ -370,13 +420,22 @@ def bench_one(op: str, name: str, wl: dict[str, Any], knobs: dict[str, Any], sou
         ev = exe.mod.time_evaluator(exe.mod.entry_name, dev, number=n, repeat=1)
         return float(ev(*tensors).mean)
 
-    tvm_s, base_s = time_rounds(run_tvm, run_base, args.rounds, args.min_round_ms / 1000,
-                                args.settle_ms / 1000)
-    return {"op": op, "workload": name, "source": source, "knobs": knobs, "baseline": base_name,
-            "tvm_best": min(tvm_s), "tvm_median": statistics.median(tvm_s),
-            "base_best": min(base_s), "base_median": statistics.median(base_s),
-            "rel_err": err, "base_rel_err": base_err,
-            "flop": flop_count(op, wl), "bytes": moved_bytes(op, wl)}
+    tvm_s, base_s = time_rounds(run_tvm, run_base, args.rounds, args.min_round_ms / 1000, args.settle_ms / 1000)
+    return {
+        "op": op,
+        "workload": name,
+        "source": source,
+        "knobs": knobs,
+        "baseline": base_name,
+        "tvm_best": min(tvm_s),
+        "tvm_median": statistics.median(tvm_s),
+        "base_best": min(base_s),
+        "base_median": statistics.median(base_s),
+        "rel_err": err,
+        "base_rel_err": base_err,
+        "flop": flop_count(op, wl),
+        "bytes": moved_bytes(op, wl),
+    }
 
 
 def blas_info() -> str:
@@ -385,8 +444,13 @@ def blas_info() -> str:
     except ImportError:
         return "threadpoolctl not installed: see numpy.show_config() for the BLAS build"
     infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-    return "; ".join(f"{i.get('internal_api')} {i.get('version')} kernel={i.get('architecture')} "
-                     f"threads={i.get('num_threads')}" for i in infos) or "no BLAS found"
+    return (
+        "; ".join(
+            f"{i.get('internal_api')} {i.get('version')} kernel={i.get('architecture')} threads={i.get('num_threads')}"
+            for i in infos
+        )
+        or "no BLAS found"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -400,9 +464,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["OPENBLAS_CORETYPE"] = "Haswell"  # OpenBLAS's AVX2 kernels
     pinned = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.get(v)]
     if pinned and args.blas_isa is None:
-        print(f"::warning::{' and '.join(pinned)} set: OpenBLAS runs a slower kernel than it would "
-              "choose; for a fair baseline rerun as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
-              "python benchmarks/bench_kernels.py`")
+        print(
+            f"::warning::{' and '.join(pinned)} set: OpenBLAS runs a slower kernel than it would "
+            "choose; for a fair baseline rerun as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
+            "python benchmarks/bench_kernels.py`"
+        )
     sys.path.insert(0, str(ROOT))
     import numpy as np
 
@@ -426,13 +492,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"numpy {np.__version__}; BLAS: {blas_info()}")
     print(f"threads: {args.threads} (TVM_NUM_THREADS, OPENBLAS_NUM_THREADS); rounds: {args.rounds}")
     if nominal:
-        print(f"fp32 peak, nominal: {args.threads} cores x {FMA_PIPES} FMA pipes x {LANES} lanes"
-              f" x 2 flop x {clock:.3f} GHz (/proc/cpuinfo) = {nominal:.0f} GFLOP/s")
+        print(
+            f"fp32 peak, nominal: {args.threads} cores x {FMA_PIPES} FMA pipes x {LANES} lanes"
+            f" x 2 flop x {clock:.3f} GHz (/proc/cpuinfo) = {nominal:.0f} GFLOP/s"
+        )
     if probe:
-        print(f"fp32 peak, measured: {LANES}-lane FMA loop on {args.threads} cores = {probe:.0f} GFLOP/s "
-              f"(= {probe / (args.threads * FMA_PIPES * LANES * 2):.2f} GHz effective clock)")
-    header = (f"{'operator/workload':24} {'config':18} {'TVM ms':>8} {'GFLOP/s':>8} {'%nom':>5} "
-              f"{'%meas':>5} {'base ms':>8} {'x base':>6} {'(median)':>8}  baseline")
+        print(
+            f"fp32 peak, measured: {LANES}-lane FMA loop on {args.threads} cores = {probe:.0f} GFLOP/s "
+            f"(= {probe / (args.threads * FMA_PIPES * LANES * 2):.2f} GHz effective clock)"
+        )
+    header = (
+        f"{'operator/workload':24} {'config':18} {'TVM ms':>8} {'GFLOP/s':>8} {'%nom':>5} "
+        f"{'%meas':>5} {'base ms':>8} {'x base':>6} {'(median)':>8}  baseline"
+    )
     print(header)
     rows = []
     for op in ops:
@@ -461,12 +533,16 @@ def main(argv: list[str] | None = None) -> int:
                 rate = f"{r['bytes'] / r['tvm_best'] / 1e9:6.1f}GB"
                 pn = pm = "    -"
             wrong = f"  WRONG: rel err {r['rel_err']:.1e}" if r["rel_err"] > 1e-3 else ""
-            print(f"{op + '/' + name:24} {source:18} {r['tvm_best'] * 1e3:8.3f} {rate} {pn} {pm} "
-                  f"{r['base_best'] * 1e3:8.3f} {r['base_best'] / r['tvm_best']:6.2f} "
-                  f"{r['base_median'] / r['tvm_median']:8.2f}  {r['baseline']}"
-                  f"{wrong}")
-    print("x base: baseline time / TVM time (best rounds; median rounds in parentheses); "
-          "%nom/%meas: share of the nominal/measured fp32 peak")
+            print(
+                f"{op + '/' + name:24} {source:18} {r['tvm_best'] * 1e3:8.3f} {rate} {pn} {pm} "
+                f"{r['base_best'] * 1e3:8.3f} {r['base_best'] / r['tvm_best']:6.2f} "
+                f"{r['base_median'] / r['tvm_median']:8.2f}  {r['baseline']}"
+                f"{wrong}"
+            )
+    print(
+        "x base: baseline time / TVM time (best rounds; median rounds in parentheses); "
+        "%nom/%meas: share of the nominal/measured fp32 peak"
+    )
     for r in rows:
         knobs = json.dumps(r["knobs"], sort_keys=True)
         print(f"  {r['op']}/{r['workload']}: {r['source']}: {knobs}")

@@ -64,9 +64,7 @@ def kendall_tau(a: list[float], b: list[float]) -> float:
     return (conc - disc) / max(1, conc + disc)
 
 
-def random_configs(
-    template: Any, workload: str, n: int, seed: int, target: dict[str, Any]
-) -> list[dict[str, Any]]:
+def random_configs(template: Any, workload: str, n: int, seed: int, target: dict[str, Any]) -> list[dict[str, Any]]:
     """n distinct random configurations, drawn as MetaSchedule samples its spaces."""
     from tvmtune_ci.tune import tvmsetup
     from tvmtune_ci.tune.space import TemplateSpace, decode_knobs, knobs_key, plain, space_info
@@ -100,8 +98,9 @@ def ranking(args: argparse.Namespace) -> None:
     tpl = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
     configs = random_configs(tpl, args.workload, args.configs, args.seed, target)
     measure = MeasureOptions()
-    fixed = SamplePolicy(sample_ms=50, precision=0.0, cap_s=math.inf, min_samples=5,
-                         max_samples=5, chunk=5, hard_cap_s=60)
+    fixed = SamplePolicy(
+        sample_ms=50, precision=0.0, cap_s=math.inf, min_samples=5, max_samples=5, chunk=5, hard_cap_s=60
+    )
     runner = make_runner(measure)
     builder = make_builder()
     schs = [schedule_config(tpl, args.workload, k, target) for k in configs]
@@ -113,8 +112,9 @@ def ranking(args: argparse.Namespace) -> None:
     tgt = tvmsetup.make_target(target)
     built = builder.build([ms.builder.BuilderInput(s.mod, tgt) for s in schs])
     inputs = [
-        ms.runner.RunnerInput(b.artifact_path, device_type(tgt),
-                              ms.arg_info.ArgInfo.from_entry_func(s.mod, remove_preproc=True))
+        ms.runner.RunnerInput(
+            b.artifact_path, device_type(tgt), ms.arg_info.ArgInfo.from_entry_func(s.mod, remove_preproc=True)
+        )
         for s, b in zip(schs, built, strict=True)
     ]
 
@@ -125,8 +125,10 @@ def ranking(args: argparse.Namespace) -> None:
             raise RuntimeError(res.error_msg)
         return [float(x) for x in res.run_secs]
 
-    print(f"## Ranking: {len(configs)} random configurations of {args.op}/{args.workload}, "
-          f"target {json.dumps(target)}\n", flush=True)
+    print(
+        f"## Ranking: {len(configs)} random configurations of {args.op}/{args.workload}, target {json.dumps(target)}\n",
+        flush=True,
+    )
 
     def one(sch: Any, policy: SamplePolicy) -> tuple[list[float], float]:
         runner.set_policy(policy)
@@ -151,8 +153,7 @@ def ranking(args: argparse.Namespace) -> None:
     # Ground truth: all configurations, interleaved, many rounds of 3 samples each.
     truth_samples: list[list[float]] = [[] for _ in schs]
     t0 = time.perf_counter()
-    runner.set_policy(SamplePolicy(sample_ms=10, precision=0.0, cap_s=math.inf, min_samples=3,
-                                   max_samples=3, chunk=3))
+    runner.set_policy(SamplePolicy(sample_ms=10, precision=0.0, cap_s=math.inf, min_samples=3, max_samples=3, chunk=3))
     for r in range(args.truth_rounds):
         order = list(range(len(schs)))
         random.Random(r).shuffle(order)
@@ -163,9 +164,11 @@ def ranking(args: argparse.Namespace) -> None:
     builder.close()
     t_truth = time.perf_counter() - t0
     tbest = min(range(len(truth)), key=truth.__getitem__)
-    print(f"ground truth: {args.truth_rounds} interleaved rounds, {len(truth_samples[0])} samples "
-          f"each ({t_truth:.0f} s); spread of the truth: fastest {truth[tbest] * 1e3:.4g} ms, "
-          f"slowest {max(truth) * 1e3:.4g} ms\n")
+    print(
+        f"ground truth: {args.truth_rounds} interleaved rounds, {len(truth_samples[0])} samples "
+        f"each ({t_truth:.0f} s); spread of the truth: fastest {truth[tbest] * 1e3:.4g} ms, "
+        f"slowest {max(truth) * 1e3:.4g} ms\n"
+    )
     print("| method | top-1 | its pick vs truth's best | Kendall tau | measuring s / config |")
     print("|---|---|---|---|---|")
     per = {}
@@ -177,9 +180,12 @@ def ranking(args: argparse.Namespace) -> None:
         per[name] = statistics.fmean(t for _, t in rows)
         hit = "yes" if pick == tbest else ("within 1%" if ratio <= 1.01 else "no")
         print(f"| {name} | {hit} | {ratio:.3f}x | {tau:.3f} | {per[name]:.3f} |")
-    print(f"\nmeasuring seconds per configuration, fixed / raced: "
-          f"{per['fixed'] / per['raced']:.2f}x fewer with racing, "
-          f"{per['fixed'] / per['adaptive']:.2f}x without\n", flush=True)
+    print(
+        f"\nmeasuring seconds per configuration, fixed / raced: "
+        f"{per['fixed'] / per['raced']:.2f}x fewer with racing, "
+        f"{per['fixed'] / per['adaptive']:.2f}x without\n",
+        flush=True,
+    )
 
 
 REMEASURE = r"""
@@ -221,17 +227,25 @@ def reproducibility(args: argparse.Namespace) -> None:
         for w, r in sorted(m.results.items()):
             vals = []
             for _ in range(5):
-                arg = json.dumps({"template": m.template_file, "workload": w,
-                                  "target": m.target, "knobs": r.best.knobs})
-                out = subprocess.run([sys.executable, "-c", REMEASURE.format(root=str(ROOT)), arg],
-                                     capture_output=True, text=True, check=True).stdout
+                arg = json.dumps(
+                    {"template": m.template_file, "workload": w, "target": m.target, "knobs": r.best.knobs}
+                )
+                out = subprocess.run(
+                    [sys.executable, "-c", REMEASURE.format(root=str(ROOT)), arg],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
                 vals.append(json.loads(out.strip().splitlines()[-1])[0])
             med = statistics.median(vals)
             ratio = med / r.best.latency_s
             rel = r.best.rel_halfwidth or 0.0
-            print(f"| {m.operator}/{m.target_name}/{w} | {fmt_latency(r.best.latency_s, rel)} | "
-                  f"{med * 1e3:.4g} ms | {ratio:.3f} | {'yes' if abs(ratio - 1) <= rel else 'no'} | "
-                  f"{'yes' if abs(ratio - 1) <= 0.03 else 'no'} |", flush=True)
+            print(
+                f"| {m.operator}/{m.target_name}/{w} | {fmt_latency(r.best.latency_s, rel)} | "
+                f"{med * 1e3:.4g} ms | {ratio:.3f} | {'yes' if abs(ratio - 1) <= rel else 'no'} | "
+                f"{'yes' if abs(ratio - 1) <= 0.03 else 'no'} |",
+                flush=True,
+            )
     print()
 
 
@@ -243,8 +257,9 @@ def pick_quality(args: argparse.Namespace) -> None:
     from tvmtune_ci.tune.runners import make_runner
 
     cfg = load_config(ROOT / "tvmtune.yaml")
-    long = type(cfg.measure)(**{**vars(cfg.measure), "precision": 0.002,
-                                "time_cap_s": args.pick_cap_s, "timeout_s": 600.0})
+    long = type(cfg.measure)(
+        **{**vars(cfg.measure), "precision": 0.002, "time_cap_s": args.pick_cap_s, "timeout_s": 600.0}
+    )
     print(f"## Pick quality: each committed top-10, interleaved, {args.pick_cap_s:g} s per config\n")
     print("| entry | shipped best vs fastest of the top-10 | within 2% |")
     print("|---|---|---|")
@@ -255,14 +270,22 @@ def pick_quality(args: argparse.Namespace) -> None:
         try:
             for w, r in sorted(m.results.items()):
                 tops = [t for t in r.top[:10]]
-                res = finals(tpl, w, m.target, [Finalist("search", t.knobs, str(i))
-                                                 for i, t in enumerate(tops)],
-                             long, runner=runner, builder=builder)
+                res = finals(
+                    tpl,
+                    w,
+                    m.target,
+                    [Finalist("search", t.knobs, str(i)) for i, t in enumerate(tops)],
+                    long,
+                    runner=runner,
+                    builder=builder,
+                )
                 vals = [x.estimate.value for x in res if x.estimate is not None]
                 shipped = res[0].estimate.value if res[0].estimate else math.nan
                 ratio = shipped / min(vals)
-                print(f"| {m.operator}/{m.target_name}/{w} | {ratio:.3f}x | "
-                      f"{'yes' if ratio <= 1.02 else 'no'} |", flush=True)
+                print(
+                    f"| {m.operator}/{m.target_name}/{w} | {ratio:.3f}x | {'yes' if ratio <= 1.02 else 'no'} |",
+                    flush=True,
+                )
         finally:
             builder.close()
             runner.close()
@@ -284,8 +307,11 @@ def main() -> int:
     args = p.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", "2")
     waited = wait_idle(120)
-    print(f"# bench_measure ({time.strftime('%Y-%m-%d %H:%M')}, waited {waited:.0f} s for idle; "
-          f"load {os.getloadavg()[0]:.2f})\n", flush=True)
+    print(
+        f"# bench_measure ({time.strftime('%Y-%m-%d %H:%M')}, waited {waited:.0f} s for idle; "
+        f"load {os.getloadavg()[0]:.2f})\n",
+        flush=True,
+    )
     if not args.skip_ranking:
         ranking(args)
     if not args.skip_repro:

@@ -56,17 +56,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42, help="the first seed (42)")
     p.add_argument("--rounds", type=int, default=10, help="rounds of the end-to-end timing (10)")
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch repos under this folder")
-    p.add_argument("--operators", nargs="*", default=None,
-                   help="only these operators' templates in the scratch repos (default: every CPU template)")
-    p.add_argument("--usable-precision", type=float, default=None,
-                   help="measure.usable_precision in the scratch repos (default: this repo's); raise "
-                        "it on a loaded machine, where retune refuses a runner too noisy, and say so")
+    p.add_argument(
+        "--operators",
+        nargs="*",
+        default=None,
+        help="only these operators' templates in the scratch repos (default: every CPU template)",
+    )
+    p.add_argument(
+        "--usable-precision",
+        type=float,
+        default=None,
+        help="measure.usable_precision in the scratch repos (default: this repo's); raise "
+        "it on a loaded machine, where retune refuses a runner too noisy, and say so",
+    )
     return p.parse_args(argv)
 
 
-def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any], trials: int,
-                 seed: int, usable_precision: float | None = None,
-                 operators: list[str] | None = None) -> Path:
+def scratch_repo(
+    src: Path,
+    where: Path,
+    target_name: str,
+    target: dict[str, Any],
+    trials: int,
+    seed: int,
+    usable_precision: float | None = None,
+    operators: list[str] | None = None,
+) -> Path:
     """A git repo with the CPU templates, the models and their profiles, one target."""
     sys.path.insert(0, str(src))
     from tvmtune_ci.core.template import discover_templates, read_template
@@ -86,7 +101,8 @@ def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any
     if usable_precision is not None:
         cfg["measure"]["usable_precision"] = usable_precision
     (where / "tvmtune.yaml").write_text(
-        "# written by benchmarks/bench_model_budget.py\n" + yaml.safe_dump(cfg, sort_keys=False))
+        "# written by benchmarks/bench_model_budget.py\n" + yaml.safe_dump(cfg, sort_keys=False)
+    )
     git_commit(where, "templates", init=True)
     return where
 
@@ -94,8 +110,13 @@ def scratch_repo(src: Path, where: Path, target_name: str, target: dict[str, Any
 def retune(src: Path, repo: Path, *args: str) -> tuple[float, str]:
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(src)}
-    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", "retune", "--all", *args],
-                       cwd=repo, capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci", "retune", "--all", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     seconds = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"retune in {repo} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
@@ -128,28 +149,52 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no model is profiled on {target.name}: run `tvmtune-ci profile --target {target.name}`")
     os.environ["TVM_NUM_THREADS"] = str(target.target.get("num-cores", 2))
     host = host_description()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
-    print(f"# bench_model_budget: equal ({args.trials} trials per workload) vs budget (the equal arm's "
-          f"seconds, the models' shares on {target.name}); {args.seeds} seed(s) from {args.seed}; code at "
-          f"{head}; host {host.get('cpu')} ({host.get('cpu_id')}); load {os.getloadavg()[0]:.2f}; "
-          f"usable_precision {args.usable_precision or config.measure.usable_precision}; operators "
-          f"{' '.join(args.operators) if args.operators else 'every CPU template'}", flush=True)
-    print("# shares (the budget's weights where a model calls the workload): "
-          + ", ".join(f"{o}/{w} {s:.3f}" for (o, w), s in sorted(shares.items(), key=lambda x: -x[1])), flush=True)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        f"# bench_model_budget: equal ({args.trials} trials per workload) vs budget (the equal arm's "
+        f"seconds, the models' shares on {target.name}); {args.seeds} seed(s) from {args.seed}; code at "
+        f"{head}; host {host.get('cpu')} ({host.get('cpu_id')}); load {os.getloadavg()[0]:.2f}; "
+        f"usable_precision {args.usable_precision or config.measure.usable_precision}; operators "
+        f"{' '.join(args.operators) if args.operators else 'every CPU template'}",
+        flush=True,
+    )
+    print(
+        "# shares (the budget's weights where a model calls the workload): "
+        + ", ".join(f"{o}/{w} {s:.3f}" for (o, w), s in sorted(shares.items(), key=lambda x: -x[1])),
+        flush=True,
+    )
     repos: dict[str, Path] = {}
     seconds: dict[str, float] = {}
     try:
         for k in range(args.seeds):
             seed = args.seed + k
-            eq = scratch_repo(src, base / f"equal@{k}", target.name, target.target, args.trials, seed,
-                              args.usable_precision, args.operators)
+            eq = scratch_repo(
+                src,
+                base / f"equal@{k}",
+                target.name,
+                target.target,
+                args.trials,
+                seed,
+                args.usable_precision,
+                args.operators,
+            )
             seconds[f"equal@{k}"], _ = retune(src, eq, "--seed", str(seed))
             repos[f"equal@{k}"] = eq
-            bu = scratch_repo(src, base / f"budget@{k}", target.name, target.target, args.trials, seed,
-                              args.usable_precision, args.operators)
-            seconds[f"budget@{k}"], _ = retune(src, bu, "--seed", str(seed), "--trials", "300",
-                                               "--budget", f"{seconds[f'equal@{k}']:.0f}s")
+            bu = scratch_repo(
+                src,
+                base / f"budget@{k}",
+                target.name,
+                target.target,
+                args.trials,
+                seed,
+                args.usable_precision,
+                args.operators,
+            )
+            seconds[f"budget@{k}"], _ = retune(
+                src, bu, "--seed", str(seed), "--trials", "300", "--budget", f"{seconds[f'equal@{k}']:.0f}s"
+            )
             repos[f"budget@{k}"] = bu
             for a in (f"equal@{k}", f"budget@{k}"):
                 print(f"\n{a}: {seconds[a]:.0f} s wall", flush=True)
@@ -172,14 +217,20 @@ def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], se
     for name in models:
         with warnings.catch_warnings():  # the mapped shapes: the same in every arm
             warnings.simplefilter("ignore")
-            builds = {a: build_model(name, target=target.target, root=repos[a], untemplated="none",
-                                     uncovered_shapes="sibling") for a in names}
+            builds = {
+                a: build_model(
+                    name, target=target.target, root=repos[a], untemplated="none", uncovered_shapes="sibling"
+                )
+                for a in names
+            }
         arrays = random_inputs(builds[names[0]].module)
         samples = interleaved(builds, arrays, rounds=args.rounds)
         print(f"\n## {name}: end to end, every arm's build timed in turns ({args.rounds} rounds)\n")
         for a in names:
-            print(f"  {a}: {statistics.median(samples[a]) * 1e3:.2f} ms (median; "
-                  f"{min(samples[a]) * 1e3:.2f}-{max(samples[a]) * 1e3:.2f} ms)")
+            print(
+                f"  {a}: {statistics.median(samples[a]) * 1e3:.2f} ms (median; "
+                f"{min(samples[a]) * 1e3:.2f}-{max(samples[a]) * 1e3:.2f} ms)"
+            )
 
         def ratio(a: str, b: str, samples: dict[str, list[float]] = samples) -> str:
             rs = sorted(x / y for x, y in zip(samples[a], samples[b], strict=True))
@@ -187,12 +238,13 @@ def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], se
 
         print()
         for k in range(args.seeds):
-            print(f"  seed {args.seed + k}: budget / equal = {ratio(f'budget@{k}', f'equal@{k}')}; "
-                  f"{seconds[f'budget@{k}']:.0f} s against {seconds[f'equal@{k}']:.0f} s")
+            print(
+                f"  seed {args.seed + k}: budget / equal = {ratio(f'budget@{k}', f'equal@{k}')}; "
+                f"{seconds[f'budget@{k}']:.0f} s against {seconds[f'equal@{k}']:.0f} s"
+            )
         for arm in ("equal", "budget"):
             for k in range(1, args.seeds):
-                print(f"  yardstick: {arm}, seed {args.seed + k} / seed {args.seed}: "
-                      f"{ratio(f'{arm}@{k}', f'{arm}@0')}")
+                print(f"  yardstick: {arm}, seed {args.seed + k} / seed {args.seed}: {ratio(f'{arm}@{k}', f'{arm}@0')}")
         print(flush=True)
 
 

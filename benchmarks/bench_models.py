@@ -62,16 +62,17 @@ def main() -> int:
     target = config.target(args.target)
     cores = int(target.target.get("num-cores", 1))
     host = host_description()
-    print(f"target {args.target} ({json.dumps(target.target)}), {cores} thread(s); host {host.get('cpu')} "
-          f"({host.get('cpu_id')}); {args.rounds} rounds in turns; onnxruntime {ort.__version__}, "
-          f"tvm {tvm.__version__}")
+    print(
+        f"target {args.target} ({json.dumps(target.target)}), {cores} thread(s); host {host.get('cpu')} "
+        f"({host.get('cpu_id')}); {args.rounds} rounds in turns; onnxruntime {ort.__version__}, "
+        f"tvm {tvm.__version__}"
+    )
     raw: dict[str, dict[str, list[float]]] = {}
     for name in args.models or [m.name for m in config.models]:
         logs = build_model(name, target=target.target, root=ROOT, untemplated="none")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sibling = build_model(name, target=target.target, root=ROOT, untemplated="none",
-                                  uncovered_shapes="sibling")
+            sibling = build_model(name, target=target.target, root=ROOT, untemplated="none", uncovered_shapes="sibling")
         mod = logs.module
         arrays = random_inputs(mod)
         weights = dict(zip([p.name for p in mod["forward"].params], arrays, strict=True))
@@ -85,9 +86,11 @@ def main() -> int:
         sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         plain = tvm.compile(mod, target=tvm.target.Target(target.target))
         dev = tvm.cpu()
-        vms = {"logs": relax.VirtualMachine(logs.executable, dev),
-               "sibling": relax.VirtualMachine(sibling.executable, dev),
-               "tvm": relax.VirtualMachine(plain, dev)}
+        vms = {
+            "logs": relax.VirtualMachine(logs.executable, dev),
+            "sibling": relax.VirtualMachine(sibling.executable, dev),
+            "tvm": relax.VirtualMachine(plain, dev),
+        }
         targs = [tvm.runtime.tensor(a, dev) for a in arrays]
         feed = {"x": arrays[0]}
         outs = {k: vm["forward"](*targs).numpy() for k, vm in vms.items()}
@@ -108,17 +111,21 @@ def main() -> int:
         arms = ["logs", "sibling", "tvm", "ort"]
         samples: dict[str, list[float]] = {a: [] for a in arms}
         for r in range(args.rounds):
-            for a in arms[r % len(arms):] + arms[:r % len(arms)]:
+            for a in arms[r % len(arms) :] + arms[: r % len(arms)]:
                 samples[a].append(sample(a))
         raw[name] = samples
-        print(f"\n{name}: {len(logs.swaps)} call(s) run a template's kernel "
-              f"({', '.join(sorted({s.template + '/' + s.workload for s in logs.swaps}))}); "
-              f"the rest: {logs.untemplated}")
+        print(
+            f"\n{name}: {len(logs.swaps)} call(s) run a template's kernel "
+            f"({', '.join(sorted({s.template + '/' + s.workload for s in logs.swaps}))}); "
+            f"the rest: {logs.untemplated}"
+        )
         print(f"{'arm':6} {'median':>10} {'x ORT (median, min-max over rounds)':>40} {'max |out - ORT|':>16}")
         for a in arms:
             ratios = sorted(x / o for x, o in zip(samples[a], samples["ort"], strict=True))
-            print(f"{a:6} {statistics.median(samples[a]) * 1e3:8.2f} ms {statistics.median(ratios):14.2f}x "
-                  f"({ratios[0]:.2f}-{ratios[-1]:.2f}x) {float(np.abs(outs[a] - outs['ort']).max()):16.2e}")
+            print(
+                f"{a:6} {statistics.median(samples[a]) * 1e3:8.2f} ms {statistics.median(ratios):14.2f}x "
+                f"({ratios[0]:.2f}-{ratios[-1]:.2f}x) {float(np.abs(outs[a] - outs['ort']).max()):16.2e}"
+            )
     if args.json:
         args.json.write_text(json.dumps({"target": args.target, "host": host, "samples": raw}))
     return 0

@@ -38,15 +38,23 @@ from pathlib import Path
 from _common import wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
-EDIT = ("def schedule(sch, cfg) -> None:\n",
-        "def schedule(sch, cfg) -> None:\n    _unused = None  # a no-op edit\n")
+EDIT = ("def schedule(sch, cfg) -> None:\n", "def schedule(sch, cfg) -> None:\n    _unused = None  # a no-op edit\n")
 
 
 def git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-                        "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost",
-                        "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        ["git", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        env={
+            "GIT_AUTHOR_NAME": "bench",
+            "GIT_AUTHOR_EMAIL": "bench@localhost",
+            "GIT_COMMITTER_NAME": "bench",
+            "GIT_COMMITTER_EMAIL": "bench@localhost",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
 
 
 def prepare(scratch: Path, operator: str, target: str, arm: str) -> Path:
@@ -74,14 +82,29 @@ def run_arm(operator: str, target: str, arm: str) -> dict[str, object]:
         r = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
         secs = time.perf_counter() - t0
         if r.returncode != 0:
-            raise SystemExit(f"{arm}: {' '.join(cmd[2:])} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-        check = subprocess.run([sys.executable, "-m", "tvmtune_ci", "check", operator, "--target", target],
-                               cwd=repo, capture_output=True, text=True)
+            raise SystemExit(
+                f"{arm}: {' '.join(cmd[2:])} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            )
+        check = subprocess.run(
+            [sys.executable, "-m", "tvmtune_ci", "check", operator, "--target", target],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
         carried = "carried forward, 0 trials" in r.stdout
-        trials = sum(int(x.split(" trials")[0].rsplit(" ", 1)[-1]) for x in r.stdout.splitlines()
-                     if x.startswith(f"{operator}/{target}/") and " trials (" in x)
-        return {"arm": arm, "s": secs, "carried": carried, "trials": trials,
-                "check": check.returncode, "tail": r.stdout.splitlines()[-6:]}
+        trials = sum(
+            int(x.split(" trials")[0].rsplit(" ", 1)[-1])
+            for x in r.stdout.splitlines()
+            if x.startswith(f"{operator}/{target}/") and " trials (" in x
+        )
+        return {
+            "arm": arm,
+            "s": secs,
+            "carried": carried,
+            "trials": trials,
+            "check": check.returncode,
+            "tail": r.stdout.splitlines()[-6:],
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,11 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     arms = args.arms.split(",")
     waited = wait_idle(args.wait_idle)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), "?")
-    print(f"# bench_noop_edit: retune {args.operator} --target {args.target} after a no-op edit; "
-          f"arms {', '.join(arms)}, {args.reps} rep(s) interleaved; {cpu}; waited {waited:.0f} s for idle",
-          flush=True)
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        "?",
+    )
+    print(
+        f"# bench_noop_edit: retune {args.operator} --target {args.target} after a no-op edit; "
+        f"arms {', '.join(arms)}, {args.reps} rep(s) interleaved; {cpu}; waited {waited:.0f} s for idle",
+        flush=True,
+    )
     rows: list[dict[str, object]] = []
     with open(args.out, "a", encoding="utf-8") as out:
         for rep in range(args.reps):
@@ -107,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"rep": rep, "at": time.time(), **run_arm(args.operator, args.target, arm)}
                 rows.append(row)
                 out.write(json.dumps(row) + "\n")
-                print(f"rep {rep} {arm}: {row['s']:.1f} s, {row['trials']} trials, carried {row['carried']}, "
-                      f"check exit {row['check']}", flush=True)
+                print(
+                    f"rep {rep} {arm}: {row['s']:.1f} s, {row['trials']} trials, carried {row['carried']}, "
+                    f"check exit {row['check']}",
+                    flush=True,
+                )
     med = {a: statistics.median(float(r["s"]) for r in rows if r["arm"] == a) for a in arms}  # type: ignore[arg-type]
     print("\n| arm | seconds (median of reps) | / cold |")
     print("|---|---|---|")

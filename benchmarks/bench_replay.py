@@ -47,9 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     ms = tvmsetup.ms()
     builder = make_builder()
     waited = wait_idle(args.wait_idle)
-    print(f"# bench_replay: tuning_logs/*/{args.target}; {args.rounds} interleaved rounds per "
-          f"configuration; waited {waited:.0f} s for idle", flush=True)
-    print("| workload | configs | old: check (own compile) + build, s | new: build + check (its library), s | new / old |")
+    print(
+        f"# bench_replay: tuning_logs/*/{args.target}; {args.rounds} interleaved rounds per "
+        f"configuration; waited {waited:.0f} s for idle",
+        flush=True,
+    )
+    print(
+        "| workload | configs | old: check (own compile) + build, s | new: build + check (its library), s | new / old |"
+    )
     print("|---|---|---|---|---|")
     totals = {"old": 0.0, "new": 0.0}
     try:
@@ -76,12 +81,16 @@ def main(argv: list[str] | None = None) -> int:
             per_new = statistics.median(new_s)
             totals["old"] += per_old * n
             totals["new"] += per_new * n
-            print(f"| {manifest.operator}/{workload} | {n} | {per_old:.3f} | {per_new:.3f} | "
-                  f"{per_new / per_old:.2f} |", flush=True)
+            print(
+                f"| {manifest.operator}/{workload} | {n} | {per_old:.3f} | {per_new:.3f} | {per_new / per_old:.2f} |",
+                flush=True,
+            )
     finally:
         builder.close()
-    print(f"\nall replayed configurations: old {totals['old']:.1f} s, new {totals['new']:.1f} s "
-          f"(new / old {totals['new'] / totals['old']:.2f}; the medians per configuration times the count)")
+    print(
+        f"\nall replayed configurations: old {totals['old']:.1f} s, new {totals['new']:.1f} s "
+        f"(new / old {totals['new'] / totals['old']:.2f}; the medians per configuration times the count)"
+    )
     return 0
 
 

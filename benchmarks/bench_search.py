@@ -113,10 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-stock", action="store_true")
     p.add_argument("--skip-tool", action="store_true", help="skip both template arms")
     p.add_argument("--skip-wide", action="store_true", help="skip the pre-pruning arm")
-    p.add_argument(
-        "--mcpu",
-        help="LLVM CPU to tune for (default: this machine's; another CPU's code may not run here)",
-    )
+    p.add_argument("--mcpu", help="LLVM CPU to tune for (default: this machine's; another CPU's code may not run here)")
     args = p.parse_args(argv)
     args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     if not args.seeds:
@@ -141,9 +138,7 @@ def widen(template_path: Path, work_dir: Path) -> Path | None:
 
         def add(m: re.Match[str], extra: list[str] = extra) -> str:
             body = m.group(2).rstrip().rstrip(",")
-            return (
-                m.group(1) + body + "".join(f', "{x}"' for x in extra if f'"{x}"' not in body) + "]"
-            )
+            return m.group(1) + body + "".join(f', "{x}"' for x in extra if f'"{x}"' not in body) + "]"
 
         changed = pat.sub(add, changed)
     if changed == text:
@@ -237,17 +232,12 @@ def run_stock(args: argparse.Namespace, work_dir: Path, seed: int) -> float:
         }
     )
     r = subprocess.run(
-        [sys.executable, "-c", STOCK_SCRIPT.format(root=str(ROOT)), payload],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+        [sys.executable, "-c", STOCK_SCRIPT.format(root=str(ROOT)), payload], capture_output=True, text=True, cwd=ROOT
     )
     for line in r.stdout.splitlines():
         if line.startswith("STOCK-RESULT "):
             return float(json.loads(line[len("STOCK-RESULT ") :])["wall_s"])
-    raise SystemExit(
-        f"stock run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    )
+    raise SystemExit(f"stock run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
 
 
 def build_stock_best(template: Any, workload: str, trace_json: Any) -> Any:
@@ -275,17 +265,14 @@ def remeasure(template: Any, workload: str, exes: dict[Any, Any], rounds: int) -
     rng = np.random.default_rng(1)
     dev = tvm.cpu()
     arrays = [
-        rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
-        for a in ArgInfo.from_prim_func(mod["main"])
+        rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype)) for a in ArgInfo.from_prim_func(mod["main"])
     ]
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
     times: dict[Any, list[float]] = {k: [] for k in exes}
     for _ in range(rounds):
         for name, exe in exes.items():
             time.sleep(0.1)  # the other kernel's idle workers stop spinning
-            ev = exe.mod.time_evaluator(
-                exe.mod.entry_name, dev, number=1, repeat=5, min_repeat_ms=50
-            )
+            ev = exe.mod.time_evaluator(exe.mod.entry_name, dev, number=1, repeat=5, min_repeat_ms=50)
             times[name].append(min(float(x) for x in ev(*tensors).results))
     return {k: min(v) for k, v in times.items()}
 
@@ -308,9 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     template = import_template(ROOT / "operators" / f"{args.op}.py", ROOT)
     if args.workload not in template.WORKLOADS:
-        raise SystemExit(
-            f"{args.op} has no workload {args.workload!r}; it has {', '.join(template.WORKLOADS)}"
-        )
+        raise SystemExit(f"{args.op} has no workload {args.workload!r}; it has {', '.join(template.WORKLOADS)}")
     template_path = ROOT / "operators" / f"{args.op}.py"
     base = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_search-"))
     arms: dict[str, Any] = {}
@@ -324,9 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     scope_ = scope(template.WORKLOADS[args.workload], TARGET)
     for name, mod in arms.items():
         per_space, n_spaces = space_size(mod.KNOBS, scope_)
-        print(
-            f"{name} space: {per_space} points x {n_spaces} design spaces = {per_space * n_spaces}"
-        )
+        print(f"{name} space: {per_space} points x {n_spaces} design spaces = {per_space * n_spaces}")
     flop = flop_count(workload_module(template, args.workload))
     print(
         f"{args.op}/{args.workload}: {flop / 1e9:.3f} GFLOP; {args.trials} trials each, batch "
@@ -360,8 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             curves["stock", seed] = best_so_far(per_trial)
             valid = sum(g is not None for g in per_trial)
             print(
-                f"seed {seed} stock: {len(per_trial)} trials ({valid} valid) in "
-                f"{walls['stock', seed]:.0f} s",
+                f"seed {seed} stock: {len(per_trial)} trials ({valid} valid) in {walls['stock', seed]:.0f} s",
                 flush=True,
             )
             if best_trace is not None:
@@ -372,10 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nbest-so-far GFLOP/s by trial (as measured during each search):")
     for (name, seed), c in curves.items():
         print(f"  {name:5} seed {seed}: {curve_points(c)}")
-    print(
-        f"\n{'search':6} {'seed':>4} {'final GF/s':>10} {'to 95% own':>11} "
-        f"{'to 95% best':>12} {'wall s':>7}"
-    )
+    print(f"\n{'search':6} {'seed':>4} {'final GF/s':>10} {'to 95% own':>11} {'to 95% best':>12} {'wall s':>7}")
     reach: dict[str, list[float]] = {}
     for (name, seed), c in curves.items():
         own, both = trials_to(c, 0.95 * finals[name, seed]), trials_to(c, 0.95 * top)
@@ -389,9 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     waited = wait_idle(args.wait_idle)
     print(f"\nwaited {waited:.0f} s for an idle machine; load now {os.getloadavg()[0]:.2f}")
     got = remeasure(template, args.workload, exes, args.rounds)
-    print(
-        f"\nfinal bests rebuilt and re-measured in {args.rounds} interleaved rounds (best round):"
-    )
+    print(f"\nfinal bests rebuilt and re-measured in {args.rounds} interleaved rounds (best round):")
     for (name, seed), v in got.items():
         print(f"  {name:5} seed {seed}: {v * 1e3:.3f} ms = {flop / v / 1e9:.1f} GFLOP/s")
     print(f"\nper arm over seeds {args.seeds} (median; 'never' counts as infinite):")
@@ -407,11 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             f"wall {statistics.median(wall):.0f} s"
         )
         if ref and name != ref and (ref, args.seeds[0]) in got:
-            per_seed = [
-                got[name, s] / got[ref, s]
-                for s in args.seeds
-                if (name, s) in got and (ref, s) in got
-            ]
+            per_seed = [got[name, s] / got[ref, s] for s in args.seeds if (name, s) in got and (ref, s) in got]
             line += (
                 f"; time / tool's, same seed: {statistics.median(per_seed):.2f}x "
                 f"(range {min(per_seed):.2f}-{max(per_seed):.2f})"

@@ -79,8 +79,7 @@ TARGET_NAME = "this-cpu"
 ARMS = ("cold", "transfer")
 # The retune's words about what seeded a search, what it replayed and carried, and its
 # history run: printed for the transfer arm (part 2's sibling seeding shows here).
-SEEDING = re.compile(r"sibling|seed(ed|ing|s )|mapped|cold search|replay|carr(y|ied)|history|partial",
-                     re.IGNORECASE)
+SEEDING = re.compile(r"sibling|seed(ed|ing|s )|mapped|cold search|replay|carr(y|ied)|history|partial", re.IGNORECASE)
 README_SEEDING = re.compile(r"sibling|seeded|mapped", re.IGNORECASE)
 
 
@@ -90,23 +89,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=3, help="seeds per arm (3)")
     p.add_argument("--seed", type=int, default=42, help="the first seed (42)")
     p.add_argument("--operators", nargs="*", default=None, help="only these templates (default: every CPU one)")
-    p.add_argument("--workloads", nargs="*", default=None,
-                   help="only these cases, by the new workload's name (see the list printed first)")
-    p.add_argument("--no-new-shapes", action="store_true",
-                   help="only the left-out cases, not the models' undeclared shapes")
+    p.add_argument(
+        "--workloads",
+        nargs="*",
+        default=None,
+        help="only these cases, by the new workload's name (see the list printed first)",
+    )
+    p.add_argument(
+        "--no-new-shapes", action="store_true", help="only the left-out cases, not the models' undeclared shapes"
+    )
     p.add_argument("--cores", type=int, default=2, help="the target's num-cores (2)")
-    p.add_argument("--history-s", type=float, default=None,
-                   help="measure.history_s in the scratch repos (default: this repo's; the issue's "
-                   "target includes the history run, so lower it only for a smoke run)")
-    p.add_argument("--usable-precision", type=float, default=None,
-                   help="measure.usable_precision in the scratch repos (default: this repo's); raise it "
-                   "on a loaded machine, where retune refuses a runner too noisy, and say so")
-    p.add_argument("--side-cap-s", type=float, default=6.0,
-                   help="the side-by-side run's time cap per finalist (6 s; the finals' own is measure.time_cap_s)")
-    p.add_argument("--wait-idle", type=float, default=120.0,
-                   help="seconds to wait at most for a quiet machine first (120)")
-    p.add_argument("--raw", type=Path, default=None,
-                   help="write every timed retune (arm, seed, seconds, curve, progress, its lines) to this JSONL")
+    p.add_argument(
+        "--history-s",
+        type=float,
+        default=None,
+        help="measure.history_s in the scratch repos (default: this repo's; the issue's "
+        "target includes the history run, so lower it only for a smoke run)",
+    )
+    p.add_argument(
+        "--usable-precision",
+        type=float,
+        default=None,
+        help="measure.usable_precision in the scratch repos (default: this repo's); raise it "
+        "on a loaded machine, where retune refuses a runner too noisy, and say so",
+    )
+    p.add_argument(
+        "--side-cap-s",
+        type=float,
+        default=6.0,
+        help="the side-by-side run's time cap per finalist (6 s; the finals' own is measure.time_cap_s)",
+    )
+    p.add_argument(
+        "--wait-idle", type=float, default=120.0, help="seconds to wait at most for a quiet machine first (120)"
+    )
+    p.add_argument(
+        "--raw",
+        type=Path,
+        default=None,
+        help="write every timed retune (arm, seed, seconds, curve, progress, its lines) to this JSONL",
+    )
     p.add_argument("--keep", type=Path, default=None, help="keep the scratch repos under this folder")
     p.add_argument("--list", action="store_true", help="print the cases and stop")
     return p.parse_args(argv)
@@ -126,11 +147,14 @@ class Case:
 def workloads_node(text: str) -> ast.Assign | ast.AnnAssign:
     """The module-level `WORKLOADS = {...}` of a template's source."""
     for stmt in ast.parse(text).body:
-        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "WORKLOADS"
-                                                for t in stmt.targets):
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "WORKLOADS" for t in stmt.targets):
             return stmt
-        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                and stmt.target.id == "WORKLOADS" and stmt.value is not None:
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and stmt.target.id == "WORKLOADS"
+            and stmt.value is not None
+        ):
             return stmt
     raise ValueError("no module-level WORKLOADS assignment")
 
@@ -152,10 +176,15 @@ def with_workloads(text: str, workloads: dict[str, dict[str, Any]]) -> str:
     node = workloads_node(text)
     lines = text.splitlines(keepends=True)
     assert node.end_lineno is not None
-    block = "WORKLOADS = {\n" + "".join(
-        f"    {json.dumps(name)}: {{{', '.join(f'{json.dumps(k)}: {v!r}' for k, v in params.items())}}},\n"
-        for name, params in workloads.items()) + "}\n"
-    return "".join(lines[:node.lineno - 1]) + block + "".join(lines[node.end_lineno:])
+    block = (
+        "WORKLOADS = {\n"
+        + "".join(
+            f"    {json.dumps(name)}: {{{', '.join(f'{json.dumps(k)}: {v!r}' for k, v in params.items())}}},\n"
+            for name, params in workloads.items()
+        )
+        + "}\n"
+    )
+    return "".join(lines[: node.lineno - 1]) + block + "".join(lines[node.end_lineno :])
 
 
 def shape_name(model: str, params: dict[str, Any], first: dict[str, Any]) -> str:
@@ -171,13 +200,19 @@ def new_shapes(coverage: dict[str, Any], template: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for call in coverage.get("calls", []):
         cov = call.get("coverage", {})
-        if cov.get("status") == "uncovered_shape" and cov.get("template") == template \
-                and isinstance(cov.get("params"), dict) and cov["params"] not in out:
+        if (
+            cov.get("status") == "uncovered_shape"
+            and cov.get("template") == template
+            and isinstance(cov.get("params"), dict)
+            and cov["params"] not in out
+        ):
             out.append(dict(cov["params"]))
     return out
 
 
-def find_cases(src: Path, operators: list[str] | None, new: bool) -> tuple[list[Case], dict[str, dict[str, dict[str, Any]]], list[str]]:
+def find_cases(
+    src: Path, operators: list[str] | None, new: bool
+) -> tuple[list[Case], dict[str, dict[str, dict[str, Any]]], list[str]]:
     """The cases; per operator every workload any case needs (its declared ones first,
     in their order, then the models' shapes); the notes on what was skipped."""
     from tvmtune_ci.core.config import load_config
@@ -280,12 +315,10 @@ def retune(src: Path, repo: Path, op: str, trials: int, seed: int) -> Retune:
     """`tvmtune-ci retune OP --trials N --seed S --commit` in `repo` (the snapshot's code),
     its lines stamped as they arrive."""
     env = {**os.environ, **GIT_ENV, "PYTHONPATH": str(src), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "tvmtune_ci", "retune", op, "--trials", str(trials), "--seed", str(seed),
-           "--commit"]
+    cmd = [sys.executable, "-m", "tvmtune_ci", "retune", op, "--trials", str(trials), "--seed", str(seed), "--commit"]
     lines: list[tuple[float, str]] = []
     t0 = time.perf_counter()
-    with subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc:
+    with subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append((time.perf_counter() - t0, line.rstrip("\n")))
@@ -322,19 +355,31 @@ def read_arm(repo: Path, op: str, w: str, run: Retune) -> Arm:
     results = json.loads((folder / "results.json").read_text())["results"]
     t = manifest["trials"][w]
     r = results[w]
-    readme = [line.strip() for line in (folder / "README.md").read_text().splitlines()
-              if README_SEEDING.search(line)]
-    return Arm(repo=repo, retune=run, trials=int(t["run"]), stop=t.get("stop_detail") or t["stop_reason"],
-               best_s=float(r["best"]["latency_s"]), curve=[(int(a), float(b)) for a, b in r.get("curve", [])],
-               progress=progress_points(run.lines, f"{op}/{TARGET_NAME}/{w}"), readme=readme)
+    readme = [line.strip() for line in (folder / "README.md").read_text().splitlines() if README_SEEDING.search(line)]
+    return Arm(
+        repo=repo,
+        retune=run,
+        trials=int(t["run"]),
+        stop=t.get("stop_detail") or t["stop_reason"],
+        best_s=float(r["best"]["latency_s"]),
+        curve=[(int(a), float(b)) for a, b in r.get("curve", [])],
+        progress=progress_points(run.lines, f"{op}/{TARGET_NAME}/{w}"),
+        readme=readme,
+    )
 
 
 class Sets:
     """Scratch repos by (operator, workload set, seed), each tuned once and committed;
     the retune that tuned it is the cold arm when the set is one workload."""
 
-    def __init__(self, src: Path, base: Path, shapes: dict[str, dict[str, dict[str, Any]]],
-                 target: dict[str, Any], args: argparse.Namespace) -> None:
+    def __init__(
+        self,
+        src: Path,
+        base: Path,
+        shapes: dict[str, dict[str, dict[str, Any]]],
+        target: dict[str, Any],
+        args: argparse.Namespace,
+    ) -> None:
         self.src, self.base, self.shapes, self.target, self.args = src, base, shapes, target, args
         self.tuned: dict[tuple[str, tuple[str, ...], int], tuple[Path, Retune]] = {}
 
@@ -348,8 +393,9 @@ class Sets:
             where = self.base / f"{op}-{'+'.join(key[1])}@{seed}"
             if len(where.name) > 120:
                 where = self.base / f"{op}-set{len(self.tuned)}@{seed}"
-            repo = new_repo(self.src, where, op, self.workloads(op, names),
-                            scratch_config(self.src, self.target, self.args, seed))
+            repo = new_repo(
+                self.src, where, op, self.workloads(op, names), scratch_config(self.src, self.target, self.args, seed)
+            )
             run = retune(self.src, repo, op, self.args.trials, seed)
             self.tuned[key] = (repo, run)
             print(f"  tuned {op} {{{', '.join(key[1])}}} seed {seed}: {run.seconds:.0f} s", flush=True)
@@ -386,8 +432,9 @@ def fmt_s(x: float | None) -> str:
     return "not reached" if x is None or not math.isfinite(x) else f"{x:.0f} s"
 
 
-def side_by_side(case: Case, arms: dict[str, list[Arm]], target: dict[str, Any],
-                 args: argparse.Namespace) -> dict[str, Any]:
+def side_by_side(
+    case: Case, arms: dict[str, list[Arm]], target: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
     """Every arm's and seed's best in one interleaved finals run: key -> Estimate."""
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.template import import_template
@@ -405,8 +452,9 @@ def side_by_side(case: Case, arms: dict[str, list[Arm]], target: dict[str, Any],
     fs = []
     for a in ARMS:
         for k, arm in enumerate(arms[a]):
-            best = json.loads((arm.repo / "tuning_logs" / case.operator / TARGET_NAME / "results.json")
-                              .read_text())["results"][case.workload]["best"]["knobs"]
+            best = json.loads((arm.repo / "tuning_logs" / case.operator / TARGET_NAME / "results.json").read_text())[
+                "results"
+            ][case.workload]["best"]["knobs"]
             fs.append(Finalist("search", dict(best), f"{a}@{k}"))
     runner, builder = make_runner(measure), make_builder()
     try:
@@ -424,8 +472,11 @@ def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], see
     finals_g = [a.curve[-1][1] for a in cold if a.curve]
     goal = goal_of(finals_g) if finals_g else math.inf
     print(f"\n## {case.operator}/{case.workload} ({case.kind}; siblings {', '.join(case.siblings)})\n", flush=True)
-    print(f"cold's quality: {goal:.1f} GFLOPS (the slowest of cold's {len(finals_g)} final search bests: "
-          + ", ".join(f"{g:.1f}" for g in finals_g) + ")")
+    print(
+        f"cold's quality: {goal:.1f} GFLOPS (the slowest of cold's {len(finals_g)} final search bests: "
+        + ", ".join(f"{g:.1f}" for g in finals_g)
+        + ")"
+    )
     row: dict[str, Any] = {"case": case, "arms": {}}
     for a in ARMS:
         for k, arm in enumerate(arms[a]):
@@ -433,21 +484,34 @@ def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], see
             s = seconds_at(arm.progress, t)
             e = est.get(f"{a}@{k}")
             side = stats.fmt_latency(e.value, e.rel_halfwidth) if e is not None else "not measured"
-            row["arms"][f"{a}@{k}"] = {"s": arm.retune.seconds, "run": arm.trials, "t_goal": t,
-                                       "s_goal": s if s is not None else math.inf,
-                                       "best": e.value if e is not None else math.nan}
+            row["arms"][f"{a}@{k}"] = {
+                "s": arm.retune.seconds,
+                "run": arm.trials,
+                "t_goal": t,
+                "s_goal": s if s is not None else math.inf,
+                "best": e.value if e is not None else math.nan,
+            }
             curve = " ".join(f"{n}:{g:.0f}" for n, g in arm.curve)
-            print(f"  {a} seed {seeds[k]}: {arm.retune.seconds:.0f} s wall, {arm.trials} trials ({arm.stop}); "
-                  f"cold's quality at trial {t if t is not None else '-'} ({fmt_s(s)} into the retune); "
-                  f"best {arm.best_s * 1e3:.4g} ms as published, {side} side by side", flush=True)
+            print(
+                f"  {a} seed {seeds[k]}: {arm.retune.seconds:.0f} s wall, {arm.trials} trials ({arm.stop}); "
+                f"cold's quality at trial {t if t is not None else '-'} ({fmt_s(s)} into the retune); "
+                f"best {arm.best_s * 1e3:.4g} ms as published, {side} side by side",
+                flush=True,
+            )
             print(f"    curve (trial:GFLOPS): {curve}")
             print("    progress (trials@s): " + " ".join(f"{n}@{x:.0f}" for n, x in arm.progress))
     seen: set[str] = set()
     for k, arm in enumerate(tr):  # the retune's own words on the transfer: what seeded w
-        words = [x for _, x in arm.retune.lines if SEEDING.search(x) and " trials, search best " not in x
-                 and not x.lstrip().startswith("measure:")]
-        words += [x for _, x in arm.retune.lines if x.startswith(f"{case.operator}/{TARGET_NAME}/")
-                  and " trials, search best " not in x]
+        words = [
+            x
+            for _, x in arm.retune.lines
+            if SEEDING.search(x) and " trials, search best " not in x and not x.lstrip().startswith("measure:")
+        ]
+        words += [
+            x
+            for _, x in arm.retune.lines
+            if x.startswith(f"{case.operator}/{TARGET_NAME}/") and " trials, search best " not in x
+        ]
         new = [x for x in dict.fromkeys(words) if x not in seen]
         seen.update(new)
         if new:
@@ -462,12 +526,20 @@ def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], see
     tr_b = [row["arms"][f"transfer@{k}"]["best"] for k in range(len(tr))]
     spread = max(cold_b) / min(cold_b) if all(math.isfinite(x) for x in cold_b) else math.nan
     ratio = med(tr_b) / med(cold_b)
-    row.update(goal=goal, spread=spread, ratio=ratio,
-               slower=ratio > spread if math.isfinite(ratio) and math.isfinite(spread) else None)
-    print(f"  side by side (one interleaved run): transfer / cold {ratio:.3f} (medians over seeds); cold's "
-          f"own spread {spread:.3f} (slowest / fastest of its seeds): "
-          + ("slower beyond it" if row["slower"] else "within it or faster" if row["slower"] is False
-             else "not measured"), flush=True)
+    row.update(
+        goal=goal,
+        spread=spread,
+        ratio=ratio,
+        slower=ratio > spread if math.isfinite(ratio) and math.isfinite(spread) else None,
+    )
+    print(
+        f"  side by side (one interleaved run): transfer / cold {ratio:.3f} (medians over seeds); cold's "
+        f"own spread {spread:.3f} (slowest / fastest of its seeds): "
+        + (
+            "slower beyond it" if row["slower"] else "within it or faster" if row["slower"] is False else "not measured"
+        ),
+        flush=True,
+    )
     return row
 
 
@@ -476,34 +548,50 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
         return med([r["arms"][f"{arm}@{k}"][key] for k in range(seeds)])
 
     print(f"\n## summary (medians over {seeds} seed(s) per case)\n")
-    print("| case | kind | cold: s, trials | cold to its quality: s | transfer: s, trials "
-          "| transfer to cold's quality: trials, s | s to quality / cold s | add cost - alone "
-          "| transfer / cold best (side by side) | cold's spread |")
+    print(
+        "| case | kind | cold: s, trials | cold to its quality: s | transfer: s, trials "
+        "| transfer to cold's quality: trials, s | s to quality / cold s | add cost - alone "
+        "| transfer / cold best (side by side) | cold's spread |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     q_ratio, t_ratio, add_diff, add_ratio, slower = [], [], [], [], []
     for r in rows:
         c = r["case"]
         cs, ts = m(r, "cold", "s"), m(r, "transfer", "s")
         tg = m(r, "transfer", "s_goal")
-        tt = med([float(r["arms"][f"transfer@{k}"]["t_goal"]) if r["arms"][f"transfer@{k}"]["t_goal"]
-                  is not None else math.inf for k in range(seeds)])
+        tt = med(
+            [
+                float(r["arms"][f"transfer@{k}"]["t_goal"])
+                if r["arms"][f"transfer@{k}"]["t_goal"] is not None
+                else math.inf
+                for k in range(seeds)
+            ]
+        )
         q_ratio.append(tg / cs)
         t_ratio.append(tt / m(r, "cold", "run"))
         add_diff.append(ts - cs)
         add_ratio.append(ts / cs)
         if r["slower"]:
             slower.append(f"{c.operator}/{c.workload} ({r['ratio']:.3f} > {r['spread']:.3f})")
-        print(f"| {c.operator}/{c.workload} | {c.kind} | {cs:.0f} s, {m(r, 'cold', 'run'):.0f} | "
-              f"{fmt_s(m(r, 'cold', 's_goal'))} | {ts:.0f} s, {m(r, 'transfer', 'run'):.0f} | {tt:.0f}, {fmt_s(tg)} | {tg / cs:.2f} | "
-              f"{ts - cs:+.0f} s | {r['ratio']:.3f} | {r['spread']:.3f} |")
+        print(
+            f"| {c.operator}/{c.workload} | {c.kind} | {cs:.0f} s, {m(r, 'cold', 'run'):.0f} | "
+            f"{fmt_s(m(r, 'cold', 's_goal'))} | {ts:.0f} s, {m(r, 'transfer', 'run'):.0f} | {tt:.0f}, {fmt_s(tg)} | {tg / cs:.2f} | "
+            f"{ts - cs:+.0f} s | {r['ratio']:.3f} | {r['spread']:.3f} |"
+        )
     print()
-    print(f"transfer's seconds to cold's quality / cold's seconds: median {med(q_ratio):.2f} over {len(rows)} "
-          f"case(s) (range {min(q_ratio):.2f}-{max(q_ratio):.2f}); target <= 0.25")
+    print(
+        f"transfer's seconds to cold's quality / cold's seconds: median {med(q_ratio):.2f} over {len(rows)} "
+        f"case(s) (range {min(q_ratio):.2f}-{max(q_ratio):.2f}); target <= 0.25"
+    )
     print(f"transfer's trials to cold's quality / cold's trials: median {med(t_ratio):.2f}")
-    print(f"adding the workload to its set / tuning it alone: median {med(add_ratio):.2f} "
-          f"({med(add_diff):+.0f} s; range {min(add_diff):+.0f} to {max(add_diff):+.0f} s); target <= +10 s")
-    print("cases whose transfer best is slower than cold's beyond cold's own spread: "
-          + (", ".join(slower) or "none"), flush=True)
+    print(
+        f"adding the workload to its set / tuning it alone: median {med(add_ratio):.2f} "
+        f"({med(add_diff):+.0f} s; range {min(add_diff):+.0f} to {max(add_diff):+.0f} s); target <= +10 s"
+    )
+    print(
+        "cases whose transfer best is slower than cold's beyond cold's own spread: " + (", ".join(slower) or "none"),
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -521,8 +609,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("no case: check --operators and --workloads (--list lists them)")
         if args.list:
             for c in cases:
-                print(f"{c.operator}/{c.workload}: {c.kind}, {shapes[c.operator][c.workload]}, "
-                      f"siblings {', '.join(c.siblings)}")
+                print(
+                    f"{c.operator}/{c.workload}: {c.kind}, {shapes[c.operator][c.workload]}, "
+                    f"siblings {', '.join(c.siblings)}"
+                )
             for n in notes:
                 print(f"# {n}")
             return 0
@@ -533,8 +623,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, src: Path, base: Path, cases: list[Case],
-        shapes: dict[str, dict[str, dict[str, Any]]], notes: list[str]) -> None:
+def run(
+    args: argparse.Namespace,
+    src: Path,
+    base: Path,
+    cases: list[Case],
+    shapes: dict[str, dict[str, dict[str, Any]]],
+    notes: list[str],
+) -> None:
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.tune import tvmsetup
 
@@ -545,22 +641,30 @@ def run(args: argparse.Namespace, src: Path, base: Path, cases: list[Case],
     os.environ["TVM_NUM_THREADS"] = str(args.cores)  # as `retune` runs the kernels of the target
     check_host(target, advice="run this benchmark on the machine whose CPU it tunes")
     host = host_description()
-    head = subprocess.run(["git", "log", "-1", "--format=%h %cs %s"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "log", "-1", "--format=%h %cs %s"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     measure = load_config(src / "tvmtune.yaml").measure
     waited = wait_idle(args.wait_idle)
     seeds = [args.seed + k for k in range(args.seeds)]
-    print(f"# bench_transfer: a workload added to its tuned set vs tuned alone (cold), issue 51 part 5; "
-          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"# host: {host.get('cpu')} ({host.get('cpu_id', '?')}), {host.get('cores')} cores seen; LLVM cpu "
-          f"{tvmsetup.host_cpu()}; target {json.dumps(target)}; load {os.getloadavg()[0]:.2f} "
-          f"(waited {waited:.0f} s)")
+    print(
+        f"# bench_transfer: a workload added to its tuned set vs tuned alone (cold), issue 51 part 5; "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
+    print(
+        f"# host: {host.get('cpu')} ({host.get('cpu_id', '?')}), {host.get('cores')} cores seen; LLVM cpu "
+        f"{tvmsetup.host_cpu()}; target {json.dumps(target)}; load {os.getloadavg()[0]:.2f} "
+        f"(waited {waited:.0f} s)"
+    )
     print(f"# code: HEAD {head} (a git archive snapshot)")
-    print(f"# settings: retune OP --trials {args.trials} --seed S --commit, seeds {', '.join(map(str, seeds))}; "
-          f"measure.history_s {args.history_s if args.history_s is not None else measure.history_s:g}"
-          + ("" if args.history_s is None else " (lowered: not the product's setting)")
-          + f", usable_precision {args.usable_precision or measure.usable_precision:g}; side by side capped "
-          f"at {args.side_cap_s:g} s per finalist", flush=True)
+    print(
+        f"# settings: retune OP --trials {args.trials} --seed S --commit, seeds {', '.join(map(str, seeds))}; "
+        f"measure.history_s {args.history_s if args.history_s is not None else measure.history_s:g}"
+        + ("" if args.history_s is None else " (lowered: not the product's setting)")
+        + f", usable_precision {args.usable_precision or measure.usable_precision:g}; side by side capped "
+        f"at {args.side_cap_s:g} s per finalist",
+        flush=True,
+    )
     print(f"# cases ({len(cases)}): " + "; ".join(f"{c.operator}/{c.workload} ({c.kind})" for c in cases))
     for n in notes:
         print(f"# {n}")
@@ -579,16 +683,34 @@ def run(args: argparse.Namespace, src: Path, base: Path, cases: list[Case],
                     failed[c] = f"seed {seed}: {type(e).__name__}: {e}"
                     print(f"  {c.operator}/{c.workload} FAILED, left out of the report: {failed[c]}", flush=True)
                     continue
-                print(f"  {c.operator}/{c.workload} seed {seed}: cold {arms[c]['cold'][-1].retune.seconds:.0f} s, "
-                      f"transfer {arms[c]['transfer'][-1].retune.seconds:.0f} s", flush=True)
+                print(
+                    f"  {c.operator}/{c.workload} seed {seed}: cold {arms[c]['cold'][-1].retune.seconds:.0f} s, "
+                    f"transfer {arms[c]['transfer'][-1].retune.seconds:.0f} s",
+                    flush=True,
+                )
                 if raw is not None:
                     for a in ARMS:
                         x = arms[c][a][-1]
-                        raw.write(json.dumps({
-                            "operator": c.operator, "workload": c.workload, "kind": c.kind,
-                            "siblings": list(c.siblings), "arm": a, "seed": seed, "seconds": x.retune.seconds,
-                            "trials": x.trials, "stop": x.stop, "best_s": x.best_s, "curve": x.curve,
-                            "progress": x.progress, "lines": x.retune.lines}) + "\n")
+                        raw.write(
+                            json.dumps(
+                                {
+                                    "operator": c.operator,
+                                    "workload": c.workload,
+                                    "kind": c.kind,
+                                    "siblings": list(c.siblings),
+                                    "arm": a,
+                                    "seed": seed,
+                                    "seconds": x.retune.seconds,
+                                    "trials": x.trials,
+                                    "stop": x.stop,
+                                    "best_s": x.best_s,
+                                    "curve": x.curve,
+                                    "progress": x.progress,
+                                    "lines": x.retune.lines,
+                                }
+                            )
+                            + "\n"
+                        )
                     raw.flush()
     finally:
         if raw is not None:

@@ -87,8 +87,7 @@ FIXED_REPEAT = 5
 FIXED_MIN_REPEAT_MS = 50
 GOAL_TPM_RATIO = 3.0
 # Two-sided 95% Student t quantiles by degrees of freedom (stock's mean of `repeat`).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228}
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def bench_template(workload: str, template: str = "matmul") -> types.ModuleType:
@@ -100,8 +99,10 @@ def bench_template(workload: str, template: str = "matmul") -> types.ModuleType:
     if workload in mod.WORKLOADS:
         return mod
     if template != "matmul" or not workload.lstrip("m").isdigit():
-        raise SystemExit(f"operators/{template}.py has no workload {workload!r} "
-                         f"(it has {', '.join(mod.WORKLOADS)}); mN works for matmul only")
+        raise SystemExit(
+            f"operators/{template}.py has no workload {workload!r} "
+            f"(it has {', '.join(mod.WORKLOADS)}); mN works for matmul only"
+        )
     m = types.ModuleType("matmul")
     m.__dict__.update({k: v for k, v in vars(mod).items() if not k.startswith("__")})
     m.__file__ = mod.__file__
@@ -134,8 +135,7 @@ def breakdown(st: dict[str, float]) -> list[tuple[str, float, float]]:
     if summed:
         rows.append(("build + export (wall, on the builder's threads)", st["search_build_wall_s"]))
     rows.append(("the rest (IPC, journal, database)", max(0.0, total - sum(s for _, s in rows))))
-    return sorted(((name, s / n * 1e3, s / total if total else math.nan) for name, s in rows),
-                  key=lambda r: -r[1])
+    return sorted(((name, s / n * 1e3, s / total if total else math.nan) for name, s in rows), key=lambda r: -r[1])
 
 
 def mean_rel_halfwidth(secs: list[float]) -> float:
@@ -285,12 +285,15 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
         "raced": sum(e.get("stage") == "probe" for e in out.records),
         "search_rel": [rel(e) for e in contenders],
         "search_best_s": min(
-            (e["latency_s"] for e in out.records if e["latency_s"] and e.get("stage") != "probe"),
-            default=None,
+            (e["latency_s"] for e in out.records if e["latency_s"] and e.get("stage") != "probe"), default=None
         ),
         "stats": out.stats,
-        "best": {"knobs": out.best.knobs, "latency_s": out.best.latency_s,
-                 "gflops": out.best.gflops, "rel": out.best.rel_halfwidth},
+        "best": {
+            "knobs": out.best.knobs,
+            "latency_s": out.best.latency_s,
+            "gflops": out.best.gflops,
+            "rel": out.best.rel_halfwidth,
+        },
         "baseline_s": out.baseline.latency_s,
         "noise_rel": out.noise_check.rel_halfwidth,
         "best_source": out.best_source,
@@ -318,9 +321,7 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     from tvmtune_ci.tune.workload import workload_module
 
     runner = ms.runner.LocalRunner(  # its sanity check waits for the worker to start
-        evaluator_config=ms.runner.EvaluatorConfig(
-            number=1, repeat=p["repeat"], min_repeat_ms=p["min_repeat_ms"]
-        ),
+        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=p["repeat"], min_repeat_ms=p["min_repeat_ms"])
     )
     clock.mark("worker_start")
     calls: list[dict[str, Any]] = []
@@ -329,14 +330,21 @@ def child_stock(p: dict[str, Any]) -> dict[str, Any]:
     wl = tmpl.WORKLOADS[p["workload"]]
     mod = workload_module(tmpl, p["workload"])
     space = ms.space_generator.ScheduleFn(
-        TemplateSpace(tmpl, wl, p["target"]), sch_rules=[], postprocs=make_postprocs(),
+        TemplateSpace(tmpl, wl, p["target"]),
+        sch_rules=[],
+        postprocs=make_postprocs(),
         mutator_probs=make_mutators(tmpl.KNOBS, p["seed"]),
     )
     clock.mark("call_start")
     with ms.Profiler() as prof:
         ms.tir_integration.tune_tir(
-            mod, tvm.target.Target(p["target"]), p["work_dir"],
-            max_trials_global=p["trials"], space=space, runner=runner, seed=p["seed"],
+            mod,
+            tvm.target.Target(p["target"]),
+            p["work_dir"],
+            max_trials_global=p["trials"],
+            space=space,
+            runner=runner,
+            seed=p["seed"],
         )
     clock.mark("call_end")
     # The records as the JSONDatabase wrote them (TuningRecord.as_json() cannot
@@ -371,15 +379,14 @@ def run_child(side: str, payload: dict[str, Any]) -> dict[str, Any]:
     launch = time.time()
     payload = {**payload, "launch": launch, "out": str(out_file)}
     r = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", side,
-         "--payload", json.dumps(payload)],
-        capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, str(Path(__file__).resolve()), "--child", side, "--payload", json.dumps(payload)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     wall = time.time() - launch
     if r.returncode != 0 or not out_file.exists():
-        raise SystemExit(
-            f"{side} run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-        )
+        raise SystemExit(f"{side} run failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     res = json.loads(out_file.read_text(encoding="utf-8"))
     res["wall_s"] = wall
     return res
@@ -441,8 +448,7 @@ def print_side(name: str, res: dict[str, Any], f: dict[str, float]) -> None:
         f"{_ms(f['pt_incl'])}, {f['tpm_incl']:.1f} trials/min"
     )
     print(
-        f"per trial EXCLUDING them (tuning call {f['call']:.1f} s): {_ms(f['pt_excl'])}, "
-        f"{f['tpm_excl']:.1f} trials/min"
+        f"per trial EXCLUDING them (tuning call {f['call']:.1f} s): {_ms(f['pt_excl'])}, {f['tpm_excl']:.1f} trials/min"
     )
     print(
         f"runner time per measured search trial (load + sampling + IPC): {_ms(f['runner_pt'])}; "
@@ -457,8 +463,9 @@ def print_side(name: str, res: dict[str, Any], f: dict[str, float]) -> None:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--template", default="matmul", help="one of operators/ (default matmul)")
-    p.add_argument("--workload", default="m512",
-                   help="a workload of the template, or for matmul mN: an N x N x N fp32 matmul")
+    p.add_argument(
+        "--workload", default="m512", help="a workload of the template, or for matmul mN: an N x N x N fp32 matmul"
+    )
     p.add_argument("--trials", type=int, default=64, help="our trial budget")
     p.add_argument("--stock-trials", type=int, default=None, help="default: --trials")
     p.add_argument("--batch-size", type=int, default=16, help="ours (stock: tune_tir's 64)")
@@ -466,15 +473,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stock-repeat", type=int, default=FIXED_REPEAT)
     p.add_argument("--stock-min-repeat-ms", type=int, default=FIXED_MIN_REPEAT_MS)
     p.add_argument(
-        "--stock-equal-time", action="store_true",
+        "--stock-equal-time",
+        action="store_true",
         help="choose stock's repeat so it measures a trial as long as ours measures a contender",
     )
     p.add_argument("--mcpu", default=None, help="default: this machine's CPU")
     p.add_argument("--skip-stock", action="store_true")
-    p.add_argument("--build-threads", type=int, default=None,
-                   help="ours: threads a batch builds on (default: BUILD_THREADS, this machine's CPUs)")
     p.add_argument(
-        "--wait-idle", type=float, default=300,
+        "--build-threads",
+        type=int,
+        default=None,
+        help="ours: threads a batch builds on (default: BUILD_THREADS, this machine's CPUs)",
+    )
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=300,
         help="seconds to wait at most for the 1-minute load average to drop below 0.5",
     )
     p.add_argument("--child", choices=("ours", "stock"), help=argparse.SUPPRESS)
@@ -527,8 +541,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# load average at start: {load_avg:.2f} (waited {waited:.0f} s); 2 CPUs")
 
     try:
-        ours = run_child("ours", {**common, "trials": args.trials, "batch_size": args.batch_size,
-                                  "build_threads": args.build_threads, "work_dir": str(scratch / "ours")})
+        ours = run_child(
+            "ours",
+            {
+                **common,
+                "trials": args.trials,
+                "batch_size": args.batch_size,
+                "build_threads": args.build_threads,
+                "work_dir": str(scratch / "ours"),
+            },
+        )
         st = ours["stats"]
         compile_floor = st.get("search_compile_s", 0.0) / max(1.0, st.get("search_trials", 1.0))
         fo = side_figures(ours, compile_floor)
@@ -553,9 +575,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{_ms(compile_floor)} (the floor's compile part, both sides)"
         )
         n = st.get("search_trials", 0.0)
-        print(f"  where a search trial's {_ms(st['search_s'] / max(1.0, n))} went ({n:.0f} trials, "
-              "largest first): " + " | ".join(f"{name} {ms:.0f} ms ({share:.0%})"
-                                              for name, ms, share in breakdown(st)))
+        print(
+            f"  where a search trial's {_ms(st['search_s'] / max(1.0, n))} went ({n:.0f} trials, "
+            "largest first): " + " | ".join(f"{name} {ms:.0f} ms ({share:.0%})" for name, ms, share in breakdown(st))
+        )
         b = ours["best"]
         print(
             f"best (from the finals): {b['latency_s'] * 1e3:.3f} ms {_pct(b['rel'])} = "
@@ -584,9 +607,16 @@ def main(argv: list[str] | None = None) -> int:
             f"min_repeat_ms={args.stock_min_repeat_ms}), ranked by the mean; {mode}",
             flush=True,
         )
-        stock = run_child("stock", {**common, "trials": args.stock_trials, "repeat": repeat,
-                                    "min_repeat_ms": args.stock_min_repeat_ms,
-                                    "work_dir": str(scratch / "stock")})
+        stock = run_child(
+            "stock",
+            {
+                **common,
+                "trials": args.stock_trials,
+                "repeat": repeat,
+                "min_repeat_ms": args.stock_min_repeat_ms,
+                "work_dir": str(scratch / "stock"),
+            },
+        )
         fs = side_figures(stock, compile_floor)
         print_side("stock", stock, fs)
         for err in stock.get("errors", []):
@@ -600,8 +630,13 @@ def main(argv: list[str] | None = None) -> int:
             "  MetaSchedule profiler: "
             + ", ".join(
                 f"{k} {prof[k]:.1f} s"
-                for k in ("SendToBuilder", "SendToRunner", "MeasureCallback/UpdateCostModel",
-                          "EvoSearch/Evolve/Mutation", "EvoSearch/SampleInitPopulation")
+                for k in (
+                    "SendToBuilder",
+                    "SendToRunner",
+                    "MeasureCallback/UpdateCostModel",
+                    "EvoSearch/Evolve/Mutation",
+                    "EvoSearch/SampleInitPopulation",
+                )
                 if k in prof
             )
         )
@@ -624,10 +659,7 @@ def main(argv: list[str] | None = None) -> int:
             f"per trial: ours {_ms(fo['pt_excl'])} / {_ms(fo['pt_incl'])}, stock "
             f"{_ms(fs['pt_excl'])} / {_ms(fs['pt_incl'])} (excluding / including)"
         )
-        print(
-            f"one-time costs (launch -> worker up): ours {fo['one_time']:.1f} s, stock "
-            f"{fs['one_time']:.1f} s"
-        )
+        print(f"one-time costs (launch -> worker up): ours {fo['one_time']:.1f} s, stock {fs['one_time']:.1f} s")
         print(
             f"first measured search trial after launch: ours {fo['first_launch']:.1f} s, "
             f"stock {fs['first_launch']:.1f} s; after the call started: ours "
@@ -677,9 +709,13 @@ def compare_bests(
     runner, builder = make_runner(measure), make_builder()
     try:
         res = finals(
-            tmpl, args.workload, target,
+            tmpl,
+            args.workload,
+            target,
             [Finalist("ours", ours["best"]["knobs"], "ours"), Finalist("stock", stock_knobs, "stock")],
-            measure, runner=runner, builder=builder,
+            measure,
+            runner=runner,
+            builder=builder,
         )
     finally:
         runner.close()

@@ -67,54 +67,140 @@ class Edit:
 
 
 EDITS = [
-    Edit("matmul-noop", "a no-op statement (the fingerprint changes, the kernels do not)",
-         "matmul", "m1024",
-         (("matmul.py", "def schedule(sch, cfg) -> None:\n",
-           "def schedule(sch, cfg) -> None:\n    _unused = None  # a no-op edit\n"),)),
-    Edit("softmax-unroll-candidate", "a new candidate for a knob", "softmax", "attn_512",
-         (("softmax.py", 'define_knob("unroll", [0, 16, 64])',
-           'define_knob("unroll", [0, 16, 64, 256])'),)),
-    Edit("gemm-memory-loop-order", "a changed loop order (memory-accumulate spaces)",
-         "matmul", "m1024",
-         (("_gemm.py", "sch.reorder(*batch, *i0, j0, k0, j1, i1, k1, kk, i2, j2, lanes)",
-           "sch.reorder(*batch, *i0, j0, k0, i1, j1, k1, kk, i2, j2, lanes)"),)),
-    Edit("matmul-pack-none", "a new structural choice (B read in place)", "matmul", "m1024",
-         (("matmul.py", 'define_structure("pack_b", ["tile", "global"])',
-           'define_structure("pack_b", ["tile", "global", "none"])'),)),
-    Edit("conv2d-no-unroll-knob", "a removed knob (unroll fixed at 16)", "conv2d",
-         "resnet50_3x3",
-         (("conv2d.py", '    define_knob("unroll", [0, 16, 64]),\n', ""),
-          ("conv2d.py", 'cfg.knob(sch, "unroll")', "16"))),
-    Edit("dense-k-step-8", "a changed blocking rule: k in steps of 8, not 16", "dense",
-         "bert_ffn1",
-         (("_gemm.py", "k_rest, kk = sch.split(k, [None, PAD])",
-           "k_rest, kk = sch.split(k, [None, 8])"),
-          ("dense.py", 'define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32)',
-           'define_split("tile_k", "(K + 15)//16*2", parts=2, max_factor=32)'))),
-    Edit("matmul-mr-max-4", "a lowered bound (register rows <= 4): old configs repaired",
-         "matmul", "m1021",
-         (("matmul.py", 'define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=8)',
-           'define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=4)'),)),
-    Edit("softmax-more-accumulators", "a wider split (up to 16 accumulators)", "softmax",
-         "vocab_32k",
-         (("softmax.py", 'define_split("acc_max", "N//LANES", parts=2, max_factor=8)',
-           'define_split("acc_max", "N//LANES", parts=2, max_factor=16)'),
-          ("softmax.py", 'define_split("acc_sum", "N//LANES", parts=2, max_factor=8)',
-           'define_split("acc_sum", "N//LANES", parts=2, max_factor=16)'))),
-    Edit("dense-register-only", "a removed structural candidate (memory accumulate)", "dense",
-         "bert_ffn2",
-         (("dense.py", 'define_structure("accumulate", ["register", "memory"])',
-           'define_structure("accumulate", ["register"])'),)),
-    Edit("conv2d-pad-copy-unrolled", "a changed copy stage (pad pass unrolled, not vectorised)",
-         "conv2d", "resnet50_3x3",
-         (("conv2d.py", "        sch.vectorize(loops[-1])", "        sch.unroll(loops[-1])"),)),
+    Edit(
+        "matmul-noop",
+        "a no-op statement (the fingerprint changes, the kernels do not)",
+        "matmul",
+        "m1024",
+        (
+            (
+                "matmul.py",
+                "def schedule(sch, cfg) -> None:\n",
+                "def schedule(sch, cfg) -> None:\n    _unused = None  # a no-op edit\n",
+            ),
+        ),
+    ),
+    Edit(
+        "softmax-unroll-candidate",
+        "a new candidate for a knob",
+        "softmax",
+        "attn_512",
+        (("softmax.py", 'define_knob("unroll", [0, 16, 64])', 'define_knob("unroll", [0, 16, 64, 256])'),),
+    ),
+    Edit(
+        "gemm-memory-loop-order",
+        "a changed loop order (memory-accumulate spaces)",
+        "matmul",
+        "m1024",
+        (
+            (
+                "_gemm.py",
+                "sch.reorder(*batch, *i0, j0, k0, j1, i1, k1, kk, i2, j2, lanes)",
+                "sch.reorder(*batch, *i0, j0, k0, i1, j1, k1, kk, i2, j2, lanes)",
+            ),
+        ),
+    ),
+    Edit(
+        "matmul-pack-none",
+        "a new structural choice (B read in place)",
+        "matmul",
+        "m1024",
+        (
+            (
+                "matmul.py",
+                'define_structure("pack_b", ["tile", "global"])',
+                'define_structure("pack_b", ["tile", "global", "none"])',
+            ),
+        ),
+    ),
+    Edit(
+        "conv2d-no-unroll-knob",
+        "a removed knob (unroll fixed at 16)",
+        "conv2d",
+        "resnet50_3x3",
+        (
+            ("conv2d.py", '    define_knob("unroll", [0, 16, 64]),\n', ""),
+            ("conv2d.py", 'cfg.knob(sch, "unroll")', "16"),
+        ),
+    ),
+    Edit(
+        "dense-k-step-8",
+        "a changed blocking rule: k in steps of 8, not 16",
+        "dense",
+        "bert_ffn1",
+        (
+            ("_gemm.py", "k_rest, kk = sch.split(k, [None, PAD])", "k_rest, kk = sch.split(k, [None, 8])"),
+            (
+                "dense.py",
+                'define_split("tile_k", "(K + 15)//16", parts=2, max_factor=32)',
+                'define_split("tile_k", "(K + 15)//16*2", parts=2, max_factor=32)',
+            ),
+        ),
+    ),
+    Edit(
+        "matmul-mr-max-4",
+        "a lowered bound (register rows <= 4): old configs repaired",
+        "matmul",
+        "m1021",
+        (
+            (
+                "matmul.py",
+                'define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=8)',
+                'define_split("tile_i", "(M + 15)//16*16", parts=3, max_factor=4)',
+            ),
+        ),
+    ),
+    Edit(
+        "softmax-more-accumulators",
+        "a wider split (up to 16 accumulators)",
+        "softmax",
+        "vocab_32k",
+        (
+            (
+                "softmax.py",
+                'define_split("acc_max", "N//LANES", parts=2, max_factor=8)',
+                'define_split("acc_max", "N//LANES", parts=2, max_factor=16)',
+            ),
+            (
+                "softmax.py",
+                'define_split("acc_sum", "N//LANES", parts=2, max_factor=8)',
+                'define_split("acc_sum", "N//LANES", parts=2, max_factor=16)',
+            ),
+        ),
+    ),
+    Edit(
+        "dense-register-only",
+        "a removed structural candidate (memory accumulate)",
+        "dense",
+        "bert_ffn2",
+        (
+            (
+                "dense.py",
+                'define_structure("accumulate", ["register", "memory"])',
+                'define_structure("accumulate", ["register"])',
+            ),
+        ),
+    ),
+    Edit(
+        "conv2d-pad-copy-unrolled",
+        "a changed copy stage (pad pass unrolled, not vectorised)",
+        "conv2d",
+        "resnet50_3x3",
+        (("conv2d.py", "        sch.vectorize(loops[-1])", "        sch.unroll(loops[-1])"),),
+    ),
 ]
 
 # --cross FROM: no edit; the old log is another target's (the seed-from option).
 CROSS = [
     Edit(f"{op}-from-another-target", "no edit, another target's log", op, w, ())
-    for op, w in (("conv2d", "resnet50_3x3"), ("dense", "bert_ffn1"), ("matmul", "m1024"),
-                  ("softmax", "attn_512"), ("dense", "bert_ffn2"), ("softmax", "vocab_32k"))
+    for op, w in (
+        ("conv2d", "resnet50_3x3"),
+        ("dense", "bert_ffn1"),
+        ("matmul", "m1024"),
+        ("softmax", "attn_512"),
+        ("dense", "bert_ffn2"),
+        ("softmax", "vocab_32k"),
+    )
 ]
 
 
@@ -123,23 +209,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--edits", help="1-based indices, comma-separated (default: all)")
     p.add_argument("--trials", type=int, default=96, help="budget of each run (96)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--seeds", type=int, default=3,
-                   help="seeds per arm (seed, seed+1, ...): the cold arm's own spread between "
-                   "seeds is the yardstick a difference must exceed (3)")
-    p.add_argument("--arms", default="prior",
-                   help="variants to run against cold: warm, prior, cold2 (cold with the next "
-                   "seed: how far apart two cold runs land)")
-    p.add_argument("--target", help="a target of tvmtune.yaml whose CPU this machine is "
-                   "(default: the one matching this CPU)")
-    p.add_argument("--cross", metavar="FROM", help="instead of the edits: each operator's "
-                   "unedited template on --target, seeded from target FROM's log (seed-from)")
-    p.add_argument("--repo", type=Path, default=ROOT,
-                   help="the repository whose tvmtune.yaml, operators/ and committed logs are the "
-                   "old ones (default: this one). `scripts/demo.py --dir DIR --trials 300` makes "
-                   "one whose logs were tuned on this CPU: only there do the warm arms' old "
-                   "rankings hold")
-    p.add_argument("--wait-idle", type=float, default=120.0,
-                   help="wait up to this many seconds for the load average to drop below 0.5")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="seeds per arm (seed, seed+1, ...): the cold arm's own spread between "
+        "seeds is the yardstick a difference must exceed (3)",
+    )
+    p.add_argument(
+        "--arms",
+        default="prior",
+        help="variants to run against cold: warm, prior, cold2 (cold with the next "
+        "seed: how far apart two cold runs land)",
+    )
+    p.add_argument(
+        "--target", help="a target of tvmtune.yaml whose CPU this machine is (default: the one matching this CPU)"
+    )
+    p.add_argument(
+        "--cross",
+        metavar="FROM",
+        help="instead of the edits: each operator's "
+        "unedited template on --target, seeded from target FROM's log (seed-from)",
+    )
+    p.add_argument(
+        "--repo",
+        type=Path,
+        default=ROOT,
+        help="the repository whose tvmtune.yaml, operators/ and committed logs are the "
+        "old ones (default: this one). `scripts/demo.py --dir DIR --trials 300` makes "
+        "one whose logs were tuned on this CPU: only there do the warm arms' old "
+        "rankings hold",
+    )
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=120.0,
+        help="wait up to this many seconds for the load average to drop below 0.5",
+    )
     return p.parse_args(argv)
 
 
@@ -157,18 +263,19 @@ def pick_target(repo: Path, name: str | None) -> tuple[str, dict[str, Any]]:
     for n, t in targets.items():
         if t.get("mcpu") == host and "mtriple" not in t:
             return n, dict(t)
-    raise SystemExit(f"no target of {repo / 'tvmtune.yaml'} is this CPU ({host}); its committed "
-                     "logs are the old logs this benchmark replays. Tune some on this CPU first "
-                     "(`python scripts/demo.py --dir DIR --trials 300`, then --repo DIR) or pass "
-                     "--target")
+    raise SystemExit(
+        f"no target of {repo / 'tvmtune.yaml'} is this CPU ({host}); its committed "
+        "logs are the old logs this benchmark replays. Tune some on this CPU first "
+        "(`python scripts/demo.py --dir DIR --trials 300`, then --repo DIR) or pass "
+        "--target"
+    )
 
 
 def load_edited(edit: Edit, repo: Path, scratch: Path) -> Any:
     """The template after the edit, from a scratch copy of operators/ (its helpers too)."""
     from tvmtune_ci.core.template import import_template
 
-    shutil.copytree(repo / "operators", scratch / "operators",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "operators", scratch / "operators", ignore=shutil.ignore_patterns("__pycache__"))
     for fname, old, new in edit.changes:
         path = scratch / "operators" / fname
         text = path.read_text()
@@ -190,8 +297,7 @@ def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
     return None
 
 
-def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
-             target: dict[str, Any]) -> dict[str, Any]:
+def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, target: dict[str, Any]) -> dict[str, Any]:
     from tvmtune_ci.core import history, stats
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.manifest import read_manifest
@@ -212,36 +318,50 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
         old = history.old_configs(manifest, edit.workload)
         mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target)
         old_decl = history.old_declaration(repo, manifest)
-        diff = history.knob_diff(old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target,
-                                 old_names=sorted({k for c in old for k in c}))
+        diff = history.knob_diff(
+            old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target, old_names=sorted({k for c in old for k in c})
+        )
         prior: tuple[tuple[dict[str, Any], float], ...] = ()
         programs: tuple[tuple[dict[str, Any], str], ...] = ()
         decode_s = 0.0  # what retune pays before the tuner: the old log read in a child process
         if any(a.startswith("prior") for a in arms):  # the unedited template is this checkout's
             t0 = time.perf_counter()
-            recs = priors.decode_records(repo, manifest.template_file, folder / manifest.log,
-                                         manifest.target, [edit.workload])  # as it was tuned
-            prior = priors.prior_for(recs.get(edit.workload, []), tmpl.KNOBS,
-                                     tmpl.WORKLOADS[edit.workload], target,
-                                     [m.knobs for m in mapped])
+            recs = priors.decode_records(
+                repo, manifest.template_file, folder / manifest.log, manifest.target, [edit.workload]
+            )  # as it was tuned
+            prior = priors.prior_for(
+                recs.get(edit.workload, []),
+                tmpl.KNOBS,
+                tmpl.WORKLOADS[edit.workload],
+                target,
+                [m.knobs for m in mapped],
+            )
             if not args.cross:  # another target's log never stands for this one (pipeline)
-                programs = priors.old_programs(recs.get(edit.workload, []), tmpl.KNOBS,
-                                               tmpl.WORKLOADS[edit.workload], target)
+                programs = priors.old_programs(
+                    recs.get(edit.workload, []), tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target
+                )
             decode_s = time.perf_counter() - t0
         print(f"\n## {i}. {edit.name}: {edit.what} ({edit.operator}/{edit.workload})", flush=True)
-        print(f"knobs: {diff.sentence()}; {len(old)} old configuration(s) -> {len(mapped)} "
-              f"mapped, {sum(not m.reset for m in mapped)} whole; prior: {len(prior)} more "
-              f"old record(s) mapped, read in {decode_s:.1f} s (counted in every prior arm's seconds)",
-              flush=True)
+        print(
+            f"knobs: {diff.sentence()}; {len(old)} old configuration(s) -> {len(mapped)} "
+            f"mapped, {sum(not m.reset for m in mapped)} whole; prior: {len(prior)} more "
+            f"old record(s) mapped, read in {decode_s:.1f} s (counted in every prior arm's seconds)",
+            flush=True,
+        )
         outs: dict[str, Any] = {}
         secs: dict[str, float] = {}
         for arm in arms:
             mode, k = arm.split("@")
             req = TuneRequest(
-                template=tmpl, workload_name=edit.workload, target=target, trials=args.trials,
-                work_dir=scratch / arm, batch_size=config.batch_size,
+                template=tmpl,
+                workload_name=edit.workload,
+                target=target,
+                trials=args.trials,
+                work_dir=scratch / arm,
+                batch_size=config.batch_size,
                 seed=args.seed + int(k) + (mode == "cold2"),
-                early_stop=config.early_stop, measure=config.measure,
+                early_stop=config.early_stop,
+                measure=config.measure,
                 replay=tuple(m.knobs for m in mapped) if mode in ("warm", "prior") else (),
                 prior=prior if mode == "prior" else (),
                 # As retune passes them: the region the edit opened is probed, and the
@@ -254,60 +374,109 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             outs[mode] = tune_workload(req)
             secs[mode] = time.perf_counter() - t0 + (decode_s if mode.startswith("prior") else 0.0)
             o = outs[mode]
-            phases = ", ".join(f"{k.removesuffix('_s')} {o.stats[k]:.1f}" for k in
-                               ("correctness_s", "baseline_s", "setup_s", "prior_s", "replay_s", "search_s", "finals_s")
-                               if o.stats.get(k))
-            print(f"  {mode}: {o.trials.run} trials ({o.trials.stop_detail or o.trials.stop_reason}) "
-                  f"in {secs[mode]:.0f} s ({phases}); best "
-                  f"{stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}", flush=True)
+            phases = ", ".join(
+                f"{k.removesuffix('_s')} {o.stats[k]:.1f}"
+                for k in ("correctness_s", "baseline_s", "setup_s", "prior_s", "replay_s", "search_s", "finals_s")
+                if o.stats.get(k)
+            )
+            print(
+                f"  {mode}: {o.trials.run} trials ({o.trials.stop_detail or o.trials.stop_reason}) "
+                f"in {secs[mode]:.0f} s ({phases}); best "
+                f"{stats.fmt_latency(o.best.latency_s, o.best.rel_halfwidth)}",
+                flush=True,
+            )
             if o.stats.get("replay_measure_s") is not None:  # where the replay's seconds went
                 st = o.stats
-                print("    replay: " + ", ".join(f"{k.removeprefix('replay_').removesuffix('_s')} {st[k]:.1f}"
-                                                 for k in ("replay_schedule_s", "replay_build_s", "replay_check_s",
-                                                           "replay_measure_s", "replay_load_s", "replay_eval_s")
-                                                 if k in st) + " s", flush=True)
+                print(
+                    "    replay: "
+                    + ", ".join(
+                        f"{k.removeprefix('replay_').removesuffix('_s')} {st[k]:.1f}"
+                        for k in (
+                            "replay_schedule_s",
+                            "replay_build_s",
+                            "replay_check_s",
+                            "replay_measure_s",
+                            "replay_load_s",
+                            "replay_eval_s",
+                        )
+                        if k in st
+                    )
+                    + " s",
+                    flush=True,
+                )
             roles = [f["role"] for f in o.final_results]
             left = o.replay.finals_left_out if o.replay is not None else 0
-            print(f"    finals: {len(roles)} finalist(s) ({roles.count('search')} of the search's"
-                  + (f", {left} old program(s) left out" if left else "") + ")", flush=True)
+            print(
+                f"    finals: {len(roles)} finalist(s) ({roles.count('search')} of the search's"
+                + (f", {left} old program(s) left out" if left else "")
+                + ")",
+                flush=True,
+            )
             if o.stats.get("warm_batches"):  # what kept a warm run going after its match
                 st = o.stats
-                hoped = (f"; the model expected a gain beyond the noise in {st['warm_hoped']:.0f} "
-                         f"(median +{st['warm_hoped_predicted']:.1%}), measured one in "
-                         f"{st['warm_hoped_met']:.0f} (their median measured gain "
-                         f"{st['warm_hoped_measured']:+.1%})" if st.get("warm_hoped") else "")
-                bias = (f"; its hopes overshot by a median {st['warm_hope_bias']:.1%}"
-                        if "warm_hope_bias" in st else "")
+                hoped = (
+                    f"; the model expected a gain beyond the noise in {st['warm_hoped']:.0f} "
+                    f"(median +{st['warm_hoped_predicted']:.1%}), measured one in "
+                    f"{st['warm_hoped_met']:.0f} (their median measured gain "
+                    f"{st['warm_hoped_measured']:+.1%})"
+                    if st.get("warm_hoped")
+                    else ""
+                )
+                bias = f"; its hopes overshot by a median {st['warm_hope_bias']:.1%}" if "warm_hope_bias" in st else ""
                 print(f"    after the match: {st['warm_batches']:.0f} batch(es) judged{hoped}{bias}", flush=True)
             if o.stats.get("warm_beaten_at"):  # the warm rule stood down for the cold rule
                 st = o.stats
-                print(f"    beat the old best after {st['warm_beaten_at']:.0f} trials of its own "
-                      f"({st['warm_beaten_ratio']:.3f}x it, side by side): the cold rule decided", flush=True)
+                print(
+                    f"    beat the old best after {st['warm_beaten_at']:.0f} trials of its own "
+                    f"({st['warm_beaten_ratio']:.3f}x it, side by side): the cold rule decided",
+                    flush=True,
+                )
             if o.stats.get("warm_beside"):  # own bests re-measured beside the old best
                 st = o.stats
-                print(f"    side by side with the old best: {st['warm_beside']:.0f} own best(s), "
-                      f"{st.get('warm_side_by_side', 0):.0f} asked for the match, "
-                      f"{st.get('warm_side_by_side_matched', 0):.0f} matched, in {st['warm_side_by_side_s']:.1f} s",
-                      flush=True)
+                print(
+                    f"    side by side with the old best: {st['warm_beside']:.0f} own best(s), "
+                    f"{st.get('warm_side_by_side', 0):.0f} asked for the match, "
+                    f"{st.get('warm_side_by_side_matched', 0):.0f} matched, in {st['warm_side_by_side_s']:.1f} s",
+                    flush=True,
+                )
         cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
         # Every arm's best side by side, interleaved (drift hits all alike).
         runner, builder = make_runner(config.measure), make_builder()
         try:
-            fin = finals(tmpl, edit.workload, target,
-                         [Finalist("search", dict(outs[a].best.knobs), a) for a in arms],
-                         config.measure, runner=runner, builder=builder)
+            fin = finals(
+                tmpl,
+                edit.workload,
+                target,
+                [Finalist("search", dict(outs[a].best.knobs), a) for a in arms],
+                config.measure,
+                runner=runner,
+                builder=builder,
+            )
         finally:
             runner.close()
             builder.close()
         est = {r.finalist.key: r.estimate for r in fin}
-        print("  re-measured side by side: " + ", ".join(
-            f"{a} {stats.fmt_latency(est[a].value, est[a].rel_halfwidth)}" if est.get(a) is not None
-            else f"{a} not measured" for a in arms), flush=True)
+        print(
+            "  re-measured side by side: "
+            + ", ".join(
+                f"{a} {stats.fmt_latency(est[a].value, est[a].rel_halfwidth)}"
+                if est.get(a) is not None
+                else f"{a} not measured"
+                for a in arms
+            ),
+            flush=True,
+        )
         row: dict[str, Any] = {
-            "n": i, "edit": edit.name, "what": edit.what, "entry": f"{edit.operator}/{edit.workload}",
-            "old": len(old), "mapped": len(mapped), "whole": sum(not m.reset for m in mapped),
-            "prior": len(prior), "arms": {},
+            "n": i,
+            "edit": edit.name,
+            "what": edit.what,
+            "entry": f"{edit.operator}/{edit.workload}",
+            "old": len(old),
+            "mapped": len(mapped),
+            "whole": sum(not m.reset for m in mapped),
+            "prior": len(prior),
+            "arms": {},
         }
         for a in arms:
             o = outs[a]
@@ -316,12 +485,17 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str,
             if a != "cold@0" and est.get("cold@0") is not None and est.get(a) is not None:
                 c, w = est["cold@0"], est[a]
                 ratio, lo, hi = w.value / c.value, w.lo / c.hi, w.hi / c.lo
-                verdict = {"equal": "equal within noise", "faster": "faster",
-                           "slower": "slower"}[stats.compare(w, c)]
+                verdict = {"equal": "equal within noise", "faster": "faster", "slower": "slower"}[stats.compare(w, c)]
             row["arms"][a] = {
-                "t": trials_to(list(o.curve), goal), "run": o.trials.run,
-                "stop": o.trials.stop_reason, "s": secs[a], "ratio": ratio, "lo": lo, "hi": hi,
-                "verdict": verdict, "correct": o.replay.correct if o.replay else 0,
+                "t": trials_to(list(o.curve), goal),
+                "run": o.trials.run,
+                "stop": o.trials.stop_reason,
+                "s": secs[a],
+                "ratio": ratio,
+                "lo": lo,
+                "hi": hi,
+                "verdict": verdict,
+                "correct": o.replay.correct if o.replay else 0,
                 "best": est[a].value if est.get(a) is not None else math.nan,
             }
         return row
@@ -349,21 +523,24 @@ def main(argv: list[str] | None = None) -> int:
     picked = [edits[int(x) - 1] for x in args.edits.split(",")] if args.edits else edits
     arms = args.arms.split(",")
     waited = wait_idle(args.wait_idle)
-    what = f"{len(picked)} workloads seeded from {args.cross}" if args.cross else \
-        f"{len(picked)} template edits"
-    print(f"# bench_warmstart: {what}, cold vs {' and '.join(arms)} re-tune, "
-          f"{args.trials} trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; "
-          f"old logs {args.repo}/tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
-          f"(waited {waited:.0f} s)")
+    what = f"{len(picked)} workloads seeded from {args.cross}" if args.cross else f"{len(picked)} template edits"
+    print(
+        f"# bench_warmstart: {what}, cold vs {' and '.join(arms)} re-tune, "
+        f"{args.trials} trials each, seed {args.seed}; target {target_name} {json.dumps(target)}; "
+        f"old logs {args.repo}/tuning_logs/*/{args.cross or target_name}/; load {os.getloadavg()[0]:.2f} "
+        f"(waited {waited:.0f} s)"
+    )
     from tvmtune_ci.tune.tvmsetup import host_cpu
 
     here = host_cpu()
     if target.get("mcpu") not in (None, here):
         # Run R (docs/benchmarks.md): zen4-2c's old search stood on a Zen 5, 1.8x slower than cold.
-        print(f"# caveat: the old logs were tuned for {target['mcpu']}, this CPU is {here}: their ranking is "
-              "another CPU's, so the warm arms' bests (the old search standing, old programs left out of "
-              "the finals, the match with the old best) say nothing of the product here; seconds only. "
-              "Logs of this CPU: scripts/demo.py --dir DIR --trials 300, then --repo DIR")
+        print(
+            f"# caveat: the old logs were tuned for {target['mcpu']}, this CPU is {here}: their ranking is "
+            "another CPU's, so the warm arms' bests (the old search standing, old programs left out of "
+            "the finals, the match with the old best) say nothing of the product here; seconds only. "
+            "Logs of this CPU: scripts/demo.py --dir DIR --trials 300, then --repo DIR"
+        )
     rows = [run_edit(edits.index(e) + 1, e, args, target_name, target) for e in picked]
     report(rows, ["cold", *arms], args.seeds)
     return 0
@@ -372,13 +549,17 @@ def main(argv: list[str] | None = None) -> int:
 def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
     """Per edit and arm: seconds, trials and the final best (re-measured in one
     interleaved run), the median over seeds; each arm against cold's own spread."""
+
     def med(r: dict[str, Any], arm: str, key: str) -> float:
         return statistics.median(r["arms"][f"{arm}@{k}"][key] for k in range(seeds))
 
-    print("\n| # | edit | entry | old configs: mapped / whole / correct (+ prior records) | "
-          + " | ".join(f"{a}: s, trials (median of {seeds} seeds)" for a in arms)
-          + " | cold's own spread (slowest / fastest best of its seeds) | "
-          + " | ".join(f"{a} / cold, median bests" for a in arms[1:]) + " |")
+    print(
+        "\n| # | edit | entry | old configs: mapped / whole / correct (+ prior records) | "
+        + " | ".join(f"{a}: s, trials (median of {seeds} seeds)" for a in arms)
+        + " | cold's own spread (slowest / fastest best of its seeds) | "
+        + " | ".join(f"{a} / cold, median bests" for a in arms[1:])
+        + " |"
+    )
     print("|---|---|---|---|" + "---|" * (len(arms) * 2))
     for r in rows:
         cold_bests = [r["arms"][f"cold@{k}"]["best"] for k in range(seeds)]
@@ -390,8 +571,10 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
             beyond = "beyond" if abs(ratio - 1) > spread - 1 else "within"
             vs.append(f"{ratio:.3f} ({beyond} cold's spread)")
         correct = r["arms"][f"{arms[1]}@0"]["correct"] if len(arms) > 1 else 0
-        print(f"| {r['n']} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
-              f"{correct} (+{r['prior']}) | " + " | ".join(cells) + f" | {spread:.3f} | " + " | ".join(vs) + " |")
+        print(
+            f"| {r['n']} | {r['edit']}: {r['what']} | {r['entry']} | {r['mapped']} / {r['whole']} / "
+            f"{correct} (+{r['prior']}) | " + " | ".join(cells) + f" | {spread:.3f} | " + " | ".join(vs) + " |"
+        )
     print()
     for a in arms[1:]:
         s_ratio = [r["arms"][f"{a}@{k}"]["s"] / r["arms"][f"cold@{k}"]["s"] for r in rows for k in range(seeds)]
@@ -402,11 +585,15 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
             ratio = med(r, a, "best") / statistics.median(cold_bests)
             if ratio > max(cold_bests) / min(cold_bests):
                 slower.append(f"{r['edit']} ({ratio:.3f})")
-        print(f"{a}: seconds {a}/cold median {statistics.median(s_ratio):.2f} (range "
-              f"{min(s_ratio):.2f}-{max(s_ratio):.2f}) over {len(s_ratio)} edit x seed pairs; trials "
-              f"median {statistics.median(t_ratio):.2f}; goal <= 0.35")
-        print(f"{a}: edits whose median best is slower than cold's beyond cold's own spread: "
-              + (", ".join(slower) or "none"))
+        print(
+            f"{a}: seconds {a}/cold median {statistics.median(s_ratio):.2f} (range "
+            f"{min(s_ratio):.2f}-{max(s_ratio):.2f}) over {len(s_ratio)} edit x seed pairs; trials "
+            f"median {statistics.median(t_ratio):.2f}; goal <= 0.35"
+        )
+        print(
+            f"{a}: edits whose median best is slower than cold's beyond cold's own spread: "
+            + (", ".join(slower) or "none")
+        )
 
 
 if __name__ == "__main__":

@@ -74,23 +74,43 @@ def child(args: argparse.Namespace) -> int:
             cal = calibration.kernels(target)
             assert cal is not None
             for w, res in sorted(m.results.items()):
-                schs = [schedule_config(tpl, w, res.best.knobs, target),
-                        schedule_config(tpl, w, None, target), cal[0].sch, cal[1].sch]
+                schs = [
+                    schedule_config(tpl, w, res.best.knobs, target),
+                    schedule_config(tpl, w, None, target),
+                    cal[0].sch,
+                    cal[1].sch,
+                ]
                 for worker in range(args.workers):
                     # --workers K: K sub-windows, each in a fresh measuring worker process
                     own = make_runner(cfg.measure) if runner is None else None
                     t0 = time.time()
                     try:
-                        visits = interleave(schs, target, cfg.measure, seconds=args.seconds / args.workers,
-                                            runner=own or runner, builder=builder, what=f"{entry}/{w}")
+                        visits = interleave(
+                            schs,
+                            target,
+                            cfg.measure,
+                            seconds=args.seconds / args.workers,
+                            runner=own or runner,
+                            builder=builder,
+                            what=f"{entry}/{w}",
+                        )
                     finally:
                         if own is not None:
                             own.close()
-                    rec = {"proc": args.proc, "worker": worker, "entry": entry, "workload": w,
-                           "start": t0, "load1": os.getloadavg()[0],
-                           "readme_s": res.best.latency_s, "readme_default_s": res.baseline.latency_s,
-                           "visits": {k: [[round(v.t_s, 3), [float(f"{x:.5g}") for x in v.samples]]
-                                          for v in vs] for k, vs in zip(KERNELS, visits, strict=True)}}
+                    rec = {
+                        "proc": args.proc,
+                        "worker": worker,
+                        "entry": entry,
+                        "workload": w,
+                        "start": t0,
+                        "load1": os.getloadavg()[0],
+                        "readme_s": res.best.latency_s,
+                        "readme_default_s": res.baseline.latency_s,
+                        "visits": {
+                            k: [[round(v.t_s, 3), [float(f"{x:.5g}") for x in v.samples]] for v in vs]
+                            for k, vs in zip(KERNELS, visits, strict=True)
+                        },
+                    }
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
                 print(f"proc {args.proc}: {entry}/{w} done", flush=True)
@@ -134,15 +154,23 @@ def child_run(args: argparse.Namespace) -> int:
     runner, builder = make_runner(cfg.measure), make_builder()
     try:
         t0 = time.time()
-        visits = interleave(schs, target, cfg.measure, seconds=args.seconds, runner=runner,
-                            builder=builder, what="study")
+        visits = interleave(
+            schs, target, cfg.measure, seconds=args.seconds, runner=runner, builder=builder, what="study"
+        )
     finally:
         runner.close()
         builder.close()
-    rec = {"proc": args.proc, "protocol": "run", "start": t0, "load1": os.getloadavg()[0],
-           "seconds": args.seconds,
-           "visits": {n: [[round(v.t_s, 3), [float(f"{x:.5g}") for x in v.samples]] for v in vs]
-                      for n, vs in zip(names, visits, strict=True)}}
+    rec = {
+        "proc": args.proc,
+        "protocol": "run",
+        "start": t0,
+        "load1": os.getloadavg()[0],
+        "seconds": args.seconds,
+        "visits": {
+            n: [[round(v.t_s, 3), [float(f"{x:.5g}") for x in v.samples]] for v in vs]
+            for n, vs in zip(names, visits, strict=True)
+        },
+    }
     with open(args.out, "a", encoding="utf-8") as out:
         out.write(json.dumps(rec) + "\n")
     print(f"proc {args.proc}: {len(names)} kernels for {args.seconds:g}s", flush=True)
@@ -160,8 +188,10 @@ def analyse_runs(path: Path) -> int:
     if not recs:
         return 0
     span = (max(r["start"] for r in recs) - min(r["start"] for r in recs)) / 60
-    print(f"\n# protocol run: {len(recs)} processes over {span:.0f} min, {recs[0]['seconds']:g}s each, "
-          f"{len(recs[0]['visits'])} kernels in turns")
+    print(
+        f"\n# protocol run: {len(recs)} processes over {span:.0f} min, {recs[0]['seconds']:g}s each, "
+        f"{len(recs[0]['visits'])} kernels in turns"
+    )
     kernels = sorted(recs[0]["visits"])
     cuts = [s for s in (30, 60, 90, 120) if s <= recs[0]["seconds"]] + [math.inf]
     rows: dict[str, list[tuple[str, float]]] = {}
@@ -181,8 +211,10 @@ def analyse_runs(path: Path) -> int:
     for name, vals in rows.items():
         cells = {k: v for k, v in vals}
         worst = max(vals, key=lambda x: x[1])
-        print(f"| {name} | ±{100 * statistics.median(v for _, v in vals):.1f}% | ±{100 * worst[1]:.1f}% "
-              f"({worst[0]}) | " + " | ".join(f"{100 * cells[k]:.1f}" if k in cells else "-" for k in kernels) + " |")
+        print(
+            f"| {name} | ±{100 * statistics.median(v for _, v in vals):.1f}% | ±{100 * worst[1]:.1f}% "
+            f"({worst[0]}) | " + " | ".join(f"{100 * cells[k]:.1f}" if k in cells else "-" for k in kernels) + " |"
+        )
     return 0
 
 
@@ -258,9 +290,11 @@ def analyse(path: Path) -> int:
         by.setdefault((r["entry"], r["workload"]), []).append(r)
     procs = sorted({r["proc"] for r in recs})
     span_min = (max(r["start"] for r in recs) - min(r["start"] for r in recs)) / 60
-    print(f"# study_drift: {len(procs)} processes over {span_min:.0f} min, "
-          f"{len(by)} workloads, load average at each workload "
-          f"{min(r['load1'] for r in recs):.2f}-{max(r['load1'] for r in recs):.2f}")
+    print(
+        f"# study_drift: {len(procs)} processes over {span_min:.0f} min, "
+        f"{len(by)} workloads, load average at each workload "
+        f"{min(r['load1'] for r in recs):.2f}-{max(r['load1'] for r in recs):.2f}"
+    )
     table: dict[str, dict[str, tuple[float, float]]] = {}
     for key, rs in sorted(by.items()):
         figs = [figures(r) for r in sorted(rs, key=lambda r: r["start"])]
@@ -268,8 +302,10 @@ def analyse(path: Path) -> int:
             table.setdefault(name, {})["/".join(key)] = spread([f[name] for f in figs])
     names = list(table)
     wls = sorted(table[names[0]])
-    print("\nrun-to-run spread per workload (± half the range over the median; "
-          "in brackets without the most extreme process)\n")
+    print(
+        "\nrun-to-run spread per workload (± half the range over the median; "
+        "in brackets without the most extreme process)\n"
+    )
     print("| figure | median over workloads | worst workload | " + " | ".join(wls) + " |")
     print("|---|---|---|" + "---|" * len(wls))
     for name in names:
@@ -277,8 +313,10 @@ def analyse(path: Path) -> int:
         halves = [row[w][0] for w in wls]
         trims = [row[w][1] for w in wls]
         cells = " | ".join(f"{100 * row[w][0]:.1f} ({100 * row[w][1]:.1f})" for w in wls)
-        print(f"| {name} | ±{100 * statistics.median(halves):.1f}% "
-              f"(±{100 * statistics.median(trims):.1f}%) | ±{100 * max(halves):.1f}% | {cells} |")
+        print(
+            f"| {name} | ±{100 * statistics.median(halves):.1f}% "
+            f"(±{100 * statistics.median(trims):.1f}%) | ±{100 * max(halves):.1f}% | {cells} |"
+        )
     return 0
 
 
@@ -299,15 +337,21 @@ def simulate(path: Path, runs: int = 20, trials: int = 2000, seed: int = 1) -> i
     recs = [r for r in recs if r.get("protocol") == "run"]
     if len(recs) < 2:
         return 0
-    figs = {"fast": lambda r, k: fast(r["visits"][k]),
-            "fast / compute calibration": lambda r, k: fast(r["visits"][k]) / fast(r["visits"]["calibration/compute"])}
+    figs = {
+        "fast": lambda r, k: fast(r["visits"][k]),
+        "fast / compute calibration": lambda r, k: fast(r["visits"][k]) / fast(r["visits"]["calibration/compute"]),
+    }
     kernels = [k for k in sorted(recs[0]["visits"]) if not k.startswith("calibration/")]
     rng = random.Random(seed)
-    print(f"\n# the drift rule (MIN_REF {R.MIN_REF}, PERSIST {R.PERSIST}, MARGIN {R.MARGIN:g}, "
-          f"MIN_CHANGE {R.MIN_CHANGE:.0%}, FAR {R.FAR:.0%}) on the study's values resampled: "
-          f"{trials} series of {runs} runs per kernel\n")
-    print("| figure | series with a false alarm: median, worst kernel | 15% slowdown found within "
-          f"{R.PERSIST} runs: median, worst | 10%: median, worst |")
+    print(
+        f"\n# the drift rule (MIN_REF {R.MIN_REF}, PERSIST {R.PERSIST}, MARGIN {R.MARGIN:g}, "
+        f"MIN_CHANGE {R.MIN_CHANGE:.0%}, FAR {R.FAR:.0%}) on the study's values resampled: "
+        f"{trials} series of {runs} runs per kernel\n"
+    )
+    print(
+        "| figure | series with a false alarm: median, worst kernel | 15% slowdown found within "
+        f"{R.PERSIST} runs: median, worst | 10%: median, worst |"
+    )
     print("|---|---|---|---|")
     for name, f in figs.items():
         fa, det = [], {0.15: [], 0.10: []}
@@ -343,11 +387,16 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=12)
     ap.add_argument("--minutes", type=float, default=40.0)
     ap.add_argument("--seconds", type=float, default=10.0, help="window per workload")
-    ap.add_argument("--protocol", choices=("window", "run"), default="window",
-                    help="window: each workload's four kernels for --seconds, one after another; "
-                    "run: every best and the calibration kernels in turns for --seconds in all")
-    ap.add_argument("--workers", type=int, default=1, help="fresh measuring workers per window "
-                    "(each measures seconds/workers)")
+    ap.add_argument(
+        "--protocol",
+        choices=("window", "run"),
+        default="window",
+        help="window: each workload's four kernels for --seconds, one after another; "
+        "run: every best and the calibration kernels in turns for --seconds in all",
+    )
+    ap.add_argument(
+        "--workers", type=int, default=1, help="fresh measuring workers per window (each measures seconds/workers)"
+    )
     ap.add_argument("--logs", nargs="*", default=None, help="operator/target folders under tuning_logs/")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/study_drift_raw.jsonl")
     ap.add_argument("--analyse", type=Path, default=None)
@@ -364,8 +413,12 @@ def main() -> int:
         from tvmtune_ci.core.config import load_config
 
         cfg = load_config(ROOT / "tvmtune.yaml")
-        args.logs = [f"{p.parent.name}/{p.name}" for t in cfg.targets
-                     for p in sorted((ROOT / "tuning_logs").glob(f"*/{t.slug}")) if (p / "manifest.json").is_file()]
+        args.logs = [
+            f"{p.parent.name}/{p.name}"
+            for t in cfg.targets
+            for p in sorted((ROOT / "tuning_logs").glob(f"*/{t.slug}"))
+            if (p / "manifest.json").is_file()
+        ]
     if args.child:
         return child_run(args) if args.protocol == "run" else child(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -376,9 +429,25 @@ def main() -> int:
         if wait > 0:
             time.sleep(wait)
         print(f"# process {i + 1}/{args.procs} at {(time.time() - t0) / 60:.1f} min", flush=True)
-        rc = subprocess.run([sys.executable, __file__, "--child", "--proc", str(i), "--seconds",
-                             str(args.seconds), "--workers", str(args.workers), "--out", str(args.out),
-                             "--protocol", args.protocol, "--logs", *args.logs]).returncode
+        rc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--proc",
+                str(i),
+                "--seconds",
+                str(args.seconds),
+                "--workers",
+                str(args.workers),
+                "--out",
+                str(args.out),
+                "--protocol",
+                args.protocol,
+                "--logs",
+                *args.logs,
+            ]
+        ).returncode
         if rc:
             return rc
     if args.protocol == "run":

@@ -33,8 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 KERNELS = {
-    "matmul/m1024": {"accumulate": "register", "pack_b": "global",
-                     "tile_i": [1, 128, 8], "tile_j": [16, 2, 2], "tile_k": [8, 8]},
+    "matmul/m1024": {
+        "accumulate": "register",
+        "pack_b": "global",
+        "tile_i": [1, 128, 8],
+        "tile_j": [16, 2, 2],
+        "tile_k": [8, 8],
+    },
     "dense/bert_ffn1": None,
     "softmax/attn_512": None,
 }
@@ -48,12 +53,7 @@ def _quantile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-ESTIMATORS = {
-    "mean": statistics.fmean,
-    "median": statistics.median,
-    "p25": lambda xs: _quantile(xs, 0.25),
-    "min": min,
-}
+ESTIMATORS = {"mean": statistics.fmean, "median": statistics.median, "p25": lambda xs: _quantile(xs, 0.25), "min": min}
 
 
 def collect(samples: int, sample_ms: float) -> dict[str, list[float]]:
@@ -79,8 +79,10 @@ def collect(samples: int, sample_ms: float) -> dict[str, list[float]]:
         from tvmtune_ci.tune.workload import workload_module
 
         infos = ms.arg_info.ArgInfo.from_prim_func(workload_module(tpl, wl)["main"])
-        args = [tvm.runtime.tensor(np.random.uniform(-1, 1, [int(x) for x in a.shape])
-                                   .astype(str(a.dtype)), dev) for a in infos]
+        args = [
+            tvm.runtime.tensor(np.random.uniform(-1, 1, [int(x) for x in a.shape]).astype(str(a.dtype)), dev)
+            for a in infos
+        ]
         ev = ex.mod.time_evaluator(ex.mod.entry_name, dev, number=1, repeat=1, min_repeat_ms=int(sample_ms))
         per_run = float(ev(*args).mean)
         number = max(1, math.ceil(sample_ms / 1e3 / per_run))
@@ -107,26 +109,31 @@ def main() -> int:
     runs = []
     for _ in range(a.procs):
         out = subprocess.run(
-            [sys.executable, __file__, "--worker", "--samples", str(a.samples),
-             "--sample-ms", str(a.sample_ms)],
-            check=True, capture_output=True, text=True,
+            [sys.executable, __file__, "--worker", "--samples", str(a.samples), "--sample-ms", str(a.sample_ms)],
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
-    print(f"host load average at end: {os.getloadavg()[0]:.2f}; {a.procs} processes x "
-          f"{a.samples} samples of >= {a.sample_ms:g} ms per kernel\n")
+    print(
+        f"host load average at end: {os.getloadavg()[0]:.2f}; {a.procs} processes x "
+        f"{a.samples} samples of >= {a.sample_ms:g} ms per kernel\n"
+    )
     for kernel in KERNELS:
         all_s = [s for r in runs for s in r[kernel]]
         floor = min(all_s)
         cv = statistics.pstdev(all_s) / statistics.fmean(all_s)
-        print(f"## {kernel}: min {floor * 1e3:.4g} ms, CV of all samples {cv:.1%}, "
-              f"median/min {statistics.median(all_s) / floor:.3f}")
-        print(f"{'n':>4} " + " ".join(f"{e + ' spread':>14}" for e in ESTIMATORS)
-              + f" {'p25 CI cover':>13} {'p25 ±':>7}")
+        print(
+            f"## {kernel}: min {floor * 1e3:.4g} ms, CV of all samples {cv:.1%}, "
+            f"median/min {statistics.median(all_s) / floor:.3f}"
+        )
+        print(
+            f"{'n':>4} " + " ".join(f"{e + ' spread':>14}" for e in ESTIMATORS) + f" {'p25 CI cover':>13} {'p25 ±':>7}"
+        )
         for n in (11, 20, 40, 80):
             spreads = []
             for est in ESTIMATORS.values():
-                vals = [est(r[kernel][i:i + n]) for r in runs
-                        for i in range(0, len(r[kernel]) - n + 1, n)]
+                vals = [est(r[kernel][i : i + n]) for r in runs for i in range(0, len(r[kernel]) - n + 1, n)]
                 spreads.append((max(vals) - min(vals)) / statistics.median(vals))
             # Coverage: does a window's interval (stats.estimate: the lower quartile)
             # hold the lower quartile of all samples of its process?
@@ -134,15 +141,16 @@ def main() -> int:
             for r in runs:
                 truth = _quantile(r[kernel], 0.25)
                 for i in range(0, len(r[kernel]) - n + 1, n):
-                    e = estimate(r[kernel][i:i + n])
+                    e = estimate(r[kernel][i : i + n])
                     hits += e.lo <= truth <= e.hi
                     widths += e.rel_halfwidth
                     tot += 1
-            print(f"{n:>4} " + " ".join(f"{s:>14.1%}" for s in spreads)
-                  + f" {hits / tot:>13.0%} {widths / tot:>7.1%}")
+            print(f"{n:>4} " + " ".join(f"{s:>14.1%}" for s in spreads) + f" {hits / tot:>13.0%} {widths / tot:>7.1%}")
         per_proc = {e: [est(r[kernel]) for r in runs] for e, est in ESTIMATORS.items()}
-        print("between processes (all samples each): " + ", ".join(
-            f"{e} {(max(v) - min(v)) / statistics.median(v):.1%}" for e, v in per_proc.items()))
+        print(
+            "between processes (all samples each): "
+            + ", ".join(f"{e} {(max(v) - min(v)) / statistics.median(v):.1%}" for e, v in per_proc.items())
+        )
         print()
     return 0
 

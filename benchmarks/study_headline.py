@@ -76,13 +76,13 @@ def window(runs: Sequence[R.Run], workload: str, figure: str) -> list[tuple[str,
 
 def trial(runs: Sequence[R.Run], workload: str, publish_at: int, later: int) -> dict[str, tuple[bool, float]] | None:
     """One window: per candidate, (the later runs' median inside the band, band width)."""
-    first, after = runs[:publish_at], runs[publish_at:publish_at + later]
+    first, after = runs[:publish_at], runs[publish_at : publish_at + later]
     out: dict[str, tuple[bool, float]] = {}
     bands = {}
     for fig in ("p25", "fast", "corrected"):
         pub = window(first, workload, fig)
         # The later runs are judged as `remeasure` would: against the published median.
-        nxt = window(list(first) + list(after), workload, fig)[len(pub):]
+        nxt = window(list(first) + list(after), workload, fig)[len(pub) :]
         if len(pub) < 3 or not nxt:
             return None
         band = R.band_of(pub)
@@ -91,8 +91,13 @@ def trial(runs: Sequence[R.Run], workload: str, publish_at: int, later: int) -> 
         out[fig] = (abs(med / band.median - 1) <= band.halfwidth, band.halfwidth)
         bands[fig] = band.halfwidth
     out["chosen"] = out["corrected"] if bands["corrected"] < bands["fast"] else out["fast"]
-    cal = R.band_of([(r.at, r.calibration["compute"].fast_s) for r in first
-                     if "compute" in r.calibration and r.at not in R.disturbed(first)])
+    cal = R.band_of(
+        [
+            (r.at, r.calibration["compute"].fast_s)
+            for r in first
+            if "compute" in r.calibration and r.at not in R.disturbed(first)
+        ]
+    )
     out["steadier"] = out["corrected"] if cal is not None and cal.halfwidth <= bands["fast"] else out["fast"]
     return out
 
@@ -101,13 +106,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--publish-at", type=int, default=8, help="runs a README's band rests on")
     ap.add_argument("--later", type=int, default=5, help="later runs whose median must land inside")
-    ap.add_argument("--root", type=Path, default=None,
-                    help="only the histories of this clone's tuning_logs (e.g. bench_drift's, after "
-                    "fresh runs: --publish-at the runs its READMEs were published from)")
+    ap.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="only the histories of this clone's tuning_logs (e.g. bench_drift's, after "
+        "fresh runs: --publish-at the runs its READMEs were published from)",
+    )
     args = ap.parse_args()
     cands = ("p25", "fast", "corrected", "chosen", "steadier")
-    print(f"# headline figures: published after {args.publish_at} runs, the median of the next "
-          f"{args.later} inside that band? rolling windows over every history")
+    print(
+        f"# headline figures: published after {args.publish_at} runs, the median of the next "
+        f"{args.later} inside that band? rolling windows over every history"
+    )
     total = {c: [0, 0] for c in cands}
     first_total = {c: [0, 0] for c in cands}
     found = histories(args.root, raw=False) if args.root else histories()
@@ -129,15 +140,19 @@ def main() -> int:
                 total[c][1] += len(res)
                 first_total[c][0] += res[0][c][0]
                 first_total[c][1] += 1
-                cells.append(f"{c} {inside}/{len(res)} (first window {'in' if res[0][c][0] else 'OUT'}), "
-                             f"band median ±{100 * widths:.1f}%")
+                cells.append(
+                    f"{c} {inside}/{len(res)} (first window {'in' if res[0][c][0] else 'OUT'}), "
+                    f"band median ±{100 * widths:.1f}%"
+                )
             print(f"{key} {wl} ({len(runs)} runs): " + "; ".join(cells))
     print()
     for c in cands:
         i, n = total[c]
         fi, fn = first_total[c]
-        print(f"{c:10s}: inside in {i} of {n} windows ({100 * i / max(n, 1):.0f}%); "
-              f"first window of each workload: {fi} of {fn}")
+        print(
+            f"{c:10s}: inside in {i} of {n} windows ({100 * i / max(n, 1):.0f}%); "
+            f"first window of each workload: {fi} of {fn}"
+        )
     return 0
 
 

@@ -52,8 +52,7 @@ def modes(trace: list[tuple[float, float]], gap: float) -> list[list[tuple[float
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--entry", default=None, help="operator/target (default: conv2d on the "
-                    "first configured target)")
+    ap.add_argument("--entry", default=None, help="operator/target (default: conv2d on the first configured target)")
     ap.add_argument("--workload", default=None, help="default: the entry's first workload")
     ap.add_argument("--seconds", type=float, default=100.0)
     ap.add_argument("--gap", type=float, default=0.08)
@@ -75,17 +74,26 @@ def main() -> int:
     tpl = import_template(ROOT / m.template_file, ROOT)
     (tcfg,) = [t for t in cfg.targets if t.name == m.target_name]
     threads = measure_threads(tcfg)
-    print(f"# study_modes: {entry}/{workload}, {threads} threads, {args.seconds:g} s; "
-          f"README: {best.latency_s * 1e3:.4g} ms ± {100 * (best.rel_halfwidth or 0):.1f}% "
-          f"(tuned {m.tuned_on})")
+    print(
+        f"# study_modes: {entry}/{workload}, {threads} threads, {args.seconds:g} s; "
+        f"README: {best.latency_s * 1e3:.4g} ms ± {100 * (best.rel_halfwidth or 0):.1f}% "
+        f"(tuned {m.tuned_on})"
+    )
     trace: list[tuple[float, float]] = []
     with tvm_threads(threads):
         runner, builder = make_runner(cfg.measure), make_builder()
         try:
             steal0, t0 = steal_jiffies(), time.perf_counter()
             while time.perf_counter() - t0 < args.seconds:
-                (res,) = finals(tpl, workload, m.target, [Finalist("search", best.knobs, "b")],
-                                cfg.measure, runner=runner, builder=builder)
+                (res,) = finals(
+                    tpl,
+                    workload,
+                    m.target,
+                    [Finalist("search", best.knobs, "b")],
+                    cfg.measure,
+                    runner=runner,
+                    builder=builder,
+                )
                 if res.estimate is not None:
                     trace.append((time.perf_counter() - t0, res.estimate.value))
             steal = steal_jiffies() - steal0
@@ -108,13 +116,14 @@ def main() -> int:
             levels.append({"level": level, "time": span, "longest": span, "runs": 1})
     total = sum(lv["time"] for lv in levels) or 1.0
     fastest = min(lv["level"] for lv in levels)
-    print(f"\n{len(levels)} mode(s) over {len(groups)} stretch(es); stolen CPU time "
-          f"(/proc/stat) {steal / 100:.2f} s")
+    print(f"\n{len(levels)} mode(s) over {len(groups)} stretch(es); stolen CPU time (/proc/stat) {steal / 100:.2f} s")
     print("| mode (median of visits) | x fastest | share of the time | stretches | longest |")
     print("|---|---|---|---|---|")
     for lv in sorted(levels, key=lambda x: x["level"]):
-        print(f"| {lv['level'] * 1e3:.4g} ms | {lv['level'] / fastest:.2f} | "
-              f"{100 * lv['time'] / total:.0f}% | {lv['runs']:.0f} | {lv['longest']:.0f} s |")
+        print(
+            f"| {lv['level'] * 1e3:.4g} ms | {lv['level'] / fastest:.2f} | "
+            f"{100 * lv['time'] / total:.0f}% | {lv['runs']:.0f} | {lv['longest']:.0f} s |"
+        )
     print(f"README / fastest mode: {best.latency_s / fastest:.3f}")
     return 0
 

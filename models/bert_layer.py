@@ -92,16 +92,32 @@ def to_onnx(weights: dict[str, object], path: Path) -> None:
     nodes.append(helper.make_node("Reshape", ["ctxT", flat], ["ctx"]))
     o = linear("ctx", "o", "o")
     nodes.append(helper.make_node("Add", [o, "x"], ["res1"]))
-    nodes.append(helper.make_node("LayerNormalization", ["res1", init("ln1.g", weights["ln1.weight"]),
-                                                         init("ln1.b", weights["ln1.bias"])], ["h"], axis=-1))
+    nodes.append(
+        helper.make_node(
+            "LayerNormalization",
+            ["res1", init("ln1.g", weights["ln1.weight"]), init("ln1.b", weights["ln1.bias"])],
+            ["h"],
+            axis=-1,
+        )
+    )
     f1 = linear("h", "fc1", "f1")
     nodes.append(helper.make_node("Gelu", [f1], ["g"]))
     f2 = linear("g", "fc2", "f2")
     nodes.append(helper.make_node("Add", [f2, "h"], ["res2"]))
-    nodes.append(helper.make_node("LayerNormalization", ["res2", init("ln2.g", weights["ln2.weight"]),
-                                                         init("ln2.b", weights["ln2.bias"])], ["y"], axis=-1))
-    graph = helper.make_graph(nodes, "bert_layer",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, HIDDEN])], inits)
+    nodes.append(
+        helper.make_node(
+            "LayerNormalization",
+            ["res2", init("ln2.g", weights["ln2.weight"]), init("ln2.b", weights["ln2.bias"])],
+            ["y"],
+            axis=-1,
+        )
+    )
+    graph = helper.make_graph(
+        nodes,
+        "bert_layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, HIDDEN])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     onnx.save(model, str(path))

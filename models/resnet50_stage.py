@@ -86,7 +86,10 @@ def to_onnx(weights: dict[str, object], path: Path) -> None:
         nodes.append(helper.make_node("Relu", [f"{blk}_a"], [f"{blk}_out" if i < 3 else "y"]))
         x = f"{blk}_out"
     graph = helper.make_graph(
-        nodes, "resnet50_stage",
+        nodes,
+        "resnet50_stage",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, IN_CHANNELS, SIZE, SIZE])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, OUT_CHANNELS, SIZE, SIZE])], inits)
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, OUT_CHANNELS, SIZE, SIZE])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))

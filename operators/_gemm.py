@@ -115,14 +115,10 @@ def schedule_gemm(sch: Any, cfg: Any, block_name: str, *, b_transposed: bool = F
             # "global": B once, as lane-wide column panels [N/lanes, K, lanes]:
             # each vector load of the kernel is contiguous, k after k.
             if b_transposed:
-                sch.transform_layout(
-                    pack, ("write", 0), lambda n, kx: (n // lanes_n, kx, n % lanes_n)
-                )
+                sch.transform_layout(pack, ("write", 0), lambda n, kx: (n // lanes_n, kx, n % lanes_n))
                 n_loop, k_loop = sch.get_loops(pack)[-2:]
             else:
-                sch.transform_layout(
-                    pack, ("write", 0), lambda kx, n: (n // lanes_n, kx, n % lanes_n)
-                )
+                sch.transform_layout(pack, ("write", 0), lambda kx, n: (n // lanes_n, kx, n % lanes_n))
                 k_loop, n_loop = sch.get_loops(pack)[-2:]
             n_out, n_lane = sch.split(n_loop, [None, lanes_n])
             sch.reorder(n_out, k_loop, n_lane)

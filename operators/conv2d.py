@@ -20,8 +20,18 @@ from tvmtune_ci.template import define_knob, define_split, define_structure
 
 WORKLOADS = {
     # ResNet-50 stage 1, 3x3 convolution: 64 -> 64 channels on 56 x 56.
-    "resnet50_3x3": {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3, "S": 3,
-                     "pad": 1, "stride": 1, "dtype": "float32"},
+    "resnet50_3x3": {
+        "N": 1,
+        "C": 64,
+        "H": 56,
+        "W": 56,
+        "K": 64,
+        "R": 3,
+        "S": 3,
+        "pad": 1,
+        "stride": 1,
+        "dtype": "float32",
+    }
 }
 
 # The Relax calls this kernel implements (docs/models.md): conv2d of data
@@ -30,12 +40,20 @@ WORKLOADS = {
 # add after it is a call of its own. Not part of the fingerprint: it does not change
 # the kernel.
 IMPLEMENTS = [
-    {"op": "relax.nn.conv2d",
-     "args": [["N", "C", "H", "W"], ["K", "C", "R", "S"]],
-     "attrs": {"strides": ["stride", "stride"], "padding": ["pad", "pad", "pad", "pad"],
-               "dilation": [1, 1], "groups": 1, "data_layout": "NCHW",
-               "kernel_layout": "OIHW", "out_layout": "NCHW"},
-     "dtype": "dtype"},
+    {
+        "op": "relax.nn.conv2d",
+        "args": [["N", "C", "H", "W"], ["K", "C", "R", "S"]],
+        "attrs": {
+            "strides": ["stride", "stride"],
+            "padding": ["pad", "pad", "pad", "pad"],
+            "dilation": [1, 1],
+            "groups": 1,
+            "data_layout": "NCHW",
+            "kernel_layout": "OIHW",
+            "out_layout": "NCHW",
+        },
+        "dtype": "dtype",
+    }
 ]
 
 KNOBS = [
@@ -51,8 +69,7 @@ KNOBS = [
 ]
 
 
-def compute(N: int, C: int, H: int, W: int, K: int, R: int, S: int, pad: int, stride: int,
-            dtype: str):
+def compute(N: int, C: int, H: int, W: int, K: int, R: int, S: int, pad: int, stride: int, dtype: str):
     from tvm import te
 
     data = te.placeholder((N, C, H, W), dtype, name="data")
@@ -62,9 +79,7 @@ def compute(N: int, C: int, H: int, W: int, K: int, R: int, S: int, pad: int, st
     padded = te.compute(
         (N, C, H + 2 * pad, W + 2 * pad),
         lambda n, c, h, w: te.if_then_else(
-            te.all(h >= pad, h < H + pad, w >= pad, w < W + pad),
-            data[n, c, h - pad, w - pad],
-            te.const(0.0, dtype),
+            te.all(h >= pad, h < H + pad, w >= pad, w < W + pad), data[n, c, h - pad, w - pad], te.const(0.0, dtype)
         ),
         name="data_pad",
     )
@@ -73,9 +88,7 @@ def compute(N: int, C: int, H: int, W: int, K: int, R: int, S: int, pad: int, st
     s = te.reduce_axis((0, S), name="s")
     out = te.compute(
         (N, K, OH, OW),
-        lambda n, k, h, w: te.sum(
-            padded[n, c, h * stride + r, w * stride + s] * kernel[k, c, r, s], axis=[c, r, s]
-        ),
+        lambda n, k, h, w: te.sum(padded[n, c, h * stride + r, w * stride + s] * kernel[k, c, r, s], axis=[c, r, s]),
         name="conv",
     )
     return te.create_prim_func([data, kernel, out])
@@ -91,7 +104,7 @@ def reference(data: np.ndarray, kernel: np.ndarray, *, pad: int, stride: int) ->
     out = np.zeros((n, k, oh, ow))
     for r in range(kr):
         for s in range(ks):
-            patch = x[:, :, r:r + stride * oh:stride, s:s + stride * ow:stride]
+            patch = x[:, :, r : r + stride * oh : stride, s : s + stride * ow : stride]
             out += np.einsum("nchw,kc->nkhw", patch, kernel[:, :, r, s].astype(np.float64))
     return out.astype(data.dtype)
 

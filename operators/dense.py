@@ -24,11 +24,7 @@ WORKLOADS = {
 # x[..., M, K] @ permute_dims(W[N, K]); leading dimensions fold into M. The kernel
 # takes W itself, so the transpose before the matmul does not run. Not part of the
 # fingerprint: it does not change the kernel.
-IMPLEMENTS = [
-    {"op": "relax.matmul",
-     "args": [["*M", "K"], {"permute_dims": ["N", "K"]}],
-     "dtype": "dtype"},
-]
+IMPLEMENTS = [{"op": "relax.matmul", "args": [["*M", "K"], {"permute_dims": ["N", "K"]}], "dtype": "dtype"}]
 
 KNOBS = [
     # rows: mc/mr x mr (all rows in every parallel task)

@@ -25,9 +25,7 @@ WORKLOADS = {
 
 # The Relax calls this kernel implements (docs/models.md): a plain 2-D
 # A[M, K] @ B[K, N]. Not part of the fingerprint: it does not change the kernel.
-IMPLEMENTS = [
-    {"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]], "dtype": "dtype"},
-]
+IMPLEMENTS = [{"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]], "dtype": "dtype"}]
 
 KNOBS = [
     # rows: parallel tiles x mc/mr x mr (the register tile's rows)

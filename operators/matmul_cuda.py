@@ -45,16 +45,11 @@ KNOBS = [
 CONSTRAINTS = [
     define_constraint("threads", "tile_i[1] * tile_j[1] <= THREADS"),
     define_constraint("warps", "tile_i[1] * tile_j[1] % WARP == 0"),
-    define_constraint(
-        "smem",
-        "(tile_i[1] * tile_i[2] + tile_j[1] * tile_j[2]) * tile_k[1] * 4 * stages <= SMEM"),
-    define_constraint(
-        "accumulators", "tile_i[1] * tile_i[2] * tile_j[1] * tile_j[2] <= REGS // 2"),
+    define_constraint("smem", "(tile_i[1] * tile_i[2] + tile_j[1] * tile_j[2]) * tile_k[1] * 4 * stages <= SMEM"),
+    define_constraint("accumulators", "tile_i[1] * tile_i[2] * tile_j[1] * tile_j[2] <= REGS // 2"),
     define_constraint("vector", "vec <= LANES and tile_k[1] % vec == 0"),
-    define_constraint("copy_a",
-                      "tile_i[1] * tile_i[2] * tile_k[1] % (tile_i[1] * tile_j[1] * vec) == 0"),
-    define_constraint("copy_b",
-                      "tile_j[1] * tile_j[2] * tile_k[1] % (tile_i[1] * tile_j[1] * vec) == 0"),
+    define_constraint("copy_a", "tile_i[1] * tile_i[2] * tile_k[1] % (tile_i[1] * tile_j[1] * vec) == 0"),
+    define_constraint("copy_b", "tile_j[1] * tile_j[2] * tile_k[1] % (tile_i[1] * tile_j[1] * vec) == 0"),
 ]
 
 

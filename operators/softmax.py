@@ -29,9 +29,7 @@ WORKLOADS = {
 # The Relax calls this kernel implements (docs/models.md): softmax over the last
 # axis of x[..., N], the leading dimensions folded into R rows. Not part of the
 # fingerprint: it does not change the kernel.
-IMPLEMENTS = [
-    {"op": "relax.nn.softmax", "args": [["*R", "N"]], "attrs": {"axis": -1}, "dtype": "dtype"},
-]
+IMPLEMENTS = [{"op": "relax.nn.softmax", "args": [["*R", "N"]], "attrs": {"axis": -1}, "dtype": "dtype"}]
 
 KNOBS = [
     # rows: parallel steps x rows per step

@@ -35,8 +35,9 @@ def main() -> int:
     target = host_target(os.cpu_count() or 1)
     work = args.dir or Path(tempfile.mkdtemp(prefix="tvmtune-demo-"))
     work.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(ROOT / "operators", work / "operators", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "operators", work / "operators", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+    )
     # This machine's CPU is the only target: the GPU templates (TARGET_KINDS cuda) stay out.
     from tvmtune_ci.core.template import discover_templates, read_template
 
@@ -57,12 +58,16 @@ def main() -> int:
         # demo of four operators would spend eight of its minutes on them.
         "measure: {history_s: 20}\n"
         f"targets:\n  this-cpu:\n    target: {json.dumps(target)}\n"
-        + ("models:\n" + "".join(f"  {m.stem}: {{source: models/{m.name}}}\n" for m in models)
-           if models else ""),
+        + ("models:\n" + "".join(f"  {m.stem}: {{source: models/{m.name}}}\n" for m in models) if models else ""),
         encoding="utf-8",
     )
-    env = {**os.environ, "GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@localhost",
-           "GIT_COMMITTER_NAME": "demo", "GIT_COMMITTER_EMAIL": "demo@localhost"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "demo",
+        "GIT_AUTHOR_EMAIL": "demo@localhost",
+        "GIT_COMMITTER_NAME": "demo",
+        "GIT_COMMITTER_EMAIL": "demo@localhost",
+    }
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "demo templates"]):
         subprocess.run(cmd, cwd=work, env=env, check=True)
     cli = [sys.executable, "-m", "tvmtune_ci"]
@@ -76,9 +81,22 @@ def main() -> int:
         # (--untemplated none: MetaSchedule for them takes many minutes).
         rc = subprocess.run([*cli, "models"], cwd=work, env=env).returncode
         if rc == 0:
-            rc = subprocess.run([*cli, "profile", "--target", "this-cpu", "--untemplated", "none",
-                                 "--uncovered-shapes", "sibling", "--runs", "3"],
-                                cwd=work, env=env).returncode
+            rc = subprocess.run(
+                [
+                    *cli,
+                    "profile",
+                    "--target",
+                    "this-cpu",
+                    "--untemplated",
+                    "none",
+                    "--uncovered-shapes",
+                    "sibling",
+                    "--runs",
+                    "3",
+                ],
+                cwd=work,
+                env=env,
+            ).returncode
     subprocess.run([*cli, "status"], cwd=work, env=env)
     subprocess.run([*cli, "check"], cwd=work, env=env)
     for readme in sorted((work / "tuning_logs").glob("*/*/README.md")):

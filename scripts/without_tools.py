@@ -41,15 +41,14 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     split = argv.index("--")
-    hidden, command = set(argv[:split]), argv[split + 1:]
+    hidden, command = set(argv[:split]), argv[split + 1 :]
     with tempfile.TemporaryDirectory(prefix="without-tools-") as tmp:
         env = dict(os.environ, PATH=shadow_path(os.environ.get("PATH", ""), hidden, Path(tmp)))
         still = sorted(t for t in hidden if shutil.which(t, path=env["PATH"]))
         if still:
             print(f"without_tools: could not hide {', '.join(still)}", file=sys.stderr)
             return 2
-        print(f"without_tools: {', '.join(sorted(hidden))} hidden from PATH for: "
-              f"{' '.join(command)}", flush=True)
+        print(f"without_tools: {', '.join(sorted(hidden))} hidden from PATH for: {' '.join(command)}", flush=True)
         return subprocess.run(command, env=env).returncode
 
 

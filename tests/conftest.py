@@ -103,9 +103,7 @@ def top_level(tree: ast.Module, name: str) -> ast.stmt:
     for stmt in tree.body:
         if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name == name:
             return stmt
-        if isinstance(stmt, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in stmt.targets
-        ):
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
             return stmt
     raise AssertionError(f"no top-level {name!r}")
 
@@ -186,8 +184,11 @@ def make_repo(
     git(root, "init", "-q", "-b", "main")
     (root / CONFIG_NAME).write_text(config, encoding="utf-8")
     if operators:
-        names = ({p.name for p in discover_templates(OPERATORS) if "llvm" in read_template(p).kinds}
-                 if operators is True else {f"{op}.py" for op in operators})  # type: ignore[union-attr]
+        names = (
+            {p.name for p in discover_templates(OPERATORS) if "llvm" in read_template(p).kinds}
+            if operators is True
+            else {f"{op}.py" for op in operators}
+        )  # type: ignore[union-attr]
         (root / "operators").mkdir()
         for src in sorted(OPERATORS.glob("*.py")):
             if names is None or src.name in names or src.name.startswith("_"):
@@ -244,10 +245,7 @@ def write_fresh(
         tvm_version=tvm_version,
         tuned_on=day,
         seed=config.seed,
-        trials={
-            w: Trials(requested, requested - 4, requested - 5, 1, "early_stop")
-            for w in decl.workloads
-        },
+        trials={w: Trials(requested, requested - 4, requested - 5, 1, "early_stop") for w in decl.workloads},
         results={
             w: WorkloadResult(
                 best=Measured({}, 0.00125 * (i + 1)),
@@ -293,8 +291,9 @@ def manifest_of(files: Mapping[str, bytes]) -> dict[str, Any]:
 
 def manifest_at(folder: Path) -> dict[str, Any]:
     """`manifest_of` the log set in `folder`."""
-    return manifest_of({n: (folder / n).read_bytes() for n in ("manifest.json", "results.json")
-                        if (folder / n).exists()})
+    return manifest_of(
+        {n: (folder / n).read_bytes() for n in ("manifest.json", "results.json") if (folder / n).exists()}
+    )
 
 
 def freshen_all(root: Path, **kw: object) -> list[Manifest]:
@@ -307,20 +306,14 @@ def freshen_all(root: Path, **kw: object) -> list[Manifest]:
     ]
 
 
-def run_cli(
-    root: Path, *args: str, env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def run_cli(root: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m tvmtune_ci ARGS` in `root`, as a user would run it."""
     full = {**git_env(), **(env or {})}
     for k in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI"):
         if env is None or k not in env:
             full.pop(k, None)  # plain text output unless a test asks for GitHub
     return subprocess.run(
-        [sys.executable, "-m", "tvmtune_ci", *args],
-        cwd=root,
-        env=full,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", "tvmtune_ci", *args], cwd=root, env=full, capture_output=True, text=True
     )
 
 
@@ -367,7 +360,7 @@ def no_github(monkeypatch: pytest.MonkeyPatch) -> None:
 # goes red, then the marked tests with them installed.
 OPTIONAL_TOOLS = {
     "aarch64-linux-gnu-gcc": "`make cross-toolchain` (Debian/Ubuntu: apt-get install "
-    "gcc-aarch64-linux-gnu); .ci/run installs it",
+    "gcc-aarch64-linux-gnu); .ci/run installs it"
 }
 
 # Optional extras of tvmtune-ci (Python packages), the same way: a test that needs one
@@ -394,12 +387,9 @@ def _extra_missing(name: str) -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "tool(name): needs this optional tool on PATH; skipped, saying so, without it")
     config.addinivalue_line(
-        "markers", "tool(name): needs this optional tool on PATH; skipped, saying so, without it"
-    )
-    config.addinivalue_line(
-        "markers", "extra(name): needs this optional extra of tvmtune-ci; skipped, saying so, "
-        "without it"
+        "markers", "extra(name): needs this optional extra of tvmtune-ci; skipped, saying so, without it"
     )
 
 

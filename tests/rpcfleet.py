@@ -76,8 +76,7 @@ class FleetServer:
 class RpcFleet:
     """A tracker and its servers. Use `start_fleet()` or the `rpc_fleet` fixture."""
 
-    def __init__(self, root: Path, *, no_fork: bool = False,
-                 ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+    def __init__(self, root: Path, *, no_fork: bool = False, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         self.root = root
         self.no_fork = no_fork
         self.ready_timeout_s = ready_timeout_s
@@ -97,18 +96,15 @@ class RpcFleet:
         """`127.0.0.1:PORT`, as `runner.rpc.tracker` and `--tracker` take it."""
         return f"{HOST}:{self.tracker_port}"
 
-    def rpc(self, devices: int | None = None, key: str | None = None,
-            session_timeout_s: float = 60.0) -> RpcRunner:
+    def rpc(self, devices: int | None = None, key: str | None = None, session_timeout_s: float = 60.0) -> RpcRunner:
         """An RpcRunner config for this fleet (devices: the live servers of the key)."""
         key = key or self._default_key()
         n = devices if devices is not None else len(self.live(key))
-        return RpcRunner(tracker=self.tracker, key=key, devices=n,
-                         session_timeout_s=session_timeout_s)
+        return RpcRunner(tracker=self.tracker, key=key, devices=n, session_timeout_s=session_timeout_s)
 
     def live(self, key: str | None = None) -> list[FleetServer]:
         """Servers not killed (paused ones included: the tracker still lists them)."""
-        return [s for s in self.servers
-                if s.state != "killed" and (key is None or s.key == key)]
+        return [s for s in self.servers if s.state != "killed" and (key is None or s.key == key)]
 
     def _default_key(self) -> str:
         return self.servers[0].key if self.servers else DEFAULT_KEY
@@ -118,9 +114,15 @@ class RpcFleet:
     def _spawn(self, args: list[str], log: Path) -> subprocess.Popen[bytes]:
         env = dict(os.environ, TMPDIR=str(self._tmp), PYTHONUNBUFFERED="1")
         with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    cwd=self.root, start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.root,
+                start_new_session=True,
+            )
         self._pgids.append(proc.pid)
         return proc
 
@@ -129,8 +131,9 @@ class RpcFleet:
         log = self.root / "tracker.log"
         for _ in range(attempts):
             port = free_port()
-            proc = self._spawn(["tvm.exec.rpc_tracker", "--host", HOST, "--port", str(port),
-                                "--port-end", str(port + 1)], log)
+            proc = self._spawn(
+                ["tvm.exec.rpc_tracker", "--host", HOST, "--port", str(port), "--port-end", str(port + 1)], log
+            )
             deadline = time.monotonic() + self.ready_timeout_s
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
@@ -144,8 +147,7 @@ class RpcFleet:
                 return
             if proc.poll() is None:
                 self._kill(proc)
-                raise RuntimeError(f"the tracker did not answer within {self.ready_timeout_s:g}s"
-                                   f"\n{self.logs()}")
+                raise RuntimeError(f"the tracker did not answer within {self.ready_timeout_s:g}s\n{self.logs()}")
             if not any(m in log.read_text(errors="replace") for m in _BIND_FAILED):
                 raise RuntimeError(f"the tracker exited with {proc.returncode}\n{self.logs()}")
         raise RuntimeError(f"no free port for the tracker after {attempts} tries\n{self.logs()}")
@@ -153,14 +155,26 @@ class RpcFleet:
     def _spawn_server(self, index: int, key: str) -> FleetServer:
         port = free_port()
         log = self.root / f"server-{index}.log"
-        args = ["tvm.exec.rpc_server", "--tracker", self.tracker, "--key", key, "--host", HOST,
-                "--port", str(port), "--port-end", str(port + 1)]
+        args = [
+            "tvm.exec.rpc_server",
+            "--tracker",
+            self.tracker,
+            "--key",
+            key,
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--port-end",
+            str(port + 1),
+        ]
         if self.no_fork:
             args.append("--no-fork")
         return FleetServer(index=index, key=key, port=port, proc=self._spawn(args, log), log=log)
 
-    def add_servers(self, n: int = 1, key: str = DEFAULT_KEY, wait: bool = True,
-                    attempts: int = 5) -> list[FleetServer]:
+    def add_servers(
+        self, n: int = 1, key: str = DEFAULT_KEY, wait: bool = True, attempts: int = 5
+    ) -> list[FleetServer]:
         """Start `n` servers for `key` in parallel; with `wait`, return once all are free."""
         if self.tracker_proc is None:
             raise RuntimeError("start the tracker first (start_fleet does)")
@@ -176,8 +190,7 @@ class RpcFleet:
                     continue
                 text = s.log.read_text(errors="replace")
                 if retries >= attempts or not any(m in text for m in _BIND_FAILED):
-                    raise RuntimeError(f"rpc_server {s.index} exited with {s.proc.returncode}"
-                                       f"\n{self.logs()}")
+                    raise RuntimeError(f"rpc_server {s.index} exited with {s.proc.returncode}\n{self.logs()}")
                 retries += 1
                 again = self._spawn_server(s.index, key)
                 s.port, s.proc = again.port, again.proc
@@ -185,9 +198,11 @@ class RpcFleet:
             if {s.address for s in new} <= set(q.servers) and q.free >= len(self.live(key)):
                 return new
             if time.monotonic() > deadline:
-                raise RuntimeError(f"servers {[s.address for s in new]} did not register with "
-                                   f"{self.tracker} within {self.ready_timeout_s:g}s; tracker "
-                                   f"has {q.describe()}\n{self.logs()}")
+                raise RuntimeError(
+                    f"servers {[s.address for s in new]} did not register with "
+                    f"{self.tracker} within {self.ready_timeout_s:g}s; tracker "
+                    f"has {q.describe()}\n{self.logs()}"
+                )
             time.sleep(0.05)
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> None:
@@ -211,8 +226,9 @@ class RpcFleet:
         self._kill(s.proc)
         s.state = "killed"
         if wait:
-            self.wait_until(lambda q: s.address not in q.get(s.key).servers,
-                            f"the tracker to drop killed server {s.address}")
+            self.wait_until(
+                lambda q: s.address not in q.get(s.key).servers, f"the tracker to drop killed server {s.address}"
+            )
         return time.monotonic() - t0
 
     def pause_server(self, index: int = 0) -> None:
@@ -237,8 +253,7 @@ class RpcFleet:
         sock = socket.create_connection((HOST, self.tracker_port), timeout=5)
         sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
         base.recvall(sock, 4)
-        base.sendjson(sock, [base.TrackerCode.UPDATE_INFO,
-                             {"key": f"server:{key}", "addr": [HOST, port]}])
+        base.sendjson(sock, [base.TrackerCode.UPDATE_INFO, {"key": f"server:{key}", "addr": [HOST, port]}])
         base.recvjson(sock)
         base.sendjson(sock, [base.TrackerCode.PUT, key, [port, f"{key}:ghost{port}"], HOST])
         base.recvjson(sock)
@@ -250,8 +265,9 @@ class RpcFleet:
     def summary(self, timeout_s: float = 5.0) -> TrackerQueue:
         return tracker_summary(HOST, self.tracker_port, timeout_s=timeout_s)
 
-    def wait_until(self, cond: Callable[[TrackerQueue], bool], what: str,
-                   timeout_s: float | None = None) -> TrackerQueue:
+    def wait_until(
+        self, cond: Callable[[TrackerQueue], bool], what: str, timeout_s: float | None = None
+    ) -> TrackerQueue:
         """Poll the summary until `cond` holds; RuntimeError (with logs) after `timeout_s`."""
         deadline = time.monotonic() + (timeout_s or self.ready_timeout_s)
         while True:
@@ -259,17 +275,16 @@ class RpcFleet:
             if cond(q):
                 return q
             if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}; tracker {self.tracker} has "
-                                   f"{q.describe()}\n{self.logs()}")
+                raise RuntimeError(
+                    f"timed out waiting for {what}; tracker {self.tracker} has {q.describe()}\n{self.logs()}"
+                )
             time.sleep(0.05)
 
-    def wait_free(self, n: int | None = None, key: str | None = None,
-                  timeout_s: float | None = None) -> TrackerQueue:
+    def wait_free(self, n: int | None = None, key: str | None = None, timeout_s: float | None = None) -> TrackerQueue:
         """Until the key has `n` free servers (default: every live one), e.g. after a session."""
         key = key or self._default_key()
         want = n if n is not None else len(self.live(key))
-        return self.wait_until(lambda q: q.get(key).free == want,
-                               f"{want} free servers for key {key!r}", timeout_s)
+        return self.wait_until(lambda q: q.get(key).free == want, f"{want} free servers for key {key!r}", timeout_s)
 
     # ---------------------------------------------------------------- teardown
 
@@ -301,8 +316,14 @@ class RpcFleet:
         self.close()
 
 
-def start_fleet(root: Path, servers: int = 2, key: str = DEFAULT_KEY, *, no_fork: bool = False,
-                ready_timeout_s: float = READY_TIMEOUT_S) -> RpcFleet:
+def start_fleet(
+    root: Path,
+    servers: int = 2,
+    key: str = DEFAULT_KEY,
+    *,
+    no_fork: bool = False,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> RpcFleet:
     """A tracker and `servers` servers for `key`, all registered and free on return.
 
     The tracker is started first and awaited: a server that finds no tracker
@@ -328,10 +349,12 @@ def rpc_fleet(tmp_path: Path) -> Iterator[Callable[..., RpcFleet]]:
     """
     fleets: list[RpcFleet] = []
 
-    def make(servers: int = 2, key: str = DEFAULT_KEY, *, no_fork: bool = False,
-             ready_timeout_s: float = READY_TIMEOUT_S) -> RpcFleet:
-        fleet = start_fleet(tmp_path / f"rpcfleet-{len(fleets)}", servers, key,
-                            no_fork=no_fork, ready_timeout_s=ready_timeout_s)
+    def make(
+        servers: int = 2, key: str = DEFAULT_KEY, *, no_fork: bool = False, ready_timeout_s: float = READY_TIMEOUT_S
+    ) -> RpcFleet:
+        fleet = start_fleet(
+            tmp_path / f"rpcfleet-{len(fleets)}", servers, key, no_fork=no_fork, ready_timeout_s=ready_timeout_s
+        )
         fleets.append(fleet)
         return fleet
 

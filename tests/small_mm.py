@@ -1,6 +1,6 @@
 """A 64x64x64 matmul template small enough to tune in seconds (shared by tests)."""
 
-SMALL_MM = '''\
+SMALL_MM = """\
 import numpy as np
 from tvmtune_ci.template import define_knob, define_split, define_structure
 
@@ -40,4 +40,4 @@ def schedule(sch, cfg):
     sch.vectorize(j1)
     sch.decompose_reduction(b, k)
     sch.annotate(sch.get_sblock("root"), "pragma_auto_unroll_max_step", cfg.knob(sch, "unroll"))
-'''
+"""

@@ -39,7 +39,7 @@ def _table() -> tuple[int, dict[str, tuple[int, str]]]:
     text = DOC.read_text(encoding="utf-8")
     m = HEADING.search(text)
     assert m, f"{DOC}: no '## Modules over N lines' section"
-    body = text[m.end():]
+    body = text[m.end() :]
     nxt = re.search(r"^## ", body, re.M)
     rows: dict[str, tuple[int, str]] = {}
     for line in body[: nxt.start() if nxt else None].splitlines():
@@ -68,7 +68,8 @@ def _suggested_rows(threshold: int) -> str:
     long = _long_modules(threshold)
     return "\n".join(
         f"| `{rel}` | {n:,} | {'(its reason)' if _gives_reason(PKG / rel, threshold) else NONE_GIVEN} |"
-        for rel, n in sorted(long.items(), key=lambda kv: -kv[1]))
+        for rel, n in sorted(long.items(), key=lambda kv: -kv[1])
+    )
 
 
 def test_the_table_lists_every_long_module_and_only_those() -> None:
@@ -78,7 +79,8 @@ def test_the_table_lists_every_long_module_and_only_those() -> None:
     not_long = sorted(set(rows) - set(long))
     assert not missing and not not_long, (
         f"{DOC.name}: over {threshold} lines but not listed: {missing}; listed but not over "
-        f"{threshold} lines (or gone): {not_long}. The tree today:\n{_suggested_rows(threshold)}")
+        f"{threshold} lines (or gone): {not_long}. The tree today:\n{_suggested_rows(threshold)}"
+    )
 
 
 def test_the_listed_sizes_are_within_the_tolerance() -> None:
@@ -90,8 +92,9 @@ def test_the_listed_sizes_are_within_the_tolerance() -> None:
             n = _lines(path)
             if abs(listed - n) > TOLERANCE * n:
                 off[rel] = f"listed {listed}, is {n}"
-    assert not off, (f"{DOC.name}: sizes off by more than {TOLERANCE:.0%}: {off}. The tree "
-                     f"today:\n{_suggested_rows(threshold)}")
+    assert not off, (
+        f"{DOC.name}: sizes off by more than {TOLERANCE:.0%}: {off}. The tree today:\n{_suggested_rows(threshold)}"
+    )
 
 
 def test_the_reason_column_agrees_with_each_docstring() -> None:
@@ -103,6 +106,8 @@ def test_the_reason_column_agrees_with_each_docstring() -> None:
             continue
         gives, says_none = _gives_reason(path, threshold), why.startswith(NONE_GIVEN)
         if gives == says_none:
-            wrong.append(f"{rel}: the table says {why!r}, the docstring "
-                         f"{'has' if gives else 'has no'} an 'Over {threshold} lines:' paragraph")
+            wrong.append(
+                f"{rel}: the table says {why!r}, the docstring "
+                f"{'has' if gives else 'has no'} an 'Over {threshold} lines:' paragraph"
+            )
     assert not wrong, f"{DOC.name}:\n" + "\n".join(wrong)

@@ -48,28 +48,31 @@ def test_declared_needs_a_workloads_literal() -> None:
 
 
 def test_new_shapes_from_coverage() -> None:
-    cov = {"calls": [
-        {"coverage": {"status": "covered", "template": "dense", "params": {"M": 1}}},
-        {"coverage": {"status": "uncovered_shape", "template": "dense", "params": {"M": 128, "N": 768}}},
-        {"coverage": {"status": "uncovered_shape", "template": "dense", "params": {"M": 128, "N": 768}}},
-        {"coverage": {"status": "uncovered_shape", "template": "conv2d", "params": {"K": 1}}},
-        {"coverage": {"status": "uncovered_op", "note": "no template"}},
-    ]}
+    cov = {
+        "calls": [
+            {"coverage": {"status": "covered", "template": "dense", "params": {"M": 1}}},
+            {"coverage": {"status": "uncovered_shape", "template": "dense", "params": {"M": 128, "N": 768}}},
+            {"coverage": {"status": "uncovered_shape", "template": "dense", "params": {"M": 128, "N": 768}}},
+            {"coverage": {"status": "uncovered_shape", "template": "conv2d", "params": {"K": 1}}},
+            {"coverage": {"status": "uncovered_op", "note": "no template"}},
+        ]
+    }
     assert bt.new_shapes(cov, "dense") == [{"M": 128, "N": 768}]
     assert bt.new_shapes(cov, "softmax") == []
 
 
 def test_shape_name_says_what_differs() -> None:
     first = {"M": 128, "N": 3072, "K": 768, "dtype": "float32"}
-    assert bt.shape_name("bert_layer", {"M": 128, "N": 768, "K": 768, "dtype": "float32"}, first) \
-        == "bert_layer_n768"
+    assert bt.shape_name("bert_layer", {"M": 128, "N": 768, "K": 768, "dtype": "float32"}, first) == "bert_layer_n768"
 
 
 def test_progress_points_and_seconds() -> None:
-    lines = [(1.0, "  softmax/this-cpu: workload_changed"),
-             (6.0, "softmax/this-cpu/a: 4/8 trials, search best 1.000 ms, 5s"),
-             (7.0, "softmax/this-cpu/b: 4/8 trials, search best 2.000 ms, 1s"),
-             (10.0, "softmax/this-cpu/a: 8/8 trials, search best 0.900 ms, 9s")]
+    lines = [
+        (1.0, "  softmax/this-cpu: workload_changed"),
+        (6.0, "softmax/this-cpu/a: 4/8 trials, search best 1.000 ms, 5s"),
+        (7.0, "softmax/this-cpu/b: 4/8 trials, search best 2.000 ms, 1s"),
+        (10.0, "softmax/this-cpu/a: 8/8 trials, search best 0.900 ms, 9s"),
+    ]
     points = bt.progress_points(lines, "softmax/this-cpu/a")
     assert points == [(4, 6.0), (8, 10.0)]
     curve = [(1, 10.0), (2, 10.0), (3, 12.0), (4, 12.0), (5, 15.0), (6, 15.0), (7, 15.0), (8, 15.0)]

@@ -10,8 +10,9 @@ from tvmtune_ci import budget
 from tvmtune_ci.core.errors import UsageError
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1h30m", 5400),
-                                               ("3600s", 3600), ("45", 45), ("1.5h", 5400)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90m", 5400), ("2h", 7200), ("1h30m", 5400), ("3600s", 3600), ("45", 45), ("1.5h", 5400)]
+)
 def test_durations(text: str, seconds: float) -> None:
     assert budget.parse_duration(text) == seconds
 
@@ -163,8 +164,10 @@ def test_a_budget_split_between_runner_jobs_follows_their_weights() -> None:
 
 
 def test_weights_in_tvmtune_yaml() -> None:
-    c = parse("targets:\n  cpu:\n    target: {kind: llvm}\noperators:\n"
-              "  matmul: {weight: 0.6, workloads: {m1024: 3, m1021: 1}}\n  dense: {weight: 0.2}\n")
+    c = parse(
+        "targets:\n  cpu:\n    target: {kind: llvm}\noperators:\n"
+        "  matmul: {weight: 0.6, workloads: {m1024: 3, m1021: 1}}\n  dense: {weight: 0.2}\n"
+    )
     assert c.weight_of("matmul", "m1024", ["m1024", "m1021"]) == pytest.approx(0.45)
     assert c.weight_of("matmul", "m1021", ["m1024", "m1021"]) == pytest.approx(0.15)
     assert c.weight_of("dense", "a", ["a", "b"]) == pytest.approx(0.1)

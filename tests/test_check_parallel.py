@@ -33,8 +33,12 @@ def many(tmp_path: Path) -> Path:
                 write_fresh(root, op, target)
     commit_all(root, "logs")
     dense = root / "operators" / f"{ops[1]}.py"
-    dense.write_text(dense.read_text().replace("def schedule(", "def schedule(  # edited\n    ", 1)
-                     .replace("sch.get_sblock(", "sch.get_sblock(  \n", 1) + "\n\nX = 1\n")
+    dense.write_text(
+        dense.read_text()
+        .replace("def schedule(", "def schedule(  # edited\n    ", 1)
+        .replace("sch.get_sblock(", "sch.get_sblock(  \n", 1)
+        + "\n\nX = 1\n"
+    )
     broken = root / "operators" / f"{ops[2]}.py"
     broken.write_text(broken.read_text() + "\ndef schedule(:\n")
     return root

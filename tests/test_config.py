@@ -39,11 +39,7 @@ def test_full_config() -> None:
     assert [t.name for t in c.targets_for("conv2d", CPU_KINDS)] == ["avx512", "avx2"]
     assert c.trials_for("matmul") == 10 and c.trials_for("conv2d") == 64
     assert c.early_stop == EarlyStop(patience=0, min_improvement=0.01)
-    assert (
-        c.measure.precision == 0.02
-        and c.measure.timeout_s == 30.0
-        and isinstance(c.measure.timeout_s, float)
-    )
+    assert c.measure.precision == 0.02 and c.measure.timeout_s == 30.0 and isinstance(c.measure.timeout_s, float)
     assert c.pr_check == "warn"
 
 
@@ -62,10 +58,7 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     "text,message",
     [
-        (
-            MINIMAL + "trails: 10\n",
-            "tvmtune.yaml:4: unknown key 'trails' in the top level; did you mean 'trials'?",
-        ),
+        (MINIMAL + "trails: 10\n", "tvmtune.yaml:4: unknown key 'trails' in the top level; did you mean 'trials'?"),
         (
             MINIMAL + "measure:\n  precison: 0.02\n",
             "tvmtune.yaml:5: unknown key 'precison' in measure; did you mean 'precision'?",
@@ -74,10 +67,7 @@ def test_defaults() -> None:
             MINIMAL.replace("    target:", "    runs_on: [x]\n    target:"),
             "tvmtune.yaml:3: unknown key 'runs_on' in targets.cpu; did you mean 'runs-on'?",
         ),
-        (
-            MINIMAL + "zzz: 1\n",
-            "tvmtune.yaml:4: unknown key 'zzz' in the top level; allowed keys: format, targets",
-        ),
+        (MINIMAL + "zzz: 1\n", "tvmtune.yaml:4: unknown key 'zzz' in the top level; allowed keys: format, targets"),
     ],
     ids=["top", "nested", "target", "no-suggestion"],
 )
@@ -94,35 +84,22 @@ def test_unknown_keys_name_the_line_and_a_suggestion(text: str, message: str) ->
         ),
         (MINIMAL + "trials: true\n", "tvmtune.yaml:4: trials is True (bool), expected int"),
         (MINIMAL + "trials: 0\n", "tvmtune.yaml:4: trials is 0, it must be positive"),
-        (
-            MINIMAL + "measure: {precision: high}\n",
-            "tvmtune.yaml:4: measure.precision is 'high' (str), expected float",
-        ),
-        (
-            MINIMAL + "pr_check: maybe\n",
-            "tvmtune.yaml:4: pr_check is 'maybe', it must be 'fail' or 'warn'",
-        ),
+        (MINIMAL + "measure: {precision: high}\n", "tvmtune.yaml:4: measure.precision is 'high' (str), expected float"),
+        (MINIMAL + "pr_check: maybe\n", "tvmtune.yaml:4: pr_check is 'maybe', it must be 'fail' or 'warn'"),
         (MINIMAL + "tvm_version: 1\n", "tvmtune.yaml:4: tvm_version '1' is not MAJOR.MINOR"),
         (MINIMAL + "measure: 5\n", "tvmtune.yaml:4: measure must be a mapping"),
         (
             MINIMAL + "operators:\n  matmul:\n    targets: [cpuu]\n",
-            "tvmtune.yaml:6: operators.matmul.targets names unknown target 'cpuu'; "
-            "did you mean 'cpu'?",
+            "tvmtune.yaml:6: operators.matmul.targets names unknown target 'cpuu'; did you mean 'cpu'?",
         ),
         (
             "targets:\n  cpu:\n    target: {mcpu: x}\n",
             "tvmtune.yaml:3: target 'cpu' must be a TVM target dict with a 'kind'",
         ),
-        (
-            "targets:\n  cpu:\n    runs-on: [x]\n",
-            "tvmtune.yaml:3: target 'cpu' needs a 'target' entry",
-        ),
+        ("targets:\n  cpu:\n    runs-on: [x]\n", "tvmtune.yaml:3: target 'cpu' needs a 'target' entry"),
         ("trials: 3\n", "tvmtune.yaml:1: no `targets:`"),
         ("", "tvmtune.yaml:1: the file is empty"),
-        (
-            MINIMAL + "trials: 1\ntrials: 2\n",
-            "tvmtune.yaml:5: duplicate key 'trials' in the top level",
-        ),
+        (MINIMAL + "trials: 1\ntrials: 2\n", "tvmtune.yaml:5: duplicate key 'trials' in the top level"),
         ("format: 2\n" + MINIMAL, "tvmtune.yaml:1: format 2 is not understood"),
         (MINIMAL + "keep: zen3-2c\n", "tvmtune.yaml:4: keep must be a list of log folders"),
         (MINIMAL + "keep: [a/b/c]\n", "tvmtune.yaml:4: keep entry 'a/b/c' is not a target name"),
@@ -152,11 +129,7 @@ def test_wrong_values_name_the_line_and_the_fix(text: str, message: str) -> None
 
 @pytest.mark.parametrize(
     "text,line",
-    [
-        (MINIMAL + "trials: [1, 2\n", 5),
-        (MINIMAL + "  bad indent: 1\n  : x\n", 5),
-        ("targets:\n\tcpu: 1\n", 2),
-    ],
+    [(MINIMAL + "trials: [1, 2\n", 5), (MINIMAL + "  bad indent: 1\n  : x\n", 5), ("targets:\n\tcpu: 1\n", 2)],
 )
 def test_bad_yaml_names_the_line(text: str, line: int) -> None:
     msg = error_of(text)
@@ -167,9 +140,7 @@ def test_bad_yaml_names_the_line(text: str, line: int) -> None:
 def test_legacy_string_target_is_converted_with_a_warning() -> None:
     legacy = "llvm -mcpu=skylake-avx512 -num-cores=4 -mattr=+avx512f,+avx2"
     text = f"targets:\n  cpu:\n    target: {legacy}\n"
-    with pytest.warns(
-        UserWarning, match=r"tvmtune.yaml:3: target 'cpu' uses the removed string form"
-    ) as w:
+    with pytest.warns(UserWarning, match=r"tvmtune.yaml:3: target 'cpu' uses the removed string form") as w:
         c = parse(text)
     assert c.target("cpu").target == {
         "kind": "llvm",
@@ -184,8 +155,7 @@ def test_bad_legacy_string_is_an_error() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert error_of("targets:\n  cpu:\n    target: -mcpu=x\n").startswith(
-            "tvmtune.yaml:3: target 'cpu': target string '-mcpu=x' "
-            "does not start with a target kind"
+            "tvmtune.yaml:3: target 'cpu': target string '-mcpu=x' does not start with a target kind"
         )
 
 
@@ -199,20 +169,13 @@ def test_int_for_a_float_field_and_unquoted_version() -> None:
 def test_rpc_runner() -> None:
     c = parse(MINIMAL + "    runner: {rpc: {tracker: 'host:9190', key: pi, devices: 2}}\n")
     rpc = c.target("cpu").rpc
-    assert rpc is not None and (rpc.tracker_host, rpc.tracker_port, rpc.key, rpc.devices) == (
-        "host",
-        9190,
-        "pi",
-        2,
-    )
+    assert rpc is not None and (rpc.tracker_host, rpc.tracker_port, rpc.key, rpc.devices) == ("host", 9190, "pi", 2)
     assert error_of(MINIMAL + "    runner: {rpc: {tracker: host, key: pi}}\n").startswith(
         "tvmtune.yaml:4: rpc.tracker is 'host', it must be HOST:PORT"
     )
 
 
-def test_load_config_finds_the_nearest_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_load_config_finds_the_nearest_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "tvmtune.yaml").write_text(MINIMAL)
     (tmp_path / "a/b").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "a/b")
@@ -274,11 +237,14 @@ def test_seed_from_is_off_by_default_and_names_another_target() -> None:
     assert parse(MINIMAL + "    seed-from: zen3-2c\n").target("cpu").seed_from == "zen3-2c"
 
 
-@pytest.mark.parametrize(("value", "words"), [
-    ("cpu", "target 'cpu' cannot seed from itself"),
-    ("[a, b]", "seed-from of target 'cpu' must be a target name"),
-    ("'///'", "seed-from '///' of target 'cpu' cannot name a log folder"),
-])
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("cpu", "target 'cpu' cannot seed from itself"),
+        ("[a, b]", "seed-from of target 'cpu' must be a target name"),
+        ("'///'", "seed-from '///' of target 'cpu' cannot name a log folder"),
+    ],
+)
 def test_a_seed_from_that_cannot_work_is_an_error_with_the_line(value: str, words: str) -> None:
     msg = error_of(MINIMAL + f"    seed-from: {value}\n")
     assert msg.startswith(f"tvmtune.yaml:4: {words}"), msg
@@ -288,9 +254,14 @@ def test_a_seed_from_that_cannot_work_is_an_error_with_the_line(value: str, word
 def test_a_tvm_cuda_tag_is_expanded_to_its_dict() -> None:
     c = parse("targets:\n  h100:\n    target: nvidia/nvidia-h100\n    runs-on: [self-hosted, gpu, h100]\n")
     assert c.target("h100").target == {
-        "arch": "sm_90a", "kind": "cuda", "l2_cache_size_bytes": 52428800,
-        "max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
-        "registers_per_block": 65536, "thread_warp_size": 32}
+        "arch": "sm_90a",
+        "kind": "cuda",
+        "l2_cache_size_bytes": 52428800,
+        "max_shared_memory_per_block": 49152,
+        "max_threads_per_block": 1024,
+        "registers_per_block": 65536,
+        "thread_warp_size": 32,
+    }
     assert not c.warnings
 
 
@@ -301,9 +272,12 @@ def test_an_unknown_tag_suggests_one() -> None:
 
 @pytest.mark.parametrize(
     "target",
-    ["{kind: cuda, arch: sm_90}", "'cuda -arch=sm_90'",
-     "{kind: cuda, arch: sm_90, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, "
-     "thread_warp_size: 32}"],
+    [
+        "{kind: cuda, arch: sm_90}",
+        "'cuda -arch=sm_90'",
+        "{kind: cuda, arch: sm_90, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, "
+        "thread_warp_size: 32}",
+    ],
 )
 def test_a_cuda_target_without_its_limits_is_an_error_with_the_line(target: str) -> None:
     with warnings.catch_warnings():
@@ -315,8 +289,9 @@ def test_a_cuda_target_without_its_limits_is_an_error_with_the_line(target: str)
 def test_a_gpu_target_measured_on_its_runner_names_the_gpu_label() -> None:
     msg = error_of("targets:\n  h100:\n    target: nvidia/nvidia-h100\n    runs-on: [linux, x64]\n")
     assert "tvmtune.yaml:4" in msg and "'gpu' label" in msg
-    ok = parse("targets:\n  h100:\n    target: nvidia/nvidia-h100\n"
-               "    runner: {rpc: {tracker: '127.0.0.1:9190', key: h100}}\n")
+    ok = parse(
+        "targets:\n  h100:\n    target: nvidia/nvidia-h100\n    runner: {rpc: {tracker: '127.0.0.1:9190', key: h100}}\n"
+    )
     assert ok.target("h100").rpc is not None  # measured through RPC: any runner builds
 
 
@@ -335,12 +310,18 @@ def test_targets_pair_by_kind_unless_an_operator_lists_them(tmp_path: Path) -> N
     assert names(c.targets_for("listed", ("cuda",))) == ["cpu", "h100"]  # as written
     assert names(c.targets_for("unreadable", None)) == ["cpu", "h100"]
     assert c.coverage({"dense": CPU_KINDS, "dense_cuda": ("cuda",), "listed": CPU_KINDS}) == {
-        "cpu": ("dense", "listed"), "h100": ("dense_cuda", "listed")}
+        "cpu": ("dense", "listed"),
+        "h100": ("dense_cuda", "listed"),
+    }
     # declared_kinds reads TARGET_KINDS as read_template does, without parsing the rest.
     for p in discover_templates(OPERATORS):
         assert declared_kinds(p) == read_template(p).kinds, p
     t = tmp_path / "t.py"
-    for text, kinds in (("X = 1\n", CPU_KINDS), ("TARGET_KINDS = ('c',)\n", ("c",)),
-                        ("TARGET_KINDS = 'cuda'\n", None), ("TARGET_KINDS = [\n", None)):
+    for text, kinds in (
+        ("X = 1\n", CPU_KINDS),
+        ("TARGET_KINDS = ('c',)\n", ("c",)),
+        ("TARGET_KINDS = 'cuda'\n", None),
+        ("TARGET_KINDS = [\n", None),
+    ):
         t.write_text(text)
         assert declared_kinds(t) == kinds, text

@@ -13,12 +13,18 @@ import pytest
 from tvmtune_ci.core.errors import TemplateError
 from tvmtune_ci.core.template import check_imported_agrees, import_template, read_template
 
-H100 = {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
-        "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536}
+H100 = {
+    "kind": "cuda",
+    "arch": "sm_90a",
+    "max_shared_memory_per_block": 49152,
+    "max_threads_per_block": 1024,
+    "thread_warp_size": 32,
+    "registers_per_block": 65536,
+}
 SMALL_GPU = dict(H100, max_shared_memory_per_block=1024, max_threads_per_block=64)
 CPU = {"kind": "llvm", "mcpu": "znver3"}
 
-GPU_TEMPLATE = '''\
+GPU_TEMPLATE = """\
 from tvmtune_ci.template import define_constraint, define_knob, define_split, define_structure
 
 TARGET_KINDS = ["cuda"]
@@ -48,7 +54,7 @@ def reference(A, B):
 
 def schedule(sch, cfg):
     pass
-'''
+"""
 
 
 def write(tmp_path: Path, text: str, name: str = "gemm_gpu") -> Path:
@@ -65,8 +71,7 @@ def _tilings(extent: int, parts: int, max_inner: int) -> list[tuple[int, ...]]:
     """Every `parts`-tuple of positive integers whose product is `extent`, innermost
     at most `max_inner`: by brute force over divisors, independent of template.py."""
     divisors = [d for d in range(1, extent + 1) if extent % d == 0]
-    return [t for t in itertools.product(divisors, repeat=parts)
-            if math.prod(t) == extent and t[-1] <= max_inner]
+    return [t for t in itertools.product(divisors, repeat=parts) if math.prod(t) == extent and t[-1] <= max_inner]
 
 
 ALL = [
@@ -83,8 +88,8 @@ def brute_force(workload: dict[str, int], facts: dict[str, int], exprs: list[str
     """Every point of every design space, each constraint evaluated by Python."""
     n = 0
     for ti, tj, tk, vec, stages in itertools.product(
-            _tilings(workload["M"], 4, 4), _tilings(workload["N"], 4, 4),
-            _tilings(workload["K"], 2, 16), [1, 2, 4], [1, 2]):
+        _tilings(workload["M"], 4, 4), _tilings(workload["N"], 4, 4), _tilings(workload["K"], 2, 16), [1, 2, 4], [1, 2]
+    ):
         env = {"ti": ti, "tj": tj, "tk": tk, "vec": vec, "stages": stages, **facts}
         n += all(eval(e, {}, env) for e in exprs)  # noqa: S307 - the test's own literals
     return n
@@ -93,16 +98,21 @@ def brute_force(workload: dict[str, int], facts: dict[str, int], exprs: list[str
 @pytest.mark.parametrize("exprs", [ALL, THREADS_ONLY], ids=["all", "threads-only"])
 @pytest.mark.parametrize("target", [H100, SMALL_GPU], ids=["h100", "small-gpu"])
 @pytest.mark.parametrize("shape", [(16, 32, 8), (32, 16, 16), (8, 64, 4)])
-def test_the_count_equals_a_brute_force_count(tmp_path: Path, shape: tuple[int, int, int],
-                                              target: dict[str, Any], exprs: list[str]) -> None:
+def test_the_count_equals_a_brute_force_count(
+    tmp_path: Path, shape: tuple[int, int, int], target: dict[str, Any], exprs: list[str]
+) -> None:
     m, n, k = shape
     wl = {"M": m, "N": n, "K": k, "dtype": "float32"}
     text = GPU_TEMPLATE.replace("WL", repr({"w": wl}))
     if exprs is THREADS_ONLY:
         text = "\n".join(x for x in text.splitlines() if '"smem"' not in x and '"vector"' not in x)
     decl = read_template(write(tmp_path, text))
-    facts = {"THREADS": target["max_threads_per_block"], "WARP": 32,
-             "SMEM": target["max_shared_memory_per_block"], "LANES": 4}
+    facts = {
+        "THREADS": target["max_threads_per_block"],
+        "WARP": 32,
+        "SMEM": target["max_shared_memory_per_block"],
+        "LANES": 4,
+    }
     expected = brute_force(wl, facts, exprs)
     assert 0 < expected
     assert decl.space_sizes(target)["w"] == (expected, 1)
@@ -127,8 +137,11 @@ def test_a_gpu_template_on_a_cpu_target_says_so(tmp_path: Path) -> None:
         ('"tile_i[2] * tile_j[2] <= THREADS"', '"tile_i[7] <= THREADS"', r"tile_i\[0\] to tile_i\[3\]"),
         ('"tile_i[2] * tile_j[2] <= THREADS"', '"tile_i <= THREADS"', r"tile_i\[0\] to tile_i\[3\]"),
         ('"tile_i[2] * tile_j[2] <= THREADS"', '"__import__(1)"', "is not allowed"),
-        ('"tile_i[2] * tile_j[2] <= THREADS"', '"tile_i[2] * tile_j[2] <= 16"',
-         "default configuration of design space"),
+        (
+            '"tile_i[2] * tile_j[2] <= THREADS"',
+            '"tile_i[2] * tile_j[2] <= 16"',
+            "default configuration of design space",
+        ),
     ],
 )
 def test_a_bad_constraint_is_reported_at_its_line(tmp_path: Path, old: str, new: str, words: str) -> None:
@@ -168,10 +181,8 @@ def constrained_mm(folder: Path, name: str = "mm_limited") -> Any:
     from test_tuner import SMALL_MM, load_template
 
     src = SMALL_MM.replace("REFERENCE", "A @ B").replace("    EXTRA\n", "")
-    src = src.replace("define_split, define_structure",
-                      "define_constraint, define_split, define_structure")
-    src = src.replace("]\n\n\ndef compute",
-                      f"]\nCONSTRAINTS = [define_constraint(\"regs\", {LIMIT!r})]\n\n\ndef compute")
+    src = src.replace("define_split, define_structure", "define_constraint, define_split, define_structure")
+    src = src.replace("]\n\n\ndef compute", f']\nCONSTRAINTS = [define_constraint("regs", {LIMIT!r})]\n\n\ndef compute')
     path = folder / f"{name}.py"
     path.write_text(src)
     return load_template(path)
@@ -186,8 +197,7 @@ def test_a_configuration_that_breaks_a_constraint_is_never_built(tmp_path: Path)
     with pytest.raises(TemplateError, match="breaks constraint.*'regs'.*not built"):
         schedule_config(template, "m64", {"tile_i": [4, 16], "tile_j": [8, 8]})
     with pytest.raises(TemplateError, match="'regs'"):
-        check_correct(template, "m64", {"kind": "llvm", "num-cores": 2},
-                      {"tile_i": [4, 16], "tile_j": [8, 8]})
+        check_correct(template, "m64", {"kind": "llvm", "num-cores": 2}, {"tile_i": [4, 16], "tile_j": [8, 8]})
 
 
 def test_the_search_never_builds_a_point_that_breaks_a_constraint(tmp_path: Path) -> None:
@@ -208,11 +218,14 @@ def test_the_search_never_builds_a_point_that_breaks_a_constraint(tmp_path: Path
     assert out.space_size == 25 * 5 * 3 * 2 and out.design_spaces == 2
 
 
-@pytest.mark.parametrize("edit", [
-    'CONSTRAINTS.append(define_constraint("more", "vec <= 2"))',
-    "CONSTRAINTS.pop()",
-    'CONSTRAINTS[0] = define_constraint("threads", "tile_i[2] * tile_j[2] <= THREADS // 2")',
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        'CONSTRAINTS.append(define_constraint("more", "vec <= 2"))',
+        "CONSTRAINTS.pop()",
+        'CONSTRAINTS[0] = define_constraint("threads", "tile_i[2] * tile_j[2] <= THREADS // 2")',
+    ],
+)
 def test_constraints_changed_at_import_are_refused(tmp_path: Path, edit: str) -> None:
     """The tuner keeps to the imported CONSTRAINTS, `check` counts the space by the
     literal: a template whose CONSTRAINTS change at import is refused, naming them."""

@@ -193,10 +193,14 @@ EDITS = {
     "parent-log": (lambda d: d.update(log="../x.json"), "not a file in its folder"),
     "absolute-log": (lambda d: d.update(log="/etc/passwd"), "not a file in its folder"),
     # A set carried forward onto an edited template (format 5) says why in full.
-    "carried-in-format-4": (lambda d: d.update(format=4, carried={"on": "2026-12-03"}),
-                            "carried is {'on': '2026-12-03'}, expected absent before format 5"),
-    "carried-without-why": (lambda d: d.update(carried={"on": "2026-12-03", "from_fingerprint": "ab"}),
-                            "carried.sentence is None, expected a string"),
+    "carried-in-format-4": (
+        lambda d: d.update(format=4, carried={"on": "2026-12-03"}),
+        "carried is {'on': '2026-12-03'}, expected absent before format 5",
+    ),
+    "carried-without-why": (
+        lambda d: d.update(carried={"on": "2026-12-03", "from_fingerprint": "ab"}),
+        "carried.sentence is None, expected a string",
+    ),
 }
 RESULTS_EDITS = ("curve", "latency", "negative-latency")
 

@@ -27,33 +27,22 @@ from tvmtune_ci.tune.hostcheck import host_target
 WAYS = {
     "open": (
         "",
-        'with open(os.path.join(os.path.dirname(__file__), "tiles.txt")) as f:\n'
-        "    value = f.read()\n",
+        'with open(os.path.join(os.path.dirname(__file__), "tiles.txt")) as f:\n    value = f.read()\n',
         "operators/tiles.txt",
     ),
-    "read_text": (
-        "",
-        'value = (Path(__file__).parent / "tiles.txt").read_text()\n',
-        "operators/tiles.txt",
-    ),
+    "read_text": ("", 'value = (Path(__file__).parent / "tiles.txt").read_text()\n', "operators/tiles.txt"),
     "json.load": (
         "",
-        'with open(Path(__file__).with_name("tiles.json")) as f:\n'
-        "    value = json.load(f)\n",
+        'with open(Path(__file__).with_name("tiles.json")) as f:\n    value = json.load(f)\n',
         "operators/tiles.json",
     ),
     "yaml.safe_load": (
         # The repository root, from __file__.
         "ROOT = Path(__file__).resolve().parents[1]\n",
-        'with (ROOT / "data" / "limits.yaml").open() as f:\n'
-        "    value = yaml.safe_load(f)\n",
+        'with (ROOT / "data" / "limits.yaml").open() as f:\n    value = yaml.safe_load(f)\n',
         "data/limits.yaml",
     ),
-    "np.load": (
-        '_TILES = Path(__file__).parent / "tiles.npy"\n',
-        "value = np.load(_TILES)\n",
-        "operators/tiles.npy",
-    ),
+    "np.load": ('_TILES = Path(__file__).parent / "tiles.npy"\n', "value = np.load(_TILES)\n", "operators/tiles.npy"),
 }
 
 IMPORTS = """\
@@ -90,8 +79,9 @@ def schedule(sch, cfg):
 
 
 def template(module_code: str = "", schedule_code: str = "    pass\n", helper_import: str = "") -> str:
-    return TEMPLATE.format(imports=IMPORTS, helper_import=helper_import,
-                           module_code=module_code, schedule_code=schedule_code)
+    return TEMPLATE.format(
+        imports=IMPORTS, helper_import=helper_import, module_code=module_code, schedule_code=schedule_code
+    )
 
 
 def write_data(root: Path, rel: str, version: int) -> None:
@@ -118,16 +108,15 @@ def files_for(way: str, where: str, when: str) -> dict[str, str]:
         uses = template(code + "\n" + body, "    table()\n")
     else:
         helper += code + "\n" + body
-        uses = template(schedule_code="    table()\n",
-                        helper_import="from operators._h import table\n")
-    other = template(schedule_code="    unrelated(sch)\n",
-                     helper_import="from operators._h import unrelated\n")
+        uses = template(schedule_code="    table()\n", helper_import="from operators._h import table\n")
+    other = template(schedule_code="    unrelated(sch)\n", helper_import="from operators._h import unrelated\n")
     return {"operators/uses.py": uses, "operators/other.py": other, "operators/_h.py": helper}
 
 
 def stale(report: Report) -> dict[str, list[tuple[str, str | None]]]:
-    return {f"{e.operator}/{e.target_name}": [(r.code, r.file) for r in e.reasons]
-            for e in report.entries if not e.fresh}
+    return {
+        f"{e.operator}/{e.target_name}": [(r.code, r.file) for r in e.reasons] for e in report.entries if not e.fresh
+    }
 
 
 def report_of(root: Path, **kw: object) -> Report:
@@ -137,9 +126,7 @@ def report_of(root: Path, **kw: object) -> Report:
 @pytest.mark.parametrize("when", ["import", "schedule"])
 @pytest.mark.parametrize("where", ["template", "helper"])
 @pytest.mark.parametrize("way", list(WAYS))
-def test_editing_a_data_file_makes_exactly_its_readers_stale(
-    tmp_path: Path, way: str, where: str, when: str
-) -> None:
+def test_editing_a_data_file_makes_exactly_its_readers_stale(tmp_path: Path, way: str, where: str, when: str) -> None:
     data = WAYS[way][2]
     root = make_repo(tmp_path, operators=False, files=files_for(way, where, when), commit=False)
     write_data(root, data, 1)
@@ -208,9 +195,7 @@ TABLES = {p.stem: json.loads(p.read_text()) for p in sorted((HERE / "data").glob
 """
 
 
-def test_a_read_it_cannot_follow_is_reported_at_its_line_and_inputs_declare_it(
-    tmp_path: Path,
-) -> None:
+def test_a_read_it_cannot_follow_is_reported_at_its_line_and_inputs_declare_it(tmp_path: Path) -> None:
     files = {"operators/op.py": template(UNFOLLOWED), "operators/plain.py": template()}
     root = make_repo(tmp_path, operators=False, files=files, commit=False)
     write(root, "operators/data/a.json", '{"tile": 8}')
@@ -225,7 +210,8 @@ def test_a_read_it_cannot_follow_is_reported_at_its_line_and_inputs_declare_it(
     assert report.warnings[0].startswith(
         f"operators/op.py:{line}: reads a file tvmtune-ci cannot follow: declare it "
         "(p.read_text(): tvmtune-ci cannot tell which file it is; run by op): list the files "
-        "it reads under `operators.op.inputs` in tvmtune.yaml")
+        "it reads under `operators.op.inputs` in tvmtune.yaml"
+    )
     # The glob declares what the read reads: no warning, and its files are inputs.
     config = CONFIG + "operators:\n  op:\n    inputs: [operators/data/*.json]\n"
     (root / "tvmtune.yaml").write_text(config)
@@ -235,8 +221,8 @@ def test_a_read_it_cannot_follow_is_reported_at_its_line_and_inputs_declare_it(
     expected = [(TEMPLATE_CHANGED, f"operators/data/{n}.json") for n in "ab"]
     assert stale(report) == {"op/avx512": expected, "op/avx2": expected}
     assert report.stale[0].reasons[0].detail == (
-        f"operators/data/a.json is read now: a data file its template declared at "
-        f"tvmtune.yaml:{glob_line} (inputs)")
+        f"operators/data/a.json is read now: a data file its template declared at tvmtune.yaml:{glob_line} (inputs)"
+    )
     freshen_all(root)
     commit_all(root, "declared")
     assert report_of(root).stale == () and report_of(root).templates_trusted == 4
@@ -263,8 +249,7 @@ def test_a_glob_that_matches_nothing_is_an_error_at_its_line(repo: Path) -> None
 
 @pytest.mark.parametrize("entry", ["/etc/x.json", "../x.json", "a/../../x", 3, ""])
 def test_an_input_glob_outside_the_repository_is_a_config_error(repo: Path, entry: object) -> None:
-    (repo / "tvmtune.yaml").write_text(
-        CONFIG + f"operators:\n  matmul:\n    inputs: [{json.dumps(entry)}]\n")
+    (repo / "tvmtune.yaml").write_text(CONFIG + f"operators:\n  matmul:\n    inputs: [{json.dumps(entry)}]\n")
     with pytest.raises(ConfigError, match=r"tvmtune.yaml:\d+: operators.matmul.inputs entry"):
         load_config(repo / "tvmtune.yaml")
 
@@ -274,12 +259,9 @@ DEBUG = os.environ.get("OP_DEBUG")
 """
 
 
-def test_environment_variables_are_reported_at_their_line_and_in_the_manifest(
-    tmp_path: Path,
-) -> None:
+def test_environment_variables_are_reported_at_their_line_and_in_the_manifest(tmp_path: Path) -> None:
     schedule = '    limit = int(os.environ["TILE_MAX"])\n    width = os.getenv("WIDTH", "8")\n'
-    root = make_repo(tmp_path, operators=False,
-                     files={"operators/op.py": template(ENV_READS, schedule)}, commit=False)
+    root = make_repo(tmp_path, operators=False, files={"operators/op.py": template(ENV_READS, schedule)}, commit=False)
     manifests = freshen_all(root)
     commit_all(root, "tuned")
     src = (root / "operators/op.py").read_text().splitlines()
@@ -297,21 +279,28 @@ def test_environment_variables_are_reported_at_their_line_and_in_the_manifest(
     assert report_of(root, rehash=True).warnings == report.warnings  # parsed: the same
     notes = manifests[0].sources["notes"]
     assert [(n["kind"], n["line"], n["what"].split()[0]) for n in notes] == [
-        ("env", at("OP_DEBUG"), "OP_DEBUG"), ("env", at("TILE_MAX"), "TILE_MAX"),
-        ("env", at("WIDTH"), "WIDTH")]
+        ("env", at("OP_DEBUG"), "OP_DEBUG"),
+        ("env", at("TILE_MAX"), "TILE_MAX"),
+        ("env", at("WIDTH"), "WIDTH"),
+    ]
 
 
-@pytest.mark.parametrize("read,data", [
-    ('value = (Path(__file__).parent / "tiles.txt").read_text()\n', "operators/tiles.txt"),
-    # The file's name is not in the code: it is the template's namesake.
-    ('value = Path(__file__).with_suffix(".json").read_text()\n', "operators/uses.json"),
-], ids=["named", "namesake"])
-def test_changed_since_checks_the_readers_of_an_edited_data_file(
-    tmp_path: Path, read: str, data: str
-) -> None:
-    files = {"operators/uses.py": template("def table():\n" + textwrap.indent(read, "    ")
-                                           + "    return value\n", "    table()\n"),
-             "operators/other.py": template()}
+@pytest.mark.parametrize(
+    "read,data",
+    [
+        ('value = (Path(__file__).parent / "tiles.txt").read_text()\n', "operators/tiles.txt"),
+        # The file's name is not in the code: it is the template's namesake.
+        ('value = Path(__file__).with_suffix(".json").read_text()\n', "operators/uses.json"),
+    ],
+    ids=["named", "namesake"],
+)
+def test_changed_since_checks_the_readers_of_an_edited_data_file(tmp_path: Path, read: str, data: str) -> None:
+    files = {
+        "operators/uses.py": template(
+            "def table():\n" + textwrap.indent(read, "    ") + "    return value\n", "    table()\n"
+        ),
+        "operators/other.py": template(),
+    }
     root = make_repo(tmp_path, operators=False, files=files, commit=False)
     write_data(root, data, 1)
     freshen_all(root)
@@ -323,7 +312,7 @@ def test_changed_since_checks_the_readers_of_an_edited_data_file(
     assert stale(report) == {f"uses/{t}": [(TEMPLATE_CHANGED, data)] for t in ("avx512", "avx2")}
 
 
-NOT_READS = '''\
+NOT_READS = """\
 def helper(sch, cfg, archive, table):
     get = table.get
     get("a")
@@ -335,7 +324,7 @@ def helper(sch, cfg, archive, table):
     cfg.knob(sch, "unroll")
     environ = {"X": 1}
     return environ["X"]
-'''
+"""
 
 
 def test_calls_that_only_look_like_reads_are_not_inputs_nor_warnings(tmp_path: Path) -> None:
@@ -357,9 +346,7 @@ MM_READING = SMALL_MM.replace(
 )
 
 
-def test_a_retune_records_its_data_files_and_check_trusts_them_until_one_changes(
-    tmp_path: Path,
-) -> None:
+def test_a_retune_records_its_data_files_and_check_trusts_them_until_one_changes(tmp_path: Path) -> None:
     pytest.importorskip("tvm")
     assert MM_READING.count("_LIMITS") == 2 and "MM_SERIAL" in MM_READING
     config = (
@@ -369,14 +356,16 @@ def test_a_retune_records_its_data_files_and_check_trusts_them_until_one_changes
         # Declared too: what load_step fingerprints must be what check does.
         "operators:\n  mm:\n    inputs: [operators/extra/*.csv]\n"
     )
-    files = {"operators/mm.py": MM_READING, "operators/mm_limits.json": '{"parallel": true}',
-             "operators/extra/shapes.csv": "M,N\n64,64\n"}
+    files = {
+        "operators/mm.py": MM_READING,
+        "operators/mm_limits.json": '{"parallel": true}',
+        "operators/extra/shapes.csv": "M,N\n64,64\n",
+    }
     root = make_repo(tmp_path, config=config, files=files, operators=False)
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     m = json.loads((root / "tuning_logs/mm/host/manifest.json").read_text())
-    assert set(m["sources"]["blobs"]) == {"operators/mm.py", "operators/mm_limits.json",
-                                          "operators/extra/shapes.csv"}
+    assert set(m["sources"]["blobs"]) == {"operators/mm.py", "operators/mm_limits.json", "operators/extra/shapes.csv"}
     assert m["sources"]["globs"] == {"operators/extra/*.csv": ["operators/extra/shapes.csv"]}
     assert [n["what"] for n in m["sources"]["notes"]] == ["MM_SERIAL (os.environ.get)"]
     assert {"operators/mm_limits.json:<data>", "operators/extra/shapes.csv:<data>"} <= set(m["dependencies"])

@@ -14,14 +14,7 @@ from rpcfleet import DEFAULT_KEY, RpcFleet, free_port, rpc_fleet, start_fleet  #
 
 from tvmtune_ci.core.config import MeasureOptions, RpcRunner
 from tvmtune_ci.core.errors import DeviceError
-from tvmtune_ci.tune.devices import (
-    KeyQueue,
-    TrackerQueue,
-    parse_summary,
-    preflight,
-    split_tracker,
-    tracker_summary,
-)
+from tvmtune_ci.tune.devices import KeyQueue, TrackerQueue, parse_summary, preflight, split_tracker, tracker_summary
 
 
 @pytest.fixture(scope="module")
@@ -42,22 +35,32 @@ def test_importing_devices_does_not_import_tvm() -> None:
 
 def test_parse_summary_counts_servers_per_key_and_drops_empty_keys() -> None:
     raw = {
-        "queue_info": {"a": {"free": 1, "pending": 0}, "b": {"free": 0, "pending": 2},
-                       "gone": {"free": 0, "pending": 0}, "old-app": {"free": 1, "pending": 0}},
-        "server_info": [{"key": "server:a", "addr": ["10.0.0.2", 9091]},
-                        {"key": "server:a", "addr": ["10.0.0.1", 9091]},
-                        {"key": "server:b", "addr": ["10.0.0.3", 9092]}],
+        "queue_info": {
+            "a": {"free": 1, "pending": 0},
+            "b": {"free": 0, "pending": 2},
+            "gone": {"free": 0, "pending": 0},
+            "old-app": {"free": 1, "pending": 0},
+        },
+        "server_info": [
+            {"key": "server:a", "addr": ["10.0.0.2", 9091]},
+            {"key": "server:a", "addr": ["10.0.0.1", 9091]},
+            {"key": "server:b", "addr": ["10.0.0.3", 9092]},
+        ],
     }
     q = parse_summary("h:1", raw)
     assert [k.key for k in q.keys] == ["a", "b", "old-app"]
-    assert q.get("a") == KeyQueue("a", free=1, total=2, pending=0,
-                                  servers=("10.0.0.1:9091", "10.0.0.2:9091"))
+    assert q.get("a") == KeyQueue("a", free=1, total=2, pending=0, servers=("10.0.0.1:9091", "10.0.0.2:9091"))
     assert q.get("a").busy == 1
     assert (q.get("b").free, q.get("b").total, q.get("b").pending) == (0, 1, 2)
     assert q.get("old-app").total == 1  # free but never reported itself: still a server
     assert q.get("nope") == KeyQueue("nope", 0, 0, 0)
-    assert q.to_json()["keys"][0] == {"key": "a", "free": 1, "total": 2, "pending": 0,
-                                      "servers": ["10.0.0.1:9091", "10.0.0.2:9091"]}
+    assert q.to_json()["keys"][0] == {
+        "key": "a",
+        "free": 1,
+        "total": 2,
+        "pending": 0,
+        "servers": ["10.0.0.1:9091", "10.0.0.2:9091"],
+    }
     assert parse_summary("h:1", {"queue_info": {}, "server_info": []}) == TrackerQueue("h:1")
 
 
@@ -67,8 +70,11 @@ def test_session_timeout_must_outlast_the_measurement() -> None:
     rpc = RpcRunner(tracker="127.0.0.1:1", key="k", session_timeout_s=10)
     check_session_timeout(rpc, MeasureOptions(time_cap_s=2, timeout_s=12))  # 7.2 s + 1 s
     # A slow kernel may sample for 0.6 x timeout_s: 9.6 s + ~1 s does not fit in 10 s.
-    with pytest.raises(DeviceError, match=r"session_timeout_s \(10s\).*cannot hold one measurement"
-                                          r".*sampling may last 9.6s.*raise runner.rpc.session_timeout_s above 10.6"):
+    with pytest.raises(
+        DeviceError,
+        match=r"session_timeout_s \(10s\).*cannot hold one measurement"
+        r".*sampling may last 9.6s.*raise runner.rpc.session_timeout_s above 10.6",
+    ):
         check_session_timeout(rpc, MeasureOptions(time_cap_s=2, timeout_s=16))
     # Checked before anything touches the (here unreachable) tracker.
     with pytest.raises(DeviceError, match="session_timeout_s"):
@@ -133,7 +139,8 @@ def test_preflight_stops_when_devices_exceed_the_fleet(fleet: RpcFleet) -> None:
         preflight(fleet.rpc(devices=3))
     assert str(e.value).startswith(
         f"tracker {fleet.tracker} has 2 free servers for key '{DEFAULT_KEY}' (2 total, 0 pending); "
-        f"tvmtune.yaml asks for devices: 3. ")
+        f"tvmtune.yaml asks for devices: 3. "
+    )
     start = f"python -m tvm.exec.rpc_server --tracker {fleet.tracker} --key {DEFAULT_KEY}"
     assert start in str(e.value)
 
@@ -155,8 +162,11 @@ def test_busy_servers_are_not_free(fleet: RpcFleet) -> None:
     try:
         k = fleet.summary().get(DEFAULT_KEY)
         assert (k.free, k.total, k.busy) == (1, 2, 1)
-        with pytest.raises(DeviceError, match=r"1 free server for key .* 1 of its servers is in "
-                                              r"other sessions"):
+        with pytest.raises(
+            DeviceError,
+            match=r"1 free server for key .* 1 of its servers is in "
+            r"other sessions",
+        ):
             preflight(fleet.rpc(devices=2))
     finally:
         del session
@@ -174,8 +184,11 @@ def test_killed_server_drops_out_and_preflight_for_two_fails(rpc_fleet) -> None:
     assert seconds < 5
     k = fleet.summary().get(DEFAULT_KEY)
     assert (k.free, k.total, k.pending) == (1, 1, 0) and gone not in k.servers
-    with pytest.raises(DeviceError, match=r"has 1 free server for key .*\(1 total, 0 pending\); "
-                                          r"tvmtune.yaml asks for devices: 2"):
+    with pytest.raises(
+        DeviceError,
+        match=r"has 1 free server for key .*\(1 total, 0 pending\); "
+        r"tvmtune.yaml asks for devices: 2",
+    ):
         preflight(fleet.rpc(devices=2))
     assert preflight(fleet.rpc(devices=1)).checked[0].server == fleet.servers[1].address
 

@@ -59,14 +59,23 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 
 def _leftovers(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / FOLDER).parent.iterdir() if "tvmtune-new" in p.name or "tvmtune-old" in p.name)
+    return sorted(
+        p.name for p in (root / FOLDER).parent.iterdir() if "tvmtune-new" in p.name or "tvmtune-old" in p.name
+    )
 
 
 def _killed(root: Path, step: str, *args: str, no_exchange: bool = False) -> subprocess.CompletedProcess[str]:
     """A real `retune` in its own process group, killed at `step`."""
     env = _env(**{KILL_AT_ENV: step}, **({NO_EXCHANGE_ENV: "1"} if no_exchange else {}))
-    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", "retune", *args], cwd=root, env=env,
-                       start_new_session=True, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci", "retune", *args],
+        cwd=root,
+        env=env,
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == -9, f"not killed at {step}: {r.returncode}\n{r.stdout}\n{r.stderr}"
     return r
 
@@ -98,7 +107,9 @@ def _assert_whole(root: Path, old: dict[str, bytes]) -> str:
 @pytest.fixture(scope="module")
 def first(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A first publish killed after staging, then recovered by the next `retune`."""
-    root = make_repo(tmp_path_factory.mktemp("faults"), config=CONFIG, files={"operators/mm.py": SMALL_MM}, operators=False)
+    root = make_repo(
+        tmp_path_factory.mktemp("faults"), config=CONFIG, files={"operators/mm.py": SMALL_MM}, operators=False
+    )
     for rel, data in USER_FILES.items():  # a folder with notes but no log yet
         (root / FOLDER / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / FOLDER / rel).write_bytes(data)
@@ -131,12 +142,15 @@ def test_first_publish_killed_after_staging(first: Path, tmp_path: Path) -> None
     assert git(root, "status", "--porcelain").strip() == ""
 
 
-@pytest.mark.parametrize(("step", "no_exchange", "expect"), [
-    ("mid_stage", False, "old"),  # staging half written: dropped
-    ("after_stage", False, "new"),  # staged and marked: the rerun finishes it
-    ("after_swap", False, "new"),  # swapped, old set not yet cleaned up
-    ("fallback_aside", True, "new"),  # no RENAME_EXCHANGE: live folder moved aside, new not in place
-])
+@pytest.mark.parametrize(
+    ("step", "no_exchange", "expect"),
+    [
+        ("mid_stage", False, "old"),  # staging half written: dropped
+        ("after_stage", False, "new"),  # staged and marked: the rerun finishes it
+        ("after_swap", False, "new"),  # swapped, old set not yet cleaned up
+        ("fallback_aside", True, "new"),  # no RENAME_EXCHANGE: live folder moved aside, new not in place
+    ],
+)
 def test_retune_killed_while_publishing(first: Path, tmp_path: Path, step: str, no_exchange: bool, expect: str) -> None:
     root = _copy(first, tmp_path)
     old = _tree(root / FOLDER)
@@ -159,8 +173,15 @@ def test_two_retunes_of_one_entry(first: Path, tmp_path: Path) -> None:
     root = _copy(first, tmp_path)
     old = _tree(root / FOLDER)
     lock = root / "tuning_logs/mm/.host.tvmtune-lock"
-    one = subprocess.Popen([sys.executable, "-m", "tvmtune_ci", "retune", "--all"], cwd=root, env=_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    one = subprocess.Popen(
+        [sys.executable, "-m", "tvmtune_ci", "retune", "--all"],
+        cwd=root,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:  # until the first one holds the lock (it writes its pid into the file)
@@ -199,7 +220,9 @@ def test_two_retune_commit_push_racing_on_one_origin_both_land(first: Path, tmp_
     src = _copy(first, tmp_path)
     # A second target: each runner re-tunes its own (operator, target), as the matrix does.
     cfg = src / "tvmtune.yaml"
-    cfg.write_text(cfg.read_text() + f"  host1:\n    target: {json.dumps({**TARGET, 'num-cores': 1})}\n    runs-on: [linux, x64]\n")
+    cfg.write_text(
+        cfg.read_text() + f"  host1:\n    target: {json.dumps({**TARGET, 'num-cores': 1})}\n    runs-on: [linux, x64]\n"
+    )
     base = commit_all(src, "a second target")
     origin = tmp_path / "origin.git"
     git(tmp_path, "clone", "-q", "--bare", str(src), str(origin))
@@ -210,9 +233,17 @@ def test_two_retune_commit_push_racing_on_one_origin_both_land(first: Path, tmp_
     for name, target in (("a", "host"), ("b", "host1")):
         work = tmp_path / name
         git(tmp_path, "clone", "-q", str(origin), str(work))
-        runs.append(subprocess.Popen(
-            [sys.executable, "-m", "tvmtune_ci", "retune", "mm", "--target", target, "--all", "--commit", "--push"],
-            cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        runs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tvmtune_ci", "retune", "mm", "--target", target, "--all", "--commit", "--push"],
+                cwd=work,
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
     outs = [p.communicate(timeout=400)[0] for p in runs]
     for p, out in zip(runs, outs, strict=True):
         assert p.returncode == 0, out

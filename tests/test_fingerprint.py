@@ -101,14 +101,8 @@ def test_golden_digest(root: Path) -> None:
 def test_lines_locate_each_dependency(root: Path) -> None:
     fp = fp_of(root)
     lines = TEMPLATE.splitlines()
-    assert fp.lines["operators/op.py:schedule"] == (
-        "operators/op.py",
-        lines.index("def schedule(sch, cfg):") + 1,
-    )
-    assert fp.lines["operators/op.py:_inner"] == (
-        "operators/op.py",
-        lines.index("def _inner(sch, loop):") + 1,
-    )
+    assert fp.lines["operators/op.py:schedule"] == ("operators/op.py", lines.index("def schedule(sch, cfg):") + 1)
+    assert fp.lines["operators/op.py:_inner"] == ("operators/op.py", lines.index("def _inner(sch, loop):") + 1)
     assert fp.lines["operators/op.py:VECTOR"] == ("operators/op.py", lines.index("VECTOR = 8") + 1)
     assert fp.files == {"operators/op.py"}
     # Moving code down moves the lines, not the hashes.
@@ -122,37 +116,17 @@ def test_lines_locate_each_dependency(root: Path) -> None:
     "old,new",
     [
         ("    _inner(sch, j)\n", "    _inner(sch, j)  # the vector loop\n"),
-        (
-            '"""Vectorise the innermost loop."""',
-            '"""Vectorise the innermost loop (a new docstring)."""',
-        ),
-        (
-            'def _inner(sch, loop):\n    """Vectorise the innermost loop."""\n',
-            "def _inner(sch, loop):\n",
-        ),
+        ('"""Vectorise the innermost loop."""', '"""Vectorise the innermost loop (a new docstring)."""'),
+        ('def _inner(sch, loop):\n    """Vectorise the innermost loop."""\n', "def _inner(sch, loop):\n"),
         ("\n\ndef schedule", "\n\n\n\n# a comment\n\ndef schedule"),
         (
             'io, ii = cfg.split(sch, i, "tile_i")',
             "io, ii = cfg.split(\n        sch,\n        i,\n        'tile_i',\n    )",
         ),
-        (
-            '    define_knob("unroll", [0, 16]),\n',
-            "    define_knob('unroll', [0,\n                           16]),\n",
-        ),
-        (
-            "def _unused(x):\n    return x + 1",
-            "def _unused(x):\n    return x + 2",
-        ),  # nothing uses it
+        ('    define_knob("unroll", [0, 16]),\n', "    define_knob('unroll', [0,\n                           16]),\n"),
+        ("def _unused(x):\n    return x + 1", "def _unused(x):\n    return x + 2"),  # nothing uses it
     ],
-    ids=[
-        "comment",
-        "docstring",
-        "drop-docstring",
-        "blank-lines",
-        "reformat-call",
-        "reformat-knobs",
-        "unused-helper",
-    ],
+    ids=["comment", "docstring", "drop-docstring", "blank-lines", "reformat-call", "reformat-knobs", "unused-helper"],
 )
 def test_cosmetic_edits_keep_the_digest(root: Path, old: str, new: str) -> None:
     before = fp_of(root)
@@ -204,9 +178,7 @@ def test_workloads_are_hashed_as_values_not_code(root: Path) -> None:
     assert after.workloads_hash != before.workloads_hash
     assert after.digest != before.digest
     # Reformatting the literal is not a change.
-    (root / "operators/op.py").write_text(
-        src.replace('{"w": {"M": 64, "N": 32}}', "{'w': {'N': 32,\n 'M': 64}}")
-    )
+    (root / "operators/op.py").write_text(src.replace('{"w": {"M": 64, "N": 32}}', "{'w': {'N': 32,\n 'M': 64}}"))
     assert fp_of(root).digest == before.digest
 
 
@@ -220,13 +192,8 @@ def test_a_new_helper_shows_as_added_and_a_dropped_one_as_removed(root: Path) ->
     (root / "operators/op.py").write_text(src)
     diff = {c.key: c for c in compare_dependencies(before.dependencies, fp_of(root))}
     assert diff["operators/op.py:_other"].change == "added"
-    assert (
-        diff["operators/op.py:_other"].line == src.splitlines().index("def _other(sch, loop):") + 1
-    )
-    assert (
-        diff["operators/op.py:_inner"].change == "removed"
-        and diff["operators/op.py:_inner"].line is None
-    )
+    assert diff["operators/op.py:_other"].line == src.splitlines().index("def _other(sch, loop):") + 1
+    assert diff["operators/op.py:_inner"].change == "removed" and diff["operators/op.py:_inner"].line is None
     assert diff["operators/op.py:VECTOR"].change == "removed"  # only _inner used it
     assert diff["operators/op.py:schedule"].change == "changed"
 
@@ -260,14 +227,11 @@ def schedule(sch, cfg):
 MODULES = {
     "operators/__init__.py": "",
     "operators/op.py": USES_MODULES,
-    "operators/_helpers.py": (
-        "from mylib.tiling import factor\n\n\ndef helper(sch):\n    return factor(sch)\n"
-    ),
+    "operators/_helpers.py": ("from mylib.tiling import factor\n\n\ndef helper(sch):\n    return factor(sch)\n"),
     "operators/_rel.py": "def rel_fn(sch):\n    return sch\n\n\ndef not_used():\n    pass\n",
     "mylib/__init__.py": "from .tiling import tile as reexported\n",
     "mylib/tiling.py": (
-        "STEP = 4\n\n\ndef factor(n):\n    return n * STEP\n\n\n"
-        "def tile(sch):\n    return factor(sch)\n"
+        "STEP = 4\n\n\ndef factor(n):\n    return n * STEP\n\n\ndef tile(sch):\n    return factor(sch)\n"
     ),
     "mylib/deep/inner.py": "def ref(a):\n    return a\n",
 }
@@ -323,12 +287,7 @@ def test_in_repo_modules_are_followed_through_every_import_form(modroot: Path) -
         ("mylib/tiling.py", "STEP = 4", "STEP = 2", "mylib/tiling.py:STEP"),
         ("mylib/tiling.py", "return n * STEP", "return n * STEP + 1", "mylib/tiling.py:factor"),
         ("mylib/deep/inner.py", "return a", "return -a", "mylib/deep/inner.py:ref"),
-        (
-            "operators/_rel.py",
-            "return sch\n\n\ndef not",
-            "return None\n\n\ndef not",
-            "operators/_rel.py:rel_fn",
-        ),
+        ("operators/_rel.py", "return sch\n\n\ndef not", "return None\n\n\ndef not", "operators/_rel.py:rel_fn"),
     ],
 )
 def test_a_change_in_another_module_names_that_module(
@@ -346,9 +305,7 @@ def test_a_change_in_another_module_names_that_module(
 def test_unused_code_in_a_used_module_does_not_count(modroot: Path) -> None:
     before = fp_of(modroot)
     p = modroot / "operators/_rel.py"
-    p.write_text(
-        p.read_text().replace("def not_used():\n    pass", "def not_used():\n    return 42")
-    )
+    p.write_text(p.read_text().replace("def not_used():\n    pass", "def not_used():\n    return 42"))
     (modroot / "mylib/unrelated.py").write_text("X = 1\n")
     assert fp_of(modroot).digest == before.digest
 
@@ -365,9 +322,7 @@ def test_external_code_is_never_hashed(tmp_path: Path) -> None:
 def test_missing_name_in_an_in_repo_module_is_recorded(modroot: Path) -> None:
     p = modroot / "operators/op.py"
     p.write_text(
-        p.read_text().replace(
-            "from operators._helpers import helper", "from operators._helpers import helper, gone"
-        )
+        p.read_text().replace("from operators._helpers import helper", "from operators._helpers import helper, gone")
     )
     p.write_text(p.read_text().replace("    helper(sch)\n", "    helper(sch)\n    gone(sch)\n"))
     assert fp_of(modroot).dependencies["operators/_helpers.py:gone"] == MISSING_HASH
@@ -390,7 +345,11 @@ def test_import_cycles_terminate(tmp_path: Path) -> None:
     # code and their `from ... import f` lines are hashed on the way.
     assert deps["a.py:f"] == MISSING_HASH
     assert {k for k in deps if k.startswith(("a.py:", "b.py:"))} == {
-        "a.py:<module>", "a.py:<module>.f", "a.py:f", "b.py:<module>", "b.py:<module>.f"
+        "a.py:<module>",
+        "a.py:<module>.f",
+        "a.py:f",
+        "b.py:<module>",
+        "b.py:<module>.f",
     }
 
 

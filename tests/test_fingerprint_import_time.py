@@ -123,12 +123,7 @@ def test_a_statement_after_the_imports_of_the_template_counts(root: Path) -> Non
 
 def test_a_call_at_module_level_hashes_the_function_it_calls(root: Path) -> None:
     # `_x = f()` runs f at import: f's body counts although nothing else uses it.
-    edit(
-        root,
-        "operators/op.py",
-        "WORKLOADS =",
-        "def _setup():\n    return 1\n\n\n_x = _setup()\n\nWORKLOADS =",
-    )
+    edit(root, "operators/op.py", "WORKLOADS =", "def _setup():\n    return 1\n\n\n_x = _setup()\n\nWORKLOADS =")
     before = fp_of(root)
     assert "operators/op.py:_setup" in before.dependencies
     edit(root, "operators/op.py", "    return 1\n", "    return __import__('os').getpid()\n")
@@ -164,8 +159,7 @@ def test_a_statement_at_module_level_of_a_helper_counts(root: Path, payload: str
     first = payload.splitlines()[0]
     added = {k: v for k, v in diff.items() if v[0] == "added"}
     assert any(
-        k.startswith("operators/_h.py:<module>.") and line == line_of(src, first)
-        for k, (_, line) in added.items()
+        k.startswith("operators/_h.py:<module>.") and line == line_of(src, first) for k, (_, line) in added.items()
     ), diff
 
 
@@ -190,8 +184,7 @@ def test_every_import_form_runs_the_helper(root: Path, import_line: str) -> None
 
 
 @pytest.mark.parametrize(
-    "import_line",
-    ["import operators._h", "from operators import _h", "from . import _h", "from ._h import *"],
+    "import_line", ["import operators._h", "from operators import _h", "from . import _h", "from ._h import *"]
 )
 def test_a_helper_imported_only_for_its_side_effects_counts(root: Path, import_line: str) -> None:
     edit(root, "operators/op.py", "from operators._h import tile", f"{import_line}  # noqa")
@@ -212,12 +205,7 @@ def test_a_helper_imported_inside_a_hashed_function_counts(root: Path) -> None:
 
 def test_what_a_helpers_module_level_code_reaches_counts_transitively(root: Path) -> None:
     # _h runs `_other.g()` at import: g's body counts, h's (never called) does not.
-    edit(
-        root,
-        "operators/_h.py",
-        "STEP = 4\n",
-        "from operators import _other\n\n_v = _other.g()\nSTEP = 4\n",
-    )
+    edit(root, "operators/_h.py", "STEP = 4\n", "from operators import _other\n\n_v = _other.g()\nSTEP = 4\n")
     before = fp_of(root)
     assert "operators/_other.py:g" in before.dependencies
     edit(root, "operators/_other.py", "return 2", "return 3")
@@ -241,10 +229,7 @@ def test_a_package_init_on_the_way_counts(root: Path) -> None:
     "old,new",
     [
         ("@os.system\ndef _run():\n    pass\n", "@os.system\ndef _run():\n    return 1\n"),
-        (
-            "class _C:\n    def m(self):\n        pass\n",
-            "class _C:\n    def m(self):\n        return 1\n",
-        ),
+        ("class _C:\n    def m(self):\n        pass\n", "class _C:\n    def m(self):\n        return 1\n"),
         ("def _f(x=1):\n    pass\n", "def _f(x=2):\n    pass\n"),
         ("def _f(x: int):\n    pass\n", "def _f(x: float):\n    pass\n"),
     ],
@@ -269,14 +254,7 @@ def test_what_a_definition_runs_at_import_counts(root: Path, old: str, new: str)
         ("def unused(x):\n", 'def unused(x):\n    """Now documented."""\n'),
         ("return sch.split(STEP)", "return sch.split(\n        STEP,\n    )"),
     ],
-    ids=[
-        "unused-function-body",
-        "comment",
-        "docstring",
-        "blank-lines",
-        "new-docstring",
-        "reformat",
-    ],
+    ids=["unused-function-body", "comment", "docstring", "blank-lines", "new-docstring", "reformat"],
 )
 def test_cosmetic_edits_to_module_level_code_do_not_count(root: Path, old: str, new: str) -> None:
     before = fp_of(root)
@@ -325,25 +303,14 @@ def test_fingerprinting_never_runs_module_level_code(root: Path, tmp_path: Path)
 
 @pytest.mark.parametrize(
     "call",
-    [
-        "globals()['_payload']()",
-        "eval('_payload()')",
-        "getattr(__import__('sys').modules[__name__], '_payload')()",
-    ],
+    ["globals()['_payload']()", "eval('_payload()')", "getattr(__import__('sys').modules[__name__], '_payload')()"],
     ids=["globals", "eval", "sys-modules"],
 )
 def test_a_function_reached_by_a_string_counts(root: Path, call: str) -> None:
     # Its name is never written as code: every definition of the module counts.
-    edit(
-        root,
-        "operators/_h.py",
-        "STEP = 4\n",
-        f"STEP = 4\n\n\ndef _payload():\n    pass\n\n\n{call}\n",
-    )
+    edit(root, "operators/_h.py", "STEP = 4\n", f"STEP = 4\n\n\ndef _payload():\n    pass\n\n\n{call}\n")
     before = fp_of(root)
-    edit(
-        root, "operators/_h.py", "def _payload():\n    pass\n", "def _payload():\n    os.getpid()\n"
-    )
+    edit(root, "operators/_h.py", "def _payload():\n    pass\n", "def _payload():\n    os.getpid()\n")
     after = fp_of(root)
     assert after.digest != before.digest
     assert "operators/_h.py:_payload" in changes(before, after)
@@ -351,10 +318,7 @@ def test_a_function_reached_by_a_string_counts(root: Path, call: str) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    [
-        "__import__('operators._other')",
-        "import importlib\nimportlib.import_module('operators._other')",
-    ],
+    ["__import__('operators._other')", "import importlib\nimportlib.import_module('operators._other')"],
     ids=["__import__", "import_module"],
 )
 def test_a_module_imported_by_a_string_counts(root: Path, line: str) -> None:

@@ -24,9 +24,7 @@ PINNED = {
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture(autouse=True)
@@ -35,9 +33,7 @@ def isolated_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     `git_env`: that is conftest's helper, which this fixture's name would shadow.)"""
     home = tmp_path / "home"
     home.mkdir()
-    (home / ".gitconfig").write_text(
-        "[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n"
-    )
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n[advice]\n\tdetachedHead = false\n")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -71,11 +67,7 @@ def changed_in(root: Path, rev: str = "HEAD") -> set[str]:
 
 
 def status(root: Path) -> set[str]:
-    return {
-        line
-        for line in git(root, "status", "--porcelain", "--untracked-files=all").splitlines()
-        if line
-    }
+    return {line for line in git(root, "status", "--porcelain", "--untracked-files=all").splitlines() if line}
 
 
 def test_git_runs_isolated_with_the_pinned_identity(tmp_path: Path) -> None:
@@ -94,9 +86,7 @@ def test_git_runs_isolated_with_the_pinned_identity(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- commit_paths
 
 
-def test_commit_paths_commits_only_the_listed_paths_while_others_are_dirty_and_staged(
-    tmp_path: Path,
-) -> None:
+def test_commit_paths_commits_only_the_listed_paths_while_others_are_dirty_and_staged(tmp_path: Path) -> None:
     root = make_repo(
         tmp_path / "repo",
         {
@@ -129,10 +119,7 @@ def test_commit_paths_commits_only_the_listed_paths_while_others_are_dirty_and_s
 
     assert sha == git(root, "rev-parse", "HEAD").strip()
     assert git(root, "rev-parse", "HEAD~1").strip() == before
-    assert changed_in(root) == {
-        "M\ttuning_logs/matmul/cpu/log.json",
-        "A\ttuning_logs/matmul/cpu/manifest.json",
-    }
+    assert changed_in(root) == {"M\ttuning_logs/matmul/cpu/log.json", "A\ttuning_logs/matmul/cpu/manifest.json"}
     assert git(root, "show", "HEAD:tuning_logs/matmul/cpu/log.json") == "new log\n"
     # Everything else is exactly as it was: staged stays staged, dirty stays dirty.
     assert status(root) == {
@@ -142,11 +129,7 @@ def test_commit_paths_commits_only_the_listed_paths_while_others_are_dirty_and_s
         " M README.md",
         "?? untracked.txt",
     }
-    assert git(root, "diff", "--cached", "--name-only").split() == [
-        "gone.txt",
-        "operators/matmul.py",
-        "staged_new.txt",
-    ]
+    assert git(root, "diff", "--cached", "--name-only").split() == ["gone.txt", "operators/matmul.py", "staged_new.txt"]
     assert (root / "README.md").read_text() == "readme edited, not staged\n"
     assert git(root, "log", "-1", "--format=%s").strip() == "tvmtune-ci: re-tune matmul on cpu"
     # A later plain `git commit` commits the other person's staged work, not ours.
@@ -155,22 +138,14 @@ def test_commit_paths_commits_only_the_listed_paths_while_others_are_dirty_and_s
 
 
 def test_commit_paths_rename_to_bak_is_a_delete_plus_add(tmp_path: Path) -> None:
-    root = make_repo(
-        tmp_path / "repo",
-        {"tuning_logs/mm/cpu/mm_cpu_2025-01-01.json": "old\n", "other.txt": "x\n"},
-    )
+    root = make_repo(tmp_path / "repo", {"tuning_logs/mm/cpu/mm_cpu_2025-01-01.json": "old\n", "other.txt": "x\n"})
     old = root / "tuning_logs/mm/cpu/mm_cpu_2025-01-01.json"
     bak = root / "tuning_logs/mm/cpu/mm_cpu_2025-01-01.json.bak"
     os.rename(old, bak)
     write(root, "tuning_logs/mm/cpu/mm_cpu_2026-01-01.json", "new\n")
     write(root, "other.txt", "dirty\n")
 
-    commit_paths(
-        root,
-        [old, bak, root / "tuning_logs/mm/cpu/mm_cpu_2026-01-01.json"],
-        "archive and publish",
-        None,
-    )
+    commit_paths(root, [old, bak, root / "tuning_logs/mm/cpu/mm_cpu_2026-01-01.json"], "archive and publish", None)
 
     assert changed_in(root) == {
         "D\ttuning_logs/mm/cpu/mm_cpu_2025-01-01.json",
@@ -181,9 +156,7 @@ def test_commit_paths_rename_to_bak_is_a_delete_plus_add(tmp_path: Path) -> None
 
 
 def test_commit_paths_takes_a_folder_with_deletions_inside(tmp_path: Path) -> None:
-    root = make_repo(
-        tmp_path / "repo", {"logs/a/1.json": "1\n", "logs/a/2.json": "2\n", "keep.txt": "k\n"}
-    )
+    root = make_repo(tmp_path / "repo", {"logs/a/1.json": "1\n", "logs/a/2.json": "2\n", "keep.txt": "k\n"})
     (root / "logs/a/1.json").unlink()
     write(root, "logs/a/3.json", "3\n")
     write(root, "keep.txt", "dirty\n")
@@ -229,9 +202,7 @@ def test_commit_paths_nothing_changed_raises(tmp_path: Path) -> None:
     head = git(root, "rev-parse", "HEAD").strip()
     with pytest.raises(GitError, match="nothing to commit: a.txt already match HEAD"):
         commit_paths(root, [Path("a.txt")], "nothing", None)
-    with pytest.raises(
-        GitError, match="nothing to commit: none of missing.txt exists or is tracked"
-    ):
+    with pytest.raises(GitError, match="nothing to commit: none of missing.txt exists or is tracked"):
         commit_paths(root, [Path("missing.txt")], "nothing", None)
     with pytest.raises(GitError, match="no paths were given"):
         commit_paths(root, [], "nothing", None)
@@ -254,9 +225,7 @@ def test_commit_paths_ignored_file_names_the_fix(tmp_path: Path) -> None:
         commit_paths(root, [Path("x.tmp")], "msg", None)
 
 
-def test_identity_from_config_unless_environment_sets_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_identity_from_config_unless_environment_sets_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
         monkeypatch.delenv(var)
@@ -301,9 +270,7 @@ def test_missing_identity_names_the_fix(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_importing_git_write_does_not_import_gitpython() -> None:
     code = "import sys, tvmtune_ci.publish.gitwrite; print('git' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "False"
 
 
@@ -338,13 +305,9 @@ def test_two_runners_push_different_logs_both_land_on_origin(origin: Path, tmp_p
     assert git(b, "rev-parse", "HEAD").strip() == start
 
     write(a, "tuning_logs/matmul/cpu/log.json", "a\n")
-    sha_a = commit_paths(
-        a, [Path("tuning_logs/matmul/cpu/log.json")], "re-tune matmul on cpu", None
-    )
+    sha_a = commit_paths(a, [Path("tuning_logs/matmul/cpu/log.json")], "re-tune matmul on cpu", None)
     write(b, "tuning_logs/conv2d/gpu/log.json", "b\n")
-    sha_b = commit_paths(
-        b, [Path("tuning_logs/conv2d/gpu/log.json")], "re-tune conv2d on gpu", None
-    )
+    sha_b = commit_paths(b, [Path("tuning_logs/conv2d/gpu/log.json")], "re-tune conv2d on gpu", None)
     # Runner B also has unrelated dirty and staged files: the rebase keeps them.
     write(b, "shared.txt", "dirty on b\n")
     write(b, "scratch.txt", "staged on b\n")
@@ -387,8 +350,7 @@ def behind_a_pushed_commit(
 
 def test_conflicting_rebase_aborts_and_keeps_the_local_commit(origin: Path, tmp_path: Path) -> None:
     b, sha_b = behind_a_pushed_commit(
-        origin, tmp_path, ("shared.txt", "from a\n", "a edits shared"),
-        ("shared.txt", "from b\n", "b edits shared"),
+        origin, tmp_path, ("shared.txt", "from a\n", "a edits shared"), ("shared.txt", "from b\n", "b edits shared")
     )
 
     with pytest.raises(GitError) as exc:

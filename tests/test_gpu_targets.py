@@ -54,8 +54,14 @@ def test_the_numerics_on_a_gpu_are_refused_here_not_skipped() -> None:
 
 @pytest.mark.parametrize(
     ("arch", "gpu", "ok"),
-    [("sm_90a", "9.0", True), ("sm_90a", "8.0", False), ("sm_80", "8.6", True),
-     ("sm_86", "8.0", False), ("sm_80", "9.0", False), ("sm_90", "9.0", True)],
+    [
+        ("sm_90a", "9.0", True),
+        ("sm_90a", "8.0", False),
+        ("sm_80", "8.6", True),
+        ("sm_86", "8.0", False),
+        ("sm_80", "9.0", False),
+        ("sm_90", "9.0", True),
+    ],
 )
 def test_a_gpu_of_another_arch_is_refused(arch: str, gpu: str, ok: bool) -> None:
     problem = gpu_arch_problem({"arch": arch}, gpu)
@@ -72,8 +78,7 @@ def test_the_device_type_of_a_cuda_target_is_cuda() -> None:
 
 
 @pytest.mark.extra("cuda")
-def test_the_runner_takes_a_real_cuda_library_and_says_why_it_cannot_run_it(
-        tmp_path: Path) -> None:
+def test_the_runner_takes_a_real_cuda_library_and_says_why_it_cannot_run_it(tmp_path: Path) -> None:
     """The builder's CUDA library goes to the same local runner as a CPU kernel, with
     device type cuda; the worker loads it through the compile hook (which finds the
     builder's cubin) and, without a GPU, the measurement fails with the reason: a
@@ -121,8 +126,15 @@ def test_the_readme_of_a_gpu_log_shows_the_arch_and_the_bests_resources(tmp_path
     root = make_repo(tmp_path, config=GPU_CONFIG, operators=["matmul_cuda"])
     write_fresh(root, "matmul_cuda", "h100")
     folder = root / "tuning_logs" / "matmul_cuda" / "h100"
-    gpu = {"arch": "sm_90a", "smem_bytes": 6144, "registers_per_block": 8192, "registers": 32,
-           "threads": 256, "spill_bytes": 0, "cubin_bytes": 44920}
+    gpu = {
+        "arch": "sm_90a",
+        "smem_bytes": 6144,
+        "registers_per_block": 8192,
+        "registers": 32,
+        "threads": 256,
+        "spill_bytes": 0,
+        "cubin_bytes": 44920,
+    }
 
     def add(results: dict) -> None:
         results["m1024"]["gpu"] = gpu
@@ -136,8 +148,10 @@ def test_the_readme_of_a_gpu_log_shows_the_arch_and_the_bests_resources(tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
     text = (folder / "README.md").read_text()
     assert "# Tuning log: `matmul_cuda` on `h100` (sm_90a)" in text
-    assert ("GPU build of the best (sm_90a), as ptxas reported it: 6,144 bytes of shared memory "
-            "and 8,192 registers per block (32 per thread x 256 threads)") in text
+    assert (
+        "GPU build of the best (sm_90a), as ptxas reported it: 6,144 bytes of shared memory "
+        "and 8,192 registers per block (32 per thread x 256 threads)"
+    ) in text
     assert "resources × 3; resources: built, but over the GPU's limits" in text
     assert "sm_90a (CUDA): 49,152 bytes of shared memory" in text
 

@@ -25,10 +25,10 @@ def test_a_config_keeps_every_knob_that_is_still_valid() -> None:
 
 def test_invalid_knobs_are_repaired_and_new_ones_take_the_default() -> None:
     new = [
-        define_split("tile_i", "M", parts=3, max_factor=8),        # parts changed
+        define_split("tile_i", "M", parts=3, max_factor=8),  # parts changed
         define_split("tile_j", "N//LANES", parts=2, max_factor=4),  # extent changed
-        define_knob("unroll", [0, 64]),                            # 16 no longer offered
-        define_structure("pack", ["none", "global"]),              # new
+        define_knob("unroll", [0, 64]),  # 16 no longer offered
+        define_structure("pack", ["none", "global"]),  # new
     ]
     m = map_config({"tile_i": [8, 8], "tile_j": [4, 4], "unroll": 16, "cache": True}, new, WL, AVX2)
     # tile_j [4, 4] multiplies to 16 = 128 // 8 lanes on AVX2: still valid there.
@@ -45,9 +45,7 @@ def test_configs_that_become_one_point_or_keep_nothing_are_dropped() -> None:
     a = {"tile_i": [8, 8], "unroll": 0}
     b = {"tile_i": [8, 8], "unroll": 16}  # differs only in a removed knob
     c = {"tile_j": [1, 128]}  # keeps nothing: just the default
-    assert [m.knobs for m in map_all([a, b, c], new, WL, AVX2)] == [
-        {"tile_i": [8, 8], "unroll2": 0}
-    ]
+    assert [m.knobs for m in map_all([a, b, c], new, WL, AVX2)] == [{"tile_i": [8, 8], "unroll2": 0}]
 
 
 def test_knob_diff_names_added_removed_and_changed() -> None:
@@ -62,23 +60,35 @@ def test_knob_diff_names_added_removed_and_changed() -> None:
     # tile_i's bound VREGS//2 is 8 on AVX2, as before: evaluated, not a change.
     assert d.changed == ("unroll: knob [0, 16] -> knob [0, 16, 64]",)
     avx512 = knob_diff(OLD, new, WL, {"kind": "llvm", "mcpu": "znver4"})
-    assert avx512.changed[0] == (
-        "tile_i: split of 64 in 2, innermost <= 8 -> split of 64 in 2, innermost <= 16"
-    )
+    assert avx512.changed[0] == ("tile_i: split of 64 in 2, innermost <= 8 -> split of 64 in 2, innermost <= 16")
     unknown = knob_diff(None, new, WL, AVX2, old_names=["tile_i", "gone"])
     assert not unknown.known and unknown.removed == ("gone",)
     assert "old declaration unreadable" in unknown.sentence()
 
 
 def test_the_report_round_trips_and_reads_well() -> None:
-    r = ReplayReport(source="mm_host_2026-01-01.json", offered=3, whole=2, built=3, correct=2,
-                     measured=2, knob_diff=KnobDiff(added=("pack",)), reset_counts={"pack": 1},
-                     failures=("x: wrong",), old_best_s=0.001, old_best_rel=0.01, verdict="equal",
-                     seeded=True, finals_left_out=4)
+    r = ReplayReport(
+        source="mm_host_2026-01-01.json",
+        offered=3,
+        whole=2,
+        built=3,
+        correct=2,
+        measured=2,
+        knob_diff=KnobDiff(added=("pack",)),
+        reset_counts={"pack": 1},
+        failures=("x: wrong",),
+        old_best_s=0.001,
+        old_best_rel=0.01,
+        verdict="equal",
+        seeded=True,
+        finals_left_out=4,
+    )
     assert ReplayReport.from_json(r.to_json()) == r
     text = " | ".join(r.sentences())
-    assert ("4 of the search's finalists were programs mm_host_2026-01-01.json measured, which the "
-            "edit left unchanged as it did the old best's: left out of the finals") in text
+    assert (
+        "4 of the search's finalists were programs mm_host_2026-01-01.json measured, which the "
+        "edit left unchanged as it did the old best's: left out of the finals"
+    ) in text
     # A report written before the field existed reads as none left out.
     older = {k: v for k, v in r.to_json().items() if k != "finals_left_out"}
     assert ReplayReport.from_json(older).finals_left_out == 0
@@ -90,16 +100,22 @@ def test_the_report_round_trips_and_reads_well() -> None:
 
 def test_probes_are_the_old_best_with_one_knob_in_the_region_the_edit_opened() -> None:
     old = [define_split("tile_j", "N", parts=2, max_factor=1), define_knob("unroll", [0, 16])]
-    new = [define_split("tile_j", "N", parts=2, max_factor=64), define_knob("unroll", [0, 16, 64]),
-           define_structure("pack", ["none", "tile"])]
+    new = [
+        define_split("tile_j", "N", parts=2, max_factor=64),
+        define_knob("unroll", [0, 16, 64]),
+        define_structure("pack", ["none", "tile"]),
+    ]
     best = {"tile_j": [64, 1], "unroll": 16, "pack": "none"}
     got = probes(best, old, new, {"N": 64}, {}, limit=8)
     assert len(got) == 8 and len({repr(sorted(p.items())) for p in got}) == 8
     for p in got:  # exactly one knob moved, into a value the old template could not take
         moved = [k for k in best if p[k] != best[k]]
         assert len(moved) == 1, p
-        assert (moved[0] == "tile_j" and p["tile_j"][1] > 1) or (moved[0] == "unroll" and p["unroll"] == 64) \
+        assert (
+            (moved[0] == "tile_j" and p["tile_j"][1] > 1)
+            or (moved[0] == "unroll" and p["unroll"] == 64)
             or (moved[0] == "pack" and p["pack"] == "tile")
+        )
     # Round-robin: every knob the edit opened is probed, and tile_j's both ends early.
     assert {"unroll", "pack"} <= {k for p in got for k in best if p[k] != best[k]}
     assert [1, 64] in [p["tile_j"] for p in got[:6]] and [32, 2] in [p["tile_j"] for p in got[:6]]

@@ -32,10 +32,10 @@ from tvmtune_ci.tune.hostcheck import (  # noqa: E402
 # CPU whose code it cannot run and a feature that says why. sapphirerapids -> znver5:
 # avx512vp2intersect, which no hand table of this product ever listed.
 HOSTS = {
-    "znver3": ("znver4", "avx512f"),                   # AVX2 only
-    "znver4": ("sapphirerapids", "amx-tile"),          # AVX-512, no AMX
+    "znver3": ("znver4", "avx512f"),  # AVX2 only
+    "znver4": ("sapphirerapids", "amx-tile"),  # AVX-512, no AMX
     "sapphirerapids": ("znver5", "avx512vp2intersect"),  # AMX and AVX-512 FP16
-    "aarch64:neoverse-n1": ("znver4", None),           # another architecture
+    "aarch64:neoverse-n1": ("znver4", None),  # another architecture
 }
 
 
@@ -87,7 +87,8 @@ def test_a_feature_outside_any_table_is_refused_on_a_host_without_it() -> None:
     assert missing_features({"kind": "llvm", "mcpu": "sapphirerapids"}, spr) == []
     z5 = synthetic_host("znver5")
     assert missing_features({"kind": "llvm", "mcpu": "znver5", "mattr": ["-avx512vp2intersect"]}, spr) == [
-        f for f in missing_features({"kind": "llvm", "mcpu": "znver5"}, spr) if f != "avx512vp2intersect"]
+        f for f in missing_features({"kind": "llvm", "mcpu": "znver5"}, spr) if f != "avx512vp2intersect"
+    ]
     assert missing_features({"kind": "llvm", "mcpu": "znver4"}, z5) == []
 
 
@@ -96,8 +97,9 @@ def test_a_feature_no_one_can_vouch_for_is_refused(monkeypatch: pytest.MonkeyPat
     than LLVM's host detection) is refused, not waved through; LLVM's tuning
     preferences and the architecture's baseline are not features a CPU can lack."""
     host = Host(arch="x86_64", cpu="x", features=frozenset({"avx2"}), known=frozenset({"avx2", "avx512f"}))
-    got = missing_of(["avx2", "avx512f", "avx12.0", "x87", "fast-gather", "slow-3ops-lea", "macrofusion"],
-                     host, baseline=["x87"])
+    got = missing_of(
+        ["avx2", "avx512f", "avx12.0", "x87", "fast-gather", "slow-3ops-lea", "macrofusion"], host, baseline=["x87"]
+    )
     assert got == ["avx12.0", "avx512f"]
     # No real LLVM feature is unknown to LLVM's own detection, so the list is injected
     # here to see the refusal say why an unreported one is refused.
@@ -125,8 +127,9 @@ def test_features_a_vm_hides_are_turned_off_in_the_host_target() -> None:
     """An Emerald Rapids guest without AMX is still `emeraldrapids` to LLVM: the host
     target turns AMX off, so the host check accepts it and tuning there works."""
     emr = synthetic_host("emeraldrapids")
-    guest = Host(arch="x86_64", cpu="emeraldrapids",
-                 features=frozenset(f for f in emr.features if not f.startswith("amx")))
+    guest = Host(
+        arch="x86_64", cpu="emeraldrapids", features=frozenset(f for f in emr.features if not f.startswith("amx"))
+    )
     target = host_target(2, host=guest)
     assert sorted(target["mattr"]) == ["-amx-bf16", "-amx-int8", "-amx-tile"]
     assert missing_features(target, guest) == []
@@ -189,8 +192,10 @@ def test_the_host_description_names_the_cpu_s_family_and_model(tmp_path) -> None
     from tvmtune_ci.tune.hostcheck import host_description
 
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
-                    "model name\t: AMD EPYC\n\nprocessor\t: 1\nvendor_id\t: Other\ncpu family\t: 1\n")
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+        "model name\t: AMD EPYC\n\nprocessor\t: 1\nvendor_id\t: Other\ncpu family\t: 1\n"
+    )
     got = host_description(info)
     assert got["cpu"] == "AMD EPYC" and got["cpu_id"] == "AuthenticAMD family 26 model 2"
     info.write_text("model name\t: Some CPU\n")  # no family or model: none claimed

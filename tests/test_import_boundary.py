@@ -26,18 +26,16 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "tvmtune_ci"
 
-LIGHT_COMMANDS = ["commands.check", "commands.status", "commands.matrix", "commands.readme",
-                  "commands.adopt"]
+LIGHT_COMMANDS = ["commands.check", "commands.status", "commands.matrix", "commands.readme", "commands.adopt"]
 SIDES = ("core", "check", "tune", "publish")
 # What each subpackage may import of tvmtune_ci (besides itself).
-MAY_IMPORT = {"core": set(), "check": {"core"}, "publish": {"core", "check"},
-              "tune": {"core", "check"}}
+MAY_IMPORT = {"core": set(), "check": {"core"}, "publish": {"core", "check"}, "tune": {"core", "check"}}
 FORBIDDEN_EXTERNAL = {"tvm", "tvm_ffi", "numpy", "git"}  # git: GitPython
 # Modules of the TVM-free subpackages allowed one of those, and why.
 EXTERNAL_ALLOWED = {("publish.gitwrite", "ext:git"): "commits and pushes with GitPython"}
 # The one door from the light side to the tuning side, and why it may stay open.
 ALLOWED = {
-    ("commands.check", "tune.buildcheck"): "check --build compiles GPU templates: TVM and the [cuda] extra, asked for",
+    ("commands.check", "tune.buildcheck"): "check --build compiles GPU templates: TVM and the [cuda] extra, asked for"
 }
 
 
@@ -70,13 +68,13 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             for a in node.names:
                 top = a.name.split(".")[0]
-                out.add(a.name[len("tvmtune_ci."):] if top == "tvmtune_ci" else "ext:" + top)
+                out.add(a.name[len("tvmtune_ci.") :] if top == "tvmtune_ci" else "ext:" + top)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
                 mod = ".".join([*base, *([node.module] if node.module else [])])
             elif node.module and node.module.split(".")[0] == "tvmtune_ci":
-                mod = node.module[len("tvmtune_ci"):].lstrip(".")
+                mod = node.module[len("tvmtune_ci") :].lstrip(".")
             else:
                 out.add("ext:" + (node.module or "").split(".")[0])
                 continue
@@ -120,9 +118,13 @@ def _path(graph: dict[str, set[str]], start: str, bad: set[str]) -> list[str] | 
 @pytest.mark.parametrize("sub", SIDES)
 def test_a_subpackage_imports_only_the_ones_below_it(sub: str) -> None:
     graph = _graph()
-    wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() if side(m) == sub
-                   for d in deps if not d.startswith("ext:")
-                   and side(d) not in {sub, *MAY_IMPORT[sub]})
+    wrong = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if side(m) == sub
+        for d in deps
+        if not d.startswith("ext:") and side(d) not in {sub, *MAY_IMPORT[sub]}
+    )
     assert not wrong, f"{sub} may import only {sorted(MAY_IMPORT[sub]) or 'itself'}: " + "; ".join(wrong)
 
 
@@ -150,8 +152,10 @@ def test_the_rule_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     """The rule's own check: a function-level import of TVM in a light module is found,
     and one under TYPE_CHECKING is not."""
     f = tmp_path / "x.py"
-    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"
-                 "def go():\n    import tvm\n    from .tune.tuner import tune_workload\n")
+    f.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import numpy\n"
+        "def go():\n    import tvm\n    from .tune.tuner import tune_workload\n"
+    )
     global PKG
     saved, PKG = PKG, tmp_path
     try:
@@ -165,8 +169,9 @@ def test_the_rule_fails_for_a_check_module_that_imports_the_tuning_side() -> Non
     """The rule's own check on a graph with one wrong edge."""
     graph = _graph()
     graph["check.sources"] = graph["check.sources"] | {"tune.measure"}
-    wrong = [d for d in graph["check.sources"] if not d.startswith("ext:")
-             and side(d) not in {"check", *MAY_IMPORT["check"]}]
+    wrong = [
+        d for d in graph["check.sources"] if not d.startswith("ext:") and side(d) not in {"check", *MAY_IMPORT["check"]}
+    ]
     assert wrong == ["tune.measure"]
     assert _path(graph, "commands.check", {"tune.measure"}) is not None
 

@@ -60,8 +60,10 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
     raw = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     if raw.get("format", 1) < 2:
         if m.target_name in configured:
-            out.append(f"{folder}: measured by the fixed-repeat layer (manifest format 1) "
-                       "but its target is configured: re-tune it")
+            out.append(
+                f"{folder}: measured by the fixed-repeat layer (manifest format 1) "
+                "but its target is configured: re-tune it"
+            )
         return out
     log = read_log(folder / m.log)
     readme = (folder / "README.md").read_text(encoding="utf-8")
@@ -70,8 +72,9 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
         out.append(f"{folder}/README.md differs from what its manifest and run history render")
     for i, run in enumerate(history, 1):
         if set(run.workloads) != set(m.results):
-            out.append(f"{folder}/runs.jsonl: run {i} measured {sorted(run.workloads)}, the set "
-                       f"has {sorted(m.results)}")
+            out.append(
+                f"{folder}/runs.jsonl: run {i} measured {sorted(run.workloads)}, the set has {sorted(m.results)}"
+            )
     for w, res in sorted(m.results.items()):
         where = f"{folder.parent.name}/{folder.name}:{w}"
         entry = log["workloads"].get(w)
@@ -85,8 +88,9 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
         if len(entry.get("measurements", [])) != len(recs):
             out.append(f"{where}: the log has no measurement entry per record")
         if values[0] != res.best.latency_s:
-            out.append(f"{where}: the log's best record says {values[0]!r} s, the manifest's "
-                       f"best {res.best.latency_s!r} s")
+            out.append(
+                f"{where}: the log's best record says {values[0]!r} s, the manifest's best {res.best.latency_s!r} s"
+            )
         everyone: list[tuple[str, Measured]] = [("best", res.best), ("baseline", res.baseline)]
         everyone += [(f"top #{i}", t) for i, t in enumerate(res.top, 1)]
         if res.previous_best is not None:
@@ -124,11 +128,12 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
         kept_tie = res.best_source == "previous" and res.previous_verdict == "equal"
         for i, t in enumerate(top[1:], 2):
             if t.latency_s < res.best.latency_s and not (
-                kept_tie and t.ci_lo_s is not None and res.best.ci_lo_s is not None
+                kept_tie
+                and t.ci_lo_s is not None
+                and res.best.ci_lo_s is not None
                 and stats.compare(_est(t), _est(res.best)) == "equal"
             ):
-                out.append(f"{where}: top #{i} ({t.latency_s!r} s) is faster than #1 "
-                           f"({res.best.latency_s!r} s)")
+                out.append(f"{where}: top #{i} ({t.latency_s!r} s) is faster than #1 ({res.best.latency_s!r} s)")
     return out
 
 
@@ -147,7 +152,8 @@ def test_committed_log_set_tells_one_story(folder: Path) -> None:
 def test_every_configured_entry_has_a_current_log_set() -> None:
     configured = _configured_targets()
     current = {
-        p.parent.name for p in LOGS.glob("*/*/manifest.json")
+        p.parent.name
+        for p in LOGS.glob("*/*/manifest.json")
         if json.loads(p.read_text(encoding="utf-8")).get("format", 1) >= 2
     }
     assert configured <= current
@@ -182,20 +188,16 @@ def edit_set(folder: Path, edit: Any) -> None:
 
 # What the issue found in the fixed-repeat logs, one at a time: (edit, what is reported).
 INCONSISTENT = [
-    (lambda d: _first(d)["best"].update(latency_s=_first(d)["best"]["latency_s"] * 0.9),
-     "the log's best record says"),
+    (lambda d: _first(d)["best"].update(latency_s=_first(d)["best"]["latency_s"] * 0.9), "the log's best record says"),
     (lambda d: _first(d)["top"].reverse(), "the top table"),
-    (lambda d: _first(d)["baseline"].update(gflops=_first(d)["baseline"]["gflops"] * 1.5),
-     "different FLOP counts"),
+    (lambda d: _first(d)["baseline"].update(gflops=_first(d)["baseline"]["gflops"] * 1.5), "different FLOP counts"),
     (lambda d: _first(d)["best"].update(ci_lo_s=None), "has no interval"),
     (lambda d: d.update(format=1), "fixed-repeat layer"),
 ]
 
 
 @pytest.mark.parametrize(("edit", "expected"), INCONSISTENT)
-def test_the_invariants_catch_an_inconsistent_set(
-    tmp_path: Path, edit: Any, expected: str
-) -> None:
+def test_the_invariants_catch_an_inconsistent_set(tmp_path: Path, edit: Any, expected: str) -> None:
     src = _current_set()
     folder = tmp_path / src.relative_to(ROOT)
     shutil.copytree(src, folder)

@@ -57,10 +57,7 @@ def test_wrong_reference_names_the_error(tmp_path: Path) -> None:
     with pytest.raises(TuningError) as info:
         numerics.check_correct(wrong, "m64", TARGET)
     msg = str(info.value)
-    assert (
-        "mm_t workload 'm64'" in msg
-        and "the default configuration does not match reference()" in msg
-    )
+    assert "mm_t workload 'm64'" in msg and "the default configuration does not match reference()" in msg
     assert "max abs error" in msg and "max rel error" in msg and "first mismatches: [" in msg
     assert "fix compute(), reference() or schedule()" in msg
 
@@ -96,8 +93,10 @@ def test_a_replay_computes_the_reference_once_and_a_reference_may_write_its_inpu
     from tvmtune_ci.core.template import import_template
 
     path = write_template(tmp_path, "mm_counted", reference="_count(A, B)")
-    path.write_text(path.read_text() + "\n\nCALLS = []\n\n\ndef _count(A, B):\n"
-                    "    CALLS.append(1)\n    C = A @ B\n    A[...] = 0\n    return C\n")
+    path.write_text(
+        path.read_text() + "\n\nCALLS = []\n\n\ndef _count(A, B):\n"
+        "    CALLS.append(1)\n    C = A @ B\n    A[...] = 0\n    return C\n"
+    )
     counted = import_template(path, tmp_path)
     numerics.check_correct(counted, "m64", TARGET)
     numerics.check_correct(counted, "m64", TARGET, GOOD)
@@ -138,13 +137,7 @@ def test_mismatch_report_counts_nan_as_mismatch() -> None:
 
 def test_measure_config_fills_defaults(template, runner) -> None:
     m = measure.measure_config(template, "m64", TARGET, {"tile_j": [2, 32]}, FAST, runner=runner)
-    assert m.knobs == {
-        "tile_i": [64, 1],
-        "tile_j": [2, 32],
-        "tile_k": [64, 1],
-        "unroll": 0,
-        "write_cache": True,
-    }
+    assert m.knobs == {"tile_i": [64, 1], "tile_j": [2, 32], "tile_k": [64, 1], "unroll": 0, "write_cache": True}
     assert 0 < m.latency_s < 1 and m.gflops and m.gflops > 0
     assert runner.timings and runner.timings[-1].eval_s > 0
 
@@ -188,13 +181,23 @@ def test_noise_check_samples_on_and_refuses_only_an_unusable_runner(template, ru
 
 def test_adaptive_sampling_stops_at_the_precision_or_the_cap(template, runner) -> None:
     loose = measure.measure_config(
-        template, "m64", TARGET, GOOD, FAST, runner=runner,
+        template,
+        "m64",
+        TARGET,
+        GOOD,
+        FAST,
+        runner=runner,
         policy=sampling.SamplePolicy(sample_ms=2, precision=0.5, cap_s=5.0),
     )
     # ±50% is reached with the fewest samples an interval needs.
     assert loose.n == stats.MIN_SAMPLES + 1  # chunks of 3: 12 samples
     capped = measure.measure_config(
-        template, "m64", TARGET, GOOD, FAST, runner=runner,
+        template,
+        "m64",
+        TARGET,
+        GOOD,
+        FAST,
+        runner=runner,
         policy=sampling.SamplePolicy(sample_ms=2, precision=1e-9, cap_s=0.3),
     )
     # 0.3 s of >= 2 ms samples: far more samples, never converged.
@@ -205,14 +208,18 @@ def test_racing_stops_a_clearly_slower_candidate_after_its_probe(template, runne
     fast = measure.measure_config(template, "m64", TARGET, GOOD, FAST, runner=runner)
     # The default configuration is far slower than GOOD: raced out after 3 samples.
     raced = measure.measure_config(
-        template, "m64", TARGET, None, FAST, runner=runner,
+        template,
+        "m64",
+        TARGET,
+        None,
+        FAST,
+        runner=runner,
         policy=sampling.search_policy(FAST, race_above_s=1.25 * fast.latency_s),
     )
     assert raced.n == FAST.probe
     # A threshold it does not exceed: sampled on as a contender.
     kept = measure.measure_config(
-        template, "m64", TARGET, None, FAST, runner=runner,
-        policy=sampling.search_policy(FAST, race_above_s=1e3),
+        template, "m64", TARGET, None, FAST, runner=runner, policy=sampling.search_policy(FAST, race_above_s=1e3)
     )
     assert kept.n >= stats.MIN_SAMPLES
 
@@ -223,10 +230,17 @@ def test_finals_interleave_and_rank(template, runner) -> None:
     builder = make_builder()
     try:
         out = measure.finals(
-            template, "m64", TARGET,
-            [measure.Finalist("search", GOOD, "good"), measure.Finalist("default", None, "default"),
-             measure.Finalist("previous", {"tile_i": [8, 4]}, "bad")],
-            FAST, runner=runner, builder=builder,
+            template,
+            "m64",
+            TARGET,
+            [
+                measure.Finalist("search", GOOD, "good"),
+                measure.Finalist("default", None, "default"),
+                measure.Finalist("previous", {"tile_i": [8, 4]}, "bad"),
+            ],
+            FAST,
+            runner=runner,
+            builder=builder,
         )
     finally:
         builder.close()
@@ -257,9 +271,7 @@ def test_a_crashing_or_slow_kernel_is_a_failed_run_not_a_crash(template) -> None
         with pytest.raises(TuningError, match="timeout"):
             measure.measure_config(template, "m64", TARGET, None, opts, runner=slow)
         # The worker was killed; the next measurement restarts it.
-        assert (
-            measure.measure_config(template, "m64", TARGET, None, FAST, runner=slow).latency_s > 0
-        )
+        assert measure.measure_config(template, "m64", TARGET, None, FAST, runner=slow).latency_s > 0
     finally:
         slow.close()
 
@@ -270,7 +282,6 @@ def test_rpc_runner_needs_a_tracker() -> None:
     port = free_port()
     with pytest.raises(DeviceError, match=f"cannot reach the RPC tracker at 127.0.0.1:{port}"):
         runners.make_runner(FAST, RpcRunner(tracker=f"127.0.0.1:{port}", key="x"))
-
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,10 @@ from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 TARGET = host_target(2)  # the model runs here: this machine's own CPU
 # The 64^3 test template, declaring that it implements a plain 2-D matmul.
 MM = SMALL_MM.replace(
-    'KNOBS = [',
-    'IMPLEMENTS = [{"op": "relax.matmul", "args": [["*M", "K"], ["K", "N"]], "dtype": "dtype"}]\n\nKNOBS = [', 1)
+    "KNOBS = [",
+    'IMPLEMENTS = [{"op": "relax.matmul", "args": [["*M", "K"], ["K", "N"]], "dtype": "dtype"}]\n\nKNOBS = [',
+    1,
+)
 # Two matmuls of the template's shape (one GELU between them, which no template has).
 MODEL = """\
 from tvm.relax.frontend import nn
@@ -46,10 +48,11 @@ BEST = {"tile_i": [8, 8], "tile_j": [2, 32], "unroll": 16, "cache": True}
 
 
 def _repo(tmp_path: Path) -> Path:
-    config = (f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
-              "models:\n  two_mm: {source: models/two_mm.py}\n")
-    root = make_repo(tmp_path, config=config, operators=False,
-                     files={"operators/mm.py": MM, "models/two_mm.py": MODEL})
+    config = (
+        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
+        "models:\n  two_mm: {source: models/two_mm.py}\n"
+    )
+    root = make_repo(tmp_path, config=config, operators=False, files={"operators/mm.py": MM, "models/two_mm.py": MODEL})
     write_fresh(root, "mm", "host")
     edit_results(root / "tuning_logs/mm/host", lambda res: res["s64"]["best"].update(knobs=BEST))
     return root
@@ -107,8 +110,7 @@ def test_a_stale_log_is_refused_and_the_fallback_warns_once_for_each_call(tmp_pa
 @pytest.mark.slow
 def test_the_calls_no_template_covers_get_metaschedule(tmp_path: Path) -> None:
     root = _repo(tmp_path)
-    b = build_model("two_mm", target=TARGET, root=root, untemplated="metaschedule", trials=8,
-                    work_dir=tmp_path / "ms")
+    b = build_model("two_mm", target=TARGET, root=root, untemplated="metaschedule", trials=8, work_dir=tmp_path / "ms")
     # gelu (fused with the views around it) and the output's copy: each got a record
     assert b.untemplated.startswith("MetaSchedule tune_relax, 4 trials for each of 2 function(s)"), b.untemplated
     assert "default loops" not in b.untemplated
@@ -147,7 +149,9 @@ def test_profile_writes_the_shares_and_a_readme_that_agrees_with_them(tmp_path: 
     runs = read_profile(root / "models/two_mm.profile.json", "two_mm").runs["host"]
     lo, hi = band([x.latency_s for x in runs])
     assert len(runs) == 2
-    assert f"Across the 2 profile runs of this target: {lo:.2f}-{hi:.2f}x" in (root / "models/two_mm.host.md").read_text()
+    assert (
+        f"Across the 2 profile runs of this target: {lo:.2f}-{hi:.2f}x" in (root / "models/two_mm.host.md").read_text()
+    )
 
 
 def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:
@@ -161,8 +165,15 @@ def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:
     entries = find_stale(config).entries
     hand = make_budget(config, entries, 600.0).weights
     assert list(hand.values()) == [1.0]  # no profile: the hand weight (1.0, one workload)
-    run = ProfileRun("2026-12-06", {}, "none", 1e-3, 0.1, 3,
-                     (CallTime("mm_s64", 2, 6e-4, "mm", "s64"), CallTime("fused_gelu", 1, 2e-4)))
+    run = ProfileRun(
+        "2026-12-06",
+        {},
+        "none",
+        1e-3,
+        0.1,
+        3,
+        (CallTime("mm_s64", 2, 6e-4, "mm", "s64"), CallTime("fused_gelu", 1, 2e-4)),
+    )
     write_profile(root / "models/two_mm.profile.json", Profile("two_mm", {"host": (run,)}))
     weights = make_budget(config, entries, 600.0).weights
     assert list(weights.values()) == [pytest.approx(0.75)]  # mm/s64: 6e-4 of 8e-4
@@ -191,10 +202,13 @@ def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Pa
     dense = (Path(__file__).resolve().parents[1] / "operators/dense.py").read_text()
     start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
     dense = dense[:start] + 'WORKLOADS = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}\n\n' + dense[end:]
-    config = (f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
-              "models:\n  lin: {source: models/lin.py}\n")
-    root = make_repo(tmp_path, config=config, operators=("dense",),
-                     files={"operators/dense.py": dense, "models/lin.py": LINEAR})
+    config = (
+        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
+        "models:\n  lin: {source: models/lin.py}\n"
+    )
+    root = make_repo(
+        tmp_path, config=config, operators=("dense",), files={"operators/dense.py": dense, "models/lin.py": LINEAR}
+    )
     # The default configuration: no log needed to see the swap.
     b = build_model("lin", target=TARGET, root=root, untemplated="none", configs="default")
     assert [(s.template, s.workload, s.kernel) for s in b.swaps] == [("dense", "tiny", "dense_tiny")]
@@ -207,9 +221,11 @@ def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Pa
 def test_the_nearest_sibling_is_the_same_dtype_and_the_least_log_ratio_away() -> None:
     from tvmtune_ci.tune.modelbuild import nearest_sibling, shape_name
 
-    wls = {"big": {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"},
-           "ffn1": {"M": 128, "N": 3072, "K": 768, "dtype": "float32"},
-           "half": {"M": 128, "N": 768, "K": 768, "dtype": "float16"}}
+    wls = {
+        "big": {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"},
+        "ffn1": {"M": 128, "N": 3072, "K": 768, "dtype": "float32"},
+        "half": {"M": 128, "N": 768, "K": 768, "dtype": "float16"},
+    }
     want = {"M": 128, "N": 768, "K": 768, "dtype": "float32"}
     assert nearest_sibling(wls, want) == "ffn1"  # log 4 away; "half" is float16, "big" log 8*... away
     assert nearest_sibling(wls, {**want, "dtype": "int8"}) is None
@@ -247,9 +263,11 @@ def test_profile_lists_the_mapped_shapes_as_workloads_worth_declaring(tmp_path: 
 
     root = _repo(tmp_path)
     (root / "models/two_mm.py").write_text(
-        MODEL.replace('self.w2 = nn.Parameter((64, 64), "float32")', 'self.w2 = nn.Parameter((64, 40), "float32")'))
-    r = run_cli(root, "profile", "--target", "host", "--untemplated", "none", "--uncovered-shapes", "sibling",
-                "--runs", "2")
+        MODEL.replace('self.w2 = nn.Parameter((64, 64), "float32")', 'self.w2 = nn.Parameter((64, 40), "float32")')
+    )
+    r = run_cli(
+        root, "profile", "--target", "host", "--untemplated", "none", "--uncovered-shapes", "sibling", "--runs", "2"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     run = read_profile(root / "models/two_mm.profile.json", "two_mm").latest("host")
     assert run is not None
@@ -275,8 +293,15 @@ def test_a_model_s_shares_set_each_workload_s_trials_by_the_tiers(tmp_path: Path
     cfg = yaml.safe_load((root / "tvmtune.yaml").read_text())
     cfg["trial_tiers"] = {0.5: 6, 0: 3}
     (root / "tvmtune.yaml").write_text(yaml.safe_dump(cfg))
-    run = ProfileRun("2026-12-06", {}, "none", 1e-3, 0.1, 3,
-                     (CallTime("mm_s64", 2, 6e-4, "mm", "s64"), CallTime("fused_gelu", 1, 2e-4)))
+    run = ProfileRun(
+        "2026-12-06",
+        {},
+        "none",
+        1e-3,
+        0.1,
+        3,
+        (CallTime("mm_s64", 2, 6e-4, "mm", "s64"), CallTime("fused_gelu", 1, 2e-4)),
+    )
     write_profile(root / "models/two_mm.profile.json", Profile("two_mm", {"host": (run,)}))
     r = run_cli(root, "retune", "--all", "--no-carry")
     assert r.returncode == 0, r.stdout + r.stderr

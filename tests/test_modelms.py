@@ -39,8 +39,9 @@ class Clock:
 def searched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, float]:
     root = _repo(tmp_path_factory.mktemp("ms"))
     t0 = time.monotonic()
-    b = metaschedule_model("two_mm", target=TARGET, seconds=10, work_dir=root / ".cache", root=root,
-                           clock=Clock(visits=2))
+    b = metaschedule_model(
+        "two_mm", target=TARGET, seconds=10, work_dir=root / ".cache", root=root, clock=Clock(visits=2)
+    )
     return root, b, time.monotonic() - t0
 
 
@@ -86,8 +87,9 @@ def test_a_deadline_already_past_searches_nothing(tmp_path: Path) -> None:
     stray = logging.NullHandler()
     ms_logger.addHandler(stray)
     try:
-        b = metaschedule_model("two_mm", target=TARGET, seconds=10, work_dir=tmp_path / "c", root=root,
-                               clock=Clock(visits=0))
+        b = metaschedule_model(
+            "two_mm", target=TARGET, seconds=10, work_dir=tmp_path / "c", root=root, clock=Clock(visits=0)
+        )
         assert stray in ms_logger.handlers
     finally:
         ms_logger.removeHandler(stray)
@@ -101,7 +103,7 @@ def test_no_seconds_is_a_usage_error(tmp_path: Path) -> None:
         metaschedule_model("two_mm", target=TARGET, seconds=0, work_dir=tmp_path / "c", root=root)
 
 
-TO_ONNX = '''
+TO_ONNX = """
 
 def to_onnx(weights, path):
     import numpy as np
@@ -114,7 +116,7 @@ def to_onnx(weights, path):
     graph = helper.make_graph(nodes, "two_mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 64])], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))
-'''
+"""
 
 
 @pytest.mark.extra("onnx")
@@ -131,8 +133,19 @@ def test_profile_times_metaschedule_and_onnxruntime_in_turns_with_the_build(tmp_
     root = _repo(tmp_path)
     with (root / "models/two_mm.py").open("a") as f:
         f.write(TO_ONNX)
-    r = run_cli(root, "profile", "two_mm", "--target", "host", "--untemplated", "none", "--runs", "3",
-                "--metaschedule-seconds", "1")
+    r = run_cli(
+        root,
+        "profile",
+        "two_mm",
+        "--target",
+        "host",
+        "--untemplated",
+        "none",
+        "--runs",
+        "3",
+        "--metaschedule-seconds",
+        "1",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     run = read_profile(root / "models/two_mm.profile.json", "two_mm").latest("host")
     assert run is not None
@@ -155,10 +168,20 @@ def test_the_readme_band_of_an_anchor_is_over_the_runs_that_timed_the_same_thing
     from tvmtune_ci.publish.modelreadme import render
 
     def run(ratio: float, detail: str) -> ProfileRun:
-        return ProfileRun("2026-12-06", {}, "none", 1e-3, 0.1, 3,
-                          (CallTime("mm_s64", 2, 6e-4, "mm", "s64", default_seconds=2.6e-3),),
-                          default_latency_s=3e-3, speedup=3.0, speedup_range=(2.9, 3.1),
-                          anchors=(Anchor("metaschedule", ratio * 1e-3, ratio, (ratio - 0.1, ratio + 0.1), detail),))
+        return ProfileRun(
+            "2026-12-06",
+            {},
+            "none",
+            1e-3,
+            0.1,
+            3,
+            (CallTime("mm_s64", 2, 6e-4, "mm", "s64", default_seconds=2.6e-3),),
+            default_latency_s=3e-3,
+            speedup=3.0,
+            speedup_range=(2.9, 3.1),
+            anchors=(Anchor("metaschedule", ratio * 1e-3, ratio, (ratio - 0.1, ratio + 0.1), detail),),
+        )
+
     same, other = "MetaSchedule, 600 s asked", "MetaSchedule, 60 s asked"
     text = render(Profile("m", {"t": (run(1.5, same), run(4.0, other), run(1.3, same))}), "t", "m.png")
     assert f"| {same} | 1.3 ms | **1.30x faster** | 1.20-1.40x | 1.30-1.50x over 2 runs |" in text

@@ -14,13 +14,7 @@ from tvmtune_ci.check.fingerprint import SourceCache
 from tvmtune_ci.check.models import COVERAGE_CHANGED, MODEL_CHANGED, MODEL_MISSING, MODEL_UNREADABLE
 from tvmtune_ci.check.staleness import find_stale
 from tvmtune_ci.core.config import CONFIG_NAME, load_config, parse_config
-from tvmtune_ci.core.contract import (
-    ABSORBED,
-    COVERED,
-    SHAPE_ONLY,
-    UNCOVERED_OP,
-    UNCOVERED_SHAPE,
-)
+from tvmtune_ci.core.contract import ABSORBED, COVERED, SHAPE_ONLY, UNCOVERED_OP, UNCOVERED_SHAPE
 from tvmtune_ci.core.coverage import read_coverage
 from tvmtune_ci.core.errors import ConfigError, TemplateError
 from tvmtune_ci.core.template import read_template
@@ -60,8 +54,9 @@ def _config() -> str:
 
 
 def _repo(tmp_path: Path) -> Path:
-    root = make_repo(tmp_path, config=_config(), operators=("dense", "softmax"),
-                     files={"models/tiny.py": TINY}, commit=False)
+    root = make_repo(
+        tmp_path, config=_config(), operators=("dense", "softmax"), files={"models/tiny.py": TINY}, commit=False
+    )
     freshen_all(root)
     return root
 
@@ -76,22 +71,25 @@ def _generate(root: Path) -> None:
 # --------------------------------------------------------------------------- contract
 
 
-@pytest.mark.parametrize("implements, says", [
-    ('[{"op": "relax.matmul", "args": [["M", "Q"]]}]', "'Q' is not a key of every workload"),
-    ('[{"op": "relax.matmul", "args": [["M", "*K"]]}]', "only the first dimension may fold"),
-    ('[{"op": "matmul", "args": [["M", "K"]]}]', "must name a Relax op"),
-    ('[{"op": "relax.matmul", "args": [["M", "K"]], "dtype": "float32"}]', "'dtype' must name the workload key"),
-    ('[{"op": "relax.matmul", "args": [["M", "K"]], "atrs": {}}]', "unknown key(s) 'atrs'"),
-    ('[{"op": "relax.matmul", "args": [{"permute": ["N", "K"]}]}]', 'must be {"permute_dims": SHAPE}'),
-    ('[{"op": "relax.matmul", "args": [["M", "K"]]}] + []', "must be a literal"),
-])
+@pytest.mark.parametrize(
+    "implements, says",
+    [
+        ('[{"op": "relax.matmul", "args": [["M", "Q"]]}]', "'Q' is not a key of every workload"),
+        ('[{"op": "relax.matmul", "args": [["M", "*K"]]}]', "only the first dimension may fold"),
+        ('[{"op": "matmul", "args": [["M", "K"]]}]', "must name a Relax op"),
+        ('[{"op": "relax.matmul", "args": [["M", "K"]], "dtype": "float32"}]', "'dtype' must name the workload key"),
+        ('[{"op": "relax.matmul", "args": [["M", "K"]], "atrs": {}}]', "unknown key(s) 'atrs'"),
+        ('[{"op": "relax.matmul", "args": [{"permute": ["N", "K"]}]}]', 'must be {"permute_dims": SHAPE}'),
+        ('[{"op": "relax.matmul", "args": [["M", "K"]]}] + []', "must be a literal"),
+    ],
+)
 def test_a_wrong_implements_is_an_error_at_its_line(tmp_path: Path, implements: str, says: str) -> None:
     src = (PROJECT / "operators" / "matmul.py").read_text()
     start = src.index("IMPLEMENTS = [")
     end = src.index("]\n\n", start) + 2
     text = src[:start] + f"IMPLEMENTS = {implements}\n" + src[end:]
     path = write(tmp_path, "operators/matmul.py", text)
-    line = text[:text.index("IMPLEMENTS =")].count("\n") + 1
+    line = text[: text.index("IMPLEMENTS =")].count("\n") + 1
     with pytest.raises(TemplateError) as e:
         read_template(path)
     assert says in e.value.message
@@ -106,8 +104,7 @@ def test_implements_is_no_part_of_the_fingerprint(tmp_path: Path) -> None:
     tree = ast.parse(path.read_text())
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and getattr(stmt.targets[0], "id", "") == "IMPLEMENTS":
-            stmt.value = ast.parse('[{"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]]}]',
-                                   mode="eval").body
+            stmt.value = ast.parse('[{"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]]}]', mode="eval").body
     path.write_text(ast.unparse(tree))
     assert SourceCache(root).fingerprint(path).digest == before
     # ...while a change of the code does change it (the test can fail).
@@ -118,13 +115,16 @@ def test_implements_is_no_part_of_the_fingerprint(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("models, says", [
-    ("models:\n  tiny: {source: /abs/tiny.py}\n", "is not a .py or .onnx file"),
-    ("models:\n  tiny: {source: models/tiny.txt}\n", "is not a .py or .onnx file"),
-    ("models:\n  tiny: {sorce: models/tiny.py}\n", "did you mean 'source'?"),
-    ("models:\n  tiny: {targets: [avx2]}\n", "has no source"),
-    ("models:\n  tiny: {source: models/tiny.py, targets: [avx3]}\n", "did you mean 'avx2'?"),
-])
+@pytest.mark.parametrize(
+    "models, says",
+    [
+        ("models:\n  tiny: {source: /abs/tiny.py}\n", "is not a .py or .onnx file"),
+        ("models:\n  tiny: {source: models/tiny.txt}\n", "is not a .py or .onnx file"),
+        ("models:\n  tiny: {sorce: models/tiny.py}\n", "did you mean 'source'?"),
+        ("models:\n  tiny: {targets: [avx2]}\n", "has no source"),
+        ("models:\n  tiny: {source: models/tiny.py, targets: [avx3]}\n", "did you mean 'avx2'?"),
+    ],
+)
 def test_a_wrong_model_entry_is_an_error_at_its_line(models: str, says: str) -> None:
     from conftest import CONFIG
 
@@ -138,11 +138,15 @@ def test_a_wrong_model_entry_is_an_error_at_its_line(models: str, says: str) -> 
 def test_models_parse_into_the_config() -> None:
     from conftest import CONFIG
 
-    c = parse_config(CONFIG + "models:\n  bert: {source: models/bert.onnx, targets: [avx2]}\n",
-                     Path("tvmtune.yaml"))
+    c = parse_config(CONFIG + "models:\n  bert: {source: models/bert.onnx, targets: [avx2]}\n", Path("tvmtune.yaml"))
     (m,) = c.models
     assert (m.name, m.source, m.kind, m.targets, m.coverage_file) == (
-        "bert", "models/bert.onnx", "onnx", ("avx2",), "models/bert.coverage.json")
+        "bert",
+        "models/bert.onnx",
+        "onnx",
+        ("avx2",),
+        "models/bert.coverage.json",
+    )
 
 
 # --------------------------------------------------------------------------- coverage (TVM)
@@ -164,8 +168,10 @@ def test_a_models_calls_are_covered_uncovered_or_recorded_as_views(tmp_path: Pat
     }
     params = {sig.op: dict(cov.params) for sig, cov, _ in f.calls if cov.status == UNCOVERED_SHAPE}
     # What to paste into WORKLOADS: leading dimensions folded (1 x 128 -> M, R).
-    assert params == {"relax.matmul": {"M": 128, "N": 10, "K": 3072, "dtype": "float32"},
-                      "relax.nn.softmax": {"R": 128, "N": 10, "dtype": "float32"}}
+    assert params == {
+        "relax.matmul": {"M": 128, "N": 10, "K": 3072, "dtype": "float32"},
+        "relax.nn.softmax": {"R": 128, "N": 10, "dtype": "float32"},
+    }
     assert f.source["sha256"] and f.templates.keys() == {"operators/dense.py", "operators/softmax.py"}
 
 
@@ -202,10 +208,10 @@ def test_check_reads_the_coverage_file_and_warns_of_uncovered_shapes(tmp_path: P
     assert report.models == () and not report.stale
     shape = [w for w in report.warnings if "no workload of it declares" in w]
     assert len(shape) == 2
-    assert any("model tiny" in w and "relax.matmul" in w and "operators/dense.py" in w
-               and "'N': 10" in w for w in shape)
-    assert any("no template implements relax.nn.gelu (1x), relax.permute_dims (1x)" in w
-               for w in report.warnings)
+    assert any(
+        "model tiny" in w and "relax.matmul" in w and "operators/dense.py" in w and "'N': 10" in w for w in shape
+    )
+    assert any("no template implements relax.nn.gelu (1x), relax.permute_dims (1x)" in w for w in report.warnings)
     r = run_cli(root, "check")
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -231,10 +237,16 @@ def test_a_template_change_that_breaks_the_coverage_makes_the_file_stale(tmp_pat
     dense = root / "operators" / "dense.py"
     text = dense.read_text()
     # A workload no call uses: the coverage still holds.
-    dense.write_text(text.replace('"bert_ffn2": {', '"spare": {"M": 1, "N": 16, "K": 16, "dtype": "float32"},\n    "bert_ffn2": {'))
+    dense.write_text(
+        text.replace('"bert_ffn2": {', '"spare": {"M": 1, "N": 16, "K": 16, "dtype": "float32"},\n    "bert_ffn2": {')
+    )
     assert _problems(root) == []
     # The uncovered fc2 now has a workload: the recorded coverage no longer holds.
-    dense.write_text(text.replace('"bert_ffn2": {', '"head": {"M": 128, "N": 10, "K": 3072, "dtype": "float32"},\n    "bert_ffn2": {'))
+    dense.write_text(
+        text.replace(
+            '"bert_ffn2": {', '"head": {"M": 128, "N": 10, "K": 3072, "dtype": "float32"},\n    "bert_ffn2": {'
+        )
+    )
     report = find_stale(load_config(root / CONFIG_NAME))
     assert [(p.model, p.code) for p in report.models] == [("tiny", COVERAGE_CHANGED)]
     assert "was uncovered_shape (dense), now covered by dense/head" in report.models[0].detail
@@ -270,15 +282,21 @@ def test_an_onnx_model_is_read_through_tvms_frontend(tmp_path: Path) -> None:
     w = numpy_helper.from_array(np.zeros((16, 8), np.float32), name="W")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Softmax", ["y"], ["z"], axis=-1)],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])], [w])
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
+        [w],
+    )
     from conftest import CONFIG
 
-    root = make_repo(tmp_path, config=CONFIG + "models:\n  tiny: {source: models/tiny.onnx}\n",
-                     operators=("matmul", "softmax"), commit=False)
+    root = make_repo(
+        tmp_path,
+        config=CONFIG + "models:\n  tiny: {source: models/tiny.onnx}\n",
+        operators=("matmul", "softmax"),
+        commit=False,
+    )
     (root / "models").mkdir()
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-              str(root / "models" / "tiny.onnx"))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(root / "models" / "tiny.onnx"))
     _generate(root)
     f = read_coverage(root / "models" / "tiny.coverage.json")
     got = {(sig.op, cov.status, cov.template): dict(cov.params) for sig, cov, _ in f.calls}

@@ -27,41 +27,21 @@ sys.exit(code)
 
 
 @pytest.mark.parametrize(
-    "command",
-    [["check"], ["status"], ["check", "--format", "json"], ["check", "--changed-since", "HEAD"]],
+    "command", [["check"], ["status"], ["check", "--format", "json"], ["check", "--changed-since", "HEAD"]]
 )
 def test_tvm_is_not_in_sys_modules(repo: Path, command: list[str]) -> None:
-    r = subprocess.run(
-        [sys.executable, "-c", PROBE, *command],
-        cwd=repo,
-        env=git_env(),
-        capture_output=True,
-        text=True,
-    )
+    r = subprocess.run([sys.executable, "-c", PROBE, *command], cwd=repo, env=git_env(), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
 
 
 def test_an_importable_tvm_that_refuses_is_never_touched(repo: Path, tmp_path: Path) -> None:
     marker = tmp_path / "tvm-was-imported"
     fake = tmp_path / "fake"
-    write(
-        fake,
-        "tvm/__init__.py",
-        f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('tvm imported')\n",
-    )
-    write(
-        fake,
-        "tvm_ffi/__init__.py",
-        f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('tvm_ffi')\n",
-    )
+    write(fake, "tvm/__init__.py", f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('tvm imported')\n")
+    write(fake, "tvm_ffi/__init__.py", f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('tvm_ffi')\n")
     env = {"PYTHONPATH": str(fake)}
     # The fake really is what `import tvm` would find.
-    r = subprocess.run(
-        [sys.executable, "-c", "import tvm"],
-        env={**git_env(), **env},
-        capture_output=True,
-        text=True,
-    )
+    r = subprocess.run([sys.executable, "-c", "import tvm"], env={**git_env(), **env}, capture_output=True, text=True)
     assert "tvm imported" in r.stderr and marker.exists()
     marker.unlink()
     for args in (["check"], ["status"], ["check", "--format", "github"]):

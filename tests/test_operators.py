@@ -38,6 +38,8 @@ from tvmtune_ci.core.template import (
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATORS = ROOT / "operators"
+
+
 # This host's CPU, not the repo's tuning target: CI may run on another x86 CPU,
 # and code built for a CPU the host lacks dies with SIGILL.
 def _host_target() -> dict[str, Any]:
@@ -45,12 +47,12 @@ def _host_target() -> dict[str, Any]:
 
     return host_target(2)
 
+
 # Build-only targets: each ISA family the templates must schedule for.
 BUILD_TARGETS: dict[str, dict[str, Any]] = {
     "avx512": {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},
     "avx2": {"kind": "llvm", "mcpu": "znver3", "num-cores": 2},
-    "aarch64": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72",
-                "num-cores": 4},
+    "aarch64": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "num-cores": 4},
 }
 # Points per design space: enough to be worth a search, few enough for 300 trials.
 MIN_SPACE, MAX_SPACE = 100, 8192  # NEON's 4 lanes make 4x more column splits
@@ -58,20 +60,26 @@ MIN_SPACE, MAX_SPACE = 100, 8192  # NEON's 4 lanes make 4x more column splits
 # template -> (a small workload, a non-trivial configuration that is valid for it)
 SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # 40 x 56 x 20 pads to 48 x 64 x 32: exercises the padding path too.
-    "matmul": ({"M": 40, "N": 56, "K": 20, "dtype": "float32"},
-               {"tile_i": [2, 3, 8], "tile_j": [1, 2, 2], "tile_k": [2, 1]}),
-    "dense": ({"M": 24, "N": 64, "K": 48, "dtype": "float32"},
-              {"tile_i": [4, 8], "tile_j": [2, 1, 2], "tile_k": [1, 3]}),
-    "conv2d": ({"N": 1, "C": 8, "H": 10, "W": 12, "K": 8, "R": 3, "S": 3, "pad": 1, "stride": 1,
-                "dtype": "float32"},
-               {"tile_k": [2, 4], "tile_h": [5, 2], "tile_w": [1, 12], "unroll": 16}),
-    "softmax": ({"R": 12, "N": 128, "dtype": "float32"},
-                {"tile_r": [3, 4], "acc_max": [2, 4], "acc_sum": [4, 2], "unroll": 16}),
+    "matmul": (
+        {"M": 40, "N": 56, "K": 20, "dtype": "float32"},
+        {"tile_i": [2, 3, 8], "tile_j": [1, 2, 2], "tile_k": [2, 1]},
+    ),
+    "dense": (
+        {"M": 24, "N": 64, "K": 48, "dtype": "float32"},
+        {"tile_i": [4, 8], "tile_j": [2, 1, 2], "tile_k": [1, 3]},
+    ),
+    "conv2d": (
+        {"N": 1, "C": 8, "H": 10, "W": 12, "K": 8, "R": 3, "S": 3, "pad": 1, "stride": 1, "dtype": "float32"},
+        {"tile_k": [2, 4], "tile_h": [5, 2], "tile_w": [1, 12], "unroll": 16},
+    ),
+    "softmax": (
+        {"R": 12, "N": 128, "dtype": "float32"},
+        {"tile_r": [3, 4], "acc_max": [2, 4], "acc_sum": [4, 2], "unroll": 16},
+    ),
 }
 
 # CPU templates; the GPU ones (TARGET_KINDS = ["cuda"]) are tests/test_operators_cuda.py's.
-TEMPLATES = sorted(p.stem for p in discover_templates(OPERATORS)
-                   if "llvm" in read_template(p).kinds)
+TEMPLATES = sorted(p.stem for p in discover_templates(OPERATORS) if "llvm" in read_template(p).kinds)
 
 
 @cache
@@ -92,8 +100,7 @@ def space_id(case: tuple[str, dict[str, Any]]) -> str:
 ALL_SPACES = [case for name in TEMPLATES for case in spaces(name)]
 
 
-def for_target(module: Any, workload: dict[str, Any], values: dict[str, Any],
-               target: dict[str, Any]) -> dict[str, Any]:
+def for_target(module: Any, workload: dict[str, Any], values: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
     """SMALL's values on `target`: a split whose extent depends on LANES gets its
     outermost factor scaled so that the product is the target's extent."""
     names = scope(workload, target)
@@ -108,8 +115,7 @@ def for_target(module: Any, workload: dict[str, Any], values: dict[str, Any],
     return out
 
 
-def check_values(module: Any, workload: dict[str, Any], values: dict[str, Any],
-                 target: dict[str, Any]) -> None:
+def check_values(module: Any, workload: dict[str, Any], values: dict[str, Any], target: dict[str, Any]) -> None:
     """The test's configuration must be a point of the declared space."""
     names = scope(workload, target)
     for knob in module.KNOBS:
@@ -133,8 +139,7 @@ def build_and_compare(module: Any, workload: dict[str, Any], cfg: Knobs, seed: i
     module.schedule(sch, cfg)
     exe = tvm.compile(sch.mod, target=tvm.target.Target(_host_target()))
     rng = np.random.default_rng(seed)
-    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype))
-              for a in ArgInfo.from_prim_func(func)]
+    arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype)) for a in ArgInfo.from_prim_func(func)]
     dev = tvm.cpu()
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
     exe.mod.get_function(exe.mod.entry_name)(*tensors)
@@ -217,9 +222,7 @@ def _elf_machine(path: Path) -> int:
 
 @pytest.mark.parametrize("isa", sorted(BUILD_TARGETS))
 @pytest.mark.parametrize("case", ALL_SPACES, ids=space_id)
-def test_every_design_space_builds_for_every_isa(
-    case: tuple[str, dict[str, Any]], isa: str, tmp_path: Path
-) -> None:
+def test_every_design_space_builds_for_every_isa(case: tuple[str, dict[str, Any]], isa: str, tmp_path: Path) -> None:
     """Scheduled for the ISA's lanes and registers and compiled by TVM's LLVM for it,
     not run (this host may lack AVX-512; aarch64 is cross-compiled): the object code
     is that architecture's."""
@@ -232,8 +235,7 @@ def test_every_design_space_builds_for_every_isa(
     values = for_target(module, workload, values, target)
     check_values(module, workload, values, target)
     sch = tvm.s_tir.Schedule(call_with_workload(module.compute, workload))
-    module.schedule(sch, Knobs(module.KNOBS, workload, structure, mode="fixed", values=values,
-                               target=target))
+    module.schedule(sch, Knobs(module.KNOBS, workload, structure, mode="fixed", values=values, target=target))
     exe = tvm.compile(sch.mod, target=tvm.target.Target(target))
     obj = tmp_path / "kernel.o"
     exe.mod.write_to_file(str(obj))
@@ -246,8 +248,9 @@ def test_the_lanes_follow_the_target_not_the_host() -> None:
     on whatever machine the schedule is built."""
     module = load("softmax")
     workload, _ = SMALL["softmax"]
-    lanes = {isa: Knobs(module.KNOBS, workload, {}, target=t).vector_lanes("float32")
-             for isa, t in BUILD_TARGETS.items()}
+    lanes = {
+        isa: Knobs(module.KNOBS, workload, {}, target=t).vector_lanes("float32") for isa, t in BUILD_TARGETS.items()
+    }
     assert lanes == {"avx512": 16, "avx2": 8, "aarch64": 4}
 
 
@@ -276,9 +279,7 @@ def test_the_builder_links_an_aarch64_target_with_the_cross_compiler(tmp_path: P
     assert int.from_bytes(so.read_bytes()[16:18], "little") == 3  # ET_DYN: a shared object
 
 
-def test_a_missing_cross_compiler_is_named_with_its_package(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_missing_cross_compiler_is_named_with_its_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tvmtune_ci.core.errors import HostError
     from tvmtune_ci.tune.hostcheck import check_toolchain, cross_cc
 

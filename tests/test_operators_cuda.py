@@ -22,24 +22,16 @@ import pytest
 
 from tvmtune_ci.core.cudatags import expand_tag
 from tvmtune_ci.core.errors import TemplateError
-from tvmtune_ci.core.template import (
-    default_values,
-    design_spaces,
-    discover_templates,
-    import_template,
-    read_template,
-)
+from tvmtune_ci.core.template import default_values, design_spaces, discover_templates, import_template, read_template
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATORS = ROOT / "operators"
-GPU_TEMPLATES = sorted(p.stem for p in discover_templates(OPERATORS)
-                       if "cuda" in read_template(p).kinds)
+GPU_TEMPLATES = sorted(p.stem for p in discover_templates(OPERATORS) if "cuda" in read_template(p).kinds)
 ARCHS: dict[str, dict[str, Any]] = {
     "sm_80": expand_tag("nvidia/nvidia-a100"),  # type: ignore[dict-item]
     "sm_90a": expand_tag("nvidia/nvidia-h100"),  # type: ignore[dict-item]
 }
-CASES = [(name, s) for name in GPU_TEMPLATES
-         for s in design_spaces(read_template(OPERATORS / f"{name}.py").knobs)]
+CASES = [(name, s) for name in GPU_TEMPLATES for s in design_spaces(read_template(OPERATORS / f"{name}.py").knobs)]
 
 
 def case_id(case: tuple[str, dict[str, Any]]) -> str:
@@ -66,8 +58,7 @@ def test_the_legal_space_is_counted_without_tvm(name: str, arch: str) -> None:
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_every_design_space_lowers_to_cuda_for_the_arch(case: tuple[str, dict[str, Any]],
-                                                        arch: str) -> None:
+def test_every_design_space_lowers_to_cuda_for_the_arch(case: tuple[str, dict[str, Any]], arch: str) -> None:
     """Every workload's default of each design space: scheduled with the tuner's
     postprocessors (VerifyGPUCode: shared memory and threads within the target) and
     built by TVM into CUDA source with its launch bounds."""
@@ -87,13 +78,11 @@ def test_every_design_space_lowers_to_cuda_for_the_arch(case: tuple[str, dict[st
             assert "__shared__" in src
 
 
-SMEM_CASES = [c for c in CASES if any(
-    x.name == "smem" for x in read_template(OPERATORS / f"{c[0]}.py").constraints)]
+SMEM_CASES = [c for c in CASES if any(x.name == "smem" for x in read_template(OPERATORS / f"{c[0]}.py").constraints)]
 
 
 @pytest.mark.parametrize("case", SMEM_CASES, ids=case_id)
-def test_a_point_over_the_shared_memory_limit_is_never_built(
-        case: tuple[str, dict[str, Any]]) -> None:
+def test_a_point_over_the_shared_memory_limit_is_never_built(case: tuple[str, dict[str, Any]]) -> None:
     """The same configuration on a GPU with too little shared memory for it: refused
     before TVM lowers it (`check` already did not count it)."""
     from tvmtune_ci.tune.builder import schedule_config
@@ -115,13 +104,7 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
     from tvmtune_ci.core.targetinfo import scope
     from tvmtune_ci.tune import tvmsetup
     from tvmtune_ci.tune.builder import make_postprocs
-    from tvmtune_ci.tune.space import (
-        TemplateSpace,
-        constraint_postprocs,
-        decode_knobs,
-        plain,
-        space_info,
-    )
+    from tvmtune_ci.tune.space import TemplateSpace, constraint_postprocs, decode_knobs, plain, space_info
     from tvmtune_ci.tune.workload import workload_module, workload_params
 
     ms = tvmsetup.ms()
@@ -131,19 +114,28 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
     space = TemplateSpace(module, params, target)
     infos: list[Any] = []
     ctx = ms.TuneContext(
-        mod=workload_module(module, wl), target=tvmsetup.make_target(target),
+        mod=workload_module(module, wl),
+        target=tvmsetup.make_target(target),
         space_generator=ms.space_generator.ScheduleFn(
-            space, sch_rules=[],
+            space,
+            sch_rules=[],
             postprocs=make_postprocs(target) + constraint_postprocs(module, names, infos),
-            mutator_probs={}),
-        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=32,
-                                                              init_min_unmeasured=16),
-        task_name=wl, rand_state=7, num_threads=1)
+            mutator_probs={},
+        ),
+        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=32, init_min_unmeasured=16),
+        task_name=wl,
+        rand_state=7,
+        num_threads=1,
+    )
     schedules = ctx.generate_design_space()
-    infos.extend(space_info(i, space.structures[i], s, space.orders[i])
-                 for i, s in enumerate(schedules))
-    ctx.pre_tuning(max_trials=48, num_trials_per_iter=16, design_spaces=schedules,
-                   database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
+    infos.extend(space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(schedules))
+    ctx.pre_tuning(
+        max_trials=48,
+        num_trials_per_iter=16,
+        design_spaces=schedules,
+        database=ms.database.MemoryDatabase(),
+        cost_model=ms.cost_model.RandomModel(),
+    )
     seen = 0
     for _ in range(3):
         cands = ctx.generate_measure_candidates()
@@ -164,8 +156,7 @@ def test_the_search_proposes_no_point_that_breaks_a_constraint() -> None:
 @pytest.mark.extra("cuda")
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_every_design_space_compiles_to_a_cubin(case: tuple[str, dict[str, Any]],
-                                                arch: str) -> None:
+def test_every_design_space_compiles_to_a_cubin(case: tuple[str, dict[str, Any]], arch: str) -> None:
     from tvmtune_ci.tune.gpubuild import compile_cuda_config
 
     name, structure = case
@@ -182,8 +173,7 @@ def test_every_design_space_compiles_to_a_cubin(case: tuple[str, dict[str, Any]]
 
 
 @pytest.mark.extra("cuda")
-def test_a_kernel_over_the_registers_per_block_fails_its_build_as_resources(
-        tmp_path: Path) -> None:
+def test_a_kernel_over_the_registers_per_block_fails_its_build_as_resources(tmp_path: Path) -> None:
     """What ptxas reports decides: a GPU with 8,192 registers per block cannot run the
     default matmul (256 threads x ~60 registers), though it fits every constraint
     (its 64 x 64 accumulators are half of 8,192)."""
@@ -197,10 +187,12 @@ def test_a_kernel_over_the_registers_per_block_fails_its_build_as_resources(
     sch = schedule_config(load("matmul_cuda"), "m1024", None, target)
     builder = make_builder(str(tmp_path))
     try:
-        ok, over = builder.build([
-            ms.builder.BuilderInput(sch.mod, tvm.target.Target(ARCHS["sm_90a"])),
-            ms.builder.BuilderInput(sch.mod, tvm.target.Target(target)),
-        ])
+        ok, over = builder.build(
+            [
+                ms.builder.BuilderInput(sch.mod, tvm.target.Target(ARCHS["sm_90a"])),
+                ms.builder.BuilderInput(sch.mod, tvm.target.Target(target)),
+            ]
+        )
     finally:
         builder.close()
     assert ok.error_msg is None, ok.error_msg

@@ -26,8 +26,7 @@ def test_records_map_into_the_new_space_distinct_fastest_first_without_the_repla
         ({"other": 1}, 1e-4, "p5"),  # keeps no knob: only the default, not evidence
         ({"tile_i": [4, 16], "unroll": 0}, 0.0, "p6"),  # no latency
     ]
-    out = priors.prior_for(records, KNOBS, WORKLOAD, TARGET,
-                           exclude=[{"tile_i": [32, 2], "unroll": 64}])
+    out = priors.prior_for(records, KNOBS, WORKLOAD, TARGET, exclude=[{"tile_i": [32, 2], "unroll": 64}])
     assert [secs for _, secs in out] == [2e-3, 5e-3]
     assert out[0][0] == {"tile_i": [8, 8], "unroll": 16}
     assert out[1][0]["unroll"] == 0 and out[1][0]["tile_i"][1] <= 16
@@ -54,5 +53,6 @@ def test_a_log_git_cannot_read_costs_the_prior_with_a_reason(tmp_path: Path) -> 
     manifest = read_manifest(mpath)
     assert manifest.template_commit  # what old_commit falls back to outside a repository
     with pytest.raises(priors.PriorError, match="git cannot read the templates of commit"):
-        priors.old_records(tmp_path, tmp_path / "manifest.json", manifest,
-                           list(manifest.workloads), tmp_path / "scratch")
+        priors.old_records(
+            tmp_path, tmp_path / "manifest.json", manifest, list(manifest.workloads), tmp_path / "scratch"
+        )

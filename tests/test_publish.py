@@ -46,8 +46,13 @@ def _user_files(folder: Path) -> dict[str, bytes]:
     (folder / "NOTES.md").write_bytes(b"# why this target\n")
     (folder / "old_by_hand.json.bak").write_bytes(b"a user's own backup\n")
     os.symlink("NOTES.md", folder / "notes.link")
-    return {"notes/keep.txt": b"keep me\n", ".gitattributes": b"*.json -diff\n", "NOTES.md": b"# why this target\n",
-            "old_by_hand.json.bak": b"a user's own backup\n", "notes.link": b"-> NOTES.md"}
+    return {
+        "notes/keep.txt": b"keep me\n",
+        ".gitattributes": b"*.json -diff\n",
+        "NOTES.md": b"# why this target\n",
+        "old_by_hand.json.bak": b"a user's own backup\n",
+        "notes.link": b"-> NOTES.md",
+    }
 
 
 def test_first_publish_creates_folder(tmp_path: Path) -> None:
@@ -153,6 +158,7 @@ def test_a_publish_killed_before_or_at_the_swap_leaves_one_whole_set(
 
         monkeypatch.setattr(pub.os, "fsync", fsync)
     else:
+
         def boom(a: Path, b: Path) -> bool:
             raise Killed
 
@@ -235,17 +241,27 @@ def test_sigkill_at_each_step_is_recovered(tmp_path: Path, step: str, first: boo
     env = {**os.environ, pub.KILL_AT_ENV: step}
     if not exchange:
         env[pub.NO_EXCHANGE_ENV] = "1"
-    r = subprocess.run([sys.executable, "-c", KILLER, str(folder), json.dumps({k: v.decode() for k, v in new_files.items()})],
-                       env=env, start_new_session=True, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", KILLER, str(folder), json.dumps({k: v.decode() for k, v in new_files.items()})],
+        env=env,
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+    )
     reached = step not in ("fallback_aside",) or (exchange is False and not first)
     assert r.returncode == (-9 if reached else 0), r.stderr
     pub.recover(folder)
     got = _set(folder) if folder.exists() else {}
-    expect_new = {**{n: d for n, d in old.items() if n not in ("manifest.json", "README.md", "matmul_cpu_2025-01-02.json")},
-                  **new_files}
+    expect_new = {
+        **{n: d for n, d in old.items() if n not in ("manifest.json", "README.md", "matmul_cpu_2025-01-02.json")},
+        **new_files,
+    }
     if old:
-        expect_new |= {"matmul_cpu_2025-01-02.json.bak": b"log1", "manifest_2025-01-02.json.bak": old["manifest.json"],
-                       "README_2025-01-02.md.bak": old["README.md"]}
+        expect_new |= {
+            "matmul_cpu_2025-01-02.json.bak": b"log1",
+            "manifest_2025-01-02.json.bak": old["manifest.json"],
+            "README_2025-01-02.md.bak": old["README.md"],
+        }
     assert got in (old, expect_new), sorted(got)
     if step in ("after_swap", "before_unmark"):
         assert got == expect_new  # the swap is the commit point
@@ -256,7 +272,9 @@ def test_sigkill_at_each_step_is_recovered(tmp_path: Path, step: str, first: boo
     assert _leftovers(folder) == []
 
 
-def test_a_filesystem_without_hard_links_copies_and_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_filesystem_without_hard_links_copies_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = tmp_path / "matmul" / "cpu"
     pub.publish(folder, _files(1, "2025-01-02"))
     mine = _user_files(folder)

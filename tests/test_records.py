@@ -20,10 +20,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory):
     """Two workloads of one template (one with failing knob values) and their log."""
     folder = tmp_path_factory.mktemp("records")
     template = make_template(folder, "mm_log", extra=BROKEN_CODE, knobs_extra=BROKEN_KNOB)
-    outs = [
-        tune_workload(request(template, folder / f"work-{w}", workload_name=w, trials=16))
-        for w in ("m64", "m32")
-    ]
+    outs = [tune_workload(request(template, folder / f"work-{w}", workload_name=w, trials=16)) for w in ("m64", "m32")]
     log = folder / "mm_log_cpu.json"
     records.write_log(log, "mm_log", TARGET, outs)
     return template, outs, log
@@ -60,9 +57,7 @@ def fake_outcome(name: str = "w") -> TuneOutcome:
 
 def test_log_format_is_versioned_sorted_and_one_record_per_line(tmp_path: Path) -> None:
     path = tmp_path / "op_cpu.json"
-    written = records.write_log(
-        path, "op", {"kind": "llvm", "mcpu": "x"}, [fake_outcome("b"), fake_outcome("a")]
-    )
+    written = records.write_log(path, "op", {"kind": "llvm", "mcpu": "x"}, [fake_outcome("b"), fake_outcome("a")])
     text = path.read_text()
     log = records.read_log(path)
     assert log == written and log["format"] == 2 and log["operator"] == "op"
@@ -74,10 +69,7 @@ def test_log_format_is_versioned_sorted_and_one_record_per_line(tmp_path: Path) 
     assert w["failures"] == [{"knobs": {"t": [1, 8]}, "error": "InProcessBuilder: boom"}]
     assert text.count("\n") < 40 and "do not edit" in text
     records.write_log(
-        tmp_path / "again.json",
-        "op",
-        {"kind": "llvm", "mcpu": "x"},
-        [fake_outcome("a"), fake_outcome("b")],
+        tmp_path / "again.json", "op", {"kind": "llvm", "mcpu": "x"}, [fake_outcome("a"), fake_outcome("b")]
     )
     assert (tmp_path / "again.json").read_text() == text  # deterministic
 
@@ -86,14 +78,10 @@ def test_log_format_is_versioned_sorted_and_one_record_per_line(tmp_path: Path) 
     "content, match",
     [
         ("{not json", "cannot parse the tuning log"),
-        (
-            '{"format": 3, "operator": "x", "target": {}, "workloads": {}}',
-            "log format 3 is not understood",
-        ),
+        ('{"format": 3, "operator": "x", "target": {}, "workloads": {}}', "log format 3 is not understood"),
         ('{"format": 1, "operator": "x", "target": {}}', "missing or mistyped 'workloads'"),
         (
-            '{"format": 1, "operator": "x", "target": {}, '
-            '"workloads": {"w": {"workload": [1], "records": []}}}',
+            '{"format": 1, "operator": "x", "target": {}, "workloads": {"w": {"workload": [1], "records": []}}}',
             "'workload' is not",
         ),
     ],
@@ -144,9 +132,7 @@ def test_tvm_json_database_loads_the_log(tuned, tmp_path: Path) -> None:
     template, outs, log_path = tuned
     wl_path, rec_path = records.to_json_database(log_path, tmp_path / "db")
     assert wl_path.read_text().count("\n") == 2
-    db = ms().database.JSONDatabase(
-        path_workload=str(wl_path), path_tuning_record=str(rec_path), allow_missing=False
-    )
+    db = ms().database.JSONDatabase(path_workload=str(wl_path), path_tuning_record=str(rec_path), allow_missing=False)
     assert len(db) == sum(o.trials.valid + (o.best_source != "search") for o in outs)
     for out in outs:
         sch = _query(db, template, out.workload_name)

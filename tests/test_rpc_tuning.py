@@ -34,10 +34,15 @@ from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target()
 FAST = MeasureOptions(
-    sample_ms=2, precision=0.05, search_precision=0.1, search_cap_s=0.1, time_cap_s=0.5,
-    usable_precision=10, finalists=2, timeout_s=20,
+    sample_ms=2,
+    precision=0.05,
+    search_precision=0.1,
+    search_cap_s=0.1,
+    time_cap_s=0.5,
+    usable_precision=10,
+    finalists=2,
+    timeout_s=20,
 )
-
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +59,7 @@ def small_mm(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
 
 
 def _tune(
-    template: ModuleType,
-    work_dir: Path,
-    rpc: RpcRunner,
-    measure: MeasureOptions = FAST,
-    **kw: object,
+    template: ModuleType, work_dir: Path, rpc: RpcRunner, measure: MeasureOptions = FAST, **kw: object
 ) -> TuneOutcome:
     return tune_workload(
         TuneRequest(
@@ -206,9 +207,7 @@ def test_journal_of_other_hardware_is_not_resumed(small_mm: ModuleType, tmp_path
     from tvmtune_ci.tune.journal import request_fingerprint
 
     def fp(rpc: RpcRunner | None) -> str:
-        req = TuneRequest(
-            template=small_mm, workload_name="s64", target=TARGET, trials=16, work_dir=tmp_path
-        )
+        req = TuneRequest(template=small_mm, workload_name="s64", target=TARGET, trials=16, work_dir=tmp_path)
         return request_fingerprint(replace(req, rpc=rpc))
 
     local = fp(None)
@@ -259,7 +258,8 @@ def test_numerics_are_checked_on_the_device(rpc_fleet, small_mm: ModuleType) -> 
 
 @pytest.mark.tool("aarch64-linux-gnu-gcc")
 def test_a_cross_compiled_target_never_runs_on_the_host(
-    rpc_fleet, small_mm: ModuleType  # noqa: F811
+    rpc_fleet,  # noqa: F811
+    small_mm: ModuleType,
 ) -> None:
     """An aarch64 target is cross-compiled and linked here: without an RPC runner its
     numerics are refused (never run on this x86 host); with one, the aarch64 library is
@@ -319,7 +319,9 @@ def test_retune_command_through_rpc_devices(rpc_fleet, tmp_path: Path) -> None: 
 
 @pytest.mark.slow
 def test_a_set_whose_devices_are_gone_is_carried_forward_after_an_edit_that_changed_no_kernel(
-        rpc_fleet, tmp_path: Path) -> None:  # noqa: F811
+    rpc_fleet,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """A carry forward measures nothing, so it needs no device: with the tracker and its
     servers gone, a dead statement in the template still carries the set forward (exit
     0, `check` fresh); an edit that opens a knob value must be measured, and the

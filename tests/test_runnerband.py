@@ -13,8 +13,14 @@ import pytest
 from tvmtune_ci.core import runnerband, runs
 from tvmtune_ci.core.errors import CorruptFileError
 
-ZEN4 = {"cpu": "AMD EPYC", "cores": 2, "machine": "x86_64", "cpu_id": "AuthenticAMD family 25 model 17",
-        "llvm_cpu": "znver4", "isa": "a" * 16}
+ZEN4 = {
+    "cpu": "AMD EPYC",
+    "cores": 2,
+    "machine": "x86_64",
+    "cpu_id": "AuthenticAMD family 25 model 17",
+    "llvm_cpu": "znver4",
+    "isa": "a" * 16,
+}
 ZEN5 = {**ZEN4, "cpu_id": "AuthenticAMD family 26 model 2", "llvm_cpu": "znver5", "isa": "b" * 16}
 # A history recorded before runs named vendor, family and model: its name and cores only.
 OLD = {"cpu": "AMD EPYC", "cores": 2, "machine": "x86_64"}
@@ -24,18 +30,28 @@ def kf(v: float) -> runs.KernelFigure:
     return runs.KernelFigure(v, v * 0.99, v * 1.01, 33, v, v * 1.2)
 
 
-def run(i: int, best: float, *, windows: tuple[float, ...] = (), cal: float = 0.3,
-        host: dict | None = None) -> runs.Run:
+def run(
+    i: int, best: float, *, windows: tuple[float, ...] = (), cal: float = 0.3, host: dict | None = None
+) -> runs.Run:
     """A run whose best is `best` (fast figure) with the compute calibration kernel at
     `cal`; `windows`: the best's figure in each window, the calibration kernel at `cal`."""
-    return runs.Run(f"2026-12-{1 + i // 24:02d}T{i % 24:02d}:00:00Z", "remeasure", dict(host or ZEN4),
-                    "0.27.0", 90.0, {"w": kf(best)}, {"compute": kf(cal), "memory": kf(3.0)}, 1,
-                    windows=tuple(runs.Window({"w": v}, {"compute": cal}) for v in windows))
+    return runs.Run(
+        f"2026-12-{1 + i // 24:02d}T{i % 24:02d}:00:00Z",
+        "remeasure",
+        dict(host or ZEN4),
+        "0.27.0",
+        90.0,
+        {"w": kf(best)},
+        {"compute": kf(cal), "memory": kf(3.0)},
+        1,
+        windows=tuple(runs.Window({"w": v}, {"compute": cal}) for v in windows),
+    )
 
 
 def series(key: str, values: list[float], host: dict | None = None, mcpu: str | None = "znver4") -> runnerband.Series:
-    return runnerband.Series(key, dict(host or ZEN4), mcpu,
-                             tuple((f"2026-11-{i + 1:02d}T00:00:00Z", v) for i, v in enumerate(values)))
+    return runnerband.Series(
+        key, dict(host or ZEN4), mcpu, tuple((f"2026-11-{i + 1:02d}T00:00:00Z", v) for i, v in enumerate(values))
+    )
 
 
 # Two sets of the runner, 8 runs each, spread ±3%: 56 pairs, the band a little under 6%.
@@ -97,8 +113,14 @@ def test_a_run_from_another_cpu_model_is_refused_even_against_a_history_without_
     Rapids, whose VM and this one are both "Intel(R) Xeon(R) Processor" x2."""
     xeon = "Intel(R) Xeon(R) Processor"
     emr = {"cpu": xeon, "cores": 2, "machine": "x86_64"}
-    here = {"cpu": xeon, "cores": 2, "machine": "x86_64", "cpu_id": "GenuineIntel family 6 model 167",
-            "llvm_cpu": "rocketlake", "isa": "c" * 16}
+    here = {
+        "cpu": xeon,
+        "cores": 2,
+        "machine": "x86_64",
+        "cpu_id": "GenuineIntel family 6 model 167",
+        "llvm_cpu": "rocketlake",
+        "isa": "c" * 16,
+    }
     ok, why = runs.match_machine(here, emr, "emeraldrapids")
     assert not ok and "recorded before runs named" in why and "rocketlake" in why
     assert not runs.match_machine(here, emr, None)[0]  # a target naming no CPU pins nothing
@@ -190,8 +212,7 @@ def test_the_runner_band_gives_way_to_the_own_band_and_three_runs() -> None:
     v = judge_history([*quiet, run(9, 1.15, windows=(1.15, 1.15, 1.15))], "w", band)
     assert v.state == "inconclusive" and "a change must last 3 runs" in v.sentence, v
     # Its own earlier runs spread wider than the runner's band: the edge widens to theirs.
-    wide = [run(0, 1.0, windows=(1.0,) * 3), run(1, 1.2, windows=(1.2,) * 3),
-            run(2, 1.15, windows=(1.15,) * 3)]
+    wide = [run(0, 1.0, windows=(1.0,) * 3), run(1, 1.2, windows=(1.2,) * 3), run(2, 1.15, windows=(1.15,) * 3)]
     v = judge_history(wide, "w", band)
     assert v.state == "stable" and "widened to this set's own" in v.sentence, v
 

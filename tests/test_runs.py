@@ -20,9 +20,16 @@ def kf(p25: float) -> runs.KernelFigure:
 
 
 def run(i: int, best: float) -> runs.Run:
-    return runs.Run(f"2026-12-{1 + i // 24:02d}T{i % 24:02d}:00:00Z", "remeasure",
-                    {"cpu": "Test CPU", "cores": 2}, "0.27.0", 90.0, {"w": kf(best)},
-                    {"compute": kf(0.3), "memory": kf(3.0)}, 1)
+    return runs.Run(
+        f"2026-12-{1 + i // 24:02d}T{i % 24:02d}:00:00Z",
+        "remeasure",
+        {"cpu": "Test CPU", "cores": 2},
+        "0.27.0",
+        90.0,
+        {"w": kf(best)},
+        {"compute": kf(0.3), "memory": kf(3.0)},
+        1,
+    )
 
 
 def pts(values: list[float]) -> list[tuple[str, float]]:
@@ -166,8 +173,7 @@ def test_the_headline_divides_the_runners_own_speed_out() -> None:
 
     def at(i: int, best: float, cal: float) -> runs.Run:
         r = run(i, best)
-        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
-                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {"compute": kf(cal), "memory": kf(3.0)}, 1)
 
     history = [at(i, 1.0 + 0.005 * (i % 2), 0.3) for i in range(8)]
     history += [at(i, 1.05 * (1.0 + 0.005 * (i % 2)), 0.3 * 1.05) for i in range(8, 13)]
@@ -191,8 +197,7 @@ def test_a_new_run_is_read_against_the_readmes_headline_and_band() -> None:
 
     def at(i: int, best: float, cal: float) -> runs.Run:
         r = run(i, best)
-        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
-                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {"compute": kf(cal), "memory": kf(3.0)}, 1)
 
     before = [at(i, 1.0 + 0.01 * (i % 3), 0.3) for i in range(8)]  # headline 0.9898, ±1.0%
     said = runs.against_headline(before, at(8, 1.05, 0.3 * 1.05), "w")  # the runner 5% slower
@@ -205,8 +210,7 @@ def test_a_new_run_is_read_against_the_readmes_headline_and_band() -> None:
     assert runs.against_headline([], at(0, 1.0, 0.3), "w") is None
     # A run without the compute calibration kernel cannot divide the runner's speed out:
     # its figure as measured is not compared with a headline at the usual speed.
-    bare = runs.Run(before[0].at, "remeasure", before[0].host, "0.27.0", 90.0,
-                    {"w": kf(1.05)}, {"memory": kf(3.0)}, 1)
+    bare = runs.Run(before[0].at, "remeasure", before[0].host, "0.27.0", 90.0, {"w": kf(1.05)}, {"memory": kf(3.0)}, 1)
     said = runs.against_headline(before, bare, "w")
     assert said is not None and said.startswith("as measured 1.029 s; not compared"), said
 
@@ -258,8 +262,7 @@ def test_a_run_the_runner_disturbed_is_left_out_of_the_band_and_the_verdict() ->
 
     def with_cal(i: int, best: float, cal: float) -> runs.Run:
         r = run(i, best)
-        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
-                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {"compute": kf(cal), "memory": kf(3.0)}, 1)
 
     history = [with_cal(0, 2.0, 0.6)] + [with_cal(i, 1.0 + 0.01 * (i % 3), 0.3) for i in range(1, 9)]
     assert list(runs.disturbed(history)) == [history[0].at]
@@ -286,8 +289,7 @@ def test_a_disturbed_latest_run_still_reports_a_far_change_its_calibration_does_
 
     def with_mem(i: int, best: float, mem: float) -> runs.Run:
         r = run(i, best)
-        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads,
-                        {"compute": kf(0.3), "memory": kf(mem)}, 1)
+        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {"compute": kf(0.3), "memory": kf(mem)}, 1)
 
     steady = [with_mem(i, 1.0 + 0.01 * (i % 3), 3.0) for i in range(8)]
     swapped = [*steady, with_mem(8, 60.0, 1.8)]
@@ -315,11 +317,13 @@ def test_a_disturbed_run_is_left_out_only_for_the_workloads_it_moved() -> None:
 
     def two(i: int, a: float, b: float, cal: float) -> runs.Run:
         r = run(i, a)
-        return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, {"a": kf(a), "b": kf(b)},
-                        {"compute": kf(cal), "memory": kf(3.0)}, 1)
+        return runs.Run(
+            r.at, r.by, r.host, r.tvm, r.window_s, {"a": kf(a), "b": kf(b)}, {"compute": kf(cal), "memory": kf(3.0)}, 1
+        )
 
-    history = [two(i, 1.5, 2.01, 0.45) if i == 4 else two(i, 1.0 + 0.01 * (i % 3), 2.0 + 0.02 * (i % 2), 0.3)
-               for i in range(9)]
+    history = [
+        two(i, 1.5, 2.01, 0.45) if i == 4 else two(i, 1.0 + 0.01 * (i % 3), 2.0 + 0.02 * (i % 2), 0.3) for i in range(9)
+    ]
     hit = history[4].at
     assert list(runs.disturbed(history)) == [hit]
     assert list(runs.disturbed(history, "a")) == [hit]

@@ -10,20 +10,9 @@ import math
 import random
 
 from tvmtune_ci.core.history import _valid
-from tvmtune_ci.core.siblings import (
-    map_split,
-    map_to_shape,
-    nearest,
-    scaled_prior,
-)
+from tvmtune_ci.core.siblings import map_split, map_to_shape, nearest, scaled_prior
 from tvmtune_ci.core.targetinfo import scope
-from tvmtune_ci.core.template import (
-    Categorical,
-    Split,
-    Structural,
-    eval_extent,
-    perfect_tilings,
-)
+from tvmtune_ci.core.template import Categorical, Split, Structural, eval_extent, perfect_tilings
 
 TARGET = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
 # The matmul template's knobs (operators/matmul.py): padded extents, a bound that reads
@@ -54,8 +43,7 @@ def test_every_sibling_configuration_maps_to_a_legal_point_of_any_new_shape() ->
     there; categorical and structural values carry over."""
     rng = random.Random(7)
     siblings = [_shape(1024, 1024, 1024), _shape(128, 3072, 768), _shape(96, 96, 96)]
-    news = [_shape(1021, 1021, 1021), _shape(97, 13, 7), _shape(768, 768, 768), _shape(1, 1, 1),
-            _shape(5, 4096, 3)]
+    news = [_shape(1021, 1021, 1021), _shape(97, 13, 7), _shape(768, 768, 768), _shape(1, 1, 1), _shape(5, 4096, 3)]
     checked = 0
     for old, new in itertools.product(siblings, news):
         names = scope(new, TARGET)
@@ -85,8 +73,12 @@ def test_a_factor_that_no_longer_divides_moves_to_the_nearest_by_ratio() -> None
 
 def test_the_nearest_shape_comes_first() -> None:
     new = _shape(768, 768, 768)
-    siblings = {"m1024": _shape(1024, 1024, 1024), "m64": _shape(64, 64, 64),
-                "ffn1": _shape(128, 3072, 768), "f16": {**_shape(768, 768, 768), "dtype": "float16"}}
+    siblings = {
+        "m1024": _shape(1024, 1024, 1024),
+        "m64": _shape(64, 64, 64),
+        "ffn1": _shape(128, 3072, 768),
+        "f16": {**_shape(768, 768, 768), "dtype": "float16"},
+    }
     assert nearest(new, siblings) == ["m1024", "ffn1", "m64", "f16"]
 
 
@@ -98,9 +90,14 @@ def test_the_prior_is_labelled_at_the_sibling_s_rate_on_the_new_shape() -> None:
     knobs = (Split("t", "M", parts=2, max_factor=64), Categorical("u", (0, 16)))
     new = {"M": 64}
     records = {
-        "big": [({"t": [16, 8], "u": 16}, 2e-3, ""), ({"t": [32, 4], "u": 0}, 4e-3, ""),
-                ({"t": [4, 32], "u": 16}, 1e-3, ""), ({"t": [128, 1], "u": 0}, 9e-3, ""),
-                ({"t": "junk", "u": "x"}, 1e-3, ""), ({"t": [8, 16], "u": 0}, float("nan"), "")],
+        "big": [
+            ({"t": [16, 8], "u": 16}, 2e-3, ""),
+            ({"t": [32, 4], "u": 0}, 4e-3, ""),
+            ({"t": [4, 32], "u": 16}, 1e-3, ""),
+            ({"t": [128, 1], "u": 0}, 9e-3, ""),
+            ({"t": "junk", "u": "x"}, 1e-3, ""),
+            ({"t": [8, 16], "u": 0}, float("nan"), ""),
+        ],
         "same_point": [({"t": [2, 32], "u": 16}, 0.1e-3, "")],
         "no_flops": [({"t": [64, 1], "u": 16}, 1e-3, "")],
     }

@@ -71,9 +71,7 @@ def test_fresh_repo_is_fresh(repo: Path) -> None:
     report = report_of(repo, as_of=tuned_on(repo))
     e = report.entries[[x.operator for x in report.entries].index("matmul")]
     decl = read_template(repo / MATMUL)
-    assert (
-        e.fresh and e.age_days == 0 and e.template_file == MATMUL and e.template_line == decl.line
-    )
+    assert e.fresh and e.age_days == 0 and e.template_file == MATMUL and e.template_line == decl.line
     assert e.manifest is not None and e.manifest.operator == "matmul"
     # The space is the entry's target's: KNOBS name its LANES and VREGS.
     target = {t.name: t.target for t in load_config(repo / "tvmtune.yaml").targets}[e.target_name]
@@ -108,16 +106,9 @@ def test_cosmetic_template_edits_keep_entries_fresh(repo: Path, cosmetic) -> Non
 def test_changing_a_split_bound_is_template_changed_at_knobs(repo: Path) -> None:
     double_a_split_bound(repo / MATMUL)
     report = report_of(repo)
-    assert matmul(report) == {
-        "matmul/avx512": ["template_changed"],
-        "matmul/avx2": ["template_changed"],
-    }
+    assert matmul(report) == {"matmul/avx512": ["template_changed"], "matmul/avx2": ["template_changed"]}
     r = report.stale[0].reasons[0]
-    knobs_line = next(
-        i
-        for i, x in enumerate((repo / MATMUL).read_text().splitlines(), 1)
-        if x.startswith("KNOBS")
-    )
+    knobs_line = next(i for i, x in enumerate((repo / MATMUL).read_text().splitlines(), 1) if x.startswith("KNOBS"))
     assert (r.file, r.line) == (MATMUL, knobs_line)
     assert r.detail == f"operators/matmul.py:KNOBS changed (line {knobs_line})"
 
@@ -132,16 +123,11 @@ def test_changing_the_schedule_names_the_function(repo: Path) -> None:
 def test_changing_a_shape_is_workload_changed_naming_the_key(repo: Path) -> None:
     workload, key, old, new = double_a_shape(repo / MATMUL)
     report = report_of(repo)
-    assert matmul(report) == {
-        "matmul/avx512": ["workload_changed"],
-        "matmul/avx2": ["workload_changed"],
-    }
+    assert matmul(report) == {"matmul/avx512": ["workload_changed"], "matmul/avx2": ["workload_changed"]}
     r = report.stale[0].reasons[0]
     assert r.detail == f"workload {workload}: {key} {old} -> {new}"
     assert r.line == next(
-        i
-        for i, x in enumerate((repo / MATMUL).read_text().splitlines(), 1)
-        if x.startswith("WORKLOADS")
+        i for i, x in enumerate((repo / MATMUL).read_text().splitlines(), 1) if x.startswith("WORKLOADS")
     )
 
 
@@ -221,10 +207,7 @@ def test_changing_a_helper_in_another_module_is_template_changed_there(
     assert not report_of(helper_repo).stale
     edit(helper_repo, rel, old, new)
     report = report_of(helper_repo)
-    assert stale_codes(report) == {
-        "scale/avx512": ["template_changed"],
-        "scale/avx2": ["template_changed"],
-    }
+    assert stale_codes(report) == {"scale/avx512": ["template_changed"], "scale/avx2": ["template_changed"]}
     r = report.stale[0].reasons[0]
     assert r.file == rel and r.detail.startswith(f"{key} changed")
     assert (
@@ -233,11 +216,7 @@ def test_changing_a_helper_in_another_module_is_template_changed_there(
         .read_text()
         .splitlines()
         .index(
-            next(
-                x
-                for x in (helper_repo / rel).read_text().splitlines()
-                if x.startswith(f"def {key.split(':')[1]}(")
-            )
+            next(x for x in (helper_repo / rel).read_text().splitlines() if x.startswith(f"def {key.split(':')[1]}("))
         )
         + 1
     )
@@ -247,17 +226,12 @@ def test_changing_an_in_repo_dependency_of_the_real_template(repo: Path) -> None
     fp = fingerprint_template(repo / MATMUL, repo)
     # Function definitions only ("path.py:<module>" keys are module-level code).
     helpers = [
-        k
-        for k, (f, _) in fp.lines.items()
-        if f != MATMUL and f.endswith(".py") and k.split(":")[1].isidentifier()
+        k for k, (f, _) in fp.lines.items() if f != MATMUL and f.endswith(".py") and k.split(":")[1].isidentifier()
     ]
     funcs = [
         k
         for k in helpers
-        if isinstance(
-            top_level(ast.parse((repo / k.split(":")[0]).read_text()), k.split(":")[1]),
-            ast.FunctionDef,
-        )
+        if isinstance(top_level(ast.parse((repo / k.split(":")[0]).read_text()), k.split(":")[1]), ast.FunctionDef)
     ]
     if not funcs:
         pytest.skip("operators/matmul.py uses no in-repo helper function today")
@@ -279,12 +253,7 @@ def test_a_docstring_edit_in_a_helper_module_keeps_fresh(helper_repo: Path) -> N
 
 
 def test_changing_the_target_is_target_changed_for_that_target_only(repo: Path) -> None:
-    edit(
-        repo,
-        "tvmtune.yaml",
-        "{kind: llvm, mcpu: haswell}",
-        "{kind: llvm, mcpu: haswell, num-cores: 2}",
-    )
+    edit(repo, "tvmtune.yaml", "{kind: llvm, mcpu: haswell}", "{kind: llvm, mcpu: haswell, num-cores: 2}")
     report = report_of(repo)
     assert matmul(report) == {"matmul/avx512": [], "matmul/avx2": ["target_changed"]}
     r = report.stale[0].reasons[0]
@@ -334,10 +303,13 @@ def test_a_log_measured_on_another_cpu_is_fresh_with_a_warning(tmp_path: Path) -
     assert report.warnings == (
         "tuning_logs/matmul/avx2/manifest.json: measured on znver5, not the target's haswell: "
         "its timings and ranking are that machine's; re-tune matmul/avx2 on a runner with that "
-        "CPU (its runs-on labels in tvmtune.yaml)",)
+        "CPU (its runs-on labels in tvmtune.yaml)",
+    )
     # Measured on the target's own CPU, or through RPC devices: nothing to say.
-    for host in ({"runner": "local", "llvm_cpu": "haswell"},
-                 {"runner": "rpc avx2@127.0.0.1:9190 x1", "llvm_cpu": "znver5"}):
+    for host in (
+        {"runner": "local", "llvm_cpu": "haswell"},
+        {"runner": "rpc avx2@127.0.0.1:9190 x1", "llvm_cpu": "znver5"},
+    ):
         m["host"] = host
         mpath.write_text(json.dumps(m))
         assert report_of(root).warnings == ()
@@ -385,9 +357,7 @@ def test_another_tvm_minor_is_tvm_changed(tmp_path: Path) -> None:
     assert not report_of(root).stale
 
 
-def test_without_a_pinned_version_the_installed_one_counts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_a_pinned_version_the_installed_one_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_repo(tmp_path, config=CONFIG.replace('tvm_version: "0.27"\n', ""))
     freshen_all(root)
     monkeypatch.setattr(staleness.run, "installed_tvm_version", lambda: "0.28.0")
@@ -442,16 +412,8 @@ def test_orphaned_log_folders_are_warnings(repo: Path) -> None:
 @pytest.mark.parametrize(
     "source,where,message",
     [
-        (
-            "WORKLOADS = {'a': {'M': 4}}\nKNOBS = []\n\ndef schedule(:\n    pass\n",
-            4,
-            "syntax error",
-        ),
-        (
-            "KNOBS = []\ndef compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
-            None,
-            "missing WORKLOADS",
-        ),
+        ("WORKLOADS = {'a': {'M': 4}}\nKNOBS = []\n\ndef schedule(:\n    pass\n", 4, "syntax error"),
+        ("KNOBS = []\ndef compute(): pass\ndef reference(): pass\ndef schedule(): pass\n", None, "missing WORKLOADS"),
         (
             "WORKLOADS = {'a': {'M': 4}}\nKNOBS = [define_split('t', 'Q')]\n"
             "def compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
@@ -459,8 +421,7 @@ def test_orphaned_log_folders_are_warnings(repo: Path) -> None:
             "no integer 'Q'",
         ),
         (
-            "WORKLOADS = make()\nKNOBS = []\n"
-            "def compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
+            "WORKLOADS = make()\nKNOBS = []\ndef compute(): pass\ndef reference(): pass\ndef schedule(): pass\n",
             1,
             "must be a literal",
         ),
@@ -489,9 +450,7 @@ def test_a_broken_helper_makes_its_templates_invalid(helper_repo: Path) -> None:
     report = report_of(helper_repo)
     r = report.stale[0].reasons
     assert [x.code for x in r] == ["template_invalid"]
-    assert r[0].file == "mylib/tiling.py" and r[0].detail.startswith(
-        "mylib/tiling.py:2: syntax error"
-    )
+    assert r[0].file == "mylib/tiling.py" and r[0].detail.startswith("mylib/tiling.py:2: syntax error")
 
 
 def test_template_code_is_never_run(repo: Path) -> None:
@@ -502,8 +461,7 @@ def test_template_code_is_never_run(repo: Path) -> None:
         "operators/evil.py",
         src.replace(
             "import numpy as np\n",
-            f"import numpy as np\nopen({str(marker)!r}, 'w').write('ran')\n"
-            "raise SystemExit('ran')\n",
+            f"import numpy as np\nopen({str(marker)!r}, 'w').write('ran')\nraise SystemExit('ran')\n",
         ),
     )
     report = report_of(repo)
@@ -520,10 +478,7 @@ def test_changed_since_limits_entries_to_touched_code(helper_repo: Path) -> None
     assert sorted(codes(report)) == ["scale/avx2", "scale/avx512"]
     # Committed, the change is still since `base`...
     first = commit_all(helper_repo, "tiling")
-    assert sorted(codes(report_of(helper_repo, changed_since="HEAD~1"))) == [
-        "scale/avx2",
-        "scale/avx512",
-    ]
+    assert sorted(codes(report_of(helper_repo, changed_since="HEAD~1"))) == ["scale/avx2", "scale/avx512"]
     # ...and an untracked edit elsewhere adds nothing; an edited log folder does.
     write(helper_repo, "notes.txt", "x")
     (helper_repo / "tuning_logs/scale/avx2/README.md").write_text("hand edit")
@@ -551,17 +506,13 @@ def test_selection_by_name_and_unknown_names(repo: Path) -> None:
 def test_configured_operator_without_template_is_a_warning(repo: Path) -> None:
     (repo / "tvmtune.yaml").write_text(CONFIG + "operators:\n  retired_op:\n    trials: 10\n")
     report = report_of(repo)
-    assert any(
-        "operators.retired_op has no template operators/retired_op.py" in w for w in report.warnings
-    )
+    assert any("operators.retired_op has no template operators/retired_op.py" in w for w in report.warnings)
 
 
 def test_workloads_compare_as_json(tmp_path: Path) -> None:
     # A tuple in the template equals the list the manifest stores.
     files = {
-        "operators/t.py": HELPER_TEMPLATE.replace(
-            '{"M": 64, "N": 64}', '{"M": 64, "N": 64, "pad": (1, 1)}'
-        ),
+        "operators/t.py": HELPER_TEMPLATE.replace('{"M": 64, "N": 64}', '{"M": 64, "N": 64, "pad": (1, 1)}'),
         **{k: v for k, v in HELPER_FILES.items() if k != "operators/scale.py"},
     }
     root = make_repo(tmp_path, files=files, operators=False)
@@ -589,11 +540,7 @@ def test_git_queries(tmp_path: Path) -> None:
     run_git(git_root, "mv", "sub/operators/matmul.py", "sub/operators/gemm.py")
     write(root, "new.py", "x = 1\n")
     write(git_root, "outside.txt", "y")
-    assert tvm_git.changed_files(root, "HEAD") == {
-        "operators/matmul.py",
-        "operators/gemm.py",
-        "new.py",
-    }
+    assert tvm_git.changed_files(root, "HEAD") == {"operators/matmul.py", "operators/gemm.py", "new.py"}
     with pytest.raises(UsageError, match="not in a git work tree"):
         tvm_git.changed_files(tmp_path, "HEAD")
 
@@ -604,9 +551,7 @@ def test_every_real_template_can_be_fresh(tmp_path: Path) -> None:
     freshen_all(root)
     report = report_of(root)
     assert report.stale == () and report.warnings == ()
-    assert {e.operator for e in report.entries} == {
-        p.stem for p in discover_templates(root / "operators")
-    }
+    assert {e.operator for e in report.entries} == {p.stem for p in discover_templates(root / "operators")}
 
 
 def test_a_change_in_what_templates_are_told_about_the_target_is_stale(repo: Path) -> None:
@@ -653,9 +598,7 @@ def test_the_blob_id_is_gits(tmp_path: Path) -> None:
     assert tvm_git.blob_id(data) == run_git(tmp_path, "hash-object", "f").strip()
 
 
-def test_committed_unmodified_logs_are_not_read(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_committed_unmodified_logs_are_not_read(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The fixture's files are copies: their stat data is not the index's, so git
     # re-hashes them once in memory and still vouches for them.
     report, read = logs_read(repo, monkeypatch)
@@ -666,13 +609,12 @@ def test_committed_unmodified_logs_are_not_read(
     # --rehash reads every file of every set: the log and results.json.
     assert sorted(read) == sorted(
         f"{e.logset.folder.relative_to(repo).as_posix()}/{name}"
-        for e in report.entries for name in (e.manifest.log, "results.json")
+        for e in report.entries
+        for name in (e.manifest.log, "results.json")
     )
 
 
-def test_an_edited_log_is_hashed_whether_committed_or_not(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_edited_log_is_hashed_whether_committed_or_not(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = avx2_log(repo)
     log.write_bytes(log.read_bytes().replace(b"}", b"} ", 1))
     report, read = logs_read(repo, monkeypatch)
@@ -684,18 +626,14 @@ def test_an_edited_log_is_hashed_whether_committed_or_not(
     assert matmul(report)["matmul/avx2"] == ["log_modified"]
 
 
-def test_a_touched_but_unchanged_log_is_still_trusted(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_touched_but_unchanged_log_is_still_trusted(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = avx2_log(repo)
     log.write_bytes(log.read_bytes())  # new mtime and size check, same bytes
     report, read = logs_read(repo, monkeypatch)
     assert report.stale == () and read == []
 
 
-def test_a_log_git_does_not_look_at_is_hashed(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_log_git_does_not_look_at_is_hashed(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # assume-unchanged / skip-worktree: git reports the file clean without looking.
     for flag in ("--assume-unchanged", "--skip-worktree"):
         log = avx2_log(repo)
@@ -711,9 +649,7 @@ def test_a_log_git_does_not_look_at_is_hashed(
         run_git(repo, "update-index", flag.replace("--", "--no-"), rel)
 
 
-def test_a_manifest_whose_blob_id_disagrees_is_stale(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_manifest_whose_blob_id_disagrees_is_stale(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = repo / AVX2 / "manifest.json"
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "log_git_blob": "0" * 40}))
@@ -748,8 +684,7 @@ def test_logs_of_older_manifests_and_outside_git_are_hashed(
 # ---------------------------------------------------------------- recorded sources spare the parse
 
 
-def templates_parsed(root: Path, monkeypatch: pytest.MonkeyPatch, **kw: object
-                     ) -> tuple[Report, list[str]]:
+def templates_parsed(root: Path, monkeypatch: pytest.MonkeyPatch, **kw: object) -> tuple[Report, list[str]]:
     """The report, and the templates `check` parsed (a spy on the one parsing function)."""
     parsed: list[str] = []
     real = staleness.templates.read_checked_template
@@ -762,9 +697,7 @@ def templates_parsed(root: Path, monkeypatch: pytest.MonkeyPatch, **kw: object
         monkeypatch.undo()
 
 
-def test_committed_unchanged_templates_are_not_parsed(
-    helper_repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_committed_unchanged_templates_are_not_parsed(helper_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     report, parsed = templates_parsed(helper_repo, monkeypatch)
     assert report.stale == () and parsed == []
     assert report.templates_trusted == len(report.entries) == 2
@@ -786,6 +719,7 @@ def _set_manifest(field: str, value: object):  # noqa: ANN202
                 obj = obj[k]
             obj[keys[-1]] = value
             path.write_text(json.dumps(data))
+
     return change
 
 
@@ -794,33 +728,25 @@ def _set_manifest(field: str, value: object):  # noqa: ANN202
 UNVOUCHED = {
     "a comment in the template": (
         lambda root: edit(root, "operators/scale.py", "def schedule", "# why\ndef schedule"),
-        True, [],
+        True,
+        [],
     ),
-    "a helper's code": (
-        lambda root: edit(root, "mylib/tiling.py", "+ [j]", "+ [j, j]"), True,
-        ["template_changed"],
-    ),
+    "a helper's code": (lambda root: edit(root, "mylib/tiling.py", "+ [j]", "+ [j, j]"), True, ["template_changed"]),
     "a helper's code, not committed": (
-        lambda root: edit(root, "mylib/tiling.py", "+ [j]", "+ [j, j]"), False,
+        lambda root: edit(root, "mylib/tiling.py", "+ [j]", "+ [j, j]"),
+        False,
         ["template_changed"],
     ),
     # compute() does `from tvm import te`: an in-repo tvm.py now shadows TVM (the
     # recorded files are unchanged; the state of a path the import looked at is not).
-    "a module where an import looked": (
-        lambda root: write(root, "tvm.py", "te = None\n"), True, ["template_changed"],
-    ),
-    "the manifest's fingerprint, by hand": (
-        _set_manifest("fingerprint", "0" * 64), True, ["template_changed"],
-    ),
-    "the manifest's workloads, by hand": (
-        _set_manifest("workloads.small.M", 128), True, ["workload_changed"],
-    ),
-    "another fingerprint algorithm": (
-        _set_manifest("sources.algorithm", "tvmtune-fingerprint/0"), True, [],
-    ),
+    "a module where an import looked": (lambda root: write(root, "tvm.py", "te = None\n"), True, ["template_changed"]),
+    "the manifest's fingerprint, by hand": (_set_manifest("fingerprint", "0" * 64), True, ["template_changed"]),
+    "the manifest's workloads, by hand": (_set_manifest("workloads.small.M", 128), True, ["workload_changed"]),
+    "another fingerprint algorithm": (_set_manifest("sources.algorithm", "tvmtune-fingerprint/0"), True, []),
     "a template git no longer looks at": (
         lambda root: run_git(root, "update-index", "--assume-unchanged", "operators/scale.py"),
-        False, [],
+        False,
+        [],
     ),
 }
 
@@ -836,7 +762,8 @@ def test_whatever_the_recorded_sources_cannot_vouch_for_is_parsed(
     report, parsed = templates_parsed(helper_repo, monkeypatch)
     assert parsed == ["scale"] and report.templates_trusted == 0, edit_name
     assert {k: list(dict.fromkeys(v)) for k, v in codes(report).items()} == {
-        "scale/avx2": expected, "scale/avx512": expected,
+        "scale/avx2": expected,
+        "scale/avx512": expected,
     }, edit_name
     assert _summary(report) == _summary(report_of(helper_repo, rehash=True))
 
@@ -911,14 +838,17 @@ def test_changed_since_reports_what_checking_everything_would(
     assert fast == _summary(report_of(root, changed_since="HEAD", rehash=True))
     templates = len(discover_templates(root / "operators"))
     expected = {
-        "nothing": 0, "one template": 1, "the GEMM helper": 2, "one log folder": 1,
-        "a new helper a template imports": 1, "a helper deleted": templates, "a docs file": 0,
+        "nothing": 0,
+        "one template": 1,
+        "the GEMM helper": 2,
+        "one log folder": 1,
+        "a new helper a template imports": 1,
+        "a helper deleted": templates,
+        "a docs file": 0,
     }[edit_name]
     assert n_fast == expected, (edit_name, parsed[:n_fast])
     # Only the templates whose code changed are parsed (the deleted helper's two users).
-    assert n_trusting == {"one log folder": 0, "a helper deleted": 2}.get(edit_name, expected), (
-        edit_name
-    )
+    assert n_trusting == {"one log folder": 0, "a helper deleted": 2}.get(edit_name, expected), edit_name
 
 
 def test_changed_since_follows_imports_through_helpers(helper_repo: Path) -> None:
@@ -953,7 +883,11 @@ def test_each_reason_code_says_what_it_blocks_and_how_to_fix_it() -> None:
     # An edited template keeps its log replayable; an expired log or a new TVM keeps its
     # best a fair finalist; nothing else does either.
     warn = {Code.ORPHANED}  # a warning, never a reason an entry is stale
-    assert {c for c in Code if not c.blocks_replay} - warn == {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED, Code.EXPIRED}
+    assert {c for c in Code if not c.blocks_replay} - warn == {
+        Code.TEMPLATE_CHANGED,
+        Code.WORKLOAD_CHANGED,
+        Code.EXPIRED,
+    }
     assert {c for c in Code if not c.blocks_reuse} - warn == {Code.TVM_CHANGED, Code.EXPIRED}
     assert _SAME_TEMPLATE_BLOCKERS == {c for c in Code if c.blocks_reuse}
     assert _REPLAY_BLOCKERS == {c for c in Code if c.blocks_replay}

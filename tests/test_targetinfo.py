@@ -11,9 +11,7 @@ from tvmtune_ci.core import targetinfo
 from tvmtune_ci.core.errors import TemplateError
 from tvmtune_ci.core.targetinfo import scope, target_facts
 
-X86_CPUS = sorted(
-    targetinfo._X86_AVX512 | targetinfo._X86_AVX2 | targetinfo._X86_AVX | targetinfo._X86_SSE
-)
+X86_CPUS = sorted(targetinfo._X86_AVX512 | targetinfo._X86_AVX2 | targetinfo._X86_AVX | targetinfo._X86_SSE)
 
 
 def _llvm(target: dict[str, Any], feature: str) -> bool:
@@ -36,8 +34,7 @@ def test_the_x86_table_agrees_with_tvms_llvm(mcpu: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mattr", "isa"),
-    [(["-avx512f"], "avx2"), (["+avx512f"], "avx512"), (["-avx2"], "avx"), (["-avx"], "sse")],
+    ("mattr", "isa"), [(["-avx512f"], "avx2"), (["+avx512f"], "avx512"), (["-avx2"], "avx"), (["-avx"], "sse")]
 )
 def test_mattr_overrides_the_cpu_as_llvm_does(mattr: list[str], isa: str) -> None:
     base = "znver4" if mattr[0] != "+avx512f" else "haswell"
@@ -75,8 +72,14 @@ def test_the_extent_scope_has_the_facts_in_the_workloads_dtype() -> None:
 
 # --------------------------------------------------------------------------- GPU targets
 
-H100 = {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
-        "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536}
+H100 = {
+    "kind": "cuda",
+    "arch": "sm_90a",
+    "max_shared_memory_per_block": 49152,
+    "max_threads_per_block": 1024,
+    "thread_warp_size": 32,
+    "registers_per_block": 65536,
+}
 
 
 def _cuda_tags() -> list[str]:
@@ -89,8 +92,7 @@ def test_every_cuda_tag_of_tvm_is_in_the_table() -> None:
     import tvm
     from tvm.target import list_tags
 
-    theirs = sorted(str(k) for k in list_tags().keys()
-                    if tvm.target.Target(str(k)).kind.name == "cuda")
+    theirs = sorted(str(k) for k in list_tags().keys() if tvm.target.Target(str(k)).kind.name == "cuda")
     assert theirs == _cuda_tags(), "regenerate: .venv/bin/python scripts/gen_cuda_tags.py"
 
 
@@ -106,8 +108,9 @@ def test_gpu_facts_of_each_tag_agree_with_tvms_target(tag: str) -> None:
     assert expanded is not None
     theirs = tvm.target.Target(tag)
     ours = tvm.target.Target(expanded)
-    assert {k: v for k, v in ours.export().items() if k != "tag"} == \
-        {k: v for k, v in theirs.export().items() if k != "tag"}
+    assert {k: v for k, v in ours.export().items() if k != "tag"} == {
+        k: v for k, v in theirs.export().items() if k != "tag"
+    }
     facts = target_facts(expanded)
     attrs = theirs.attrs
     assert facts.isa == "cuda" and facts.arch == str(attrs["arch"])
@@ -128,11 +131,22 @@ def test_gpu_facts_in_the_extent_scope_and_lanes_of_a_16_byte_load() -> None:
     assert facts.describe().startswith("cuda sm_90a: 49,152 bytes of shared memory")
     # A CPU target's recorded facts keep their form (committed manifests compare them).
     assert set(target_facts({"kind": "llvm", "mcpu": "znver4"}).to_json()) == {
-        "arch", "isa", "vector_bits", "vector_registers"}
+        "arch",
+        "isa",
+        "vector_bits",
+        "vector_registers",
+    }
     assert target_facts(H100).to_json()["SMEM"] == 49152
 
 
 def test_a_cuda_target_without_its_limits_names_them() -> None:
     with pytest.raises(TemplateError, match="lacks max_shared_memory_per_block.*nvidia/nvidia-h100"):
-        target_facts({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
-                      "thread_warp_size": 32, "registers_per_block": 65536})
+        target_facts(
+            {
+                "kind": "cuda",
+                "arch": "sm_90",
+                "max_threads_per_block": 1024,
+                "thread_warp_size": 32,
+                "registers_per_block": 65536,
+            }
+        )

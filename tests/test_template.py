@@ -26,26 +26,16 @@ from tvmtune_ci.core.template import (
     space_size,
 )
 
-BODY = (
-    "def compute(M):\n    pass\n\n\n"
-    "def reference(A):\n    pass\n\n\n"
-    "def schedule(sch, cfg):\n    pass\n"
-)
+BODY = "def compute(M):\n    pass\n\n\ndef reference(A):\n    pass\n\n\ndef schedule(sch, cfg):\n    pass\n"
 
 
 def brute_tiles(extent: int, parts: int, max_inner: int) -> int:
     """Every ordered `parts`-tuple of factors whose product is `extent`, inner <= max."""
     divisors = [d for d in range(1, extent + 1) if extent % d == 0]
-    return sum(
-        1
-        for t in itertools.product(divisors, repeat=parts)
-        if math.prod(t) == extent and t[-1] <= max_inner
-    )
+    return sum(1 for t in itertools.product(divisors, repeat=parts) if math.prod(t) == extent and t[-1] <= max_inner)
 
 
-@pytest.mark.parametrize(
-    "extent,parts,max_inner", [(8, 2, 64), (512, 3, 8), (96, 3, 16), (7, 2, 1), (360, 4, 12)]
-)
+@pytest.mark.parametrize("extent,parts,max_inner", [(8, 2, 64), (512, 3, 8), (96, 3, 16), (7, 2, 1), (360, 4, 12)])
 def test_count_perfect_tiles_matches_brute_force(extent: int, parts: int, max_inner: int) -> None:
     assert count_perfect_tiles(extent, parts, max_inner) == brute_tiles(extent, parts, max_inner)
 
@@ -75,13 +65,10 @@ def test_the_real_templates_read_statically() -> None:
                 expected = 1
                 for k in decl.knobs:
                     if isinstance(k, Split):
-                        expected *= brute_tiles(eval_extent(k.extent, names), k.parts,
-                                                eval_extent(k.max_factor, names))
+                        expected *= brute_tiles(eval_extent(k.extent, names), k.parts, eval_extent(k.max_factor, names))
                     elif isinstance(k, Categorical):
                         expected *= len(k.candidates)
-                spaces = math.prod(
-                    len(k.candidates) for k in decl.knobs if isinstance(k, Structural)
-                )
+                spaces = math.prod(len(k.candidates) for k in decl.knobs if isinstance(k, Structural))
                 assert decl.space_sizes(target)[name] == (expected, spaces)
 
 
@@ -107,11 +94,7 @@ def test_design_spaces_and_space_size() -> None:
     assert len(design_spaces(knobs)) == 6
     assert design_spaces(knobs)[0] == {"a": True, "b": "x"}
     assert space_size(knobs, {"M": 16}) == (brute_tiles(16, 2, 4) * 2, 6)
-    assert (
-        isinstance(knobs[0], Split)
-        and isinstance(knobs[1], Categorical)
-        and isinstance(knobs[2], Structural)
-    )
+    assert isinstance(knobs[0], Split) and isinstance(knobs[1], Categorical) and isinstance(knobs[2], Structural)
 
 
 @pytest.mark.parametrize(
@@ -133,14 +116,8 @@ def test_definer_errors(call, message: str) -> None:  # noqa: ANN001
     [
         ("KNOBS = []\n" + BODY, r"op\.py: not an operator template: missing WORKLOADS"),
         ("WORKLOADS = {'w': {'M': 4}}\nKNOBS = []\n", "missing compute, reference, schedule"),
-        (
-            "WORKLOADS = {'w': {'M': M0}}\nKNOBS = []\n" + BODY,
-            r"op\.py:1: WORKLOADS must be a literal",
-        ),
-        (
-            "WORKLOADS = {'w': {[1]: 4}}\nKNOBS = []\n" + BODY,
-            r"op\.py:1: WORKLOADS must be a literal",
-        ),
+        ("WORKLOADS = {'w': {'M': M0}}\nKNOBS = []\n" + BODY, r"op\.py:1: WORKLOADS must be a literal"),
+        ("WORKLOADS = {'w': {[1]: 4}}\nKNOBS = []\n" + BODY, r"op\.py:1: WORKLOADS must be a literal"),
         ("WORKLOADS = {}\nKNOBS = []\n" + BODY, "WORKLOADS must be a non-empty dict"),
         ("WORKLOADS = {'w': {'M': 4}}\nKNOBS = make()\n" + BODY, r"op\.py:2: KNOBS must be a list"),
         (
@@ -156,8 +133,7 @@ def test_definer_errors(call, message: str) -> None:  # noqa: ANN001
             r"op\.py:2: define_split\(\): .*bogus",
         ),
         (
-            "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [define_knob('u', [1]), define_knob('u', [2])]\n"
-            + BODY,
+            "WORKLOADS = {'w': {'M': 4}}\nKNOBS = [define_knob('u', [1]), define_knob('u', [2])]\n" + BODY,
             "knob names must be unique; repeated: u",
         ),
         (
@@ -181,9 +157,7 @@ def test_definer_errors(call, message: str) -> None:  # noqa: ANN001
         "syntax",
     ],
 )
-def test_read_template_errors_name_the_file_and_line(
-    tmp_path: Path, source: str, message: str
-) -> None:
+def test_read_template_errors_name_the_file_and_line(tmp_path: Path, source: str, message: str) -> None:
     p = write(tmp_path, "op.py", source)
     with pytest.raises(TemplateError, match=message):
         read_template(p)
@@ -215,8 +189,7 @@ def test_import_runs_the_tree_it_was_given_not_the_file_as_it_is_now(tmp_path: P
     from tvmtune_ci.core.template import import_template
 
     head = 'WORKLOADS = {"w": {"M": %d}}\nKNOBS = [define_knob("u", [0, 16])]\n'
-    path = write(tmp_path, "operators/op.py", "from tvmtune_ci.template import define_knob\n"
-                 + head % 64 + BODY)
+    path = write(tmp_path, "operators/op.py", "from tvmtune_ci.template import define_knob\n" + head % 64 + BODY)
     cache = SourceCache(tmp_path)
     decl, tree = cache.template(path), cache.tree(path)
     path.write_text(path.read_text().replace("64", "128"))

@@ -60,7 +60,8 @@ def rules_hash() -> str:
 def test_the_rules_are_pinned_for_this_template_api() -> None:
     assert rules_hash() == templateapi.RULES_PINNED[templateapi.TEMPLATE_API], (
         "the knob -> trace rules changed: if the meaning changed, bump "
-        "templateapi.TEMPLATE_API (with its VERSIONS entry); if not, re-pin RULES_PINNED")
+        "templateapi.TEMPLATE_API (with its VERSIONS entry); if not, re-pin RULES_PINNED"
+    )
     assert set(templateapi.VERSIONS) == set(templateapi.RULES_PINNED)
 
 
@@ -72,9 +73,7 @@ def test_manifests_record_the_template_api_and_older_ones_read_as_the_first(repo
     assert report_of(repo).stale == ()
 
 
-def test_changing_a_mapping_rule_makes_every_entry_stale(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_changing_a_mapping_rule_makes_every_entry_stale(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def default_value(knob, workload):  # noqa: ANN001, ANN202
         # The default configuration tiles innermost instead of outermost.
         if isinstance(knob, Split):
@@ -96,8 +95,7 @@ def test_changing_a_mapping_rule_makes_every_entry_stale(
         assert r.file == f"tuning_logs/{e.operator}/{e.target_name}/manifest.json"
         assert "this tvmtune-ci (0.1.0) cannot read logs of template API 1" in r.detail
         assert "template API 2 (the default tiles innermost)" in r.detail
-        assert r.detail.endswith("re-tune it (`tvmtune-ci retune`), or use tvmtune-ci <= 0.1.0 "
-                                 "to read it as it is")
+        assert r.detail.endswith("re-tune it (`tvmtune-ci retune`), or use tvmtune-ci <= 0.1.0 to read it as it is")
     # A log re-tuned under template API 2 is fresh again.
     set_api(repo, 2)
     assert report_of(repo).stale == ()
@@ -108,18 +106,22 @@ def test_a_log_of_a_newer_template_api_asks_for_an_upgrade(repo: Path) -> None:
     commit_all(repo, "written by a newer tvmtune-ci")
     r = run_cli(repo, "check", "matmul", "--target", "avx2")
     assert r.returncode == 1, r.stderr
-    assert (f"STALE matmul/avx2: template_api_changed (written with template API "
-            f"{templateapi.TEMPLATE_API + 1} by a newer tvmtune-ci") in r.stdout
-    gh = run_cli(repo, "check", "matmul", "--target", "avx2", "--format", "github",
-                 env={"GITHUB_ACTIONS": "true"})
+    assert (
+        f"STALE matmul/avx2: template_api_changed (written with template API "
+        f"{templateapi.TEMPLATE_API + 1} by a newer tvmtune-ci"
+    ) in r.stdout
+    gh = run_cli(repo, "check", "matmul", "--target", "avx2", "--format", "github", env={"GITHUB_ACTIONS": "true"})
     assert "Fix: upgrade tvmtune-ci to the version that wrote the log" in gh.stdout
 
 
 def test_records_of_another_template_api_are_refused_clearly(repo: Path, tmp_path: Path) -> None:
     path = next((repo / "tuning_logs").glob("matmul/*/manifest.json"))
     m = replace(read_manifest(path), template_api=templateapi.TEMPLATE_API + 1)
-    with pytest.raises(priors.PriorError, match=r"was decoded with template API 2 and this "
-                       r"tvmtune-ci decodes template API 1: its records are not read"):
+    with pytest.raises(
+        priors.PriorError,
+        match=r"was decoded with template API 2 and this "
+        r"tvmtune-ci decodes template API 1: its records are not read",
+    ):
         priors.old_records(repo, path, m, ["m512"], tmp_path / "scratch")
 
 
@@ -131,5 +133,4 @@ def test_a_retune_neither_replays_nor_keeps_a_log_of_another_template_api(
     e = next(x for x in report_of(repo).entries if x.operator == "matmul")
     assert {r.code for r in e.reasons} == {"template_changed", TEMPLATE_API_CHANGED}
     assert not pipeline.can_replay(e) and not pipeline.can_reuse_previous(e)
-    assert pipeline.replay_skipped(e) == ("the previous log was decoded with template API 1, "
-                                          "not this tvmtune-ci's")
+    assert pipeline.replay_skipped(e) == ("the previous log was decoded with template API 1, not this tvmtune-ci's")

@@ -33,8 +33,14 @@ from tvmtune_ci.tune.tuner import BatchEvent, TuneRequest, tune_workload
 TARGET = {"kind": "llvm", "num-cores": 2}  # no mcpu: generic x86-64, runs on any host
 # Short samples and loose precision: tests check behaviour, not latencies.
 FAST = MeasureOptions(
-    sample_ms=2, precision=0.05, search_precision=0.1, search_cap_s=0.1, time_cap_s=0.5,
-    usable_precision=10, finalists=3, timeout_s=20,
+    sample_ms=2,
+    precision=0.05,
+    search_precision=0.1,
+    search_cap_s=0.1,
+    time_cap_s=0.5,
+    usable_precision=10,
+    finalists=3,
+    timeout_s=20,
 )
 
 SMALL_MM = '''\
@@ -89,9 +95,7 @@ def schedule(sch, cfg):
 def write_template(
     folder: Path, name: str, *, reference: str = "A @ B", extra: str = "", knobs_extra: str = ""
 ) -> Path:
-    src = SMALL_MM.replace("REFERENCE", reference).replace(
-        "    EXTRA\n", textwrap.indent(extra, "    ")
-    )
+    src = SMALL_MM.replace("REFERENCE", reference).replace("    EXTRA\n", textwrap.indent(extra, "    "))
     if knobs_extra:
         src = src.replace("]\n\n\ndef compute", f"    {knobs_extra},\n]\n\n\ndef compute")
     path = folder / f"{name}.py"
@@ -113,9 +117,7 @@ def make_template(folder: Path, name: str, **kw: str) -> ModuleType:
 
 # A structural choice whose kernels never build: LLVM rejects the imported "IR".
 BROKEN_KNOB = 'define_structure("broken", [False, True])'
-BROKEN_CODE = (
-    'if cfg["broken"]:\n    sch.annotate(i0, "pragma_import_llvm", "this is not LLVM IR")\n'
-)
+BROKEN_CODE = 'if cfg["broken"]:\n    sch.annotate(i0, "pragma_import_llvm", "this is not LLVM IR")\n'
 
 
 def test_a_batch_builds_on_threads_and_each_result_is_its_own_inputs(tmp_path: Path) -> None:
@@ -129,9 +131,11 @@ def test_a_batch_builds_on_threads_and_each_result_is_its_own_inputs(tmp_path: P
 
     template = make_template(tmp_path, "mm_threads", extra=BROKEN_CODE, knobs_extra=BROKEN_KNOB)
     ms, tgt = tvmsetup.ms(), tvmsetup.make_target(TARGET)
-    jobs = [(wl, {"tile_i": tile, "broken": broken})
-            for broken in (False, True, False)
-            for wl, tile in (("m64", [4, 16]), ("m32", [2, 16]), ("m64", [8, 8]), ("m32", [4, 8]))]
+    jobs = [
+        (wl, {"tile_i": tile, "broken": broken})
+        for broken in (False, True, False)
+        for wl, tile in (("m64", [4, 16]), ("m32", [2, 16]), ("m64", [8, 8]), ("m32", [4, 8]))
+    ]
     inputs = [ms.builder.BuilderInput(schedule_config(template, wl, kv, TARGET).mod, tgt) for wl, kv in jobs]
     builder = make_builder(str(tmp_path / "artifacts"))
     try:
@@ -251,16 +255,14 @@ def test_outcome_is_complete_and_best_beats_baseline(tuned, default_samples: lis
     assert out.stats["first_trial_s"] < out.stats["total_s"]
 
 
-def test_a_replayed_old_best_that_no_longer_works_leaves_the_noise_check_to_the_default(
-        tuned, tmp_path: Path) -> None:
+def test_a_replayed_old_best_that_no_longer_works_leaves_the_noise_check_to_the_default(tuned, tmp_path: Path) -> None:
     """The old best's knob value is gone from the edited template: it is not measured,
     so the default is sampled before the search as in a cold run."""
     template, out, _ = tuned
     gone = dict(out.best.knobs, unroll=7)
     with pytest.MonkeyPatch.context() as mp:
         sampled = count_default_samples(mp)  # (and the counter the other tests trust counts)
-        warm = tune_workload(request(template, tmp_path / "warm", trials=8,
-                                     replay=(gone, dict(out.best.knobs))))
+        warm = tune_workload(request(template, tmp_path / "warm", trials=8, replay=(gone, dict(out.best.knobs))))
     assert len(sampled) == 1, sampled
     assert warm.replay is not None and not warm.replay.old_best_correct
     assert warm.noise_check is not None and warm.noise_check.stage == "single"
@@ -274,7 +276,8 @@ HALF_CODE = 'if cfg["half"] and cfg["write_cache"]:\n    sch.unsafe_set_dtype(bl
 
 
 def test_the_replay_checks_the_library_it_measures_and_measures_no_wrong_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each replayed configuration is built once: its numerics are checked on the library
     the builder made, which the runner then measures (no compile of its own per
     configuration). One that computes wrong is counted built, not correct, and never
@@ -282,8 +285,7 @@ def test_the_replay_checks_the_library_it_measures_and_measures_no_wrong_one(
     import tvm
 
     template = load_template(write_template(tmp_path, "mm_half", knobs_extra=HALF_KNOB, extra=HALF_CODE))
-    good = {"tile_i": [4, 16], "tile_j": [1, 64], "tile_k": [4, 16], "unroll": 0,
-            "write_cache": True, "half": False}
+    good = {"tile_i": [4, 16], "tile_j": [1, 64], "tile_k": [4, 16], "unroll": 0, "write_cache": True, "half": False}
     wrong = dict(good, half=True)
     other = dict(good, tile_i=[8, 8])
     compiles: list[object] = []
@@ -301,8 +303,7 @@ def test_the_replay_checks_the_library_it_measures_and_measures_no_wrong_one(
     assert 1 <= len(compiles) <= 2, len(compiles)
 
 
-def test_a_replay_measures_each_program_once_and_hands_its_old_best_to_the_warm_rule(
-        tmp_path: Path) -> None:
+def test_a_replay_measures_each_program_once_and_hands_its_old_best_to_the_warm_rule(tmp_path: Path) -> None:
     """`Replay.run` on a search of its own: a configuration that computes wrong is built,
     not correct, never measured; one offered twice (one program) is measured once; the
     first, measured, is the old best the warm rule starts against (`Search.replay`).
@@ -314,14 +315,12 @@ def test_a_replay_measures_each_program_once_and_hands_its_old_best_to_the_warm_
     from tvmtune_ci.tune.space import knobs_key
 
     template = load_template(write_template(tmp_path, "mm_half2", knobs_extra=HALF_KNOB, extra=HALF_CODE))
-    good = {"tile_i": [4, 16], "tile_j": [1, 64], "tile_k": [4, 16], "unroll": 0,
-            "write_cache": True, "half": False}
+    good = {"tile_i": [4, 16], "tile_j": [1, 64], "tile_k": [4, 16], "unroll": 0, "write_cache": True, "half": False}
     wrong = dict(good, half=True)
     other = dict(good, tile_i=[8, 8])
     runner, builder = make_runner(FAST), make_builder(str(tmp_path / "artifacts"))
     try:
-        search = Search(request(template, tmp_path / "w", trials=8), builder, runner,
-                        time.perf_counter())
+        search = Search(request(template, tmp_path / "w", trials=8), builder, runner, time.perf_counter())
         replay = Replay(search)
         rs = replay.run([good, wrong, good, other])
         assert (rs.offered, rs.built, rs.correct, rs.measured) == (4, 4, 3, 2), rs
@@ -354,9 +353,23 @@ def test_a_search_resumes_what_its_store_journaled_and_run_says_what_it_did(tmp_
     sidx, kv = first.designs.decode(sch)
     record = first.record_json(sch)
     record[1] = [1e-3]
-    first.store.append([{"trial": 1, "batch": 1, "space": sidx, "knobs": kv, "latency_s": 1e-3,
-                         "ci": [0.9e-3, 1.1e-3], "n": 8, "stage": "search", "error": None,
-                         "device": "local", "record": record}])
+    first.store.append(
+        [
+            {
+                "trial": 1,
+                "batch": 1,
+                "space": sidx,
+                "knobs": kv,
+                "latency_s": 1e-3,
+                "ci": [0.9e-3, 1.1e-3],
+                "n": 8,
+                "stage": "search",
+                "error": None,
+                "device": "local",
+                "record": record,
+            }
+        ]
+    )
     again = Search(req, None, None, time.perf_counter())
     assert again.resumed == 1 and again.store.trials[0]["knobs"] == kv
     assert knobs_key(kv) in again.designs.seen
@@ -398,13 +411,7 @@ def test_decoded_knobs_rebuild_the_measured_module(tuned, tmp_path: Path) -> Non
     for r in out.records:
         assert decode_knobs(r["record"][0], infos, template.KNOBS)[1] == r["knobs"]
     # A fixed configuration's (unsimplified) trace decodes too.
-    fixed = {
-        "tile_i": [8, 8],
-        "tile_j": [2, 32],
-        "tile_k": [8, 8],
-        "unroll": 16,
-        "write_cache": False,
-    }
+    fixed = {"tile_i": [8, 8], "tile_j": [2, 32], "tile_k": [8, 8], "unroll": 16, "write_cache": False}
     trace = schedule_config(template, "m64", fixed, TARGET).trace.as_json()
     assert decode_knobs(trace, infos, template.KNOBS) == (1, fixed)
     for r in out.records[::5]:
@@ -424,9 +431,7 @@ def test_wrong_template_stops_before_tuning(tmp_path: Path) -> None:
     with pytest.raises(TuningError) as info:
         tune_workload(request(template, tmp_path / "work"))
     msg = str(info.value)
-    assert (
-        "does not match reference()" in msg and "max abs error" in msg and "first mismatches" in msg
-    )
+    assert "does not match reference()" in msg and "max abs error" in msg and "first mismatches" in msg
     assert not (tmp_path / "work" / "journal.jsonl").exists()  # nothing was tuned
 
 
@@ -434,15 +439,9 @@ def test_failed_builds_are_recorded_and_never_best(tmp_path: Path) -> None:
     template = make_template(tmp_path, "mm_broken", extra=BROKEN_CODE, knobs_extra=BROKEN_KNOB)
     out = tune_workload(request(template, tmp_path / "work", trials=24))
     failed = [r for r in out.records if r["error"]]
-    assert (
-        failed
-        and out.trials.failed == len(failed)
-        and out.trials.failures.get("build") == len(failed)
-    )
+    assert failed and out.trials.failed == len(failed) and out.trials.failures.get("build") == len(failed)
     assert all(r["knobs"]["broken"] is True and r["latency_s"] is None for r in failed)
-    assert all(
-        "not LLVM IR" in r["error"] or "expected top-level entity" in r["error"] for r in failed
-    )
+    assert all("not LLVM IR" in r["error"] or "expected top-level entity" in r["error"] for r in failed)
     assert out.best.knobs["broken"] is False
     assert all(m.knobs["broken"] is False for m in out.top)
 
@@ -489,11 +488,7 @@ def test_small_space_is_exhausted(tmp_path: Path) -> None:
 def test_decode_knobs_names_decisions_in_sampling_order() -> None:
     from tvmtune_ci.core.template import define_knob, define_split, define_structure
 
-    knobs = [
-        define_split("t", 8, parts=2),
-        define_knob("u", [0, 16, 64]),
-        define_structure("s", ["a", "b"]),
-    ]
+    knobs = [define_split("t", 8, parts=2), define_knob("u", [0, 16, 64]), define_structure("s", ["a", "b"])]
     insts = [
         ["GetSBlock", [], ["C", "main"], ["b0"]],
         ["SampleCategorical", [], [[0, 16, 64], [0.5, 0.25, 0.25]], ["v1"]],
@@ -505,10 +500,7 @@ def test_decode_knobs_names_decisions_in_sampling_order() -> None:
         SpaceInfo(0, {"s": "a"}, signature(insts[:2]), ("u",)),
         SpaceInfo(1, {"s": "b"}, signature(insts), ("u", "t")),
     ]
-    trace = [
-        insts + [["EnterPostproc", [], [], []], ["Annotate", [], [], []]],
-        [[1, 2], [2, [2, 4]]],
-    ]
+    trace = [insts + [["EnterPostproc", [], [], []], ["Annotate", [], [], []]], [[1, 2], [2, [2, 4]]]]
     assert decode_knobs(trace, spaces, knobs) == (1, {"s": "b", "u": 64, "t": [2, 4]})
     with pytest.raises(TuningError, match="matches no design space"):
         decode_knobs([insts[:1], []], spaces, knobs)
@@ -575,11 +567,7 @@ def test_trace_json_is_compared_in_one_canonical_form() -> None:
     """Python's Trace.as_json and the JSONDatabase file spell some values differently."""
     from tvmtune_ci.tune.space import plain
 
-    db_side = [
-        "TransformLayout",
-        ["b1", '{\n  "root_index": 1,\n  "nodes": []\n}'],
-        [0, 1, None, False],
-    ]
+    db_side = ["TransformLayout", ["b1", '{\n  "root_index": 1,\n  "nodes": []\n}'], [0, 1, None, False]]
     py_side = ["TransformLayout", ["b1", '{"nodes":[],"root_index":1}'], [0, True, None, 0]]
     assert plain(db_side) == plain(py_side)
 
@@ -596,17 +584,14 @@ def test_a_builder_that_cannot_start_does_not_leak_the_runner_worker(tmp_path: P
         tune_workload(request(template, blocked))
     deadline = time.time() + 10
     while time.time() < deadline:
-        alive = [p for p in me.children(recursive=True)
-                 if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in me.children(recursive=True) if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
         if not alive:
             break
         time.sleep(0.2)
     assert not alive, [p.cmdline() for p in alive]
 
 
-def test_the_workloads_of_a_set_share_one_measuring_worker_that_the_caller_closes(
-    tuned, tmp_path: Path
-) -> None:
+def test_the_workloads_of_a_set_share_one_measuring_worker_that_the_caller_closes(tuned, tmp_path: Path) -> None:
     """A runner handed in (the pipeline's, one per set) measures each workload in the
     same worker process, whose TVM import (~2 s) is paid once, and is left open for
     the next workload; without one, tune_workload makes and closes its own."""
@@ -617,8 +602,7 @@ def test_the_workloads_of_a_set_share_one_measuring_worker_that_the_caller_close
     try:
         pid = runner.pool.submit(os.getpid).result()
         for i in range(2):
-            out = tune_workload(request(template, tmp_path / f"w{i}", trials=4, batch_size=4,
-                                        runner=runner))
+            out = tune_workload(request(template, tmp_path / f"w{i}", trials=4, batch_size=4, runner=runner))
             assert out.trials.valid == 4 and out.stats["device_retries"] == 0
         assert runner.pool.submit(os.getpid).result() == pid  # open, and never restarted
     finally:
@@ -680,7 +664,8 @@ def test_a_worker_started_before_tvm_is_imported_is_the_first_runners_worker(
 
 
 def test_a_prestarted_worker_measures_with_the_runs_threads_or_is_not_adopted(
-        monkeypatch: pytest.MonkeyPatch, no_prestarted: None) -> None:
+    monkeypatch: pytest.MonkeyPatch, no_prestarted: None
+) -> None:
     """TVM sizes a process's thread pool from TVM_NUM_THREADS, which `retune` sets only
     around an entry's tuning (tune/runners/threads.tvm_threads). A worker started before that must
     be given it (2-core targets measured on one thread, 2x slower, before it was), and
@@ -710,10 +695,10 @@ def test_a_prestarted_worker_nobody_adopts_exits_with_its_parent() -> None:
     worker sees its pipe close when the parent exits."""
     import psutil
 
-    code = ("from tvmtune_ci.tune.runners import local; local.prestart_worker(); "
-            "print(local._prestarted[0][0].pid)")
-    pid = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True, timeout=60).stdout)
+    code = "from tvmtune_ci.tune.runners import local; local.prestart_worker(); print(local._prestarted[0][0].pid)"
+    pid = int(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -738,10 +723,12 @@ def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: P
 
     template = make_template(tmp_path, "mm_prior")
     search = Search(request(template, tmp_path / "w"), None, None, time.perf_counter())
-    points = [{"tile_i": [64 // i, i], "tile_j": [64 // j, j], "unroll": u}
-              for i, j, u in product([1, 2, 4, 8, 16], [1, 4, 16, 64], [0, 64])]
+    points = [
+        {"tile_i": [64 // i, i], "tile_j": [64 // j, j], "unroll": u}
+        for i, j, u in product([1, 2, 4, 8, 16], [1, 4, 16, 64], [0, 64])
+    ]
     random.Random(0).shuffle(points)
-    points = points[:WARMUP_SAMPLES + 4]
+    points = points[: WARMUP_SAMPLES + 4]
     # A latency the programs' features can tell apart: the inner j tile (the
     # vectorised extent) sets it.
     prior = [(kv, 1e-3 * (1 + 8 / kv["tile_j"][1])) for kv in points]
@@ -750,8 +737,7 @@ def test_the_prior_trains_the_cost_model_before_anything_is_measured(tmp_path: P
     cands = []
     for kv, _ in prior:
         sch = schedule_config(template, "m64", kv, TARGET)
-        cands.append(ms.MeasureCandidate(
-            sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
+        cands.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
     scores = [float(x) for x in search.cost_model.predict(search.ctx, cands)]
 
     def ranks(xs: list[float]) -> list[int]:
@@ -786,7 +772,6 @@ def test_the_resume_key_covers_everything_that_invalidates_old_trials(tmp_path: 
     }
     for what, req in changed.items():
         assert request_fingerprint(req) != key, what
-
 
 
 @pytest.mark.slow
@@ -828,8 +813,7 @@ def test_a_measuring_worker_that_dies_or_hangs_mid_search_costs_trials_not_the_r
             threading.Thread(target=strike, daemon=True).start()
 
     slow = replace(FAST, sample_ms=20, search_cap_s=0.5, timeout_s=3)
-    out = tune_workload(request(template, tmp_path / "work", trials=24, measure=slow,
-                                on_batch=on_batch))
+    out = tune_workload(request(template, tmp_path / "work", trials=24, measure=slow, on_batch=on_batch))
     assert hit, "the worker was never caught measuring"
     failed = [r for r in out.records if r["error"]]
     assert failed and out.trials.failures.get(kind, 0) >= 1, out.trials.failures
@@ -859,8 +843,9 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     the noise band at varying points.)"""
     from tvmtune_ci.tune import warmstop
 
-    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
-                                early_stop=EarlyStop(patience=2)))
+    old = tune_workload(
+        request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64, early_stop=EarlyStop(patience=2))
+    )
     replay, prior = _old_log(old)
     edited = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
     # The cold rule, the warm run's ceiling, given 8 batches after its warm-up (its
@@ -873,8 +858,9 @@ def test_a_warm_retune_after_a_noop_edit_stops_once_it_has_matched_the_old_best(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(warmstop, "WEAK_HISTORY", math.inf)
         sampled = count_default_samples(mp)
-        warm = tune_workload(request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior,
-                                     early_stop=EarlyStop(patience=8)))
+        warm = tune_workload(
+            request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior, early_stop=EarlyStop(patience=8))
+        )
     assert warm.trials.stop_reason == "matched_history", warm.trials
     assert warm.trials.stop_detail.startswith("matched the old best after ")
     own = sum(r.get("source") != "replay" for r in warm.records)
@@ -899,17 +885,20 @@ def test_a_warm_retune_that_beats_a_weak_old_log_stops_by_the_cold_rule(tmp_path
     stand-down the warm rule stopped one flat batch after the match."""
     from tvmtune_ci.tune.search import WARMUP_SAMPLES
 
-    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
-                                early_stop=EarlyStop(patience=2)))
+    old = tune_workload(
+        request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64, early_stop=EarlyStop(patience=2))
+    )
     default = dict(old.baseline.knobs)
-    ranked = sorted((r for r in old.records if r["latency_s"] is not None and r["knobs"] != default),
-                    key=lambda r: -r["latency_s"])  # slowest first
+    ranked = sorted(
+        (r for r in old.records if r["latency_s"] is not None and r["knobs"] != default), key=lambda r: -r["latency_s"]
+    )  # slowest first
     weak = ranked[: len(ranked) // 3]
     replay = (default, *(dict(r["knobs"]) for r in weak[:7]))
     prior = tuple((dict(r["knobs"]), float(r["latency_s"])) for r in weak[7:])
     edited = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
-    warm = tune_workload(request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior,
-                                 early_stop=EarlyStop(patience=2)))
+    warm = tune_workload(
+        request(edited, tmp_path / "warm", trials=160, replay=replay, prior=prior, early_stop=EarlyStop(patience=2))
+    )
     st, t = warm.stats, warm.trials
     assert st.get("warm_beaten_at", 0) >= 1 and st["warm_beaten_ratio"] < 1, (st, t)
     assert t.stop_reason in ("early_stop", "budget", "space_exhausted"), t
@@ -922,7 +911,8 @@ def test_a_warm_retune_that_beats_a_weak_old_log_stops_by_the_cold_rule(tmp_path
 
 @pytest.mark.slow
 def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The replay's figure of the old best is one moment of the runner; taken in a fast
     stretch (a speed mode; it cannot be ordered on demand, so the figure is replaced by
     one no later measurement can come within the band of), no own best matches it.
@@ -933,8 +923,9 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
     from tvmtune_ci.tune import warmstop
     from tvmtune_ci.tune.replay import Replay
 
-    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64,
-                                early_stop=EarlyStop(patience=2)))
+    old = tune_workload(
+        request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=64, early_stop=EarlyStop(patience=2))
+    )
     replay, prior = _old_log(old)
     real = Replay.run
 
@@ -949,9 +940,16 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
     monkeypatch.setattr(warmstop, "SIDE_BY_SIDE_WITHIN", 1e9)
     edited = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
     slow_old_best = dict(old.baseline.knobs)
-    warm = tune_workload(request(edited, tmp_path / "warm", trials=160,
-                                 replay=(slow_old_best, *[k for k in replay if k != slow_old_best]),
-                                 prior=prior, early_stop=EarlyStop(patience=8)))
+    warm = tune_workload(
+        request(
+            edited,
+            tmp_path / "warm",
+            trials=160,
+            replay=(slow_old_best, *[k for k in replay if k != slow_old_best]),
+            prior=prior,
+            early_stop=EarlyStop(patience=8),
+        )
+    )
     assert warm.trials.stop_reason == "matched_history", warm.trials
     assert "re-measured beside it: " in warm.trials.stop_detail, warm.trials.stop_detail
     st = warm.stats
@@ -960,16 +958,25 @@ def test_a_replay_measured_in_a_fast_stretch_is_matched_side_by_side(
     assert own <= 96, own
 
 
-def _warm_rule(*judged: tuple[float, float, float], old_best: Estimate | None = None,
-               old_knobs: dict | None = None, trials: int = 300, measure_beside=None):  # noqa: ANN001, ANN202
+def _warm_rule(
+    *judged: tuple[float, float, float],
+    old_best: Estimate | None = None,
+    old_knobs: dict | None = None,
+    trials: int = 300,
+    measure_beside=None,
+):  # noqa: ANN001, ANN202
     """A real warm stop rule (`warmstop.WarmStop`) with the batches it judged after the
     match (`judged`); measuring beside the old best fails unless `measure_beside` is given."""
     from tvmtune_ci.tune.search import WARMUP_SAMPLES
     from tvmtune_ci.tune.warmstop import WarmOptions, WarmStop
 
     options = WarmOptions(precision=0.03, patience=3, trials=trials, race=1.25, warmup=WARMUP_SAMPLES)
-    rule = WarmStop(options, old_best or Estimate(1e-3, 0.99e-3, 1.01e-3, 30), old_knobs or {"tile": 4},
-                    measure_beside or (lambda knobs, old_knobs: (None, None)))
+    rule = WarmStop(
+        options,
+        old_best or Estimate(1e-3, 0.99e-3, 1.01e-3, 30),
+        old_knobs or {"tile": 4},
+        measure_beside or (lambda knobs, old_knobs: (None, None)),
+    )
     rule.judged.extend(judged)
     return rule
 
@@ -979,8 +986,13 @@ def test_the_warm_rules_hopes_are_counted_by_its_own_band() -> None:
     met when the measured gain did too; the medians are over the hopes only."""
     judged = [(0.10, 0.03, 0.04), (0.05, 0.03, -0.01), (0.02, 0.03, 0.20), (0.04, 0.05, 0.0)]
     got = _warm_rule(*judged).hopes()
-    assert got == {"warm_batches": 4.0, "warm_hoped": 2.0, "warm_hoped_met": 1.0,
-                   "warm_hoped_predicted": pytest.approx(0.075), "warm_hoped_measured": pytest.approx(0.015)}
+    assert got == {
+        "warm_batches": 4.0,
+        "warm_hoped": 2.0,
+        "warm_hoped_met": 1.0,
+        "warm_hoped_predicted": pytest.approx(0.075),
+        "warm_hoped_measured": pytest.approx(0.015),
+    }
     assert _warm_rule().hopes() == {}
     none_hoped = _warm_rule((0.01, 0.03, 0.0)).hopes()
     assert none_hoped == {"warm_batches": 1.0, "warm_hoped": 0.0, "warm_hoped_met": 0.0}
@@ -991,13 +1003,17 @@ def _old_programs(template, out) -> tuple[tuple[dict, str], ...]:  # noqa: ANN00
     the key of the program the old template made of it."""
     from tvmtune_ci.tune.builder import program_key, schedule_config
 
-    return tuple((dict(r["knobs"]), program_key(schedule_config(template, "m64", r["knobs"], TARGET)))
-                 for r in out.records if r["latency_s"] is not None)
+    return tuple(
+        (dict(r["knobs"]), program_key(schedule_config(template, "m64", r["knobs"], TARGET)))
+        for r in out.records
+        if r["latency_s"] is not None
+    )
 
 
 @pytest.mark.slow
 def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The warm rule waits for a batch the cost model expects nothing from; a model
     that always expects a gain (here: told so, at its output) must not make a warm run
     longer than a cold one: the cold rule (patience batches without a measured gain,
@@ -1008,8 +1024,9 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     # A short old search (12 trials), so that the warm one's own matches its best: the
     # point here is what happens after the match. With 32, one of two CI runs after the
     # first-batch change found an old best the warm search did not match in 45 trials.
-    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12,
-                                early_stop=EarlyStop(patience=2)))
+    old = tune_workload(
+        request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12, early_stop=EarlyStop(patience=2))
+    )
     replay, prior = _old_log(old)
     # Hopes that grow tenfold a batch: beyond any discount by how far the earlier ones
     # overshot (`WarmStop.hope_bias`), so the warm rule never sees a flat batch.
@@ -1019,8 +1036,16 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
     # Zen 5). Not asked here.
     monkeypatch.setattr(warmstop, "WEAK_HISTORY", math.inf)
     edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
-    warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
-                                 early_stop=EarlyStop(patience=2, min_improvement=0.05)))
+    warm = tune_workload(
+        request(
+            edited,
+            tmp_path / "warm",
+            trials=400,
+            replay=replay,
+            prior=prior,
+            early_stop=EarlyStop(patience=2, min_improvement=0.05),
+        )
+    )
     assert warm.trials.stop_reason == "early_stop", warm.trials
     assert warm.trials.stop_detail.startswith("matched the old best after "), warm.trials
     assert "then 2 batches without a gain beyond the noise (early stop" in warm.trials.stop_detail
@@ -1035,7 +1060,8 @@ def test_a_warm_retune_whose_model_keeps_expecting_gains_stops_by_the_cold_rule(
 
 @pytest.mark.slow
 def test_a_warm_retune_whose_model_keeps_hoping_in_vain_stops_once_its_hopes_are_discounted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A model that expects +100% of every batch after the match and never gets it (told
     so, at its output) is taken at its record: after HOPE_EVIDENCE such batches its hope
     is discounted by how far the earlier ones overshot, falls within the noise, and the
@@ -1044,14 +1070,16 @@ def test_a_warm_retune_whose_model_keeps_hoping_in_vain_stops_once_its_hopes_are
     from tvmtune_ci.tune.search import Search
     from tvmtune_ci.tune.warmstop import HOPE_EVIDENCE
 
-    old = tune_workload(request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12,
-                                early_stop=EarlyStop(patience=2)))
+    old = tune_workload(
+        request(make_template(tmp_path, "mm_old"), tmp_path / "old", trials=12, early_stop=EarlyStop(patience=2))
+    )
     replay, prior = _old_log(old)
     monkeypatch.setattr(Search, "_predicted_gain", lambda self, picked: 1.0)
     monkeypatch.setattr(warmstop, "WEAK_HISTORY", math.inf)  # a weak old log's path: not asked here
     edited = make_template(tmp_path, "mm_edit", extra="_unused = None\n")
-    warm = tune_workload(request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior,
-                                 early_stop=EarlyStop(patience=8)))
+    warm = tune_workload(
+        request(edited, tmp_path / "warm", trials=400, replay=replay, prior=prior, early_stop=EarlyStop(patience=8))
+    )
     assert warm.trials.stop_reason == "matched_history", warm.trials
     detail = warm.trials.stop_detail
     assert detail.startswith("matched the old best after "), detail
@@ -1077,8 +1105,7 @@ def test_the_model_s_hopes_are_discounted_by_how_far_they_overshot_once_enough_w
 
 
 @pytest.mark.slow
-def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_after_one_that_did(
-        tmp_path: Path) -> None:
+def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_after_one_that_did(tmp_path: Path) -> None:
     """A no-op edit with the old log's programs known: the replay re-measures the old
     best, the edit opened no knob values and every old configuration makes the same
     module, so no search is run. The same knobs with one schedule step added (the outer
@@ -1091,9 +1118,18 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
     noop = make_template(tmp_path, "mm_noop", extra="_unused = None\n")
     with pytest.MonkeyPatch.context() as mp:
         sampled = count_default_samples(mp)
-        warm = tune_workload(request(noop, tmp_path / "noop", trials=160, replay=replay, prior=prior,
-                                     old_knobs=tuple(old_tpl.KNOBS), old_programs=programs,
-                                     early_stop=EarlyStop(patience=2)))
+        warm = tune_workload(
+            request(
+                noop,
+                tmp_path / "noop",
+                trials=160,
+                replay=replay,
+                prior=prior,
+                old_knobs=tuple(old_tpl.KNOBS),
+                old_programs=programs,
+                early_stop=EarlyStop(patience=2),
+            )
+        )
     assert warm.trials.stop_reason == "history_unchanged", warm.trials
     assert warm.trials.stop_detail.startswith(f"the edit changed none of the {len(programs)} programs")
     # Not one trial of its own (trial 0: a winning finalist the search did not measure).
@@ -1116,12 +1152,22 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
 
     first = workload_entry(warm)["records"][0]
     assert first[1] == [warm.best.latency_s] and first[0] == next(
-        r["record"][0] for r in warm.records if r["knobs"] == warm.best.knobs)
+        r["record"][0] for r in warm.records if r["knobs"] == warm.best.knobs
+    )
 
     parallel = make_template(tmp_path, "mm_parallel", extra="sch.parallel(i0)\n")
-    searched = tune_workload(request(parallel, tmp_path / "parallel", trials=48, replay=replay,
-                                     prior=prior, old_knobs=tuple(old_tpl.KNOBS),
-                                     old_programs=programs, early_stop=EarlyStop(patience=2)))
+    searched = tune_workload(
+        request(
+            parallel,
+            tmp_path / "parallel",
+            trials=48,
+            replay=replay,
+            prior=prior,
+            old_knobs=tuple(old_tpl.KNOBS),
+            old_programs=programs,
+            early_stop=EarlyStop(patience=2),
+        )
+    )
     assert searched.trials.stop_reason != "history_unchanged", searched.trials
     assert any(r.get("source") not in ("replay", "new_region") for r in searched.records)
     assert "search" in [f["role"] for f in searched.final_results], searched.final_results
@@ -1130,7 +1176,8 @@ def test_the_old_search_stands_after_an_edit_that_changed_no_program_and_not_aft
 
 
 def test_the_finals_leave_out_old_programs_only_while_the_old_best_s_program_is_unchanged(
-        tuned, tmp_path: Path) -> None:
+    tuned, tmp_path: Path
+) -> None:
     """A warm run's top is mostly the replayed old configurations. When the edit left their
     programs and the old best's unchanged, the old search already ranked them below its
     best: the finals take only the search's new programs (at least one, the best new one
@@ -1147,11 +1194,12 @@ def test_the_finals_leave_out_old_programs_only_while_the_old_best_s_program_is_
     prev = dict(ranked[0]["knobs"])
 
     def entries(order: list[int]) -> list[dict]:  # this run's ranking: ranked[i] at place p
-        return [{"trial": p + 1, "knobs": dict(ranked[i]["knobs"]), "latency_s": 1e-3 * (1 + p / 100),
-                 "error": None} for p, i in enumerate(order)]
+        return [
+            {"trial": p + 1, "knobs": dict(ranked[i]["knobs"]), "latency_s": 1e-3 * (1 + p / 100), "error": None}
+            for p, i in enumerate(order)
+        ]
 
-    def finals_field(template: ModuleType, order: list[int], old_programs: tuple = programs
-                     ) -> tuple[list[int], int]:
+    def finals_field(template: ModuleType, order: list[int], old_programs: tuple = programs) -> tuple[list[int], int]:
         got = entries(order)
         by_key = {knobs_key(e["knobs"]): e for e in got}
         index = {knobs_key(r["knobs"]): i for i, r in enumerate(ranked)}
@@ -1190,17 +1238,32 @@ def test_a_warm_retune_after_an_edit_that_opens_a_better_region_searches_on(tmp_
     (the old declaration is known), and the search finds the far faster vectorised
     region."""
     path = write_template(tmp_path, "mm_narrow")
-    path.write_text(path.read_text().replace('"m32": {', M128).replace(
-        'define_split("tile_j", "N", parts=2, max_factor=64)', 'define_split("tile_j", "N", parts=2, max_factor=1)'))
+    path.write_text(
+        path.read_text()
+        .replace('"m32": {', M128)
+        .replace(
+            'define_split("tile_j", "N", parts=2, max_factor=64)', 'define_split("tile_j", "N", parts=2, max_factor=1)'
+        )
+    )
     narrow = load_template(path)
-    old = tune_workload(request(narrow, tmp_path / "old", workload_name="m128", trials=32,
-                                early_stop=EarlyStop(patience=2)))
+    old = tune_workload(
+        request(narrow, tmp_path / "old", workload_name="m128", trials=32, early_stop=EarlyStop(patience=2))
+    )
     replay, prior = _old_log(old)
     path = write_template(tmp_path, "mm_wide")
     path.write_text(path.read_text().replace('"m32": {', M128))
-    warm = tune_workload(request(load_template(path), tmp_path / "warm", workload_name="m128", trials=96,
-                                 replay=replay, prior=prior, early_stop=EarlyStop(patience=2),
-                                 old_knobs=tuple(narrow.KNOBS)))
+    warm = tune_workload(
+        request(
+            load_template(path),
+            tmp_path / "warm",
+            workload_name="m128",
+            trials=96,
+            replay=replay,
+            prior=prior,
+            early_stop=EarlyStop(patience=2),
+            old_knobs=tuple(narrow.KNOBS),
+        )
+    )
     probed = [r["knobs"]["tile_j"] for r in warm.records if r.get("source") == "new_region"]
     assert warm.replay is not None and warm.replay.probes == len(probed) >= 4, probed
     assert all(t[-1] > 1 for t in probed)  # vectorisable: what the old template could not take
@@ -1215,8 +1278,15 @@ def test_a_warm_retune_after_an_edit_that_opens_a_better_region_searches_on(tmp_
 
 
 def test_a_share_of_a_time_budget_stops_the_search_after_its_warm_up_at_least(tmp_path: Path) -> None:
-    out = tune_workload(request(make_template(tmp_path, "mm_budget"), tmp_path / "work", trials=400,
-                                time_budget_s=0.1, budget_note="1 s of the test's budget"))
+    out = tune_workload(
+        request(
+            make_template(tmp_path, "mm_budget"),
+            tmp_path / "work",
+            trials=400,
+            time_budget_s=0.1,
+            budget_note="1 s of the test's budget",
+        )
+    )
     # The warm-up (WARMUP_SAMPLES = 32 trials: 4 drawn, then 4 batches of 8), where a
     # search gains most; not a batch more (a draw the strategy proposes again is not
     # measured twice, so a batch may hold 7).
@@ -1235,9 +1305,16 @@ def test_a_share_is_asked_again_with_the_floor_the_warm_up_measured(tmp_path: Pa
         asked.append(floor_s)
         return floor_s + 3.0, "the share again, its floor measured"
 
-    out = tune_workload(request(make_template(tmp_path, "mm_reshare"), tmp_path / "work", trials=400,
-                                time_budget_s=0.1, budget_note="the first share",
-                                budget_reshare=reshare))
+    out = tune_workload(
+        request(
+            make_template(tmp_path, "mm_reshare"),
+            tmp_path / "work",
+            trials=400,
+            time_budget_s=0.1,
+            budget_note="the first share",
+            budget_reshare=reshare,
+        )
+    )
     assert len(asked) == 1 and asked[0] > 0, asked
     assert out.trials.stop_reason == "time_budget" and out.trials.run > 36, out.trials
     assert out.trials.budget_note == "the share again, its floor measured"
@@ -1245,7 +1322,8 @@ def test_a_share_is_asked_again_with_the_floor_the_warm_up_measured(tmp_path: Pa
 
 
 def test_the_budget_gate_asks_the_budget_past_the_share_by_the_searchs_gradient(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Before its warm-up and within its share (less its finals) the gate lets a search
     go on without asking; past the share it asks the budget with the gain per second of
     the last batches (`BACKWARD_BATCHES`), the next batch's seconds and its finals', and
@@ -1280,8 +1358,10 @@ def test_the_budget_gate_asks_the_budget_past_the_share_by_the_searchs_gradient(
     now[0] = 12.0
     gate.mark(1.0)
     assert BACKWARD_BATCHES == 3
-    assert gate.stops(16) == ("its share of the time budget was spent (10 s); it went on for 1 batch "
-                              "while its gradient beat the items after it; then its gradient fell below theirs")
+    assert gate.stops(16) == (
+        "its share of the time budget was spent (10 s); it went on for 1 batch "
+        "while its gradient beat the items after it; then its gradient fell below theirs"
+    )
     assert asked[1] == (14.0, pytest.approx(1 / 11), 11.0)
 
     reshared: list[float] = []
@@ -1304,19 +1384,22 @@ def _final(role: str, value: float, rel: float = 0.01, error: str | None = None)
     return FinalResult(Finalist(role, {"x": value}, key=f"{role}{value}"), est, error=error)
 
 
-@pytest.mark.parametrize(("finals", "winner", "tied"), [
-    # This run's best faster beyond both intervals: it wins.
-    ([("search", 1.0), ("previous", 1.2), ("default", 2.0)], 0, set()),
-    # The previous best faster: it stays, whatever the search found.
-    ([("search", 1.2), ("previous", 1.0), ("default", 2.0)], 1, set()),
-    # Equal within noise (overlapping intervals), the search nominally lower: the previous
-    # best is kept, and the search's finalists below it are logged as tied with it.
-    ([("search", 0.99, 0.03), ("search", 0.995, 0.03), ("previous", 1.0, 0.03)], 2, {0, 1}),
-    # The previous best failed to run: the lowest estimate wins.
-    ([("search", 1.1), ("previous", 1.0, 0.01, "wrong result"), ("default", 2.0)], 0, set()),
-    # Nothing measured.
-    ([("search", 1.0, 0.01, "timeout")], None, set()),
-])
+@pytest.mark.parametrize(
+    ("finals", "winner", "tied"),
+    [
+        # This run's best faster beyond both intervals: it wins.
+        ([("search", 1.0), ("previous", 1.2), ("default", 2.0)], 0, set()),
+        # The previous best faster: it stays, whatever the search found.
+        ([("search", 1.2), ("previous", 1.0), ("default", 2.0)], 1, set()),
+        # Equal within noise (overlapping intervals), the search nominally lower: the previous
+        # best is kept, and the search's finalists below it are logged as tied with it.
+        ([("search", 0.99, 0.03), ("search", 0.995, 0.03), ("previous", 1.0, 0.03)], 2, {0, 1}),
+        # The previous best failed to run: the lowest estimate wins.
+        ([("search", 1.1), ("previous", 1.0, 0.01, "wrong result"), ("default", 2.0)], 0, set()),
+        # Nothing measured.
+        ([("search", 1.0, 0.01, "timeout")], None, set()),
+    ],
+)
 def test_the_finals_keep_the_previous_best_unless_beaten_beyond_the_noise(
     finals: list[tuple], winner: int | None, tied: set[int]
 ) -> None:
@@ -1334,8 +1417,7 @@ def test_the_warm_rule_matches_the_old_best_with_the_searchs_own_proposals_only(
     from tvmtune_ci.tune.warmstop import own_best
 
     def entry(lat: float, source: str | None = None, **kw: object) -> dict:
-        e = {"error": None, "latency_s": lat, "ci": [lat * 0.99, lat * 1.01], "n": 20,
-             "stage": "search", **kw}
+        e = {"error": None, "latency_s": lat, "ci": [lat * 0.99, lat * 1.01], "n": 20, "stage": "search", **kw}
         return {**e, "source": source} if source else e
 
     def own(*trials: dict) -> float | None:
@@ -1359,21 +1441,40 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     old = {"tile": 4}
 
     def probe(i: int) -> dict:  # raced out: no estimate (stage probe)
-        return {"error": None, "latency_s": 2.5e-3 - i * 1e-5, "ci": None, "n": 3, "stage": "probe",
-                "knobs": {"tile": 100 + i}}
+        return {
+            "error": None,
+            "latency_s": 2.5e-3 - i * 1e-5,
+            "ci": None,
+            "n": 3,
+            "stage": "probe",
+            "knobs": {"tile": 100 + i},
+        }
 
     def journal(own: int, incumbent_source: str = "replay") -> list[dict]:
-        first = {"error": None, "latency_s": 1e-3, "ci": [0.99e-3, 1.01e-3], "n": 30,
-                 "stage": "search", "knobs": old, "source": incumbent_source}
+        first = {
+            "error": None,
+            "latency_s": 1e-3,
+            "ci": [0.99e-3, 1.01e-3],
+            "n": 30,
+            "stage": "search",
+            "knobs": old,
+            "source": incumbent_source,
+        }
         return [first, *(probe(i) for i in range(own))]
 
     asked: list[dict] = []
     matched: list[int | None] = []
     old_best = Estimate(1e-3, 0.99e-3, 1.01e-3, 30)
 
-    def ask(own: int = WARMUP_SAMPLES, gain: float | None = -0.4, found: object = None,
-            matched_at: int | None = None, source: str = "replay", trials: int = 300,
-            beside: bool = False) -> tuple[bool, str]:
+    def ask(
+        own: int = WARMUP_SAMPLES,
+        gain: float | None = -0.4,
+        found: object = None,
+        matched_at: int | None = None,
+        source: str = "replay",
+        trials: int = 300,
+        beside: bool = False,
+    ) -> tuple[bool, str]:
         trials_ = journal(own, source)
         asked.clear()
 
@@ -1394,9 +1495,11 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     # The nearest own proposal (the last, raced at 2.19 ms) was asked side by side first.
     assert asked == [{"tile": 100 + WARMUP_SAMPLES - 1}]
     assert matched[-1] is None
-    assert why.startswith(f"its own {WARMUP_SAMPLES} proposals all ran more than 1.25x slower than the "
-                          "old configurations' best (1 ms ± 1.0%), and the cost model expected its next "
-                          "candidates slower still (its best -40.0%, beyond the noise of ±3.0%)"), why
+    assert why.startswith(
+        f"its own {WARMUP_SAMPLES} proposals all ran more than 1.25x slower than the "
+        "old configurations' best (1 ms ± 1.0%), and the cost model expected its next "
+        "candidates slower still (its best -40.0%, beyond the noise of ±3.0%)"
+    ), why
     # Side by side it matches the old best after all: the match, not a stop.
     assert ask(beside=True) == (False, "") and matched[-1] == WARMUP_SAMPLES
     assert not ask(own=WARMUP_SAMPLES - 1)[0]
@@ -1407,7 +1510,8 @@ def test_the_warm_rule_stops_a_search_that_comes_nowhere_near_the_old_configurat
     assert stop and why.startswith(
         f"its own {WARMUP_SAMPLES} proposals came no nearer than 1.10x the old configurations' "
         "best (1 ms ± 1.0%; its own best 1.1 ms ± 0.9%), and the cost model expected its next "
-        "candidates slower still (its best -40.0%"), why
+        "candidates slower still (its best -40.0%"
+    ), why
     assert not ask(matched_at=12)[0]
     assert not ask(source="new_region")[0]  # a probe of an opened region leads
     assert not ask(trials=WARMUP_SAMPLES + 1)[0]  # the budget is spent: it stops as "budget"
@@ -1438,27 +1542,24 @@ def test_a_cold_run_checks_the_noise_on_its_first_batchs_best() -> None:
 
     loose = replace(FAST, search_precision=0.05, usable_precision=0.25)
     said: list[str] = []
-    got = first_batch_noise_check(Estimate(1e-3, 0.98e-3, 1.02e-3, 30), {"x": 1}, 2e6, loose,
-                                  said.append, "mm/m64")
+    got = first_batch_noise_check(Estimate(1e-3, 0.98e-3, 1.02e-3, 30), {"x": 1}, 2e6, loose, said.append, "mm/m64")
     assert got is not None and got.stage == "first_batch" and got.knobs == {"x": 1}
     assert got.stopped == "converged" and got.n == 30 and got.gflops == pytest.approx(2.0)
     assert said == []
-    got = first_batch_noise_check(Estimate(1e-3, 0.9e-3, 1.1e-3, 30), {"x": 1}, 2e6, loose,
-                                  said.append, "mm/m64")
+    got = first_batch_noise_check(Estimate(1e-3, 0.9e-3, 1.1e-3, 30), {"x": 1}, 2e6, loose, said.append, "mm/m64")
     assert got is not None and got.stopped == "time_cap"
-    assert len(said) == 1 and said[0].startswith("mm/m64: noisy runner: the best of the search's "
-                                                 "first batch reached ±10.0%"), said
+    assert len(said) == 1 and said[0].startswith(
+        "mm/m64: noisy runner: the best of the search's first batch reached ±10.0%"
+    ), said
     # Just short of the precision: as many decimals as tell them apart (a Zen 3 run said
     # "reached ±3.0%, short of measure.search_precision ±3.0%").
-    first_batch_noise_check(Estimate(1e-3, 0.9496e-3, 1.0504e-3, 30), {"x": 1}, 2e6, loose,
-                            said.append, "mm/m64")
+    first_batch_noise_check(Estimate(1e-3, 0.9496e-3, 1.0504e-3, 30), {"x": 1}, 2e6, loose, said.append, "mm/m64")
     assert "reached ±5.04%, short of measure.search_precision ±5.00%" in said[-1], said[-1]
     assert first_batch_noise_check(Estimate(1e-3, 0.4e-3, 1.6e-3, 30), {"x": 1}, 2e6, loose) is None
     assert first_batch_noise_check(None, None, 2e6, loose) is None
 
 
-def test_a_first_batch_too_noisy_to_rank_falls_back_to_the_default_and_its_verdict(
-        tmp_path: Path) -> None:
+def test_a_first_batch_too_noisy_to_rank_falls_back_to_the_default_and_its_verdict(tmp_path: Path) -> None:
     """No runner reaches ±0.0001%: the first batch's best is not a noise check, so the
     default is sampled, and the runner is refused after the first batch, naming the
     default, the precision reached and the fix."""
@@ -1467,16 +1568,26 @@ def test_a_first_batch_too_noisy_to_rank_falls_back_to_the_default_and_its_verdi
     template = make_template(tmp_path, "mm_noisy")
     events: list = []
     strict = replace(FAST, search_precision=1e-6, usable_precision=1e-6, time_cap_s=0.2)
-    with pytest.raises(TuningError, match=r"runner too noisy: the default configuration of "
-                                          r"mm_noisy/m64 reached only ±[0-9.]+%.*run on an idle runner"):
+    with pytest.raises(
+        TuningError,
+        match=r"runner too noisy: the default configuration of "
+        r"mm_noisy/m64 reached only ±[0-9.]+%.*run on an idle runner",
+    ):
         tune_workload(request(template, tmp_path / "work", measure=strict, on_batch=events.append))
     assert [e.trials_done for e in events] == [4]  # stopped after the first batch
 
 
 def _trial(i: int, a: int, latency: float | None) -> dict:
-    return {"trial": i, "batch": 1, "space": 0, "knobs": {"a": a}, "latency_s": latency,
-            "error": None if latency is not None else "build failed", "device": "local",
-            "record": [f"trace{a}", [latency or 1e9], "arg", "target"]}
+    return {
+        "trial": i,
+        "batch": 1,
+        "space": 0,
+        "knobs": {"a": a},
+        "latency_s": latency,
+        "error": None if latency is not None else "build failed",
+        "device": "local",
+        "record": [f"trace{a}", [latency or 1e9], "arg", "target"],
+    }
 
 
 def _fin_of(results: list[FinalResult]):  # noqa: ANN202
@@ -1491,8 +1602,9 @@ def _finalist(role: str, a: int | None, value: float, rel: float = 0.01) -> Fina
 
     knobs = None if a is None else {"a": a}
     key = knobs_key(knobs) if knobs else ""
-    return FinalResult(Finalist(role, knobs, key=key), Estimate(value, value * (1 - rel), value * (1 + rel), 40),
-                       stopped="converged")
+    return FinalResult(
+        Finalist(role, knobs, key=key), Estimate(value, value * (1 - rel), value * (1 + rel), 40), stopped="converged"
+    )
 
 
 def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
@@ -1545,8 +1657,7 @@ def test_assembling_never_logs_a_record_left_out_of_the_finals_below_the_winner(
     assert a.top[0] is a.best and all(m.latency_s >= a.best.latency_s for m in a.top)
 
 
-def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only_if_it_was_the_default(
-) -> None:
+def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only_if_it_was_the_default() -> None:
     """The default lost in the finals (a timeout): its noise check stands in when that was
     the default; a re-tune with history checked the noise on the old best, so the speedup
     is unknown and it says what to do."""
@@ -1558,10 +1669,12 @@ def test_assembling_without_the_default_in_the_finals_takes_the_noise_check_only
     fin = _fin_of([_finalist("search", 1, 0.9), lost])
     a = assemble(entries, fin, {}, 2e9, Measured({}, 3.2, None, stage="single"), full=lambda k: dict(k or {}))
     assert a.baseline.latency_s == 3.2
-    with pytest.raises(TuningError, match=r"could not be measured in the finals \(timeout after 30 s\).*"
-                                          r"re-run `tvmtune-ci retune` on an idle runner"):
-        assemble(entries, fin, {}, 2e9, Measured({"a": 1}, 0.95, None, stage="replay"),
-                 full=lambda k: dict(k or {}))
+    with pytest.raises(
+        TuningError,
+        match=r"could not be measured in the finals \(timeout after 30 s\).*"
+        r"re-run `tvmtune-ci retune` on an idle runner",
+    ):
+        assemble(entries, fin, {}, 2e9, Measured({"a": 1}, 0.95, None, stage="replay"), full=lambda k: dict(k or {}))
 
 
 def test_assembling_a_replayed_previous_best_gives_its_own_record_the_finals_figure() -> None:
@@ -1582,8 +1695,7 @@ def test_assembling_a_replayed_previous_best_gives_its_own_record_the_finals_fig
         return dc_replace(r, finalist=dc_replace(r.finalist, key=knobs_key({"a": 1})))
 
     for kept in (True, False):
-        fin = _fin_of([_finalist("search", 2, 1.2 if kept else 0.8), _finalist("default", None, 3.0),
-                       prev(1.05)])
+        fin = _fin_of([_finalist("search", 2, 1.2 if kept else 0.8), _finalist("default", None, 3.0), prev(1.05)])
         assert fin.winner.finalist.role == ("previous" if kept else "search")
         a = assemble(entries, fin, {}, 2e9, Measured({}, 3.2, None), full=lambda k: dict(k or {}))
         assert len(a.records) == 3  # nothing added: the previous best was a replayed trial
@@ -1600,11 +1712,18 @@ def test_assembling_a_kept_previous_best_logs_its_record_and_the_tie() -> None:
     from tvmtune_ci.tune.finals import assemble
 
     entries = [_trial(1, 1, 1.0), _trial(2, 2, 1.3)]
-    fin = _fin_of([_finalist("search", 1, 0.99, 0.03), _finalist("previous", 9, 1.0, 0.03),
-                   _finalist("search", 2, 1.2, 0.01)])
+    fin = _fin_of(
+        [_finalist("search", 1, 0.99, 0.03), _finalist("previous", 9, 1.0, 0.03), _finalist("search", 2, 1.2, 0.01)]
+    )
     assert fin.winner.finalist.role == "previous" and fin.tied == {0}
-    a = assemble(entries, fin, {"previous": ["trace9", [0.0], "arg", "target"]}, 0.0,
-                 Measured({}, 5.0, None), full=lambda k: dict(k or {}))
+    a = assemble(
+        entries,
+        fin,
+        {"previous": ["trace9", [0.0], "arg", "target"]},
+        0.0,
+        Measured({}, 5.0, None),
+        full=lambda k: dict(k or {}),
+    )
     added = [r for r in a.records if r["trial"] == 0]
     assert len(added) == 1 and added[0]["knobs"] == {"a": 9} and added[0]["record"][1] == [1.0]
     tied = next(r for r in a.records if r["knobs"] == {"a": 1})

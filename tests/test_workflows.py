@@ -28,10 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTION = ROOT / ".github" / "actions" / "tvmtune" / "action.yml"
 HOOKS = ROOT / ".pre-commit-hooks.yaml"
-WORKFLOW_FILES = [
-    "ci.yml", "tvmtune-pr-check.yml", "tvmtune-remeasure.yml", "tvmtune-retune.yml",
-    "tvmtune-yearly.yml",
-]
+WORKFLOW_FILES = ["ci.yml", "tvmtune-pr-check.yml", "tvmtune-remeasure.yml", "tvmtune-retune.yml", "tvmtune-yearly.yml"]
 
 # Pins verified in public repositories that pin the same SHA with the same version
 # comment (see the final report / docs/adopting.md):
@@ -141,21 +138,9 @@ jobs:
 
 
 def _zizmor(*paths: Path) -> tuple[int, list[dict[str, Any]], str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")
-    }
+    env = {k: v for k, v in os.environ.items() if k not in ("GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN")}
     r = subprocess.run(
-        [
-            tool("zizmor"),
-            "--offline",
-            "--no-progress",
-            "--quiet",
-            "--format",
-            "json",
-            *map(str, paths),
-        ],
+        [tool("zizmor"), "--offline", "--no-progress", "--quiet", "--format", "json", *map(str, paths)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -181,9 +166,7 @@ def test_zizmor_offline_is_not_a_no_op(tmp_path: Path) -> None:
     )
     code, findings, _ = _zizmor(bad)
     assert code != 0
-    assert {"unpinned-uses", "template-injection", "dangerous-triggers", "artipacked"} <= {
-        f["ident"] for f in findings
-    }
+    assert {"unpinned-uses", "template-injection", "dangerous-triggers", "artipacked"} <= {f["ident"] for f in findings}
 
 
 # --------------------------------------------------------------------------- security model
@@ -209,9 +192,7 @@ _USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$")
 
 
 def _uses_lines(path: Path) -> list[tuple[str, str]]:
-    return [
-        (m["ref"], m["rest"]) for line in path.read_text().splitlines() if (m := _USES.match(line))
-    ]
+    return [(m["ref"], m["rest"]) for line in path.read_text().splitlines() if (m := _USES.match(line))]
 
 
 def test_every_action_is_pinned_by_full_sha_with_a_version_comment() -> None:
@@ -220,9 +201,7 @@ def test_every_action_is_pinned_by_full_sha_with_a_version_comment() -> None:
         for ref, rest in _uses_lines(path):
             assert not ref.startswith("./"), f"{path.name}: local action {ref}"
             action, _, sha = ref.partition("@")
-            assert re.fullmatch(r"[0-9a-f]{40}", sha), (
-                f"{path.name}: {ref} is not pinned by a full SHA"
-            )
+            assert re.fullmatch(r"[0-9a-f]{40}", sha), f"{path.name}: {ref} is not pinned by a full SHA"
             m = re.fullmatch(r"\s+# (v\d+\.\d+\.\d+)\s*", rest)
             assert m, f"{path.name}: {ref} lacks a `# vX.Y.Z` comment"
             assert action in PINS, f"{path.name}: {action} has no verified pin in this test"
@@ -248,9 +227,7 @@ def test_no_expression_expands_inside_run_blocks() -> None:
     for path in [*(WORKFLOWS / n for n in WORKFLOW_FILES), ACTION]:
         doc = load(path)
         for script in _runs(doc):
-            assert "${{" not in script, (
-                f"{path.name}: pass values through env:, not inside run:\n{script}"
-            )
+            assert "${{" not in script, f"{path.name}: pass values through env:, not inside run:\n{script}"
 
 
 def test_self_hosted_jobs_never_run_for_pull_requests() -> None:
@@ -260,8 +237,7 @@ def test_self_hosted_jobs_never_run_for_pull_requests() -> None:
             hosted = isinstance(runs_on, str) and runs_on in HOSTED
             if not hosted:
                 assert not triggers(wf) & {"pull_request", "pull_request_target", "workflow_run"}, (
-                    f"{name}:{job_id} may run on a self-hosted runner and the workflow "
-                    "is triggered by pull requests"
+                    f"{name}:{job_id} may run on a self-hosted runner and the workflow is triggered by pull requests"
                 )
         assert "pull_request_target" not in triggers(wf), name
 
@@ -278,8 +254,7 @@ def test_the_pr_checks_gpu_builds_only_where_there_are_gpu_targets() -> None:
     assert install["run"].endswith("'.[tune,cuda]'")
     build = step(wf, "gpu-build", "check --build")
     assert build["if"] == "steps.gpu.outputs.has-work == 'true'"
-    assert build["run"] == ('tvmtune-ci check --build --warn-only --format github '
-                            '--changed-since "$BASE_SHA"')
+    assert build["run"] == ('tvmtune-ci check --build --warn-only --format github --changed-since "$BASE_SHA"')
 
 
 def test_the_pr_check_is_github_hosted_light_and_reads_full_history(tmp_path: Path) -> None:
@@ -293,8 +268,11 @@ def test_the_pr_check_is_github_hosted_light_and_reads_full_history(tmp_path: Pa
     checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["fetch-depth"] == 0  # the base commit must be in the clone
     # The install: this repository's package without extras (no TVM on the PR runner).
-    (install,) = [shlex.split(line) for line in step(wf, "check", "Install")["run"].splitlines()
-                  if "pip" in line and "install" in line]
+    (install,) = [
+        shlex.split(line)
+        for line in step(wf, "check", "Install")["run"].splitlines()
+        if "pip" in line and "install" in line
+    ]
     assert install[-1] == "." and not any("[" in a or a.startswith("apache-tvm") for a in install)
     fake_cli(tmp_path / "bin" / "tvmtune-ci")
     run = step(wf, "check", "check --pr")
@@ -308,6 +286,7 @@ def test_the_pr_check_is_github_hosted_light_and_reads_full_history(tmp_path: Pa
 
 def _push_triggers(push: dict[str, Any], path: str) -> bool:
     """GitHub's `paths` filter for one changed file (`**` any depth, `*` one level)."""
+
     def match(pattern: str) -> bool:
         rx = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
         return re.fullmatch(rx, path) is not None
@@ -326,8 +305,13 @@ def test_retune_triggers_on_templates_and_config_never_on_logs() -> None:
     assert push["branches"] == ["main"]
     for path in ["operators/matmul.py", "operators/_gemm.py", "operators/nn/conv.py", "tvmtune.yaml"]:
         assert _push_triggers(push, path), path
-    for path in ["tuning_logs/matmul/zen4-2c/manifest.json", "tuning_logs/matmul/zen4-2c/README.md",
-                 "README.md", "tvmtune_ci/cli.py", "docs/operators.md"]:
+    for path in [
+        "tuning_logs/matmul/zen4-2c/manifest.json",
+        "tuning_logs/matmul/zen4-2c/README.md",
+        "README.md",
+        "tvmtune_ci/cli.py",
+        "docs/operators.md",
+    ]:
         assert not _push_triggers(push, path), path
 
 
@@ -339,8 +323,9 @@ def test_yearly_runs_once_a_year() -> None:
     assert all(f.isdigit() for f in (minute, hour, day, month)) and dow == "*", cron
 
 
-@pytest.mark.parametrize(("budget", "argv"), [("", ["matrix", "--all"]),
-                                               ("12h", ["matrix", "--all", "--budget", "12h"])])
+@pytest.mark.parametrize(
+    ("budget", "argv"), [("", ["matrix", "--all"]), ("12h", ["matrix", "--all", "--budget", "12h"])]
+)
 def test_yearly_plan_splits_a_dispatched_budget(tmp_path: Path, budget: str, argv: list[str]) -> None:
     wf = load(WORKFLOWS / "tvmtune-yearly.yml")
     assert wf["on"]["workflow_dispatch"]["inputs"]["budget"]["default"] == ""
@@ -355,9 +340,7 @@ def test_yearly_says_what_drifted_before_it_retunes() -> None:
     names = [s.get("name", "") for s in wf["jobs"]["retune"]["steps"]]
     first = next(i for i, n in enumerate(names) if "remeasure" in n)
     assert first < next(i for i, n in enumerate(names) if "retune --all" in n)
-    assert "remeasure \"$OPERATOR\" --target \"$TARGET\" --format github" in (
-        wf["jobs"]["retune"]["steps"][first]["run"]
-    )
+    assert 'remeasure "$OPERATOR" --target "$TARGET" --format github' in (wf["jobs"]["retune"]["steps"][first]["run"])
 
 
 def test_monthly_remeasure_records_its_run_and_is_self_hosted(tmp_path: Path) -> None:
@@ -371,14 +354,26 @@ def test_monthly_remeasure_records_its_run_and_is_self_hosted(tmp_path: Path) ->
     assert job["permissions"] == {"contents": "write"} and job["needs"] == "plan"
     assert job["runs-on"] == "${{ matrix.runs-on }}"
     assert job["concurrency"]["group"] == "tvmtune-retune-${{ matrix.operator }}-${{ matrix.target }}"
-    assert "\".[${EXTRAS:-tune}]\"" in step(wf, "remeasure", "Install")["run"]
+    assert '".[${EXTRAS:-tune}]"' in step(wf, "remeasure", "Install")["run"]
     script = step(wf, "remeasure", "tvmtune-ci remeasure")["run"]
     assert "|| true" not in script  # a drift fails the job (after the run is committed)
     fake_cli(tmp_path / "runner_temp" / "tvmtune-venv" / "bin" / "tvmtune-ci")
     (call,) = run_script(script, tmp_path, {"OPERATOR": "matmul", "TARGET": "zen5 2c", "PUSH_TOKEN": "ghs_x"})
-    assert call["argv"] == ["remeasure", "matmul", "--target", "zen5 2c", "--format", "github",
-                            "--record", "--commit", "--push"]
-    assert call["env"]["GIT_CONFIG_VALUE_0"] == "AUTHORIZATION: basic " + base64.b64encode(b"x-access-token:ghs_x").decode()
+    assert call["argv"] == [
+        "remeasure",
+        "matmul",
+        "--target",
+        "zen5 2c",
+        "--format",
+        "github",
+        "--record",
+        "--commit",
+        "--push",
+    ]
+    assert (
+        call["env"]["GIT_CONFIG_VALUE_0"]
+        == "AUTHORIZATION: basic " + base64.b64encode(b"x-access-token:ghs_x").decode()
+    )
 
 
 @pytest.mark.parametrize("name", ["tvmtune-retune.yml", "tvmtune-yearly.yml"])
@@ -401,11 +396,7 @@ def test_fan_out_one_self_hosted_job_per_entry(name: str) -> None:
         "cancel-in-progress": False,
     }
     checkout = next(s for s in retune["steps"] if s.get("uses", "").startswith("actions/checkout@"))
-    assert checkout["with"] == {
-        "ref": "${{ github.ref }}",
-        "fetch-depth": 0,
-        "persist-credentials": False,
-    }
+    assert checkout["with"] == {"ref": "${{ github.ref }}", "fetch-depth": 0, "persist-credentials": False}
     install = step(wf, "retune", "Install")
     assert '".[${EXTRAS:-tune}]"' in install["run"]  # tune, or tune,cuda on a GPU target
     assert install["env"] == {"EXTRAS": "${{ matrix.extras }}"}
@@ -433,13 +424,10 @@ def test_matrix_keys_are_the_ones_the_workflows_read(tmp_path: Path) -> None:
     m = build_matrix(C(), [E()])  # type: ignore[arg-type]
     assert m == {
         "include": [
-            {"operator": "matmul", "target": "cpu", "runs-on": ["self-hosted", "linux", "avx512"],
-             "extras": "tune"}
+            {"operator": "matmul", "target": "cpu", "runs-on": ["self-hosted", "linux", "avx512"], "extras": "tune"}
         ]
     }
-    used = set(
-        re.findall(r"(?<![\w.])matrix\.([\w-]+)", (WORKFLOWS / "tvmtune-retune.yml").read_text())
-    )
+    used = set(re.findall(r"(?<![\w.])matrix\.([\w-]+)", (WORKFLOWS / "tvmtune-retune.yml").read_text()))
     assert used == set(m["include"][0])
 
 
@@ -448,8 +436,12 @@ def test_ci_runs_the_project_tests() -> None:
     the tests of optional tools and extras) after checking the code out."""
     wf = load(WORKFLOWS / "ci.yml")
     assert {"push", "pull_request"} <= triggers(wf)
-    runs = [(name, i, s) for name, job in wf["jobs"].items() for i, s in enumerate(job["steps"])
-            if ".ci/run" in s.get("run", "")]
+    runs = [
+        (name, i, s)
+        for name, job in wf["jobs"].items()
+        for i, s in enumerate(job["steps"])
+        if ".ci/run" in s.get("run", "")
+    ]
     assert len(runs) == 1, runs
     name, i, _ = runs[0]
     steps = wf["jobs"][name]["steps"]
@@ -474,9 +466,7 @@ def fake_cli(path: Path) -> Path:
     return path
 
 
-def run_script(
-    script: str, tmp_path: Path, env: dict[str, str], path_dir: Path | None = None
-) -> list[dict[str, Any]]:
+def run_script(script: str, tmp_path: Path, env: dict[str, str], path_dir: Path | None = None) -> list[dict[str, Any]]:
     record = tmp_path / "record.jsonl"
     record.unlink(missing_ok=True)
     full_env = {
@@ -487,9 +477,7 @@ def run_script(
         "GITHUB_SERVER_URL": "https://github.com",
         **env,
     }
-    r = subprocess.run(
-        ["bash", "-e", "-c", script], cwd=tmp_path, env=full_env, capture_output=True, text=True
-    )
+    r = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=full_env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
 
@@ -505,23 +493,13 @@ ZERO = "0" * 40
         ({"EVENT": "workflow_dispatch", "ALL": "false"}, ["matrix"]),
         ({"EVENT": "workflow_dispatch", "ALL": "true"}, ["matrix", "--all"]),
         (
-            {
-                "EVENT": "workflow_dispatch",
-                "ALL": "false",
-                "OPERATOR": "mat mul",
-                "TARGET": "cpu; rm -rf /",
-            },
+            {"EVENT": "workflow_dispatch", "ALL": "false", "OPERATOR": "mat mul", "TARGET": "cpu; rm -rf /"},
             ["matrix", "--target", "cpu; rm -rf /", "--", "mat mul"],
         ),
-        (
-            {"EVENT": "workflow_dispatch", "ALL": "false", "OPERATOR": "--all", "TARGET": ""},
-            ["matrix", "--", "--all"],
-        ),
+        ({"EVENT": "workflow_dispatch", "ALL": "false", "OPERATOR": "--all", "TARGET": ""}, ["matrix", "--", "--all"]),
     ],
 )
-def test_plan_step_builds_the_matrix_command(
-    tmp_path: Path, env: dict[str, str], argv: list[str]
-) -> None:
+def test_plan_step_builds_the_matrix_command(tmp_path: Path, env: dict[str, str], argv: list[str]) -> None:
     script = step(load(WORKFLOWS / "tvmtune-retune.yml"), "plan", "matrix")["run"]
     bindir = tmp_path / "bin"
     fake_cli(bindir / "tvmtune-ci")
@@ -530,28 +508,31 @@ def test_plan_step_builds_the_matrix_command(
     assert call["argv"] == argv
 
 
-@pytest.mark.parametrize(
-    ("name", "extra"), [("tvmtune-retune.yml", []), ("tvmtune-yearly.yml", ["--all"])]
-)
-def test_retune_step_pushes_with_the_token_only_in_git_env(
-    tmp_path: Path, name: str, extra: list[str]
-) -> None:
+@pytest.mark.parametrize(("name", "extra"), [("tvmtune-retune.yml", []), ("tvmtune-yearly.yml", ["--all"])])
+def test_retune_step_pushes_with_the_token_only_in_git_env(tmp_path: Path, name: str, extra: list[str]) -> None:
     script = step(load(WORKFLOWS / name), "retune", "retune")["run"]
     fake_cli(tmp_path / "runner_temp" / "tvmtune-venv" / "bin" / "tvmtune-ci")
-    (call,) = run_script(
-        script, tmp_path, {"OPERATOR": "matmul", "TARGET": "zen5 2c", "PUSH_TOKEN": "ghs_secret"}
-    )
+    (call,) = run_script(script, tmp_path, {"OPERATOR": "matmul", "TARGET": "zen5 2c", "PUSH_TOKEN": "ghs_secret"})
     assert call["argv"] == ["retune", "matmul", "--target", "zen5 2c", *extra, "--commit", "--push"]
     if name == "tvmtune-yearly.yml":  # with its share of a dispatched budget
-        (with_budget,) = run_script(script, tmp_path, {"OPERATOR": "matmul", "TARGET": "t",
-                                                       "PUSH_TOKEN": "x", "BUDGET": "1800s"})
-        assert with_budget["argv"] == ["retune", "matmul", "--target", "t", "--all", "--budget",
-                                       "1800s", "--commit", "--push"]
+        (with_budget,) = run_script(
+            script, tmp_path, {"OPERATOR": "matmul", "TARGET": "t", "PUSH_TOKEN": "x", "BUDGET": "1800s"}
+        )
+        assert with_budget["argv"] == [
+            "retune",
+            "matmul",
+            "--target",
+            "t",
+            "--all",
+            "--budget",
+            "1800s",
+            "--commit",
+            "--push",
+        ]
     assert call["env"] == {
         "GIT_CONFIG_COUNT": "1",
         "GIT_CONFIG_KEY_0": "http.https://github.com/.extraheader",
-        "GIT_CONFIG_VALUE_0": "AUTHORIZATION: basic "
-        + base64.b64encode(b"x-access-token:ghs_secret").decode(),
+        "GIT_CONFIG_VALUE_0": "AUTHORIZATION: basic " + base64.b64encode(b"x-access-token:ghs_secret").decode(),
     }
 
 
@@ -616,29 +597,14 @@ def test_action_installs_light_or_tune_from_its_own_source(
 ) -> None:
     bindir = tmp_path / "bin"
     fake_python3(bindir)
-    env = {
-        "GITHUB_ACTION_PATH": str(ACTION.parent),
-        "TVMTUNE_COMMAND": command,
-        "TVMTUNE_EXTRA": extra,
-    }
+    env = {"GITHUB_ACTION_PATH": str(ACTION.parent), "TVMTUNE_COMMAND": command, "TVMTUNE_EXTRA": extra}
     (call,) = run_script(_action_step("Install"), tmp_path, env, bindir)
-    assert call["argv"] == [
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        f"{ROOT}{suffix}",
-    ]
+    assert call["argv"] == ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"{ROOT}{suffix}"]
 
 
 @pytest.mark.parametrize(("command", "extra"), [("build", ""), ("check", "tune]; echo")])
 def test_action_refuses_bad_inputs(tmp_path: Path, command: str, extra: str) -> None:
-    env = {
-        "GITHUB_ACTION_PATH": str(ACTION.parent),
-        "TVMTUNE_COMMAND": command,
-        "TVMTUNE_EXTRA": extra,
-    }
+    env = {"GITHUB_ACTION_PATH": str(ACTION.parent), "TVMTUNE_COMMAND": command, "TVMTUNE_EXTRA": extra}
     r = subprocess.run(
         ["bash", "-e", "-c", _action_step("Install")],
         cwd=tmp_path,
@@ -663,13 +629,8 @@ def test_action_runs_the_command_with_split_args_and_optional_token(tmp_path: Pa
         },
     )
     # Split on whitespace only: `$HOME` is not expanded, nothing is evaluated.
-    assert call == {
-        "argv": ["check", "--format", "github", "--changed-since", "$HOME", "--pr"],
-        "env": {},
-    }
-    (call,) = run_script(
-        script, tmp_path, {"TVMTUNE_COMMAND": "matrix", "TVMTUNE_ARGS": "", "TVMTUNE_TOKEN": "tok"}
-    )
+    assert call == {"argv": ["check", "--format", "github", "--changed-since", "$HOME", "--pr"], "env": {}}
+    (call,) = run_script(script, tmp_path, {"TVMTUNE_COMMAND": "matrix", "TVMTUNE_ARGS": "", "TVMTUNE_TOKEN": "tok"})
     assert call["argv"] == ["matrix"]
     assert set(call["env"]) == {"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
 
@@ -759,7 +720,5 @@ def test_docs_config_example_parses(tmp_path: Path) -> None:
 
     (text,) = [b for b in doc_blocks("yaml") if b.startswith("format: 1")]
     config = parse_config(text, tmp_path / "tvmtune.yaml")
-    assert [(t.name, t.runs_on) for t in config.targets] == [
-        ("zen5-2c", ("linux", "x64", "avx512", "znver5"))
-    ]
+    assert [(t.name, t.runs_on) for t in config.targets] == [("zen5-2c", ("linux", "x64", "avx512", "znver5"))]
     assert config.git.name == "tvmtune-ci"

@@ -115,10 +115,12 @@ class Budget:
         left, floor = self.left_s() if left_s is None else left_s, self.floor()
         pool = max(0.0, left - floor * max(1, len(todo)))
         seconds = floor + pool * w / total
-        return seconds, (f"{fmt_duration(seconds)} of the {fmt_duration(self.total_s)} budget: "
-                         f"its floor ({fmt_duration(floor)}: checks, finals and the search's "
-                         f"warm-up{measured}) and weight {w:.2f} of the {total:.2f} still to tune of the "
-                         f"{fmt_duration(pool)} beyond the floors of the {len(todo)} left")
+        return seconds, (
+            f"{fmt_duration(seconds)} of the {fmt_duration(self.total_s)} budget: "
+            f"its floor ({fmt_duration(floor)}: checks, finals and the search's "
+            f"warm-up{measured}) and weight {w:.2f} of the {total:.2f} still to tune of the "
+            f"{fmt_duration(pool)} beyond the floors of the {len(todo)} left"
+        )
 
     def reshare(self, item: Item, floor_s: float, left_s: float) -> tuple[float, str] | None:
         """The first searching item's share again once its warm-up is done, its own floor
@@ -149,20 +151,29 @@ class Budget:
         left = self.left_s()
         floors = self.floor() * len(later)
         if left - floors < need_s:
-            return False, (f"the {fmt_duration(left)} left were the floors of the {len(later)} "
-                           "item(s) after it" if later else "the budget was spent")
+            return False, (
+                f"the {fmt_duration(left)} left were the floors of the {len(later)} item(s) after it"
+                if later
+                else "the budget was spent"
+            )
         g = self.weights.get(item, 0.0) * max(0.0, gain_per_s)
         if not later:  # the seconds have no other use, but a flat search is not worth them
-            return (g > 0, f"its gradient {_pct_min(g)}, no item after it" if g > 0
-                    else "its last batches gained nothing, no item after it")
+            return (
+                g > 0,
+                f"its gradient {_pct_min(g)}, no item after it"
+                if g > 0
+                else "its last batches gained nothing, no item after it",
+            )
         pool = max(0.0, left - need_s - floors)
         total = sum(later.values()) or 1.0
         lam, best = max((w / (self.floor() + pool * w / total), i) for i, w in later.items())
         name = f"{best[0]}/{best[2]}"
         if g > lam:
             return True, f"its gradient {_pct_min(g)} beat {name}'s {_pct_min(lam)} at the end of its share"
-        return False, (f"its gradient {_pct_min(g)} (its last batches' gain) fell below {name}'s "
-                       f"{_pct_min(lam)} at the end of its share")
+        return False, (
+            f"its gradient {_pct_min(g)} (its last batches' gain) fell below {name}'s "
+            f"{_pct_min(lam)} at the end of its share"
+        )
 
     def finish(self, item: Item, seconds: float, floor_s: float | None = None) -> None:
         """`item` took `seconds`, of which `floor_s` (when known) were its floor."""
@@ -176,8 +187,9 @@ def _pct_min(g: float) -> str:
     return f"{g * 6000:.2g}% of the end-to-end time per min"
 
 
-def floor_estimate(time_cap_s: float, search_cap_s: float, finalists: int, warmup: int,
-                   history_s: float = 0.0) -> float:
+def floor_estimate(
+    time_cap_s: float, search_cap_s: float, finalists: int, warmup: int, history_s: float = 0.0
+) -> float:
     """An item's floor before any is measured, from the measurement settings: the
     baseline and the finals (the finalists, the default and the previous best) at one
     time cap each, the correctness check at about two more, the warm-up's trials at the
@@ -185,8 +197,7 @@ def floor_estimate(time_cap_s: float, search_cap_s: float, finalists: int, warmu
     return time_cap_s * (finalists + 4) + warmup * search_cap_s + history_s
 
 
-def floor_of(seconds: float, stats: Mapping[str, float], warmup: int,
-             history_s: float = 0.0) -> float | None:
+def floor_of(seconds: float, stats: Mapping[str, float], warmup: int, history_s: float = 0.0) -> float | None:
     """What a finished item's floor was: all it took besides its search, its search's
     first `warmup` trials at the pace of its whole search, and its part of its set's
     history run (`history_s`, measured after the set's workloads).

@@ -25,7 +25,9 @@ def _escape_prop(s: str) -> str:
     return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(level: str, message: str, file: str | None = None, line: int | None = None, title: str | None = None) -> str:
+def annotation(
+    level: str, message: str, file: str | None = None, line: int | None = None, title: str | None = None
+) -> str:
     """`::error file=..,line=..,title=..::message` (level: error, warning, notice)."""
     props = []
     if file:

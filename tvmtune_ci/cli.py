@@ -29,7 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remeasure": ("remeasure", "re-measure each committed best on its runner and report drift"),
     "adopt": ("adopt", "keep the logs of a renamed template: move them to its new name, no re-tune"),
     "models": ("models", "list each model's Relax calls and write which template covers each ([tune])"),
-    "profile": ("profile", "build each model with the committed logs, time it per call here, write its shares and README ([tune])"),
+    "profile": (
+        "profile",
+        "build each model with the committed logs, time it per call here, write its shares and README ([tune])",
+    ),
 }
 
 CRASH_EXIT = 70  # EX_SOFTWARE: a bug in tvmtune-ci, not in the user's input
@@ -52,7 +55,9 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     """The parser of every command, or with `only` (the verb being run) the options of
     that one alone: the other command modules are not imported (the PR check's `check`
     pays for its own imports only). Every verb is still listed in the help."""
-    parser = argparse.ArgumentParser(prog="tvmtune-ci", description="Keep the tuning logs of TVM operator templates true.")
+    parser = argparse.ArgumentParser(
+        prog="tvmtune-ci", description="Keep the tuning logs of TVM operator templates true."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     mods = _available(only)
@@ -61,7 +66,12 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
             continue  # a command whose module is missing from this install
         p = sub.add_parser(verb, help=COMMANDS[verb][1], description=COMMANDS[verb][1])
         if verb in mods:
-            p.add_argument("--config", metavar="PATH", default=None, help="tvmtune.yaml to use (default: the nearest one above the current folder)")
+            p.add_argument(
+                "--config",
+                metavar="PATH",
+                default=None,
+                help="tvmtune.yaml to use (default: the nearest one above the current folder)",
+            )
             mods[verb].register(p)  # type: ignore[attr-defined]
     return parser, mods
 
@@ -89,7 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception:
         traceback.print_exc()
-        print(f"tvmtune-ci {__version__} crashed; this is a bug in tvmtune-ci, please report it with the traceback above.", file=sys.stderr)
+        print(
+            f"tvmtune-ci {__version__} crashed; this is a bug in tvmtune-ci, please report it with the traceback above.",
+            file=sys.stderr,
+        )
         return CRASH_EXIT
 
 

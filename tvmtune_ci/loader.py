@@ -65,8 +65,14 @@ def _diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {a.get(k, '(absent)')!r} != {b.get(k, '(absent)')!r}" for k in keys if a.get(k) != b.get(k))
 
 
-def best_config(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
-                allow_fallback: bool = False) -> Best:
+def best_config(
+    operator: str,
+    *,
+    target: Any,
+    workload: str | None = None,
+    root: Path | str | None = None,
+    allow_fallback: bool = False,
+) -> Best:
     """The committed best of `operator`'s `workload` (the only one when None) for
     `target`, without building it: the lookup AutoTVM's `apply_history_best` did,
     but a stale or missing entry, or a target that differs by one flag, raises
@@ -80,7 +86,9 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
     entry = None
     if not matches:
         closest = min(config.targets, key=lambda t: len(_diff(t.target, want)), default=None)
-        hint = f" closest configured target {closest.name!r} differs in: {_diff(closest.target, want)}" if closest else ""
+        hint = (
+            f" closest configured target {closest.name!r} differs in: {_diff(closest.target, want)}" if closest else ""
+        )
         reasons.append(f"target {want} is not a configured target of {config.path}.{hint}")
     else:
         report = find_stale(config, operators=[operator], targets=[matches[0].name])
@@ -101,8 +109,15 @@ def best_config(operator: str, *, target: Any, workload: str | None = None, root
             return Best(operator, wl, want, dict(r.best.knobs), r.best.latency_s, entry.logset.folder / m.log, False)
     message = f"no usable tuned configuration for {operator} on {want}:\n  - " + "\n  - ".join(reasons)
     if not allow_fallback:
-        raise StaleLogError(message + "\nre-tune with `tvmtune-ci retune`, or pass allow_fallback=True to build the (slow) default configuration")
-    warnings.warn(message + "\nBUILDING THE DEFAULT (UNTUNED) CONFIGURATION because allow_fallback=True", FallbackWarning, stacklevel=3)
+        raise StaleLogError(
+            message
+            + "\nre-tune with `tvmtune-ci retune`, or pass allow_fallback=True to build the (slow) default configuration"
+        )
+    warnings.warn(
+        message + "\nBUILDING THE DEFAULT (UNTUNED) CONFIGURATION because allow_fallback=True",
+        FallbackWarning,
+        stacklevel=3,
+    )
     wl = workload
     if wl is None:
         decl = read_template(config.operators_path / f"{operator}.py")
@@ -127,8 +142,15 @@ def _check_runs_here(best: Best, allow_foreign_host: bool) -> None:
         raise HostError(f"{best.operator}: {e}") from None
 
 
-def build_best(operator: str, *, target: Any, workload: str | None = None, root: Path | str | None = None,
-               allow_fallback: bool = False, allow_foreign_host: bool = False) -> Any:
+def build_best(
+    operator: str,
+    *,
+    target: Any,
+    workload: str | None = None,
+    root: Path | str | None = None,
+    allow_fallback: bool = False,
+    allow_foreign_host: bool = False,
+) -> Any:
     """Build the committed best of `operator` for `target`; returns TVM's executable.
 
     Raises HostError when this machine cannot run code for `target` (e.g. its
@@ -166,8 +188,14 @@ def load_database(log_path: Path) -> Any:
     return db
 
 
-def _model_kernel(config: Any, key: tuple[str, str], shape: Mapping[str, Any] | None,
-                  want: dict[str, Any], configs: str, allow_fallback: bool) -> Any:
+def _model_kernel(
+    config: Any,
+    key: tuple[str, str],
+    shape: Mapping[str, Any] | None,
+    want: dict[str, Any],
+    configs: str,
+    allow_fallback: bool,
+) -> Any:
     """The kernel of `key` (template, workload) for a model build: its committed best
     (or default), or for an undeclared `shape` its nearest sibling's, mapped onto it."""
     from .core.history import map_config
@@ -180,33 +208,47 @@ def _model_kernel(config: Any, key: tuple[str, str], shape: Mapping[str, Any] | 
     if shape is not None:
         sibling = modelbuild.nearest_sibling(declared, shape)
         if sibling is None:
-            raise UsageError(f"{template}: no declared workload has the dtype of {dict(shape)}; "
-                             "declare one, or leave uncovered_shapes='untemplated'")
+            raise UsageError(
+                f"{template}: no declared workload has the dtype of {dict(shape)}; "
+                "declare one, or leave uncovered_shapes='untemplated'"
+            )
         source = sibling
     if configs == "default":
         best = Best(template, source, want, {}, None, None, False)
     else:
         with warnings.catch_warnings():  # warned by the caller, once for each call it serves
             warnings.simplefilter("ignore", FallbackWarning)
-            best = best_config(template, target=want, workload=source, root=config.root,
-                               allow_fallback=allow_fallback)
+            best = best_config(template, target=want, workload=source, root=config.root, allow_fallback=allow_fallback)
     knobs: Mapping[str, Any] | None = best.knobs or None
     wl: Any = workload
     if shape is not None:
         wl = Workload(module, workload, dict(shape), want)
         if knobs is not None:
-            knobs = map_config(knobs, read_template(config.operators_path / f"{template}.py").knobs,
-                               shape, want).knobs
+            knobs = map_config(knobs, read_template(config.operators_path / f"{template}.py").knobs, shape, want).knobs
     sch = schedule_config(module, wl, knobs, want)
-    return modelbuild.Kernel(modelbuild.kernel_func(sch.mod["main"]), f"{template}_{workload}",
-                             dict(knobs or {}), best.latency_s if shape is None else None, best.fallback,
-                             source if shape is not None else None)
+    return modelbuild.Kernel(
+        modelbuild.kernel_func(sch.mod["main"]),
+        f"{template}_{workload}",
+        dict(knobs or {}),
+        best.latency_s if shape is None else None,
+        best.fallback,
+        source if shape is not None else None,
+    )
 
 
-def build_model(model: str, *, target: Any, root: Path | str | None = None, allow_fallback: bool = False,
-                allow_foreign_host: bool = False, untemplated: str = "metaschedule", trials: int = 64,
-                work_dir: Path | str | None = None, configs: str = "best",
-                uncovered_shapes: str = "untemplated") -> Any:
+def build_model(
+    model: str,
+    *,
+    target: Any,
+    root: Path | str | None = None,
+    allow_fallback: bool = False,
+    allow_foreign_host: bool = False,
+    untemplated: str = "metaschedule",
+    trials: int = 64,
+    work_dir: Path | str | None = None,
+    configs: str = "best",
+    uncovered_shapes: str = "untemplated",
+) -> Any:
     """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
     committed logs: every call a template covers runs that template's best kernel; the
     rest goes through TVM's pipeline, scheduled by MetaSchedule with `trials` trials
@@ -237,8 +279,10 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
     config = load_config(Path(root) if root is not None else None)
     spec = next((m for m in config.models if m.name == model), None)
     if spec is None:
-        raise UsageError(f"no model {model!r} in {config.path}; configured models: "
-                         f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)")
+        raise UsageError(
+            f"no model {model!r} in {config.path}; configured models: "
+            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
+        )
     want = _target_dict(target)
     _check_runs_here(Best(model, "", want, {}, None, None, False), allow_foreign_host)
     tvm_target = tvmsetup.make_target(want)
@@ -250,34 +294,50 @@ def build_model(model: str, *, target: Any, root: Path | str | None = None, allo
     for _call, cov in todo:
         key = (str(cov.template), str(cov.workload))
         if key not in kernels:
-            kernels[key] = _model_kernel(config, key, cov.params if cov.status != "covered" else None,
-                                         want, configs, allow_fallback)
+            kernels[key] = _model_kernel(
+                config, key, cov.params if cov.status != "covered" else None, want, configs, allow_fallback
+            )
     swapped, swaps = modelbuild.swap_covered(mod, todo, contracts, kernels)
     for s in swaps:
         if s.mapped_from is not None:
-            warnings.warn(f"{model}: {s.binding} = {s.call} runs {s.template} at a shape no workload "
-                          f"declares, with {s.mapped_from}'s {'default' if s.fallback else 'best'} "
-                          f"mapped onto it (untuned for it); add it to WORKLOADS and re-tune",
-                          FallbackWarning, stacklevel=2)
+            warnings.warn(
+                f"{model}: {s.binding} = {s.call} runs {s.template} at a shape no workload "
+                f"declares, with {s.mapped_from}'s {'default' if s.fallback else 'best'} "
+                f"mapped onto it (untuned for it); add it to WORKLOADS and re-tune",
+                FallbackWarning,
+                stacklevel=2,
+            )
         elif s.fallback:
-            warnings.warn(f"{model}: {s.binding} = {s.call} runs the DEFAULT (untuned) configuration "
-                          f"of {s.template}/{s.workload}: its log is stale or missing "
-                          "(allow_fallback=True); re-tune with `tvmtune-ci retune`",
-                          FallbackWarning, stacklevel=2)
+            warnings.warn(
+                f"{model}: {s.binding} = {s.call} runs the DEFAULT (untuned) configuration "
+                f"of {s.template}/{s.workload}: its log is stale or missing "
+                "(allow_fallback=True); re-tune with `tvmtune-ci retune`",
+                FallbackWarning,
+                stacklevel=2,
+            )
     fused = modelbuild.fuse(swapped, tvm_target)
     scheduled, how = modelbuild.schedule_untemplated(
-        fused, tvm_target, untemplated, trials=trials,
-        work_dir=Path(work_dir) if work_dir is not None else None)
+        fused, tvm_target, untemplated, trials=trials, work_dir=Path(work_dir) if work_dir is not None else None
+    )
     swapped_calls = {(s.function, s.binding) for s in swaps}
-    uncovered = tuple(c.sig.describe() for c in calls
-                      if (c.function, c.binding) not in swapped_calls
-                      and c.sig.op not in modelbuild.VIEWS)
-    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), mod, tuple(swaps),
-                                 how, uncovered)
+    uncovered = tuple(
+        c.sig.describe()
+        for c in calls
+        if (c.function, c.binding) not in swapped_calls and c.sig.op not in modelbuild.VIEWS
+    )
+    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered)
 
 
-def metaschedule_model(model: str, *, target: Any, seconds: float, work_dir: Path | str,
-                       root: Path | str | None = None, seed: int = 42, clock: Any = None) -> Any:
+def metaschedule_model(
+    model: str,
+    *,
+    target: Any,
+    seconds: float,
+    work_dir: Path | str,
+    root: Path | str | None = None,
+    seed: int = 42,
+    clock: Any = None,
+) -> Any:
     """Build `model` with MetaSchedule alone, given `seconds` of this runner for the
     whole model (tune/modelms.py): no template, no log. The anchor a model's README sets
     beside `build_model` (`profile --metaschedule-seconds`). Returns a `ModelBuild`
@@ -289,8 +349,10 @@ def metaschedule_model(model: str, *, target: Any, seconds: float, work_dir: Pat
     config = load_config(Path(root) if root is not None else None)
     spec = next((m for m in config.models if m.name == model), None)
     if spec is None:
-        raise UsageError(f"no model {model!r} in {config.path}; configured models: "
-                         f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)")
+        raise UsageError(
+            f"no model {model!r} in {config.path}; configured models: "
+            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
+        )
     if seconds <= 0:
         raise UsageError(f"MetaSchedule needs a positive number of seconds, not {seconds}")
     want = _target_dict(target)
@@ -298,7 +360,9 @@ def metaschedule_model(model: str, *, target: Any, seconds: float, work_dir: Pat
     tvm_target = tvmsetup.make_target(want)
     mod = load_model(config.root, spec)
     fused = modelbuild.fuse(mod, tvm_target)
-    scheduled, spent = modelms.tune_model(fused, tvm_target, seconds, Path(work_dir), seed=seed,
-                                          **({"clock": clock} if clock is not None else {}))
-    return modelbuild.ModelBuild(modelbuild.compile_model(scheduled, tvm_target), mod, (),
-                                 spent.words(), spent.untuned, search=spent)
+    scheduled, spent = modelms.tune_model(
+        fused, tvm_target, seconds, Path(work_dir), seed=seed, **({"clock": clock} if clock is not None else {})
+    )
+    return modelbuild.ModelBuild(
+        modelbuild.compile_model(scheduled, tvm_target), mod, (), spent.words(), spent.untuned, search=spent
+    )

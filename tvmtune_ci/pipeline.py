@@ -86,11 +86,31 @@ if TYPE_CHECKING:
 # What callers import from here: the steps' modules are this module's parts, and
 # benchmarks/ take the thread policy from here (it is tune/runners/threads.py's).
 __all__ = [
-    "BEFORE_LOCK", "UNDER_LOCK", "History", "Job", "RetuneResult", "Say", "Template",
-    "_REPLAY_BLOCKERS", "_SAME_TEMPLATE_BLOCKERS", "can_replay", "can_reuse_previous",
-    "carry_refusal", "carry_step", "commit_message", "history_source", "may_carry",
-    "measure_threads", "previous_sentence", "replay_plan", "replay_report", "replay_skipped",
-    "retune_entry", "tune_one", "tvm_threads", "write_set",
+    "BEFORE_LOCK",
+    "UNDER_LOCK",
+    "History",
+    "Job",
+    "RetuneResult",
+    "Say",
+    "Template",
+    "_REPLAY_BLOCKERS",
+    "_SAME_TEMPLATE_BLOCKERS",
+    "can_replay",
+    "can_reuse_previous",
+    "carry_refusal",
+    "carry_step",
+    "commit_message",
+    "history_source",
+    "may_carry",
+    "measure_threads",
+    "previous_sentence",
+    "replay_plan",
+    "replay_report",
+    "replay_skipped",
+    "retune_entry",
+    "tune_one",
+    "tvm_threads",
+    "write_set",
 ]
 
 
@@ -111,8 +131,7 @@ def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Pu
 def _refuse_unless_carried(job: Job, err: TvmtuneError) -> Job:
     if not may_carry(job.entry, job.carry):
         raise err
-    job.say(f"{err}; only the template changed: trying to carry the set forward first, "
-            "which measures nothing")
+    job.say(f"{err}; only the template changed: trying to carry the set forward first, which measures nothing")
     return replace(job, refusal=err)
 
 
@@ -151,8 +170,7 @@ def recheck_step(job: Job) -> Job:
 
     e = job.entry
     report = find_stale(job.config, as_of=e.as_of, operators=[e.operator], targets=[e.target_name])
-    current = next((x for x in report.entries
-                    if x.operator == e.operator and x.target_name == e.target_name), e)
+    current = next((x for x in report.entries if x.operator == e.operator and x.target_name == e.target_name), e)
     if e.reasons and current.fresh:
         raise LockError(
             f"{e.operator}/{e.target_name} was re-tuned by another run while this one "
@@ -166,8 +184,10 @@ def check_names_step(job: Job) -> Job:
     """A name clash with a user's file would only refuse at publish time: say so
     before the tuning time is spent."""
     logset = job.entry.logset
-    check_publishable(logset.folder, [logset.log_name(_dt.date.today().isoformat()),
-                                      "manifest.json", "README.md", "curve.png", RUNS_NAME])
+    check_publishable(
+        logset.folder,
+        [logset.log_name(_dt.date.today().isoformat()), "manifest.json", "README.md", "curve.png", RUNS_NAME],
+    )
     return job
 
 
@@ -185,9 +205,11 @@ def load_step(job: Job) -> Job:
     # first history run take its module and FLOPs from the same object. Lazy: nothing
     # is computed until one of them asks.
     workloads = {w: resolve(module, w, job.target.target) for w in decl.workloads}
-    return replace(job, template=Template(path, decl, fp, module,
-                                          sources.record(cache, decl, fp, job.target.target)),
-                   workloads=workloads)
+    return replace(
+        job,
+        template=Template(path, decl, fp, module, sources.record(cache, decl, fp, job.target.target)),
+        workloads=workloads,
+    )
 
 
 def history_step(job: Job) -> Job:
@@ -198,8 +220,7 @@ def history_step(job: Job) -> Job:
     assert job.template is not None
     root = job.config.root
     records = _old_records(root, hist_path, hist, list(job.template.decl.workloads), job.say)
-    return replace(job, history=History(hist, hist_path, hist_from,
-                                        history.old_declaration(root, hist), records))
+    return replace(job, history=History(hist, hist_path, hist_from, history.old_declaration(root, hist), records))
 
 
 def tune_step(job: Job) -> Job:
@@ -210,11 +231,13 @@ def tune_step(job: Job) -> Job:
     outcomes, results = {}, {}
     assert job.template is not None
     if job.target.rpc is None and (cpu := other_cpu(job.target.target)) is not None:
-        job.say(f"warning: {job.entry.operator}/{job.target.name}: the target builds for "
-                f"mcpu={job.target.target['mcpu']} and this machine's CPU is {cpu} "
-                f"({machine_words(host_description())}): the log will hold this machine's timings "
-                f"and ranking under {job.target.name}'s name. Re-tune it on a runner with that CPU "
-                "(its runs-on labels in tvmtune.yaml), or give this CPU a target of its own")
+        job.say(
+            f"warning: {job.entry.operator}/{job.target.name}: the target builds for "
+            f"mcpu={job.target.target['mcpu']} and this machine's CPU is {cpu} "
+            f"({machine_words(host_description())}): the log will hold this machine's timings "
+            f"and ranking under {job.target.name}'s name. Re-tune it on a runner with that CPU "
+            "(its runs-on labels in tvmtune.yaml), or give this CPU a target of its own"
+        )
     names = list(job.template.decl.workloads)
     if job.partial is not None:  # the carried ones keep what they measured
         names = [w for w in names if w in job.partial.tuned]
@@ -222,8 +245,13 @@ def tune_step(job: Job) -> Job:
             return job
     if job.budget is not None:  # the lightest first, as the budget orders every item
         order = job.budget.order()
-        names.sort(key=lambda w: order.index((job.entry.operator, job.target.name, w))
-                   if (job.entry.operator, job.target.name, w) in order else len(order))
+        names.sort(
+            key=lambda w: (
+                order.index((job.entry.operator, job.target.name, w))
+                if (job.entry.operator, job.target.name, w) in order
+                else len(order)
+            )
+        )
     with tvm_threads(job.threads):
         # One runner for the set's workloads: its worker (TVM's import) starts once, with
         # the target's thread count, and measures each workload in turn.
@@ -259,18 +287,22 @@ def first_run_step(job: Job) -> Job:
         cal = len(calibration.kernels(job.target.target) or [])
         whole = len(job.template.decl.workloads) + cal
         seconds = config.measure.history_s * (len(job.results) + cal) / whole
-        job.say(f"the run of the history measures the {len(job.results)} tuned workload(s) for "
-                f"{seconds:.0f} s of the {config.measure.history_s:g} s a run of all {whole} "
-                "kernels takes (the same seconds per kernel); the carried ones' history goes on")
+        job.say(
+            f"the run of the history measures the {len(job.results)} tuned workload(s) for "
+            f"{seconds:.0f} s of the {config.measure.history_s:g} s a run of all {whole} "
+            "kernels takes (the same seconds per kernel); the carried ones' history goes on"
+        )
         config = replace(config, measure=replace(config.measure, history_s=seconds))
-    item = RunItem(job.entry.operator, job.template.module,
-                   {w: r.best.knobs for w, r in job.results.items()}, job.workloads)
+    item = RunItem(
+        job.entry.operator, job.template.module, {w: r.best.knobs for w, r in job.results.items()}, job.workloads
+    )
     with tvm_threads(job.threads):
         runner = make_runner(config.measure, job.target.rpc)
         builder = make_builder()
         try:
-            run = measure_runs([item], job.target, config, by="retune", runner=runner,
-                               builder=builder, say=job.say)[job.entry.operator]
+            run = measure_runs([item], job.target, config, by="retune", runner=runner, builder=builder, say=job.say)[
+                job.entry.operator
+            ]
         finally:
             builder.close()
             runner.close()
@@ -294,12 +326,11 @@ def manifest_step(job: Job) -> Job:
         old = entry.manifest
         assert old is not None
         new = log["workloads"]
-        log["workloads"] = {w: job.partial.entries[w] if w in job.partial.carried else new[w]
-                            for w in tpl.decl.workloads}
-        results = {w: old.results[w] if w in job.partial.carried else job.results[w]
-                   for w in tpl.decl.workloads}
-        trials = {w: old.trials[w] if w in job.partial.carried else trials[w]
-                  for w in tpl.decl.workloads}
+        log["workloads"] = {
+            w: job.partial.entries[w] if w in job.partial.carried else new[w] for w in tpl.decl.workloads
+        }
+        results = {w: old.results[w] if w in job.partial.carried else job.results[w] for w in tpl.decl.workloads}
+        trials = {w: old.trials[w] if w in job.partial.carried else trials[w] for w in tpl.decl.workloads}
         tuned_on, partial = old.tuned_on, job.partial.to_json(date)
     data = render_log(log).encode()
     host = host_description()
@@ -311,15 +342,26 @@ def manifest_step(job: Job) -> Job:
     # Who measured the trials: "local", or each RPC server's "host:port".
     host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})
     manifest = Manifest(
-        operator=entry.operator, target_name=target.name, target=target.target,
-        log=entry.logset.log_name(date), log_sha256=sha256_bytes(data), log_git_blob=blob_id(data),
-        fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
-        workloads=tpl.decl.workloads, tvm_version=installed_tvm_version() or "unknown",
-        tuned_on=tuned_on, seed=job.seed, trials=trials, results=results, partial=partial,
-        measure={**vars(job.config.measure), "estimator": ESTIMATOR,
-                 "threads": job.threads or "TVM default"},
-        template_file=entry.template_file, template_commit=_git_commit_of(job.config.root, tpl.path),
-        host=host, target_facts=target_facts(target.target).to_json(),
+        operator=entry.operator,
+        target_name=target.name,
+        target=target.target,
+        log=entry.logset.log_name(date),
+        log_sha256=sha256_bytes(data),
+        log_git_blob=blob_id(data),
+        fingerprint=tpl.fingerprint.digest,
+        dependencies=dict(tpl.fingerprint.dependencies),
+        workloads=tpl.decl.workloads,
+        tvm_version=installed_tvm_version() or "unknown",
+        tuned_on=tuned_on,
+        seed=job.seed,
+        trials=trials,
+        results=results,
+        partial=partial,
+        measure={**vars(job.config.measure), "estimator": ESTIMATOR, "threads": job.threads or "TVM default"},
+        template_file=entry.template_file,
+        template_commit=_git_commit_of(job.config.root, tpl.path),
+        host=host,
+        target_facts=target_facts(target.target).to_json(),
         sources=tpl.sources.to_json(),
     )
     history = {RUNS_NAME: encode_runs(job.history_runs)} if job.history_runs else {}
@@ -344,14 +386,32 @@ def write_step(job: Job) -> Job:
 
 # The re-tune of one entry, in order (nox-style: a tuple of steps, each Job -> Job).
 BEFORE_LOCK = (check_host_step, preflight_step)
-UNDER_LOCK = (recheck_step, check_names_step, load_step, history_step, partial_step, carry_step,
-              refused_step,
-              tune_step, first_run_step, manifest_step, write_step)
+UNDER_LOCK = (
+    recheck_step,
+    check_names_step,
+    load_step,
+    history_step,
+    partial_step,
+    carry_step,
+    refused_step,
+    tune_step,
+    first_run_step,
+    manifest_step,
+    write_step,
+)
 
 
-def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, seed: int | None = None,
-                 say: Say = print, progress: Callable[[str], Callable[[Any], None]] | None = None,
-                 budget: Budget | None = None, carry: bool = True) -> RetuneResult:
+def retune_entry(
+    config: Config,
+    entry: Entry,
+    *,
+    trials: int | None = None,
+    seed: int | None = None,
+    say: Say = print,
+    progress: Callable[[str], Callable[[Any], None]] | None = None,
+    budget: Budget | None = None,
+    carry: bool = True,
+) -> RetuneResult:
     """Re-tune one stale entry end to end: `BEFORE_LOCK`, then `UNDER_LOCK` while
     holding the folder's lock. Returns what was published. `carry`: a set whose
     programs the template's edit left alone is carried forward (`carry_step`)."""
@@ -359,10 +419,19 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
     shares = None
     if trials is None and config.trial_tiers:
         shares = model_shares_by_target(config, [target.name]).get(target.name)
-    job = Job(config, entry, target,
-              trials=trials if trials is not None else config.trials_for(entry.operator),
-              seed=seed if seed is not None else config.seed, say=say, shares=shares, progress=progress,
-              threads=measure_threads(target), budget=budget, carry=carry)
+    job = Job(
+        config,
+        entry,
+        target,
+        trials=trials if trials is not None else config.trials_for(entry.operator),
+        seed=seed if seed is not None else config.seed,
+        say=say,
+        shares=shares,
+        progress=progress,
+        threads=measure_threads(target),
+        budget=budget,
+        carry=carry,
+    )
     for step in BEFORE_LOCK:
         job = step(job)
     with _lock.hold(entry.logset.lock, f"{entry.operator}/{entry.target_name}"):
@@ -370,5 +439,3 @@ def retune_entry(config: Config, entry: Entry, *, trials: int | None = None, see
             job = step(job)
     assert job.manifest is not None and job.published is not None
     return RetuneResult(entry, job.manifest, job.published)
-
-

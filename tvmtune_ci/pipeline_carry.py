@@ -29,8 +29,12 @@ def may_carry(entry: Entry, carry: bool = True) -> bool:
     lock and without TVM: carrying is on, a template edit is the only reason the set is
     stale, and its manifest records the programs (format 2). `carry_refusal` decides the
     rest, from the programs."""
-    return (carry and {r.code for r in entry.reasons} == {Code.TEMPLATE_CHANGED}
-            and entry.manifest is not None and entry.manifest.format >= 2)
+    return (
+        carry
+        and {r.code for r in entry.reasons} == {Code.TEMPLATE_CHANGED}
+        and entry.manifest is not None
+        and entry.manifest.format >= 2
+    )
 
 
 def carry_refusal(job: Job) -> str | None:
@@ -89,39 +93,43 @@ def carry_step(job: Job) -> Job:
     for w in tpl.decl.workloads:
         params, wl = tpl.decl.workloads[w], job.workloads[w]
         result = old.results[w]
-        if any(history.map_config(k, tpl.decl.knobs, params, target.target).knobs != k
-               for k in priors.published_configs(old, [w])[w]):
-            job.say(f"{w}: not carried forward: the edit changed the knobs of a configuration the "
-                    "set publishes")
+        if any(
+            history.map_config(k, tpl.decl.knobs, params, target.target).knobs != k
+            for k in priors.published_configs(old, [w])[w]
+        ):
+            job.say(f"{w}: not carried forward: the edit changed the knobs of a configuration the set publishes")
             return job
         if full_knobs(tpl.module, wl, None, target.target) != result.baseline.knobs:
             job.say(f"{w}: not carried forward: the edit changed the default configuration")
             return job
         programs = priors.old_programs(hist.records[w], tpl.decl.knobs, params, target.target)
         with tvm_threads(job.threads):
-            same = programs_unchanged(tpl.module, wl, target.target, result.best.knobs,
-                                      hist.old_knobs, programs)
+            same = programs_unchanged(tpl.module, wl, target.target, result.best.knobs, hist.old_knobs, programs)
         if not same:
-            job.say(f"{w}: not carried forward: the edit changed a program the old log measured, "
-                    "or opened knob values")
+            job.say(f"{w}: not carried forward: the edit changed a program the old log measured, or opened knob values")
             return job
         counts[w] = len(programs)
     n = sum(counts.values())
-    sentence = (f"the template edit changed none of the {n} programs the log measured or publishes "
-                f"({', '.join(f'{w}: {c}' for w, c in counts.items())}; each configuration makes the "
-                "same module as before), nor the default configuration, and opened no knob values: "
-                f"the set measured on {old.tuned_on} still describes these kernels")
+    sentence = (
+        f"the template edit changed none of the {n} programs the log measured or publishes "
+        f"({', '.join(f'{w}: {c}' for w, c in counts.items())}; each configuration makes the "
+        "same module as before), nor the default configuration, and opened no knob values: "
+        f"the set measured on {old.tuned_on} still describes these kernels"
+    )
     log = (entry.logset.folder / old.log).read_bytes()
     if sha256_bytes(log) != old.log_sha256:
         job.say(f"not carried forward: {old.log} changed since it was read")
         return job
     manifest = replace(
-        old, log_git_blob=blob_id(log),  # a set from before format 3 had none
-        fingerprint=tpl.fingerprint.digest, dependencies=dict(tpl.fingerprint.dependencies),
-        template_commit=_git_commit_of(job.config.root, tpl.path), sources=tpl.sources.to_json(),
-        results=dict(old.results), format=MANIFEST_FORMAT,
-        carried={"on": _dt.date.today().isoformat(), "from_fingerprint": old.fingerprint,
-                 "sentence": sentence},
+        old,
+        log_git_blob=blob_id(log),  # a set from before format 3 had none
+        fingerprint=tpl.fingerprint.digest,
+        dependencies=dict(tpl.fingerprint.dependencies),
+        template_commit=_git_commit_of(job.config.root, tpl.path),
+        sources=tpl.sources.to_json(),
+        results=dict(old.results),
+        format=MANIFEST_FORMAT,
+        carried={"on": _dt.date.today().isoformat(), "from_fingerprint": old.fingerprint, "sentence": sentence},
     )
     manifest, encoded = encode(manifest)
     job.say(f"carried forward: {sentence}")

@@ -59,15 +59,15 @@ def replay_skipped(entry: Entry) -> str | None:
     if Code.LOG_MODIFIED in codes:
         return "the previous log was edited by hand"
     if Code.TEMPLATE_API_CHANGED in codes:
-        return (f"the previous log was decoded with template API {entry.manifest.template_api}, "
-                "not this tvmtune-ci's")
+        return f"the previous log was decoded with template API {entry.manifest.template_api}, not this tvmtune-ci's"
     if Code.TARGET_CHANGED in codes:
         return "the previous log was tuned for another target"
     return None
 
 
-def history_source(config: Config, entry: Entry, target: TargetConfig, say: Say
-                   ) -> tuple[Manifest | None, Path, str | None]:
+def history_source(
+    config: Config, entry: Entry, target: TargetConfig, say: Say
+) -> tuple[Manifest | None, Path, str | None]:
     """Whose log a re-tune replays: (manifest, its path, the other target's name or None).
 
     This entry's own log after a template edit; its old folder's after a rename with
@@ -108,26 +108,30 @@ def replay_plan(config: Config, entry: Entry, only: Sequence[str] | None = None)
     for wname, wl in sorted(decl.workloads.items()):
         if only is not None and wname not in only:
             continue
-        if from_target is None and (wname not in hist.results
-                                    or json.dumps(hist.workloads.get(wname), sort_keys=True)
-                                    != json.dumps(wl, sort_keys=True)):
+        if from_target is None and (
+            wname not in hist.results
+            or json.dumps(hist.workloads.get(wname), sort_keys=True) != json.dumps(wl, sort_keys=True)
+        ):
             shapes = {s: dict(hist.workloads[s]) for s in hist.results if isinstance(hist.workloads.get(s), dict)}
             order = siblings.nearest(wl, shapes)
             seeds = siblings.map_siblings(siblings.sibling_configs(hist, order), decl.knobs, wl, target)
-            lines.append(f"history {wname}: a new shape: {len(seeds)} configuration(s) of its siblings in "
-                         f"{hist.log} ({', '.join(order) or 'none'}; nearest first) mapped onto its legal "
-                         "knob values would be replayed first; their other records would train the cost "
-                         "model, latencies scaled by the FLOPs ratio")
+            lines.append(
+                f"history {wname}: a new shape: {len(seeds)} configuration(s) of its siblings in "
+                f"{hist.log} ({', '.join(order) or 'none'}; nearest first) mapped onto its legal "
+                "knob values would be replayed first; their other records would train the cost "
+                "model, latencies scaled by the FLOPs ratio"
+            )
             continue
         old = history.old_configs(hist, wname)
         mapped = history.map_all(old, decl.knobs, wl, target)
-        diff = history.knob_diff(old_decl, decl.knobs, wl, target,
-                                 old_names=sorted({k for c in old for k in c}))
+        diff = history.knob_diff(old_decl, decl.knobs, wl, target, old_names=sorted({k for c in old for k in c}))
         whole = sum(not m.reset for m in mapped)
-        lines.append(f"history {wname}: {diff.sentence()}; {len(mapped)} configuration(s) of "
-                     f"{hist.log}{f' ({from_target})' if from_target else ''} would be replayed "
-                     f"first, {whole} with every knob kept; its other records would train the "
-                     "cost model")
+        lines.append(
+            f"history {wname}: {diff.sentence()}; {len(mapped)} configuration(s) of "
+            f"{hist.log}{f' ({from_target})' if from_target else ''} would be replayed "
+            f"first, {whole} with every knob kept; its other records would train the "
+            "cost model"
+        )
     return lines
 
 
@@ -135,8 +139,11 @@ def can_replay(entry: Entry) -> bool:
     """Whether the entry's own previous log is replayed: its template was edited,
     the log is readable, unedited, for this target and tuned with this TVM."""
     codes = {r.code for r in entry.reasons}
-    return (entry.manifest is not None and bool(codes & {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED})
-            and not codes & _REPLAY_BLOCKERS)
+    return (
+        entry.manifest is not None
+        and bool(codes & {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED})
+        and not codes & _REPLAY_BLOCKERS
+    )
 
 
 def _git_commit_of(root: Path, path: Path) -> str | None:
@@ -178,8 +185,9 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
     return m, logset.manifest
 
 
-def _old_records(root: Path, manifest_path: Path, manifest: Manifest, workloads: list[str],
-                 say: Say) -> dict[str, list[Any]]:
+def _old_records(
+    root: Path, manifest_path: Path, manifest: Manifest, workloads: list[str], say: Say
+) -> dict[str, list[Any]]:
     """The replayed log's records as (knobs, latency, program key) per workload, for the
     cost model's prior and the check whether the old search stands (`priors.py`); {} with
     a line saying why when they cannot be read."""

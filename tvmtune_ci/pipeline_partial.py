@@ -55,18 +55,29 @@ class Partial:
         out = f"only workloads changed ({'; '.join(parts)})"
         if self.tuned:
             out += f": tuned {', '.join(self.tuned)}"
-        out += (f"; carried unmeasured from {self.old_log} (tuned {self.old_date}): "
-                f"{', '.join(self.carried)}, whose template, target, TVM and parameters did not "
-                "change (their records, figures and run history are kept)")
+        out += (
+            f"; carried unmeasured from {self.old_log} (tuned {self.old_date}): "
+            f"{', '.join(self.carried)}, whose template, target, TVM and parameters did not "
+            "change (their records, figures and run history are kept)"
+        )
         if self.removed:
-            out += (f"; the records of {', '.join(self.removed)} stay in {self.old_log}, archived "
-                    "beside the new log as a .bak file")
+            out += (
+                f"; the records of {', '.join(self.removed)} stay in {self.old_log}, archived "
+                "beside the new log as a .bak file"
+            )
         return out
 
     def to_json(self, on: str) -> dict[str, Any]:
-        return {"on": on, "tuned": list(self.tuned), "changed": list(self.changed),
-                "carried": list(self.carried), "removed": list(self.removed),
-                "from_log": self.old_log, "from_date": self.old_date, "sentence": self.sentence()}
+        return {
+            "on": on,
+            "tuned": list(self.tuned),
+            "changed": list(self.changed),
+            "carried": list(self.carried),
+            "removed": list(self.removed),
+            "from_log": self.old_log,
+            "from_date": self.old_date,
+            "sentence": self.sentence(),
+        }
 
 
 def _normal(x: Any) -> Any:
@@ -77,8 +88,15 @@ def _settings(measure: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in measure.items() if k != "threads"}
 
 
-def plan_partial(config: Config, entry: Entry, target: TargetConfig, workloads: Mapping[str, Any], *,
-                 carry: bool = True, threads: int | None = None) -> Partial | str | None:
+def plan_partial(
+    config: Config,
+    entry: Entry,
+    target: TargetConfig,
+    workloads: Mapping[str, Any],
+    *,
+    carry: bool = True,
+    threads: int | None = None,
+) -> Partial | str | None:
     """The partial re-tune of `entry` whose template now declares `workloads`; a string:
     why the set is re-tuned whole although only its workloads changed; None: not a
     workloads-only change. Without TVM (`retune --dry-run` asks it too)."""
@@ -91,12 +109,12 @@ def plan_partial(config: Config, entry: Entry, target: TargetConfig, workloads: 
     if old is None or old.format < 2:
         return "the previous set's manifest is of format 1 (fixed-repeat means)" if old else None
     if target.rpc is None and not same_machine(host_description(), old.host):
-        return ("the set was measured on another machine: its figures and this run's would not be "
-                "one runner's")
+        return "the set was measured on another machine: its figures and this run's would not be one runner's"
     now = _settings({**vars(config.measure), "estimator": ESTIMATOR})
     if _normal(_settings(old.measure)) != _normal(now):
-        keys = sorted(k for k in set(now) | set(_settings(old.measure))
-                      if _normal(now.get(k)) != _normal(old.measure.get(k)))
+        keys = sorted(
+            k for k in set(now) | set(_settings(old.measure)) if _normal(now.get(k)) != _normal(old.measure.get(k))
+        )
         return f"the measurement settings changed since it was tuned ({', '.join(keys)})"
     if old.measure.get("threads") != (threads or "TVM default"):
         return "it was measured with another thread count"
@@ -108,23 +126,32 @@ def plan_partial(config: Config, entry: Entry, target: TargetConfig, workloads: 
     if not isinstance(log, dict) or not isinstance(log.get("workloads"), dict):
         return f"its log {old.log} cannot be read as its manifest recorded it"
     old_wl = old.workloads
-    carried = tuple(w for w in workloads if w in old_wl and _normal(old_wl[w]) == _normal(workloads[w])
-                    and w in old.results and w in log["workloads"])
+    carried = tuple(
+        w
+        for w in workloads
+        if w in old_wl and _normal(old_wl[w]) == _normal(workloads[w]) and w in old.results and w in log["workloads"]
+    )
     if not carried:
         return "no workload of the previous set is left unchanged"
     tuned = tuple(w for w in workloads if w not in carried)
     return Partial(
-        tuned=tuned, changed=tuple(w for w in tuned if w in old_wl), carried=carried,
-        removed=tuple(w for w in old_wl if w not in workloads), old_log=old.log,
-        old_date=old.tuned_on, entries={w: log["workloads"][w] for w in carried})
+        tuned=tuned,
+        changed=tuple(w for w in tuned if w in old_wl),
+        carried=carried,
+        removed=tuple(w for w in old_wl if w not in workloads),
+        old_log=old.log,
+        old_date=old.tuned_on,
+        entries={w: log["workloads"][w] for w in carried},
+    )
 
 
 def partial_step(job: Job) -> Job:
     """Only the set's workloads changed: plan to tune the changed ones and carry the rest
     (`Partial`), or say why the whole set is re-tuned."""
     assert job.template is not None
-    plan = plan_partial(job.config, job.entry, job.target, job.template.decl.workloads,
-                        carry=job.carry, threads=job.threads)
+    plan = plan_partial(
+        job.config, job.entry, job.target, job.template.decl.workloads, carry=job.carry, threads=job.threads
+    )
     if plan is None:
         return job
     if isinstance(plan, str):
@@ -149,7 +176,13 @@ def kept_runs(job: Job) -> list[Run]:
     except CorruptFileError as e:
         job.say(f"the carried workloads' run history starts again: {e}")
         return []
-    return [replace(r, workloads={w: f for w, f in r.workloads.items() if w in keep},
-                    windows=tuple(Window({w: f for w, f in x.workloads.items() if w in keep},
-                                         dict(x.calibration)) for x in r.windows))
-            for r in runs]
+    return [
+        replace(
+            r,
+            workloads={w: f for w, f in r.workloads.items() if w in keep},
+            windows=tuple(
+                Window({w: f for w, f in x.workloads.items() if w in keep}, dict(x.calibration)) for x in r.windows
+            ),
+        )
+        for r in runs
+    ]

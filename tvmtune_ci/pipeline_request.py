@@ -46,9 +46,11 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
     if hist is not None and hist.from_target is None:
         holds = old_ranking_holds(target, hist.manifest)
     if hist is not None and hist.from_target is None and not holds:
-        say(f"{wname}: {hist.manifest.log} was measured on {machine_words(hist.manifest.host)}, this machine "
+        say(
+            f"{wname}: {hist.manifest.log} was measured on {machine_words(hist.manifest.host)}, this machine "
             f"is {machine_words(host_description())}: its search does not stand here, and its programs are "
-            "not left out of the finals")
+            "not left out of the finals"
+        )
     seed = None
     if hist is not None and is_new_shape(job, wname):
         try:
@@ -62,11 +64,13 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
     elif hist is not None:
         old = history.old_configs(hist.manifest, wname)
         mapped = history.map_all(old, decl.knobs, wl, target.target)
-        diff = history.knob_diff(hist.old_knobs, decl.knobs, wl, target.target,
-                                 old_names=sorted({k for c in old for k in c}))
+        diff = history.knob_diff(
+            hist.old_knobs, decl.knobs, wl, target.target, old_names=sorted({k for c in old for k in c})
+        )
         why = f"seeded from {hist.from_target}" if hist.from_target else "template edited"
-        say(f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} "
-            f"configuration(s) of {hist.manifest.log} first")
+        say(
+            f"{wname}: {why} ({diff.sentence()}); replaying {len(mapped)} configuration(s) of {hist.manifest.log} first"
+        )
     budget_s, note, t0, left0 = None, "", time.monotonic(), 0.0
     # The entry's run history is measured after its workloads: each leaves its part.
     history_s = job.config.measure.history_s / max(1, len(decl.workloads))
@@ -80,68 +84,101 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
     if job.shares:
         trials, why = job.config.trials_of(entry.operator, wname, job.shares)
         say(f"{wname}: {trials} trials ({why})")
-    outcome = tune_workload(TuneRequest(
-        template=tpl.module,
-        workload_name=wname,
-        workload=resolved,
-        target=target.target,
-        trials=trials,
-        batch_size=job.config.batch_size,
-        seed=job.seed,
-        early_stop=job.config.early_stop,
-        measure=job.config.measure,
-        work_dir=entry.logset.work_dir / wname,
-        rpc=target.rpc,
-        on_batch=job.progress(f"{entry.operator}/{entry.target_name}/{wname}") if job.progress else None,
-        fingerprint=tpl.fingerprint.digest,
-        previous_knobs=prev,
-        warn=say,
-        replay=tuple(m.knobs for m in mapped),
-        prior=(seed.prior if seed is not None else
-               priors.prior_for(hist.records.get(wname, []), decl.knobs, wl, target.target,
-                                [m.knobs for m in mapped]) if hist is not None else ()),
-        # A new shape has no old search to stand, nor a region an edit opened.
-        old_knobs=(tuple(hist.old_knobs) if hist is not None and hist.old_knobs is not None and mapped
-                   and seed is None else None),
-        # Another target's programs are other kernels whatever their modules: only this
-        # target's own log, measured on this kind of runner, can stand for the edited
-        # template (or rank old programs below its best in the finals).
-        old_programs=(priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
-                      if holds and hist is not None and seed is None else ()),
-        time_budget_s=budget_s,
-        budget_note=note,
-        budget_more=(None if job.budget is None else _budget_more(
-            job.budget, (entry.operator, target.name, wname),
-            history_s)),
-        budget_reshare=(None if job.budget is None else _budget_reshare(
-            job.budget, (entry.operator, target.name, wname), left0,
-            history_s, say)),
-        runner=runner,
-    ))
+    outcome = tune_workload(
+        TuneRequest(
+            template=tpl.module,
+            workload_name=wname,
+            workload=resolved,
+            target=target.target,
+            trials=trials,
+            batch_size=job.config.batch_size,
+            seed=job.seed,
+            early_stop=job.config.early_stop,
+            measure=job.config.measure,
+            work_dir=entry.logset.work_dir / wname,
+            rpc=target.rpc,
+            on_batch=job.progress(f"{entry.operator}/{entry.target_name}/{wname}") if job.progress else None,
+            fingerprint=tpl.fingerprint.digest,
+            previous_knobs=prev,
+            warn=say,
+            replay=tuple(m.knobs for m in mapped),
+            prior=(
+                seed.prior
+                if seed is not None
+                else priors.prior_for(
+                    hist.records.get(wname, []), decl.knobs, wl, target.target, [m.knobs for m in mapped]
+                )
+                if hist is not None
+                else ()
+            ),
+            # A new shape has no old search to stand, nor a region an edit opened.
+            old_knobs=(
+                tuple(hist.old_knobs)
+                if hist is not None and hist.old_knobs is not None and mapped and seed is None
+                else None
+            ),
+            # Another target's programs are other kernels whatever their modules: only this
+            # target's own log, measured on this kind of runner, can stand for the edited
+            # template (or rank old programs below its best in the finals).
+            old_programs=(
+                priors.old_programs(hist.records.get(wname, []), decl.knobs, wl, target.target)
+                if holds and hist is not None and seed is None
+                else ()
+            ),
+            time_budget_s=budget_s,
+            budget_note=note,
+            budget_more=(
+                None
+                if job.budget is None
+                else _budget_more(job.budget, (entry.operator, target.name, wname), history_s)
+            ),
+            budget_reshare=(
+                None
+                if job.budget is None
+                else _budget_reshare(job.budget, (entry.operator, target.name, wname), left0, history_s, say)
+            ),
+            runner=runner,
+        )
+    )
     if job.budget is not None:
         took = time.monotonic() - t0
-        job.budget.finish((entry.operator, target.name, wname), took, floor_of(
-            took, outcome.stats, WARMUP_SAMPLES, history_s))
+        job.budget.finish(
+            (entry.operator, target.name, wname), took, floor_of(took, outcome.stats, WARMUP_SAMPLES, history_s)
+        )
         # What it spent beside what it was given, in the README and the commit.
         spent = f"; it took {fmt_duration(took)}" + (
-            f" (and {fmt_duration(history_s)} of its set's history run after the set)" if history_s else "")
+            f" (and {fmt_duration(history_s)} of its set's history run after the set)" if history_s else ""
+        )
         outcome = replace(outcome, trials=replace(outcome.trials, budget_note=outcome.trials.budget_note + spent))
     report = None
     if diff is not None and hist is not None:
-        report = replay_report(hist.manifest.log, mapped, diff, outcome, from_target=hist.from_target,
-                               siblings=seed.siblings if seed is not None else ())
+        report = replay_report(
+            hist.manifest.log,
+            mapped,
+            diff,
+            outcome,
+            from_target=hist.from_target,
+            siblings=seed.siblings if seed is not None else (),
+        )
         for line in report.sentences():
             say(f"{wname}: history: {line}")
     # A seeded new shape: its report said what the mapped sibling best measured.
     if seed is None and outcome.previous_verdict is not None and outcome.previous is not None:
         say(f"{wname}: {previous_sentence(outcome.best_source, outcome.previous_verdict)}")
     elif seed is None and prev is not None:
-        say(f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best")
+        say(
+            f"{wname}: the previous best could not be re-measured (its finals error is in the log); keeping this run's best"
+        )
     return outcome, WorkloadResult(
-        best=outcome.best, baseline=outcome.baseline, top=tuple(outcome.top[:10]),
-        space_size=outcome.space_size, design_spaces=outcome.design_spaces,
-        curve=tuple(outcome.curve), previous_best=outcome.previous,
-        previous_verdict=outcome.previous_verdict, best_source=outcome.best_source,
+        best=outcome.best,
+        baseline=outcome.baseline,
+        top=tuple(outcome.top[:10]),
+        space_size=outcome.space_size,
+        design_spaces=outcome.design_spaces,
+        curve=tuple(outcome.curve),
+        previous_best=outcome.previous,
+        previous_verdict=outcome.previous_verdict,
+        best_source=outcome.best_source,
         history=report.to_json() if report is not None else None,
         noise_check=outcome.noise_check,
         bytes_moved=workload_bytes(tpl.module, resolved),
@@ -149,24 +186,30 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
     )
 
 
-def _budget_more(budget: Budget, item: tuple[str, str, str], history_s: float
-                 ) -> Callable[[float, float, float], tuple[bool, str]]:
+def _budget_more(
+    budget: Budget, item: tuple[str, str, str], history_s: float
+) -> Callable[[float, float, float], tuple[bool, str]]:
     """The search's question past its share (TuneRequest.budget_more), asked of the
     budget with the item's part of its set's history run added to what it needs."""
+
     def more(spent_s: float, gain_per_s: float, need_s: float) -> tuple[bool, str]:
         return budget.go_on(item, spent_s + history_s, gain_per_s, need_s + history_s)
+
     return more
 
 
-def _budget_reshare(budget: Budget, item: tuple[str, str, str], left_s: float, history_s: float,
-                    say: Say) -> Callable[[float], tuple[float, str] | None]:
+def _budget_reshare(
+    budget: Budget, item: tuple[str, str, str], left_s: float, history_s: float, say: Say
+) -> Callable[[float], tuple[float, str] | None]:
     """The search's question when its warm-up is done (TuneRequest.budget_reshare): the
     first searching item's share again from its own floor (with its part of its set's history
     run), as though it had been known at the item's start (`left_s` then)."""
+
     def reshare(floor_s: float) -> tuple[float, str] | None:
         again = budget.reshare(item, floor_s + history_s, left_s)
         if again is None:
             return None
         say(f"{item[2]}: budget, its floor measured: {again[1]}")
         return again[0] - history_s, again[1]
+
     return reshare

@@ -31,10 +31,12 @@ class SiblingSeed:
     prior: tuple[tuple[dict[str, Any], float], ...]
 
     def sentence(self, log: str) -> str:
-        return (f"a new shape: seeded from its siblings in {log} ({', '.join(self.siblings)}; nearest "
-                f"first): {len(self.mapped)} of their configurations mapped onto its legal knob "
-                f"values are replayed first, and the cost model learns {len(self.prior)} of their "
-                "records, latencies scaled by the FLOPs ratio")
+        return (
+            f"a new shape: seeded from its siblings in {log} ({', '.join(self.siblings)}; nearest "
+            f"first): {len(self.mapped)} of their configurations mapped onto its legal knob "
+            f"values are replayed first, and the cost model learns {len(self.prior)} of their "
+            "records, latencies scaled by the FLOPs ratio"
+        )
 
 
 def _normal(x: Any) -> Any:
@@ -58,8 +60,7 @@ def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
     assert hist is not None and tpl is not None
     old = hist.manifest
     params = dict(tpl.decl.workloads[wname])
-    shapes = {s: dict(old.workloads[s]) for s in old.results
-              if isinstance(old.workloads.get(s), dict)}
+    shapes = {s: dict(old.workloads[s]) for s in old.results if isinstance(old.workloads.get(s), dict)}
     if not shapes:
         return None
     order = nearest(params, shapes)
@@ -70,12 +71,21 @@ def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
     with_records = [s for s in order if hist.records.get(s)]
     if with_records:
         try:
-            flops = {s: job.workloads[s].flops if s in job.workloads and s != wname
-                     else Workload(tpl.module, s, shapes[s], target).flops for s in with_records}
-            prior = scaled_prior({s: hist.records[s] for s in with_records}, flops,
-                                 job.workloads[wname].flops, tpl.decl.knobs, params, target,
-                                 [m.knobs for _, m in mapped])
+            flops = {
+                s: job.workloads[s].flops
+                if s in job.workloads and s != wname
+                else Workload(tpl.module, s, shapes[s], target).flops
+                for s in with_records
+            }
+            prior = scaled_prior(
+                {s: hist.records[s] for s in with_records},
+                flops,
+                job.workloads[wname].flops,
+                tpl.decl.knobs,
+                params,
+                target,
+                [m.knobs for _, m in mapped],
+            )
         except Exception as e:  # a prior, never a reason to refuse: say what it cost
-            job.say(f"{wname}: the siblings' records do not teach the cost model "
-                    f"({type(e).__name__}: {e})")
+            job.say(f"{wname}: the siblings' records do not teach the cost model ({type(e).__name__}: {e})")
     return SiblingSeed(siblings, tuple(m for _, m in mapped), prior)

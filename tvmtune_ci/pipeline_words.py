@@ -15,8 +15,14 @@ if TYPE_CHECKING:
     pass
 
 
-def replay_report(source: str, mapped: Sequence[Any], diff: Any, outcome: Any,
-                  from_target: str | None = None, siblings: Sequence[str] = ()) -> Any:
+def replay_report(
+    source: str,
+    mapped: Sequence[Any],
+    diff: Any,
+    outcome: Any,
+    from_target: str | None = None,
+    siblings: Sequence[str] = (),
+) -> Any:
     """The history report of one workload: the replay's counts and the old best's
     place in the finals (it was the "previous" finalist when it still worked)."""
     rs = outcome.replay
@@ -71,32 +77,50 @@ def commit_message(results: Sequence[RetuneResult]) -> str:
             body.append(f"- {m.operator}/{m.target_name}: carried forward unmeasured: {m.carried['sentence']}")
             continue
         carried = set(m.partial.get("carried", ())) if m.partial else set()
-        parts.append(f"{m.operator} on {m.target_name}"
-                     + (f" ({', '.join(m.partial['tuned']) or 'nothing'} tuned, "
-                        f"{len(carried)} carried)" if m.partial else ""))
+        parts.append(
+            f"{m.operator} on {m.target_name}"
+            + (f" ({', '.join(m.partial['tuned']) or 'nothing'} tuned, {len(carried)} carried)" if m.partial else "")
+        )
         if m.partial:
             body.append(f"- {m.operator}/{m.target_name}: {m.partial['sentence']}")
         for w, res in sorted(m.results.items()):
             if w in carried:
-                body.append(f"- {m.operator}/{m.target_name}/{w}: carried unmeasured from "
-                            f"{m.partial['from_log']}, best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)}")
+                body.append(
+                    f"- {m.operator}/{m.target_name}/{w}: carried unmeasured from "
+                    f"{m.partial['from_log']}, best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)}"
+                )
                 continue
             if res.history is not None:
-
                 for line in ReplayReport.from_json(res.history).sentences():
                     body.append(f"- {m.operator}/{m.target_name}/{w}: history: {line}")
             prev = ""
             if res.previous_best is not None and res.previous_verdict is not None:
-                prev = f"; previous best {fmt_latency(res.previous_best.latency_s, res.previous_best.rel_halfwidth)}: " \
-                       + previous_sentence(res.best_source, res.previous_verdict)
+                prev = (
+                    f"; previous best {fmt_latency(res.previous_best.latency_s, res.previous_best.rel_halfwidth)}: "
+                    + previous_sentence(res.best_source, res.previous_verdict)
+                )
             t = m.trials[w]
             budget = f"; budget: {t.budget_note}" if t.budget_note else ""
-            body.append(f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}{budget}), "
-                        f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
-                        f"{res.speedup:.1f}x vs default{prev}")
-    total = sum(t.run for r in results if not r.manifest.carried for w, t in r.manifest.trials.items()
-                if w not in (r.manifest.partial.get("carried", ()) if r.manifest.partial else ()))
+            body.append(
+                f"- {m.operator}/{m.target_name}/{w}: {t.run} trials ({t.stop_detail or t.stop_reason}{budget}), "
+                f"best {fmt_latency(res.best.latency_s, res.best.rel_halfwidth)} ({res.best.stage or 'measured'}), "
+                f"{res.speedup:.1f}x vs default{prev}"
+            )
+    total = sum(
+        t.run
+        for r in results
+        if not r.manifest.carried
+        for w, t in r.manifest.trials.items()
+        if w not in (r.manifest.partial.get("carried", ()) if r.manifest.partial else ())
+    )
     speed = min((s for r in results for s in r.speedups().values()), default=1.0)
     head = f"tvmtune: re-tune {', '.join(parts)} ({total} trials, {speed:.1f}x vs default)"
-    return head + "\n\n" + "\n".join(body) + ("\n\nLatencies: lower quartile of the samples ± half its 95% interval. "
-            "Written by tvmtune-ci retune; logs only, this commit does not trigger a re-tune.\n")
+    return (
+        head
+        + "\n\n"
+        + "\n".join(body)
+        + (
+            "\n\nLatencies: lower quartile of the samples ± half its 95% interval. "
+            "Written by tvmtune-ci retune; logs only, this commit does not trigger a re-tune.\n"
+        )
+    )

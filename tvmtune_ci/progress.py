@@ -41,7 +41,11 @@ class Progress:
         resumed = int(getattr(event, "resumed", 0) or 0)
         if resumed and not self._said_resumed:
             self._said_resumed = True
-            print(f"{self.label}: resuming from {resumed} trials measured by an interrupted run", file=self.stream, flush=True)
+            print(
+                f"{self.label}: resuming from {resumed} trials measured by an interrupted run",
+                file=self.stream,
+                flush=True,
+            )
         # The search's own figure, labelled as such: the published best is the finals'.
         best_s = f"search best {_fmt_latency(best)}" + (f" ({gflops:.1f} GFLOPS)" if gflops else "")
         fail_s = f", {failed} failed" if failed else ""
@@ -55,7 +59,9 @@ class Progress:
         now = time.monotonic()
         if now - self._last >= self.interval or done >= budget:
             self._last = now
-            print(f"{self.label}: {done}/{budget} trials, {best_s}{fail_s}, {elapsed:.0f}s", file=self.stream, flush=True)
+            print(
+                f"{self.label}: {done}/{budget} trials, {best_s}{fail_s}, {elapsed:.0f}s", file=self.stream, flush=True
+            )
 
     def close(self, message: str = "") -> None:
         if self.tty:

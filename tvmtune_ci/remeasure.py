@@ -127,8 +127,10 @@ def measure_runs(
             schs.append(schedule_config(it.template, it.resolved.get(w, w), dict(it.knobs[w]), target.target))
     schs += [c.sch for c in cal]
     what = ", ".join(sorted({it.operator for it in items}))
-    say(f"{what} on {target.name}: a run of the history: {len(names)} best(s)"
-        f"{' and the calibration kernels' if cal else ''} in turns for {config.measure.history_s:g}s")
+    say(
+        f"{what} on {target.name}: a run of the history: {len(names)} best(s)"
+        f"{' and the calibration kernels' if cal else ''} in turns for {config.measure.history_s:g}s"
+    )
     visits: list[list[Any]] = [[] for _ in schs]
     per_window: list[list[float]] = []
     t0 = time.perf_counter()
@@ -136,13 +138,20 @@ def measure_runs(
         if k and gap_s > 0:
             time.sleep(gap_s)
         start = time.perf_counter() - t0
-        got = interleave(schs, target.target, config.measure, seconds=config.measure.history_s / max(1, windows),
-                         runner=runner, builder=builder, what=f"{what} on {target.name}: a history run")
+        got = interleave(
+            schs,
+            target.target,
+            config.measure,
+            seconds=config.measure.history_s / max(1, windows),
+            runner=runner,
+            builder=builder,
+            what=f"{what} on {target.name}: a history run",
+        )
         per_window.append([kernel_figure(v).fast_s for v in got])
         for i, v in enumerate(got):  # one run's clock: the 1-s stretches of windows stay apart
             visits[i] += [replace(x, t_s=x.t_s + start) for x in v]
     figures = [kernel_figure(v) for v in visits]
-    calibs = {c.kind: f for c, f in zip(cal, figures[len(names):], strict=True)}
+    calibs = {c.kind: f for c, f in zip(cal, figures[len(names) :], strict=True)}
     if host is None:
         host = host_description() if target.rpc else runner_identity()
     host = dict(host)
@@ -151,11 +160,28 @@ def measure_runs(
     out: dict[str, runs.Run] = {}
     for it in items:
         wl = {w: f for (op, w), f in zip(names, figures, strict=False) if op == it.operator}
-        wins = tuple(runs.Window({w: f[i] for i, (op, w) in enumerate(names) if op == it.operator},
-                                 {c.kind: f[len(names) + j] for j, c in enumerate(cal)})
-                     for f in per_window) if windows > 1 else ()
-        out[it.operator] = runs.Run(at, by, dict(host), tvm, config.measure.history_s, wl, dict(calibs),
-                                    calibration.CALIBRATION_VERSION if cal else 0, windows=wins)
+        wins = (
+            tuple(
+                runs.Window(
+                    {w: f[i] for i, (op, w) in enumerate(names) if op == it.operator},
+                    {c.kind: f[len(names) + j] for j, c in enumerate(cal)},
+                )
+                for f in per_window
+            )
+            if windows > 1
+            else ()
+        )
+        out[it.operator] = runs.Run(
+            at,
+            by,
+            dict(host),
+            tvm,
+            config.measure.history_s,
+            wl,
+            dict(calibs),
+            calibration.CALIBRATION_VERSION if cal else 0,
+            windows=wins,
+        )
     return out
 
 
@@ -177,8 +203,7 @@ class Remeasured:
         return any(v.drifted for v in self.verdicts)
 
 
-def check_same_machine(manifest: Manifest, history: Sequence[runs.Run],
-                       here: Mapping[str, Any] | None = None) -> str:
+def check_same_machine(manifest: Manifest, history: Sequence[runs.Run], here: Mapping[str, Any] | None = None) -> str:
     """HostError when this machine is not the one the history was measured on, failing
     closed (`runs.match_machine`): its band says nothing of another CPU (a runner
     replaced under the same labels). The warning to print when an old history was
@@ -195,13 +220,15 @@ def check_same_machine(manifest: Manifest, history: Sequence[runs.Run],
     return f"{manifest.operator}/{manifest.target_name}: its history was {why}" if why else ""
 
 
-def judge_all(manifest: Manifest, history: Sequence[runs.Run],
-              band: runnerband.RunnerBand | None = None) -> tuple[runs.Verdict, ...]:
+def judge_all(
+    manifest: Manifest, history: Sequence[runs.Run], band: runnerband.RunnerBand | None = None
+) -> tuple[runs.Verdict, ...]:
     return tuple(judge_history(history, w, band) for w in sorted(manifest.results))
 
 
-def judge_history(history: Sequence[runs.Run], workload: str,
-                  band: runnerband.RunnerBand | None = None) -> runs.Verdict:
+def judge_history(
+    history: Sequence[runs.Run], workload: str, band: runnerband.RunnerBand | None = None
+) -> runs.Verdict:
     """The verdict on one workload, without the runs in which the runner's disturbance
     moved it (`runs.disturbed`, said). A disturbed run whose figure the runner does not
     explain stays in: a change far beyond any band in it is reported at once, and the
@@ -213,19 +240,22 @@ def judge_history(history: Sequence[runs.Run], workload: str,
     three-runs rule."""
     skip = runs.disturbed(history, workload)
     kept = [r for r in history if r.at not in skip]
-    runner = {k: [(r.at, r.calibration[k].fast_s) for r in kept if k in r.calibration]
-              for k in ("compute", "memory")}
+    runner = {k: [(r.at, r.calibration[k].fast_s) for r in kept if k in r.calibration] for k in ("compute", "memory")}
     v = runs.judge(workload, runs.series(kept, workload), runner=runner)
     young = len(runs.series(kept, workload)) < runs.MIN_REF + runs.PERSIST
     if history and history[-1].at in skip:
         # The runner's disturbance moved the kernel in this run: nothing to judge in it, and
         # the runs before were judged in their turn (bench_drift saw the rule above re-judge
         # the run before as a 1.785x "far" drift, run after run, once this one was left out).
-        v = runs.Verdict(workload, "inconclusive",
-                         f"not judged: the runner was disturbed in this run ({skip[history[-1].at]}) and "
-                         "this kernel moved with it; the next remeasure tells"
-                         + (f" ({band.describe()})" if band is not None and young else ""),
-                         latest=runs.value(history[-1], workload), runs=len(kept))
+        v = runs.Verdict(
+            workload,
+            "inconclusive",
+            f"not judged: the runner was disturbed in this run ({skip[history[-1].at]}) and "
+            "this kernel moved with it; the next remeasure tells"
+            + (f" ({band.describe()})" if band is not None and young else ""),
+            latest=runs.value(history[-1], workload),
+            runs=len(kept),
+        )
     elif band is not None and young and history and kept and kept[-1] is history[-1]:
         # Every window decides, the far-change rule's cases included: a swapped 60x kernel
         # is beyond the band in all of them, one loaded earlier run is not a change.
@@ -233,13 +263,20 @@ def judge_history(history: Sequence[runs.Run], workload: str,
     if skip:
         n = len(skip)
         first = next(iter(skip.items()))
-        v = replace(v, sentence=v.sentence + (
-            f" ({n} run{'s' if n > 1 else ''} left out: the runner was disturbed, e.g. "
-            f"{first[0][:16]}: {first[1]})"))
+        v = replace(
+            v,
+            sentence=v.sentence
+            + (
+                f" ({n} run{'s' if n > 1 else ''} left out: the runner was disturbed, e.g. {first[0][:16]}: {first[1]})"
+            ),
+        )
     latest = runs.disturbed(history).get(history[-1].at) if history else None
     if v.drifted and latest is not None and history[-1].at not in skip:
-        v = replace(v, sentence=v.sentence + f" (the runner was disturbed in the latest run: "
-                    f"{latest}, which does not explain this kernel's figure)")
+        v = replace(
+            v,
+            sentence=v.sentence + f" (the runner was disturbed in the latest run: "
+            f"{latest}, which does not explain this kernel's figure)",
+        )
     return v
 
 
@@ -249,8 +286,14 @@ def describe(r: Remeasured) -> list[str]:
     out = []
     for v in r.verdicts:
         f = r.run.workloads.get(v.workload)
-        now = "" if f is None else (f"best {stats.fmt_latency(f.fast_s)} in its fastest stretch "
-                                    f"({stats.fmt_latency(f.p25_s)} over the run); ")
+        now = (
+            ""
+            if f is None
+            else (
+                f"best {stats.fmt_latency(f.fast_s)} in its fastest stretch "
+                f"({stats.fmt_latency(f.p25_s)} over the run); "
+            )
+        )
         word = {"drift": "DRIFT", "stable": "stable", "inconclusive": "inconclusive"}[v.state]
         line = f"{r.operator}/{r.target}/{v.workload}: {now}{word}: {v.sentence}"
         readme = runs.against_headline(r.history[:-1], r.run, v.workload)
@@ -270,8 +313,9 @@ def runner_sentence(history: Sequence[runs.Run]) -> str:
         return "the runner's own speed is not known (no calibration kernel measured)"
     before = statistics.median(v for _, v in pts[:-1])
     ratio = pts[-1][1] / before
-    return (f"the compute calibration kernel measured {ratio:.3f}x its median of the runs before "
-            + ("(the runner itself changed speed)" if abs(ratio - 1) > 0.1 else "(the runner did not)"))
+    return f"the compute calibration kernel measured {ratio:.3f}x its median of the runs before " + (
+        "(the runner itself changed speed)" if abs(ratio - 1) > 0.1 else "(the runner did not)"
+    )
 
 
 def label_series(config: Config, label: str, skip: Sequence[Path] = ()) -> tuple[list[runnerband.Series], list[str]]:
@@ -279,10 +323,12 @@ def label_series(config: Config, label: str, skip: Sequence[Path] = ()) -> tuple
     runs-on labels), but the folders in `skip`; and in words each set that could not be
     read (left out, not fatal: the pool is evidence, not a gate)."""
     out, notes = [], []
-    targets = [t for t in config.targets
-               if runnerband.runner_label(t.runs_on, t.rpc.key if t.rpc else None) == label]
-    folders = sorted(d for d in config.logs_path.iterdir() if d.is_dir() and not d.name.startswith(".")) \
-        if config.logs_path.is_dir() else []
+    targets = [t for t in config.targets if runnerband.runner_label(t.runs_on, t.rpc.key if t.rpc else None) == label]
+    folders = (
+        sorted(d for d in config.logs_path.iterdir() if d.is_dir() and not d.name.startswith("."))
+        if config.logs_path.is_dir()
+        else []
+    )
     for t in targets:
         for op in folders:
             folder = op / t.slug
@@ -294,13 +340,17 @@ def label_series(config: Config, label: str, skip: Sequence[Path] = ()) -> tuple
             except TvmtuneError as err:
                 notes.append(f"{op.name}/{t.name} left out of the runner band: {err}")
                 continue
-            out += [s for w in sorted(m.results)
-                    if (s := runnerband.series_of(m.operator, t.name, m.target.get("mcpu"), history, w))]
+            out += [
+                s
+                for w in sorted(m.results)
+                if (s := runnerband.series_of(m.operator, t.name, m.target.get("mcpu"), history, w))
+            ]
     return out, notes
 
 
-def runner_pool(config: Config, target: TargetConfig, current: Mapping[Path, tuple[Manifest, Sequence[runs.Run]]]
-                ) -> tuple[runnerband.Pool | None, list[str]]:
+def runner_pool(
+    config: Config, target: TargetConfig, current: Mapping[Path, tuple[Manifest, Sequence[runs.Run]]]
+) -> tuple[runnerband.Pool | None, list[str]]:
     """The pool of the target's runner label: its file, with the series of every set of
     the label as they are now (`current`: the sets being measured, folder -> manifest
     and history before this run); None when the target names no runner label."""
@@ -309,14 +359,25 @@ def runner_pool(config: Config, target: TargetConfig, current: Mapping[Path, tup
         return None, []
     pool = runnerband.read_pool(runnerband.pool_path(config.logs_path, label), label)
     others, notes = label_series(config, label, skip=list(current))
-    mine = [s for m, h in current.values() for w in sorted(m.results)
-            if (s := runnerband.series_of(m.operator, target.name, m.target.get("mcpu"), h, w))]
+    mine = [
+        s
+        for m, h in current.values()
+        for w in sorted(m.results)
+        if (s := runnerband.series_of(m.operator, target.name, m.target.get("mcpu"), h, w))
+    ]
     return pool.merged([*others, *mine]), notes
 
 
-def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
-                     say: Say = print, windows: int = WINDOWS, gap_s: float = 0.0,
-                     here: Mapping[str, Any] | None = None) -> list[Remeasured]:
+def remeasure_target(
+    config: Config,
+    entries: Sequence[Any],
+    *,
+    record: bool,
+    say: Say = print,
+    windows: int = WINDOWS,
+    gap_s: float = 0.0,
+    here: Mapping[str, Any] | None = None,
+) -> list[Remeasured]:
     """Measure the bests of fresh entries of one target in one run (`windows` windows
     `gap_s` apart), judge each entry's history with it (the runner band of its label
     while the history is young), and with `record` append the run to each set's
@@ -338,14 +399,30 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
     notes += more + [f"left out of the runner band: {x}" for x in left]
     if target.rpc is not None:
         preflight(target.rpc, config.measure)
-    items = [RunItem(e.operator, import_template(config.root / e.template_file, config.root),
-                     {w: r.best.knobs for w, r in e.manifest.results.items()}) for e in entries]
+    items = [
+        RunItem(
+            e.operator,
+            import_template(config.root / e.template_file, config.root),
+            {w: r.best.knobs for w, r in e.manifest.results.items()},
+        )
+        for e in entries
+    ]
     with tvm_threads(measure_threads(target)):
         runner = make_runner(config.measure, target.rpc)
         builder = make_builder()
         try:
-            measured = measure_runs(items, target, config, by="remeasure", runner=runner,
-                                    builder=builder, say=say, windows=windows, gap_s=gap_s, host=here)
+            measured = measure_runs(
+                items,
+                target,
+                config,
+                by="remeasure",
+                runner=runner,
+                builder=builder,
+                say=say,
+                windows=windows,
+                gap_s=gap_s,
+                host=here,
+            )
         finally:
             builder.close()
             runner.close()
@@ -360,15 +437,27 @@ def remeasure_target(config: Config, entries: Sequence[Any], *, record: bool,
         else:
             history = [*histories[e.operator], run]
         readme = f"{config.logs_dir}/{e.operator}/{e.logset.target_slug}/README.md"
-        out.append(Remeasured(e.operator, e.target_name, run, tuple(history),
-                              judge_all(e.manifest, history, band), readme, band,
-                              tuple(n for n in notes if n)))
+        out.append(
+            Remeasured(
+                e.operator,
+                e.target_name,
+                run,
+                tuple(history),
+                judge_all(e.manifest, history, band),
+                readme,
+                band,
+                tuple(n for n in notes if n),
+            )
+        )
     if record and pool is not None:
         # The pool learns this run too (after the verdicts: a run is never in the band
         # it is judged against).
-        grown = pool.merged(s for r, e in zip(out, entries, strict=True) for w in sorted(e.manifest.results)
-                            if (s := runnerband.series_of(e.operator, target.name, e.manifest.target.get("mcpu"),
-                                                          r.history, w)))
+        grown = pool.merged(
+            s
+            for r, e in zip(out, entries, strict=True)
+            for w in sorted(e.manifest.results)
+            if (s := runnerband.series_of(e.operator, target.name, e.manifest.target.get("mcpu"), r.history, w))
+        )
         runnerband.write_pool(runnerband.pool_path(config.logs_path, pool.label), grown)
     return out
 
@@ -383,16 +472,22 @@ def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]
     recover(logset.folder)
     manifest = read_manifest(logset.manifest)
     if {w: dict(r.best.knobs) for w, r in manifest.results.items()} != {w: dict(k) for w, k in knobs.items()}:
-        raise LockError(f"{logset.folder} was re-tuned while this run measured the bests it "
-                        "had before; the run is not recorded (remeasure again)")
+        raise LockError(
+            f"{logset.folder} was re-tuned while this run measured the bests it "
+            "had before; the run is not recorded (remeasure again)"
+        )
     before = runs.read_runs_bytes(logset.folder, manifest.files)
     old = runs.parse_runs(before, logset.folder / runs.RUNS_NAME) if before else []
     data = before + run.line()  # append-only: the recorded lines stay byte for byte
     sealed = seal_files(manifest, {runs.RUNS_NAME: data})
     history = [*old, run]
-    publish(logset.folder, {
-        runs.RUNS_NAME: data,
-        "manifest.json": canonical_json(sealed.to_json()).encode(),
-        "README.md": render_readme(sealed, history).encode(),
-    }, archive=False)
+    publish(
+        logset.folder,
+        {
+            runs.RUNS_NAME: data,
+            "manifest.json": canonical_json(sealed.to_json()).encode(),
+            "README.md": render_readme(sealed, history).encode(),
+        },
+        archive=False,
+    )
     return history

@@ -10,12 +10,6 @@ log stale.
 
 from __future__ import annotations
 
-from .core.template import (
-    Constraint,
-    define_constraint,
-    define_knob,
-    define_split,
-    define_structure,
-)
+from .core.template import Constraint, define_constraint, define_knob, define_split, define_structure
 
 __all__ = ["Constraint", "define_constraint", "define_knob", "define_split", "define_structure"]

@@ -8,15 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import (
-    change_function,
-    commit_all,
-    git,
-    make_repo,
-    manifest_at,
-    run_cli,
-    write_fresh,
-)
+from conftest import change_function, commit_all, git, make_repo, manifest_at, run_cli, write_fresh
 from small_mm import SMALL_MM
 
 from tvmtune_ci.check.staleness import find_stale
@@ -29,8 +21,16 @@ TARGETS = ("avx512", "avx2")
 
 def history_line() -> bytes:
     kf = runs.KernelFigure(0.002, 0.00198, 0.00202, 33, 0.00196, 0.0026)
-    run = runs.Run("2026-12-01T00:00:00Z", "retune", {"cpu": "Test CPU", "cores": 2}, "0.27.0",
-                   90.0, {"bert_ffn1": kf, "bert_ffn2": kf}, {}, 0)
+    run = runs.Run(
+        "2026-12-01T00:00:00Z",
+        "retune",
+        {"cpu": "Test CPU", "cores": 2},
+        "0.27.0",
+        90.0,
+        {"bert_ffn1": kf, "bert_ffn2": kf},
+        {},
+        0,
+    )
     return runs.encode_runs([run])
 
 
@@ -54,11 +54,15 @@ def test_rename_round_trip(renamed: Path) -> None:
     check = run_cli(root, "check")
     assert check.returncode == 1
     for t in TARGETS:
-        assert (f"STALE dense_op/{t}: missing (no tuned log: tuning_logs/dense_op/{t}/manifest.json "
-                f"does not exist; renamed from dense: its log tuning_logs/dense/{t}/ fits this "
-                "template: `tvmtune-ci adopt dense dense_op` keeps it without re-tuning)") in check.stdout
-    assert ("warning: tuning_logs/dense/ holds logs of operator 'dense', renamed to dense_op "
-            "(the same template): run `tvmtune-ci adopt dense dense_op`") in check.stdout
+        assert (
+            f"STALE dense_op/{t}: missing (no tuned log: tuning_logs/dense_op/{t}/manifest.json "
+            f"does not exist; renamed from dense: its log tuning_logs/dense/{t}/ fits this "
+            "template: `tvmtune-ci adopt dense dense_op` keeps it without re-tuning)"
+        ) in check.stdout
+    assert (
+        "warning: tuning_logs/dense/ holds logs of operator 'dense', renamed to dense_op "
+        "(the same template): run `tvmtune-ci adopt dense dense_op`"
+    ) in check.stdout
     entries = json.loads(run_cli(root, "check", "--format", "json").stdout)["entries"]
     assert {e["operator"]: e["renamed_from"] for e in entries} == {"dense_op": "dense", "matmul": None}
     gh = run_cli(root, "check", "dense_op", "--format", "github", env={"GITHUB_ACTIONS": "true"})
@@ -106,24 +110,29 @@ def test_a_rename_with_an_edit_is_missing_and_its_retune_replays_the_old_log(ren
     check = run_cli(root, "check", "dense_op")
     assert check.returncode == 1
     assert "renamed from" not in check.stdout
-    assert "STALE dense_op/avx2: missing (no tuned log: tuning_logs/dense_op/avx2/manifest.json " \
-           "does not exist; run `tvmtune-ci retune` to tune it)" in check.stdout
+    assert (
+        "STALE dense_op/avx2: missing (no tuned log: tuning_logs/dense_op/avx2/manifest.json "
+        "does not exist; run `tvmtune-ci retune` to tune it)" in check.stdout
+    )
     adopt = run_cli(root, "adopt", "dense", "dense_op")
     assert adopt.returncode == 4
-    assert ("tuning_logs/dense/avx2/ was tuned for operators/dense.py as it was then, not for "
-            "operators/dense_op.py as it is now") in adopt.stderr
+    assert (
+        "tuning_logs/dense/avx2/ was tuned for operators/dense.py as it was then, not for "
+        "operators/dense_op.py as it is now"
+    ) in adopt.stderr
     assert "`tvmtune-ci retune dense_op --target avx2`, which replays this log first" in adopt.stderr
     assert (root / "tuning_logs/dense/avx2/manifest.json").is_file()  # left where it was
 
     config = load_config(root / "tvmtune.yaml")
-    entry = next(e for e in find_stale(config, operators=["dense_op"]).entries
-                 if e.target_name == "avx2")
+    entry = next(e for e in find_stale(config, operators=["dense_op"]).entries if e.target_name == "avx2")
     said: list[str] = []
     hist, path, from_target = history_source(config, entry, config.target("avx2"), said.append)
     assert hist is not None and hist.operator == "dense" and from_target is None
     assert path == root / "tuning_logs/dense/avx2/manifest.json"
-    assert said == [f"history: operators/dense_op.py was renamed from operators/dense.py and "
-                    f"edited; replaying its log {hist.log} (tuning_logs/dense/avx2)"]
+    assert said == [
+        f"history: operators/dense_op.py was renamed from operators/dense.py and "
+        f"edited; replaying its log {hist.log} (tuning_logs/dense/avx2)"
+    ]
     dry = run_cli(root, "retune", "dense_op", "--target", "avx2", "--dry-run")
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert f"configuration(s) of {hist.log} would be replayed first" in dry.stdout
@@ -143,14 +152,16 @@ def test_only_a_fitting_folder_moves(renamed: Path) -> None:
     assert m.is_file() and not (root / "tuning_logs/dense_op/avx512").exists()
 
 
-@pytest.mark.parametrize("args,code,words", [
-    (("matmul", "dense_op"), 2, "operators/matmul.py exists, so matmul was not renamed"),
-    (("dense", "dens_op"), 2, "unknown operator 'dens_op'; did you mean 'dense_op'?"),
-    (("gone", "dense_op"), 2, "tuning_logs/gone/ does not exist"),
-    (("dense", "dense_op", "--target", "avx3"), 2, "unknown target 'avx3'"),
-])
-def test_adopt_refuses_what_is_not_a_rename(renamed: Path, args: tuple[str, ...], code: int,
-                                            words: str) -> None:
+@pytest.mark.parametrize(
+    "args,code,words",
+    [
+        (("matmul", "dense_op"), 2, "operators/matmul.py exists, so matmul was not renamed"),
+        (("dense", "dens_op"), 2, "unknown operator 'dens_op'; did you mean 'dense_op'?"),
+        (("gone", "dense_op"), 2, "tuning_logs/gone/ does not exist"),
+        (("dense", "dense_op", "--target", "avx3"), 2, "unknown target 'avx3'"),
+    ],
+)
+def test_adopt_refuses_what_is_not_a_rename(renamed: Path, args: tuple[str, ...], code: int, words: str) -> None:
     r = run_cli(renamed, "adopt", *args)
     assert r.returncode == code, r.stdout + r.stderr
     assert words in r.stderr
@@ -182,8 +193,7 @@ def test_a_renamed_and_edited_templates_retune_replays_the_old_folders_log(tmp_p
     old_records = json.loads((root / "tuning_logs/mm/host" / old["log"]).read_text())
     git(root, "mv", "operators/mm.py", "operators/mm2.py")
     path = root / "operators/mm2.py"
-    path.write_text(path.read_text().replace('define_knob("unroll", [0, 16])',
-                                             'define_knob("unroll", [0, 16, 64])'))
+    path.write_text(path.read_text().replace('define_knob("unroll", [0, 16])', 'define_knob("unroll", [0, 16, 64])'))
     commit_all(root, "rename mm to mm2 and give unroll a candidate")
     r = run_cli(root, "retune", "mm2", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -29,9 +29,7 @@ MATMUL = "operators/matmul.py"
 
 
 @pytest.fixture
-def cli(
-    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None
-):  # noqa: ANN201
+def cli(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None):  # noqa: ANN201
     """Run `tvmtune-ci ARGS` in-process inside the fresh repo: (exit code, stdout, stderr)."""
     monkeypatch.chdir(repo)
 
@@ -58,10 +56,7 @@ def test_all_fresh_exits_0(cli, repo: Path) -> None:  # noqa: ANN001
     code, out, _ = cli("check", "--as-of", tuned_on(repo).isoformat())
     lines = out.splitlines()
     assert code == 0
-    assert (
-        "fresh matmul/avx512 (tuned 0 days ago)" in lines
-        and "fresh matmul/avx2 (tuned 0 days ago)" in lines
-    )
+    assert "fresh matmul/avx512 (tuned 0 days ago)" in lines and "fresh matmul/avx2 (tuned 0 days ago)" in lines
     assert all(x.startswith("fresh ") for x in lines[:-1])
     assert lines[-1] == f"all {len(lines) - 1} entries fresh"
 
@@ -72,14 +67,9 @@ def test_stale_exits_1_with_one_line_per_entry_and_the_fix(cli, repo: Path) -> N
     assert code == 1
     lines = out.splitlines()
     stale = [x for x in lines if x.startswith("STALE")]
-    assert len(stale) == 2 and len(lines) == 1 + sum(
-        1 for x in lines if x.startswith(("fresh ", "STALE "))
-    )
+    assert len(stale) == 2 and len(lines) == 1 + sum(1 for x in lines if x.startswith(("fresh ", "STALE ")))
     line = schedule_line(repo)
-    assert (
-        stale[0] == "STALE matmul/avx512: template_changed "
-        f"(operators/matmul.py:schedule changed (line {line}))"
-    )
+    assert stale[0] == f"STALE matmul/avx512: template_changed (operators/matmul.py:schedule changed (line {line}))"
     assert stale[1].startswith("STALE matmul/avx2: template_changed (operators/matmul.py:schedule")
     assert lines[-1] == (
         f"2 of {len(lines) - 1} entries stale; run `tvmtune-ci retune` to re-tune the stale "
@@ -93,8 +83,7 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
     code, out, _ = cli("check", "--format", "json")
     assert code == 1
     data = json.loads(out)
-    assert set(data) == {"format", "entries", "orphans", "warnings", "logs_trusted",
-                         "templates_trusted", "models"}
+    assert set(data) == {"format", "entries", "orphans", "warnings", "logs_trusted", "templates_trusted", "models"}
     assert data["format"] == 1
     assert data["models"] == []  # no `models:` in this repo's tvmtune.yaml
     # Every log is committed and unmodified: git's index vouches for all of them.
@@ -121,10 +110,7 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
             "line": CONFIG.splitlines().index("  avx2:") + 1,
         }
     ]
-    assert (
-        data["orphans"][0]["code"] == "orphaned"
-        and data["orphans"][0]["file"] == "tuning_logs/gone"
-    )
+    assert data["orphans"][0]["code"] == "orphaned" and data["orphans"][0]["file"] == "tuning_logs/gone"
 
 
 def test_github_format_annotates_the_changed_code_and_writes_the_summary(
@@ -144,9 +130,7 @@ def test_github_format_annotates_the_changed_code_and_writes_the_summary(
     line = schedule_line(repo)
     errors = [x for x in out.splitlines() if x.startswith("::error")]
     assert len(errors) == 2
-    assert errors[0].startswith(
-        f"::error file={MATMUL},line={line},title=stale tuning log%3A matmul/avx512::"
-    )
+    assert errors[0].startswith(f"::error file={MATMUL},line={line},title=stale tuning log%3A matmul/avx512::")
     assert "template_changed: operators/matmul.py:schedule changed" in errors[0]
     assert "log_modified" in errors[0] and "log_modified" not in errors[1]
     # An orphaned folder is in the step summary, not an annotation of its own.
@@ -173,8 +157,10 @@ def test_many_orphaned_folders_are_one_line_and_kept_ones_none(cli, repo: Path) 
     assert code == 0 and len(warnings) == 1 and "'zen9-2c'" in warnings[0], out
     _, listed, _ = cli("status", "--orphans")
     assert sorted(x.split()[:2] for x in listed.splitlines()) == [
-        ["kept", "tuning_logs/matmul/zen3-2c/"], ["kept", "tuning_logs/matmul/zen5-2c/"],
-        ["orphaned", "tuning_logs/matmul/zen9-2c/:"]]
+        ["kept", "tuning_logs/matmul/zen3-2c/"],
+        ["kept", "tuning_logs/matmul/zen5-2c/"],
+        ["orphaned", "tuning_logs/matmul/zen9-2c/:"],
+    ]
     _, out, _ = cli("status")
     assert "zen3-2c" not in out and "zen9-2c" in out
 
@@ -203,10 +189,7 @@ def test_bad_as_of_is_exit_2_with_the_fix(cli) -> None:  # noqa: ANN001
 def test_warn_only_and_pr_mode(cli, repo: Path) -> None:  # noqa: ANN001
     w, key, old, new = double_a_shape(repo / MATMUL)
     code, out, _ = cli("check", "--warn-only")
-    assert (
-        code == 0
-        and f"STALE matmul/avx2: workload_changed (workload {w}: {key} {old} -> {new})" in out
-    )
+    assert code == 0 and f"STALE matmul/avx2: workload_changed (workload {w}: {key} {old} -> {new})" in out
     assert "exiting 0 despite stale entries (--warn-only)" in out
     assert cli("check", "--pr")[0] == 1  # pr_check defaults to fail
     (repo / "tvmtune.yaml").write_text(CONFIG + "pr_check: warn\n")
@@ -218,9 +201,7 @@ def test_warn_only_and_pr_mode(cli, repo: Path) -> None:  # noqa: ANN001
 def test_warn_only_github_uses_warnings(cli, repo: Path) -> None:  # noqa: ANN001
     double_a_shape(repo / MATMUL)
     code, out, _ = cli("check", "--format", "github", "--warn-only")
-    assert (
-        code == 0 and "::error" not in out and out.count("::warning file=operators/matmul.py") == 2
-    )
+    assert code == 0 and "::error" not in out and out.count("::warning file=operators/matmul.py") == 2
 
 
 def test_changed_since(cli, repo: Path) -> None:  # noqa: ANN001
@@ -251,13 +232,9 @@ def test_cli_fresh_then_stale(repo: Path) -> None:
         ),
         (
             CONFIG.replace("max_age_days: 365", "max_age_dys: 365"),
-            "error: tvmtune.yaml:3: unknown key 'max_age_dys' in the top level; "
-            "did you mean 'max_age_days'?",
+            "error: tvmtune.yaml:3: unknown key 'max_age_dys' in the top level; did you mean 'max_age_days'?",
         ),
-        (
-            CONFIG.replace("trials: 64", "trials: lots"),
-            "error: tvmtune.yaml:4: trials is 'lots' (str), expected int",
-        ),
+        (CONFIG.replace("trials: 64", "trials: lots"), "error: tvmtune.yaml:4: trials is 'lots' (str), expected int"),
     ],
     ids=["bad-yaml", "unknown-key", "wrong-type"],
 )
@@ -342,7 +319,10 @@ def test_template_invalid_annotation_says_to_fix_the_template(cli, repo: Path) -
 
 
 def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
-    cli, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    cli,
+    repo: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
 ) -> None:
     """A PR whose log was re-tuned after a template edit: the job summary carries the
     history replay the manifest records."""
@@ -356,9 +336,17 @@ def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
         results[wl]["history"] = history
 
     history = ReplayReport(
-        source="matmul_avx2_2026-01-01.json", offered=4, whole=3, built=4, correct=4,
-        measured=4, knob_diff=KnobDiff(changed=("unroll: knob [0] -> knob [0, 16]",)),
-        old_best_s=0.002, old_best_rel=0.01, verdict="equal", seeded=True,
+        source="matmul_avx2_2026-01-01.json",
+        offered=4,
+        whole=3,
+        built=4,
+        correct=4,
+        measured=4,
+        knob_diff=KnobDiff(changed=("unroll: knob [0] -> knob [0, 16]",)),
+        old_best_s=0.002,
+        old_best_rel=0.01,
+        verdict="equal",
+        seeded=True,
     ).to_json()
     edit_results(repo / "tuning_logs/matmul/avx2", add_history)
     code, _, _ = cli("check", "--format", "github")
@@ -409,8 +397,11 @@ def entries_of(root: Path, *args: str) -> tuple[int, dict[tuple[str, str], list[
     """`check --format json ARGS` in `root`: exit code, (operator, target) -> reason codes."""
     r = run_cli(root, "check", "--format", "json", *args)
     data = json.loads(r.stdout)
-    return r.returncode, {(e["operator"], e["target"]): [x["code"] for x in e["reasons"]]
-                          for e in data["entries"]}, data
+    return (
+        r.returncode,
+        {(e["operator"], e["target"]): [x["code"] for x in e["reasons"]] for e in data["entries"]},
+        data,
+    )
 
 
 def test_a_target_pairs_only_with_the_templates_of_its_kind(tmp_path: Path) -> None:
@@ -420,11 +411,12 @@ def test_a_target_pairs_only_with_the_templates_of_its_kind(tmp_path: Path) -> N
     folder of the wrong kind's target is an orphan that says why."""
     root = make_repo(tmp_path, config=MIXED, operators=["matmul", "matmul_cuda"])
     code, entries, _ = entries_of(root)
-    assert code == 1 and entries == {("matmul", "cpu"): ["missing"],
-                                     ("matmul_cuda", "h100"): ["missing"]}
+    assert code == 1 and entries == {("matmul", "cpu"): ["missing"], ("matmul_cuda", "h100"): ["missing"]}
     freshen_all(root)
     assert sorted(p.relative_to(root).as_posix() for p in root.glob("tuning_logs/*/*")) == [
-        "tuning_logs/matmul/cpu", "tuning_logs/matmul_cuda/h100"]
+        "tuning_logs/matmul/cpu",
+        "tuning_logs/matmul_cuda/h100",
+    ]
     code, entries, _ = entries_of(root)
     assert code == 0 and entries == {("matmul", "cpu"): [], ("matmul_cuda", "h100"): []}
     commit_all(root, "tuned")
@@ -439,8 +431,10 @@ def test_a_target_pairs_only_with_the_templates_of_its_kind(tmp_path: Path) -> N
     assert code == 0 and list(entries) == [("matmul", "cpu"), ("matmul_cuda", "h100")]
     (orphan,) = data["orphans"]
     assert orphan["file"] == "tuning_logs/matmul/h100"
-    assert ("holds logs for target 'h100', which is a cuda target, and matmul's template "
-            "schedules for llvm or c targets (TARGET_KINDS); delete the folder") in orphan["detail"]
+    assert (
+        "holds logs for target 'h100', which is a cuda target, and matmul's template "
+        "schedules for llvm or c targets (TARGET_KINDS); delete the folder"
+    ) in orphan["detail"]
 
 
 def test_a_target_listed_for_a_template_of_another_kind_stays_invalid(tmp_path: Path) -> None:
@@ -449,16 +443,21 @@ def test_a_target_listed_for_a_template_of_another_kind_stays_invalid(tmp_path: 
     config = MIXED + "operators:\n  matmul: {targets: [cpu, h100]}\n"
     root = make_repo(tmp_path, config=config, operators=["matmul", "matmul_cuda"])
     code, entries, data = entries_of(root)
-    assert code == 1 and entries == {("matmul", "cpu"): ["missing"],
-                                     ("matmul", "h100"): ["template_invalid", "missing"],
-                                     ("matmul_cuda", "h100"): ["missing"]}
+    assert code == 1 and entries == {
+        ("matmul", "cpu"): ["missing"],
+        ("matmul", "h100"): ["template_invalid", "missing"],
+        ("matmul_cuda", "h100"): ["missing"],
+    }
     (invalid,) = [x for e in data["entries"] for x in e["reasons"] if x["code"] == "template_invalid"]
-    assert invalid["file"] == MATMUL and ("this template schedules for llvm or c targets "
-                                          "(TARGET_KINDS), not cuda") in invalid["detail"]
+    assert (
+        invalid["file"] == MATMUL
+        and ("this template schedules for llvm or c targets (TARGET_KINDS), not cuda") in invalid["detail"]
+    )
 
 
 def test_with_cpu_targets_only_a_gpu_template_pairs_with_none_and_fresh_logs_need_no_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """This repository's case: CPU targets, a GPU template with no targets: list. It has
     no entry; and a template whose logs git vouches for is not read for its pairing
     (check's cost per operator stays one manifest per entry): only the GPU template,
@@ -479,6 +478,8 @@ def test_with_cpu_targets_only_a_gpu_template_pairs_with_none_and_fresh_logs_nee
     monkeypatch.setattr(pairing, "declared_kinds", spy)
     report = find_stale(load_config(root / "tvmtune.yaml"))
     assert [(e.operator, e.target_name, e.fresh) for e in report.entries] == [
-        ("matmul", "avx512", True), ("matmul", "avx2", True)]
+        ("matmul", "avx512", True),
+        ("matmul", "avx2", True),
+    ]
     assert report.templates_trusted == 2 and not report.orphans
     assert read == ["matmul_cuda"]

@@ -27,14 +27,12 @@ operators:
   matmul_cuda: {targets: [h100]}
 """
 TEMPLATE = "operators/matmul_cuda.py"
-BEST = {"tile_i": [16, 16, 4], "tile_j": [32, 16, 2], "tile_k": [64, 16], "vec": 2,
-        "unroll": 512, "stages": 1}
+BEST = {"tile_i": [16, 16, 4], "tile_j": [32, 16, 2], "tile_k": [64, 16], "vec": 2, "unroll": 512, "stages": 1}
 
 
 @pytest.fixture(scope="module")
 def gpu_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_repo(tmp_path_factory.mktemp("gpu"), config=GPU_CONFIG,
-                     operators=["matmul", "matmul_cuda"])
+    root = make_repo(tmp_path_factory.mktemp("gpu"), config=GPU_CONFIG, operators=["matmul", "matmul_cuda"])
     freshen_all(root)
 
     def set_best(results: dict) -> None:
@@ -81,32 +79,34 @@ def edited(gpu_repo: Path, tmp_path: Path, old: str, new: str) -> tuple[Path, in
 
 
 @pytest.mark.extra("cuda")
-def test_an_edit_that_no_longer_compiles_is_reported_at_its_line(gpu_repo: Path,
-                                                                  tmp_path: Path) -> None:
+def test_an_edit_that_no_longer_compiles_is_reported_at_its_line(gpu_repo: Path, tmp_path: Path) -> None:
     """schedule() fails: at the line that raised, with TVM's message."""
-    new = "        shared = sch.cache_read(C, operand + 1, \"shared\")"
+    new = '        shared = sch.cache_read(C, operand + 1, "shared")'
     root, line = edited(gpu_repo, tmp_path, '        shared = sch.cache_read(C, operand, "shared")', new)
     r = run_cli(root, "check", "--build")
     assert r.returncode == 1
     assert f"{TEMPLATE}:{line}: build failed: matmul_cuda/h100 m1024 (default)" in r.stdout, r.stdout
     assert "ScheduleError" in r.stdout or "IndexError" in r.stdout  # TVM's own message
-    gh = run_cli(root, "check", "--build", "--format", "github",
-                 env={"GITHUB_ACTIONS": "true"})
+    gh = run_cli(root, "check", "--build", "--format", "github", env={"GITHUB_ACTIONS": "true"})
     assert f"::error file={TEMPLATE},line={line}," in gh.stdout, gh.stdout
 
 
 @pytest.mark.extra("cuda")
-def test_an_edit_the_gpu_check_rejects_is_reported_at_the_schedule(gpu_repo: Path,
-                                                                   tmp_path: Path) -> None:
+def test_an_edit_the_gpu_check_rejects_is_reported_at_the_schedule(gpu_repo: Path, tmp_path: Path) -> None:
     """schedule() runs, but the code breaks a CUDA rule (the copies at the inner k loop
     bind threads inside the k loop of the product): at `def schedule`, with why."""
-    root, _ = edited(gpu_repo, tmp_path, "        sch.compute_at(shared, ko, preserve_unit_loops=True)",
-                     "        sch.compute_at(shared, ki, preserve_unit_loops=True)")
+    root, _ = edited(
+        gpu_repo,
+        tmp_path,
+        "        sch.compute_at(shared, ko, preserve_unit_loops=True)",
+        "        sch.compute_at(shared, ki, preserve_unit_loops=True)",
+    )
     line = (root / TEMPLATE).read_text().splitlines().index("def schedule(sch, cfg) -> None:") + 1
     r = run_cli(root, "check", "--build")
     assert r.returncode == 1
-    assert (f"{TEMPLATE}:{line}: build failed: matmul_cuda/h100 m1024 (default): postprocessor "
-            "VerifyGPUCode rejected") in r.stdout, r.stdout
+    assert (
+        f"{TEMPLATE}:{line}: build failed: matmul_cuda/h100 m1024 (default): postprocessor VerifyGPUCode rejected"
+    ) in r.stdout, r.stdout
     # --warn-only forgives a stale log, not a template that does not build.
     assert run_cli(root, "check", "--build", "--warn-only").returncode == 1
     assert run_cli(root, "check", "--warn-only").returncode == 0
@@ -125,8 +125,7 @@ def test_without_the_cuda_extra_the_build_check_exits_5(gpu_repo: Path, tmp_path
 def with_the_gpu_target_its_comment_suggests(config: str) -> str:
     """tvmtune.yaml with the GPU target its comment suggests added under `targets:`, as a
     new user would follow it (the comment, not this test, names the target)."""
-    comment = " ".join(line.strip().lstrip("#").strip() for line in config.splitlines()
-                       if line.startswith("#"))
+    comment = " ".join(line.strip().lstrip("#").strip() for line in config.splitlines() if line.startswith("#"))
     found = re.search(r"To tune one, add a GPU target \(e\.g\. `(\w+): (\{target: [^`]+\})`", comment)
     assert found, "tvmtune.yaml's comment no longer says how to add a GPU target"
     name, value = found.groups()
@@ -135,8 +134,7 @@ def with_the_gpu_target_its_comment_suggests(config: str) -> str:
 
 
 @pytest.mark.extra("cuda")
-def test_a_gpu_target_added_as_tvmtune_yaml_says_builds_only_the_gpu_templates(
-        tmp_path: Path) -> None:
+def test_a_gpu_target_added_as_tvmtune_yaml_says_builds_only_the_gpu_templates(tmp_path: Path) -> None:
     """This repository's tvmtune.yaml and templates, with the GPU target its comment
     suggests and that target's logs tuned: `check --build --target h100` exits 0, its
     entries and builds are the GPU templates' alone (the CPU templates, with no targets:
@@ -147,8 +145,7 @@ def test_a_gpu_target_added_as_tvmtune_yaml_says_builds_only_the_gpu_templates(
     root = make_repo(tmp_path, config=config, operators=ops)
     cfg = load_config(root / "tvmtune.yaml")
     (gpu,) = [t.name for t in cfg.targets if t.kind == "cuda"]
-    gpu_ops = sorted(p.stem for p in discover_templates(root / "operators")
-                     if declared_kinds(p) == ("cuda",))
+    gpu_ops = sorted(p.stem for p in discover_templates(root / "operators") if declared_kinds(p) == ("cuda",))
     assert gpu_ops == ["matmul_cuda", "softmax_cuda"]
     for op in gpu_ops:
         write_fresh(root, op, gpu)
@@ -157,7 +154,8 @@ def test_a_gpu_target_added_as_tvmtune_yaml_says_builds_only_the_gpu_templates(
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(r.stdout)
     assert sorted((e["operator"], e["target"], e["fresh"]) for e in data["entries"]) == [
-        (op, gpu, True) for op in gpu_ops]
+        (op, gpu, True) for op in gpu_ops
+    ]
     assert data["builds"] and {b["operator"] for b in data["builds"]} == set(gpu_ops)
     assert all(b["ok"] and not b["skipped"] for b in data["builds"]), data["builds"]
     status = run_cli(root, "status", "--target", gpu)

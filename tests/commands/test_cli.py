@@ -29,8 +29,10 @@ def test_the_help_lists_every_command() -> None:
 
 
 def test_a_command_imports_its_own_module_only() -> None:
-    probe = ("import sys\nfrom tvmtune_ci.cli import main\ncode = main(sys.argv[1:])\n"
-             "print(sorted(m for m in sys.modules if m.startswith('tvmtune_ci.commands.')))\n")
+    probe = (
+        "import sys\nfrom tvmtune_ci.cli import main\ncode = main(sys.argv[1:])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('tvmtune_ci.commands.')))\n"
+    )
     r = cli("check", code=probe)
     assert r.stdout.strip().splitlines()[-1] == "['tvmtune_ci.commands.check']", r.stdout + r.stderr
 

@@ -21,8 +21,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RpcFleet]:
 
 def devices(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "CI")}
-    return subprocess.run([sys.executable, "-m", "tvmtune_ci", "devices", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci", "devices", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_text_table(fleet: RpcFleet, tmp_path: Path) -> None:
@@ -43,7 +49,11 @@ def test_json(fleet: RpcFleet, tmp_path: Path) -> None:
     assert data["format"] == 1 and data["tracker"] == fleet.tracker
     [key] = data["keys"]
     assert {k: key[k] for k in ("key", "free", "total", "pending")} == {
-        "key": DEFAULT_KEY, "free": 2, "total": 2, "pending": 0}
+        "key": DEFAULT_KEY,
+        "free": 2,
+        "total": 2,
+        "pending": 0,
+    }
     assert sorted(key["servers"]) == sorted(s.address for s in fleet.servers)
 
 

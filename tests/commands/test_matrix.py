@@ -96,9 +96,7 @@ def edit(root: Path, rel: str, old: str, new: str) -> None:
     p.write_text(p.read_text().replace(old, new, 1))
 
 
-def test_all_fresh_means_no_work(
-    tuned: Path, outputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_all_fresh_means_no_work(tuned: Path, outputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, m, err = run_matrix(capsys)
     assert (code, m) == (0, {"include": []})
     assert read_outputs(outputs[0]) == {"matrix": '{"include":[]}', "has-work": "false"}
@@ -137,9 +135,7 @@ def test_changed_since_leaves_out_entries_stale_for_other_reasons(
     assert m == {"include": [{"operator": "matmul", "target": "avx2", "runs-on": AVX2, "extras": "tune"}]}
 
 
-def test_config_change_concerns_every_entry_it_makes_stale(
-    tuned: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_config_change_concerns_every_entry_it_makes_stale(tuned: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = git(tuned, "rev-parse", "HEAD").strip()
     edit(tuned, "tvmtune.yaml", "mcpu: haswell", "mcpu: broadwell")
     commit_all(tuned, "avx2 runner is a broadwell now")
@@ -163,15 +159,11 @@ def test_all_lists_every_configured_entry_fresh_or_not(
     assert "fresh (--all)" in outputs[1].read_text()
     _, m, _ = run_matrix(capsys, "--all", "--operator", "matmul", "--target", "avx512")
     assert pairs(m) == [("matmul", "avx512")]
-    _, m, _ = run_matrix(
-        capsys, "--all", "--target", "avx2", "--operator", "add", "--operator", "matmul"
-    )
+    _, m, _ = run_matrix(capsys, "--all", "--target", "avx2", "--operator", "add", "--operator", "matmul")
     assert pairs(m) == [("add", "avx2"), ("matmul", "avx2")]
 
 
-def test_unknown_names_exit_2_with_a_suggestion(
-    tuned: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_unknown_names_exit_2_with_a_suggestion(tuned: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix", "--operator", "matmull"]) == 2
     assert "did you mean 'matmul'" in capsys.readouterr().err
     assert main(["matrix", "--target", "avx3"]) == 2
@@ -188,26 +180,15 @@ def test_all_and_changed_since_exclude_each_other(tuned: Path) -> None:
 
 def _entry(op: str, target: str, *reasons: Reason) -> Entry:
     return Entry(
-        op,
-        target,
-        f"operators/{op}.py",
-        1,
-        tuple(reasons),
-        None,
-        LogSet.of(Path("tuning_logs"), op, target),
-        {},
+        op, target, f"operators/{op}.py", 1, tuple(reasons), None, LogSet.of(Path("tuning_logs"), op, target), {}
     )
 
 
 def test_too_many_jobs_is_an_error(
     tuned: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    many = tuple(
-        _entry(f"op{i:03}", "avx2", Reason("missing", "no log", None, None)) for i in range(257)
-    )
-    monkeypatch.setattr(
-        "tvmtune_ci.check.staleness.find_stale", lambda config, **kw: Report(many, (), ())
-    )
+    many = tuple(_entry(f"op{i:03}", "avx2", Reason("missing", "no log", None, None)) for i in range(257))
+    monkeypatch.setattr("tvmtune_ci.check.staleness.find_stale", lambda config, **kw: Report(many, (), ()))
     assert main(["matrix"]) == 2
     assert "257 entries" in capsys.readouterr().err
 
@@ -256,27 +237,35 @@ def test_a_gpu_entry_installs_the_cuda_extra_and_goes_to_a_gpu_runner(tmp_path: 
     labelled gpu, with the [cuda] extra its build needs."""
     from conftest import make_repo, run_cli
 
-    config = CONFIG + ("  h100:\n    target: nvidia/nvidia-h100\n"
-                       "    runs-on: [linux, x64, gpu, h100]\n"
-                       "operators:\n  matmul: {targets: [avx2]}\n"
-                       "  matmul_cuda: {targets: [h100]}\n")
+    config = CONFIG + (
+        "  h100:\n    target: nvidia/nvidia-h100\n"
+        "    runs-on: [linux, x64, gpu, h100]\n"
+        "operators:\n  matmul: {targets: [avx2]}\n"
+        "  matmul_cuda: {targets: [h100]}\n"
+    )
     root = make_repo(tmp_path, config=config, operators=["matmul", "matmul_cuda"])
     r = run_cli(root, "matrix", "--all", "--gpu-only")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"include": [
-        {"operator": "matmul_cuda", "target": "h100",
-         "runs-on": ["self-hosted", "linux", "x64", "gpu", "h100"], "extras": "tune,cuda"}]}
+    assert json.loads(r.stdout) == {
+        "include": [
+            {
+                "operator": "matmul_cuda",
+                "target": "h100",
+                "runs-on": ["self-hosted", "linux", "x64", "gpu", "h100"],
+                "extras": "tune,cuda",
+            }
+        ]
+    }
     both = json.loads(run_cli(root, "matrix", "--all").stdout)["include"]
     assert [j["extras"] for j in both] == ["tune", "tune,cuda"]
 
 
-def test_a_budget_is_split_between_the_jobs_by_their_weights(
-    tuned: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_budget_is_split_between_the_jobs_by_their_weights(tuned: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`matrix --all --budget 6h`: each job carries its share for `retune --budget`,
     in proportion to its workloads' weights (operators.NAME.weight)."""
-    (tuned / "tvmtune.yaml").write_text(CONFIG_ADD.replace(
-        "  add:\n    targets: [avx2]\n", "  add:\n    targets: [avx2]\n    weight: 2\n"))
+    (tuned / "tvmtune.yaml").write_text(
+        CONFIG_ADD.replace("  add:\n    targets: [avx2]\n", "  add:\n    targets: [avx2]\n    weight: 2\n")
+    )
     code, m, _ = run_matrix(capsys, "--all", "--budget", "6h")
     assert code == 0
     shares = {(j["operator"], j["target"]): int(j["budget"].removesuffix("s")) for j in m["include"]}

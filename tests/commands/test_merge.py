@@ -22,9 +22,18 @@ def _rec(tile: int, secs: float) -> list:
 
 
 def _log(path: Path, records: list, target: dict = TARGET, workload: list | None = None) -> Path:
-    log = {"format": 1, "operator": "mm", "target": target,
-           "workloads": {"s64": {"workload": workload or ["0x1", "AAAA"], "records": records,
-                                 "failures": [{"knobs": {"tile_i": [1, 64]}, "error": "timeout"}]}}}
+    log = {
+        "format": 1,
+        "operator": "mm",
+        "target": target,
+        "workloads": {
+            "s64": {
+                "workload": workload or ["0x1", "AAAA"],
+                "records": records,
+                "failures": [{"knobs": {"tile_i": [1, 64]}, "error": "timeout"}],
+            }
+        },
+    }
     path.write_text(render_log(log))
     return path
 
@@ -67,7 +76,9 @@ def test_merge_of_a_missing_file_exits_2_naming_it(tmp_path: Path) -> None:
     a = _log(tmp_path / "a.json", [_rec(2, 1e-3)])
     p = run_cli(tmp_path, "merge", str(a), str(tmp_path / "nope.json"), "-o", str(tmp_path / "m.json"))
     assert p.returncode == 2, p.stderr
-    assert p.stderr.startswith(f"error: {tmp_path / 'nope.json'}: no such file; pass logs that `tvmtune-ci retune` wrote")
+    assert p.stderr.startswith(
+        f"error: {tmp_path / 'nope.json'}: no such file; pass logs that `tvmtune-ci retune` wrote"
+    )
     assert len(p.stderr.splitlines()) == 1 and not (tmp_path / "m.json").exists()
 
 

@@ -76,9 +76,7 @@ def hostile_knobs(root: Path, marker: Path) -> set[str]:
     knob = f'    define_knob("x", [__import__("os").system("touch {marker}") or 1]),\n'
     src = src.replace(knobs, knobs + knob, 1)
     if "define_knob" not in src.split("KNOBS")[0]:
-        src = src.replace(
-            "from tvmtune_ci.template import ", "from tvmtune_ci.template import define_knob, ", 1
-        )
+        src = src.replace("from tvmtune_ci.template import ", "from tvmtune_ci.template import define_knob, ", 1)
     tpl.write_text(src)
     return {"matmul"}
 
@@ -92,11 +90,7 @@ def test_hostile_fork_code_is_flagged_and_never_run(repo: Path, tmp_path: Path, 
     marker = tmp_path / "fork-code-ran"
     tvm_marker = tmp_path / "tvm-imported"
     fake = tmp_path / "fake"
-    write(
-        fake,
-        "tvm/__init__.py",
-        f"open({str(tvm_marker)!r}, 'w').close()\nraise RuntimeError('no TVM here')\n",
-    )
+    write(fake, "tvm/__init__.py", f"open({str(tvm_marker)!r}, 'w').close()\nraise RuntimeError('no TVM here')\n")
     stale_ops = HOSTILE[where](repo, marker)
     commit_all(repo, f"fork: hostile code in the {where}")
     changed = git(repo, "diff", "--name-only", base, "HEAD").split()
@@ -133,11 +127,7 @@ def test_hostile_fork_code_is_flagged_and_never_run(repo: Path, tmp_path: Path, 
     r = run_cli(repo, "status", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not marker.exists(), ran()
-    states = {
-        line.split()[0].split("/")[0]
-        for line in r.stdout.splitlines()
-        if line.split()[1:2] == ["STALE"]
-    }
+    states = {line.split()[0].split("/")[0] for line in r.stdout.splitlines() if line.split()[1:2] == ["STALE"]}
     assert states == stale_ops, r.stdout
 
     # matrix (as the push trigger runs it): a job per stale entry, no others. A
@@ -158,11 +148,7 @@ def test_hostile_fork_code_is_flagged_and_never_run(repo: Path, tmp_path: Path, 
 
     # The payload is live: importing the template (what retune does) runs it.
     subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import runpy, sys; sys.path.insert(0, '.'); runpy.run_path('operators/matmul.py')",
-        ],
+        [sys.executable, "-c", "import runpy, sys; sys.path.insert(0, '.'); runpy.run_path('operators/matmul.py')"],
         cwd=repo,
         check=True,
         capture_output=True,
@@ -177,15 +163,6 @@ def test_pr_check_warns_only_when_configured(repo: Path, tmp_path: Path) -> None
     tpl = repo / "operators/matmul.py"
     tpl.write_text(tpl.read_text().replace("max_factor=", "max_factor=2*", 1))
     commit_all(repo, "fork: widen a split")
-    r = run_cli(
-        repo,
-        "check",
-        "--format",
-        "github",
-        "--changed-since",
-        base,
-        "--pr",
-        env={"GITHUB_ACTIONS": "true"},
-    )
+    r = run_cli(repo, "check", "--format", "github", "--changed-since", base, "--pr", env={"GITHUB_ACTIONS": "true"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "::warning " in r.stdout and "::error " not in r.stdout

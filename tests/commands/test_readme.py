@@ -24,7 +24,9 @@ with hold(Path(sys.argv[1]), "matmul/avx2"):
 
 
 def _leftovers(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / FOLDER).parent.iterdir() if "tvmtune-new" in p.name or "tvmtune-old" in p.name)
+    return sorted(
+        p.name for p in (root / FOLDER).parent.iterdir() if "tvmtune-new" in p.name or "tvmtune-old" in p.name
+    )
 
 
 def test_readme_is_refused_while_another_process_holds_the_lock(repo: Path) -> None:
@@ -49,9 +51,14 @@ def test_readme_killed_while_publishing_leaves_a_whole_set_and_the_rerun_finishe
     (repo / FOLDER / "NOTES.md").write_text("mine\n")
     before = {p.name: p.read_bytes() for p in (repo / FOLDER).iterdir()}
     env = {k: v for k, v in git_env().items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI")}
-    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", "readme", "matmul", "--target", "avx2"],
-                       cwd=repo, env={**env, KILL_AT_ENV: "after_stage"}, start_new_session=True,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci", "readme", "matmul", "--target", "avx2"],
+        cwd=repo,
+        env={**env, KILL_AT_ENV: "after_stage"},
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == -9, r.stdout + r.stderr
     assert {p.name: p.read_bytes() for p in (repo / FOLDER).iterdir()} == before  # the old set, whole
     assert run_cli(repo, "check").returncode == 0
@@ -91,13 +98,17 @@ def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
     assert _drift(m(1e-3, kv={"tile": [8, 2]}), [default], default) == ""  # not in the finals
     # The old best: replayed before the search, the previous best in the finals.
     warm = _drift(m(2e-4, kv=old_best), [default, m(2.1e-4, kv=old_best)], default)
-    assert warm.startswith("runner drift: the old best measured 200 us ± 1.0% in the history replay, "
-                           "before the search, and 210 us ± 1.0% in the finals (1.05x)"), warm
+    assert warm.startswith(
+        "runner drift: the old best measured 200 us ± 1.0% in the history replay, "
+        "before the search, and 210 us ± 1.0% in the finals (1.05x)"
+    ), warm
     # A cold run: the best of the search's first batch, when it reached the finals.
     first = replace(m(5e-4, kv=old_best), stage="first_batch")
     cold = _drift(first, [default, None, m(4e-4), m(5.5e-4, kv=old_best)], default)
-    assert cold.startswith("runner drift: the best of the first batch measured 500 us ± 1.0% in the "
-                           "search's first batch and 550 us ± 1.0% in the finals (1.10x)"), cold
+    assert cold.startswith(
+        "runner drift: the best of the first batch measured 500 us ± 1.0% in the "
+        "search's first batch and 550 us ± 1.0% in the finals (1.10x)"
+    ), cold
     assert _drift(first, [default, None, m(4e-4)], default) == ""  # not a finalist
 
 
@@ -124,8 +135,13 @@ def test_readme_without_matplotlib_names_the_extra_instead_of_crashing(repo: Pat
 
     edit_results(repo / FOLDER, add_curve)
     env = {k: v for k, v in git_env().items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI")}
-    r = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, "readme", "matmul", "--target", "avx2"],
-                       cwd=repo, env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, "readme", "matmul", "--target", "avx2"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == HostError.exit_code, r.stdout + r.stderr
     assert "pip install 'tvmtune-ci[tune]'" in r.stderr and "matplotlib" in r.stderr, r.stderr
     assert "crashed" not in r.stderr and "Traceback" not in r.stderr, r.stderr

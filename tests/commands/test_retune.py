@@ -17,17 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
-    GIT_ENV,
-    commit_all,
-    edit_results,
-    git,
-    git_env,
-    make_repo,
-    manifest_at,
-    manifest_of,
-    run_cli,
-)
+from conftest import GIT_ENV, commit_all, edit_results, git, git_env, make_repo, manifest_at, manifest_of, run_cli
 from small_mm import SMALL_MM
 from test_log_invariants import INCONSISTENT, edit_set, problems
 
@@ -74,7 +64,9 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
     # for the remeasure tests that compare runs of separate processes.
     config = CONFIG.replace("history_s: 1}", "history_s: 3}")
     assert config != CONFIG
-    root = make_repo(tmp_path_factory.mktemp("tuned"), config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
+    root = make_repo(
+        tmp_path_factory.mktemp("tuned"), config=config, files={"operators/mm.py": SMALL_MM}, operators=False
+    )
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     commit_all(root, "tuned")
@@ -92,15 +84,23 @@ def test_retune_writes_log_manifest_readme_and_plot(tuned: tuple[Path, subproces
     log_name = f"mm_host_{m['tuned_on']}.json"
     assert set(files) == {"manifest.json", "results.json", "runs.jsonl", "README.md", "curve.png", log_name}
     assert files["curve.png"].startswith(b"\x89PNG")
-    assert m["format"] == MANIFEST_FORMAT and "carried" not in m and "partial" not in m and m["log"] == log_name and m["target"] == TARGET
+    assert (
+        m["format"] == MANIFEST_FORMAT
+        and "carried" not in m
+        and "partial" not in m
+        and m["log"] == log_name
+        and m["target"] == TARGET
+    )
     # The blob id git gives the log: `check` trusts git's index for it once committed.
-    git_id = subprocess.run(["git", "hash-object", "--", str(root / FOLDER / log_name)],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    git_id = subprocess.run(
+        ["git", "hash-object", "--", str(root / FOLDER / log_name)], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert m["log_git_blob"] == git_id
 
     def git_blob(path: Path) -> str:
-        return subprocess.run(["git", "hash-object", "--", str(path)], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "hash-object", "--", str(path)], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     # results.json, named and hashed like the log; and what the template's fingerprint
     # was computed from, so that `check` need not parse it while git vouches for it.
@@ -163,7 +163,9 @@ def test_the_invariants_catch_an_inconsistent_format_4_set(
     assert any(expected in p for p in found), found
 
 
-def test_log_loads_into_tvms_own_json_database(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_log_loads_into_tvms_own_json_database(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     from tvmtune_ci.core.records import to_json_database
@@ -177,7 +179,9 @@ def test_log_loads_into_tvms_own_json_database(tuned: tuple[Path, subprocess.Com
     assert min(sum(float(x) for x in r.run_secs) / len(r.run_secs) for r in best) < 1.0
 
 
-def test_readme_command_regenerates_identical_files(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_readme_command_regenerates_identical_files(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     root = _copy(tuned[0], tmp_path)
     before = _set(root)
     (root / FOLDER / "README.md").write_text("hand-edited\n")
@@ -187,7 +191,9 @@ def test_readme_command_regenerates_identical_files(tuned: tuple[Path, subproces
 
 
 @pytest.mark.slow
-def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_second_retune_archives_old_set_and_never_gets_slower(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     root = _copy(tuned[0], tmp_path)
     old = _set(root)
     old_manifest = manifest_of(old)
@@ -211,8 +217,9 @@ def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path,
     # decision's every case, without noise: test_tuner's table of _decide.)
     prev = res["previous_best"]
     assert prev["stage"] == res["best"]["stage"] == "finals"
-    news = [x for x in res["top"] if x["stage"] == "finals"
-            and x["knobs"] not in (prev["knobs"], res["baseline"]["knobs"])]
+    news = [
+        x for x in res["top"] if x["stage"] == "finals" and x["knobs"] not in (prev["knobs"], res["baseline"]["knobs"])
+    ]
     assert news, res["top"]
     new_best = min(news, key=lambda x: x["latency_s"])
     verdict = stats.compare(stats.from_json(new_best), stats.from_json(prev))
@@ -225,15 +232,23 @@ def test_second_retune_archives_old_set_and_never_gets_slower(tuned: tuple[Path,
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_keeps_old_set_and_rerun_resumes(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_sigkill_mid_run_keeps_old_set_and_rerun_resumes(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     root = _copy(tuned[0], tmp_path)
     old = _set(root)
     journal = root / "tuning_logs/mm/.host.tvmtune-work/s64/journal.jsonl"
     env = git_env()
     for k in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "CI"):
         env.pop(k, None)
-    proc = subprocess.Popen([sys.executable, "-m", "tvmtune_ci", "retune", "--all", "--trials", "24"],
-                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tvmtune_ci", "retune", "--all", "--trials", "24"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         # Wait for the first measured batch (header line + 8 trials).
@@ -278,13 +293,24 @@ def test_a_template_that_changes_its_workloads_at_import_is_refused_before_tunin
     assert not (root / FOLDER).exists()
 
 
-def test_second_writer_of_the_same_entry_is_refused(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_second_writer_of_the_same_entry_is_refused(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     root = _copy(tuned[0], tmp_path)
     lock = root / "tuning_logs/mm/.host.tvmtune-lock"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom tvmtune_ci.core.lock import hold\n"
-        "with hold(Path(sys.argv[1]), 'mm/host'):\n    print('locked', flush=True)\n    time.sleep(60)\n"), str(lock)],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom pathlib import Path\nfrom tvmtune_ci.core.lock import hold\n"
+                "with hold(Path(sys.argv[1]), 'mm/host'):\n    print('locked', flush=True)\n    time.sleep(60)\n"
+            ),
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         r = run_cli(root, "retune", "--all", "--trials", "8")
@@ -320,12 +346,18 @@ def test_a_target_for_another_cpu_this_machine_runs_is_tuned_with_a_warning(tmp_
     config = CONFIG.replace(json.dumps(TARGET), json.dumps(target))
     root = make_repo(tmp_path, config=config, files={"operators/mm.py": SMALL_MM}, operators=False)
     dry = run_cli(root, "retune", "--dry-run")
-    assert dry.returncode == 0 and (f"  mm/host: would be measured on this machine's {here}, not the target's "
-                                    "core2 (a warning, not a refusal)") in dry.stdout, dry.stdout
+    assert (
+        dry.returncode == 0
+        and (
+            f"  mm/host: would be measured on this machine's {here}, not the target's core2 (a warning, not a refusal)"
+        )
+        in dry.stdout
+    ), dry.stdout
     r = run_cli(root, "retune", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (f"warning: mm/host: the target builds for mcpu=core2 and this machine's CPU is {here} ("
-            in r.stdout), r.stdout
+    assert f"warning: mm/host: the target builds for mcpu=core2 and this machine's CPU is {here} (" in r.stdout, (
+        r.stdout
+    )
     assert "Re-tune it on a runner with that CPU" in r.stdout
     m = manifest_at(root / FOLDER)
     assert m["host"]["llvm_cpu"] == here
@@ -333,7 +365,9 @@ def test_a_target_for_another_cpu_this_machine_runs_is_tuned_with_a_warning(tmp_
     assert f"**Measured on {here}, not the target's core2**" in readme
 
 
-def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     import numpy as np
 
     from tvmtune_ci import build_best
@@ -362,7 +396,9 @@ def test_build_best_builds_the_committed_best_and_refuses_a_mismatch(tuned: tupl
 
 
 @pytest.mark.slow
-def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_retune_commit_push_puts_one_logs_only_commit_on_origin(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     """The steps of the `retune` job: template commit -> matrix lists it -> retune --commit --push."""
     src = tuned[0]
     origin = tmp_path / "origin.git"
@@ -376,7 +412,9 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
     out = tmp_path / "gh_output"
     r = run_cli(work, "matrix", "--changed-since", "HEAD~1", env={"GITHUB_OUTPUT": str(out)})
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["include"] == [{"operator": "mm", "target": "host", "runs-on": ["self-hosted", "linux", "x64"], "extras": "tune"}]
+    assert json.loads(r.stdout)["include"] == [
+        {"operator": "mm", "target": "host", "runs-on": ["self-hosted", "linux", "x64"], "extras": "tune"}
+    ]
     assert "has-work=true" in out.read_text()
     # Dirt in the work tree must not be committed.
     (work / "scratch.txt").write_text("not mine\n")
@@ -413,11 +451,15 @@ def test_retune_commit_push_puts_one_logs_only_commit_on_origin(tuned: tuple[Pat
 
 
 @pytest.mark.slow
-def test_previous_best_that_no_longer_builds_does_not_stop_the_retune(tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+def test_previous_best_that_no_longer_builds_does_not_stop_the_retune(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
     # E.g. after a TVM upgrade (tvm_changed) the old configuration may not build.
     root = _copy(tuned[0], tmp_path)
-    edit_results(root / FOLDER,  # not a tiling of 64
-                 lambda res: res["s64"]["best"]["knobs"].update(tile_i=[3, 5]))
+    edit_results(
+        root / FOLDER,  # not a tiling of 64
+        lambda res: res["s64"]["best"]["knobs"].update(tile_i=[3, 5]),
+    )
     r = run_cli(root, "retune", "--all", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "could not be re-measured" in r.stdout
@@ -448,8 +490,10 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
         tuned.append(entry.target_name)
         data = json.loads(entry.logset.manifest.read_text())
         data["seed"] += 1
-        files = {data["log"]: b'{"format": 1, "workloads": [], "records": [], "new": true}\n',
-                 "manifest.json": json.dumps(data, sort_keys=True).encode()}
+        files = {
+            data["log"]: b'{"format": 1, "workloads": [], "records": [], "new": true}\n',
+            "manifest.json": json.dumps(data, sort_keys=True).encode(),
+        }
         files["results.json"] = (entry.logset.folder / "results.json").read_bytes()
         return pipeline.RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
 
@@ -474,8 +518,14 @@ def test_retune_finishes_an_interrupted_publish_first_and_dry_run_only_reports_i
 
     folder = repo / "tuning_logs/matmul/avx2"
     (folder / "NOTES.md").write_text("mine\n")
-    r = subprocess.run([sys.executable, "-m", "tvmtune_ci", "readme", "matmul", "--target", "avx2"], cwd=repo,
-                       env={**git_env(), KILL_AT_ENV: "after_swap"}, start_new_session=True, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci", "readme", "matmul", "--target", "avx2"],
+        cwd=repo,
+        env={**git_env(), KILL_AT_ENV: "after_swap"},
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == -9, r.stdout + r.stderr
     staging = folder.with_name(".avx2.tvmtune-new")
     assert staging.is_dir()
@@ -505,8 +555,9 @@ def test_a_retune_starts_the_run_history(tuned: tuple[Path, subprocess.Completed
     (first,) = _runs(root)
     assert first["by"] == "retune" and first["calibration_version"] == 1 and first["window_s"] == 3.0
     # In separate windows, each with the calibration kernels in turns, and who measured it.
-    assert len(first["windows"]) == 3 and all(set(w["calibration"]) == {"compute", "memory"}
-                                               and set(w["workloads"]) == {"s64"} for w in first["windows"])
+    assert len(first["windows"]) == 3 and all(
+        set(w["calibration"]) == {"compute", "memory"} and set(w["workloads"]) == {"s64"} for w in first["windows"]
+    )
     assert first["host"]["llvm_cpu"] == TARGET["mcpu"] and len(first["host"]["isa"]) == 16
     assert set(first["workloads"]) == {"s64"} and set(first["calibration"]) == {"compute", "memory"}
     for k in [first["workloads"]["s64"], *first["calibration"].values()]:
@@ -542,7 +593,8 @@ def test_remeasure_with_a_short_history_is_inconclusive_and_writes_nothing(
     v = res["verdicts"][0]
     assert res["recorded"] is False and _set(root) == before
     assert v["state"] == "inconclusive" or (
-        v["state"] == "drift" and "reported at once" in v["sentence"] and abs(v["ratio"] - 1) > FAR), v
+        v["state"] == "drift" and "reported at once" in v["sentence"] and abs(v["ratio"] - 1) > FAR
+    ), v
     assert j.returncode == int(v["state"] == "drift"), j.stderr
 
 
@@ -587,10 +639,18 @@ def test_remeasure_judges_the_first_run_on_its_runner_s_band_and_never_another_s
     quiet = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0]
 
     def pool(label: str, scale: float) -> runnerband.Pool:
-        return runnerband.Pool(label, {k: runnerband.Series(
-            k, here, here["llvm_cpu"], tuple((f"2026-11-{i + 1:02d}T00:00:00Z", 1 + (v - 1) * scale)
-                                             for i, v in enumerate(quiet)))
-            for k in ("a/host/w@2026-11-01", "b/host/w@2026-11-01")})
+        return runnerband.Pool(
+            label,
+            {
+                k: runnerband.Series(
+                    k,
+                    here,
+                    here["llvm_cpu"],
+                    tuple((f"2026-11-{i + 1:02d}T00:00:00Z", 1 + (v - 1) * scale) for i, v in enumerate(quiet)),
+                )
+                for k in ("a/host/w@2026-11-01", "b/host/w@2026-11-01")
+            },
+        )
 
     logs = root / "tuning_logs"
     runnerband.write_pool(runnerband.pool_path(logs, "linux,x64"), pool("linux,x64", 1.0))
@@ -602,8 +662,9 @@ def test_remeasure_judges_the_first_run_on_its_runner_s_band_and_never_another_s
     # Stable or drift; inconclusive only for the job's own reasons (its windows disagreeing,
     # the runner disturbed: a loaded machine), never "N more runs needed".
     assert "more runs needed" not in v["sentence"] and "runner band of `linux,x64`:" in v["sentence"], v
-    assert v["state"] != "inconclusive" or ("they disagree by" in v["sentence"]
-                                            or v["sentence"].startswith("not judged")), v
+    assert v["state"] != "inconclusive" or (
+        "they disagree by" in v["sentence"] or v["sentence"].startswith("not judged")
+    ), v
     assert r.returncode == int(v["state"] == "drift"), r.stderr
     grown = runnerband.read_pool(runnerband.pool_path(logs, "linux,x64"), "linux,x64")
     (mine,) = [s for k, s in grown.series.items() if k.startswith("mm/host/s64@")]
@@ -814,8 +875,9 @@ def test_an_edit_that_changed_no_kernel_stops_after_the_replay_and_says_why(
     module of every old record, and no knob value opened: the replay re-measures the
     old best and the search is not run; the manifest, README and commit say why."""
     root = _copy(tuned[0], tmp_path)
-    _edit_template(root, '    b = sch.get_sblock("C")\n',
-                   '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    _edit_template(
+        root, '    b = sch.get_sblock("C")\n', '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n'
+    )
     assert "template_changed" in run_cli(root, "check").stdout
     r = run_cli(root, "retune", "--trials", "24", "--commit", "--no-carry")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -852,8 +914,9 @@ def test_an_old_search_measured_on_another_cpu_does_not_stand(
     m["host"]["cpu_id"] = "AuthenticAMD family 0 model 0"
     (root / FOLDER / "manifest.json").write_text(json.dumps(m))
     commit_all(root, "the set as another generation of CPU measured it")
-    _edit_template(root, '    b = sch.get_sblock("C")\n',
-                   '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    _edit_template(
+        root, '    b = sch.get_sblock("C")\n', '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n'
+    )
     assert "template_changed" in run_cli(root, "check").stdout
     r = run_cli(root, "retune", "--trials", "24", "--no-carry")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -890,8 +953,9 @@ def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
     if fmt == 2:
         _as_format_2(root)
     before, old = _set(root), manifest_at(root / FOLDER)
-    _edit_template(root, '    b = sch.get_sblock("C")\n',
-                   '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n')
+    _edit_template(
+        root, '    b = sch.get_sblock("C")\n', '    b = sch.get_sblock("C")\n    _unused = None  # a no-op edit\n'
+    )
     r = run_cli(root, "retune", "--commit")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mm/host/s64: carried forward, 0 trials" in r.stdout, r.stdout
@@ -905,13 +969,15 @@ def test_an_edit_that_changed_no_kernel_carries_the_set_forward_unmeasured(
     assert m["fingerprint"] != old["fingerprint"]
     assert m["carried"]["from_fingerprint"] == old["fingerprint"]
     assert m["carried"]["sentence"].startswith("the template edit changed none of the ")
-    assert f"Carried forward on {m['carried']['on']} onto the edited template" in (root / FOLDER / "README.md").read_text()
+    assert (
+        f"Carried forward on {m['carried']['on']} onto the edited template" in (root / FOLDER / "README.md").read_text()
+    )
     assert "carried forward unmeasured: the template edit changed none" in git(root, "log", "-1", "--format=%B")
     assert run_cli(root, "check").returncode == 0
     if fmt == 2:
         return
     # The next edit of the same template replays the carried set as any other.
-    _edit_template(root, '    _unused = None  # a no-op edit\n', '    _unused = 1  # another\n')
+    _edit_template(root, "    _unused = None  # a no-op edit\n", "    _unused = 1  # another\n")
     r = run_cli(root, "retune", "--all", "--trials", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "carried forward" not in r.stdout and "carried" not in manifest_at(root / FOLDER)
@@ -982,7 +1048,8 @@ def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
     other = {**TARGET, "num-cores": 1}
     extra = "\n    seed-from: host" if seed_from else ""
     (root / "tvmtune.yaml").write_text(
-        CONFIG + f"  host1:\n    target: {json.dumps(other)}\n    runs-on: [linux, x64]{extra}\n")
+        CONFIG + f"  host1:\n    target: {json.dumps(other)}\n    runs-on: [linux, x64]{extra}\n"
+    )
     commit_all(root, "a second target")
     host_set = _set(root)
     dry = run_cli(root, "retune", "--dry-run", "--target", "host1")
@@ -1009,7 +1076,7 @@ def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
 def test_dry_run_exits_as_the_real_run_would(tmp_path: Path) -> None:
     """A dry run that lists a run which would fail says so and exits as it would: 5 for
     a target this host cannot run, 2 for a template that cannot be read; 0 otherwise."""
-    arm = '  arm:\n    target: {kind: llvm, mtriple: aarch64-linux-gnu, mcpu: cortex-a72}\n'
+    arm = "  arm:\n    target: {kind: llvm, mtriple: aarch64-linux-gnu, mcpu: cortex-a72}\n"
     root = make_repo(tmp_path, config=CONFIG + arm, files={"operators/mm.py": SMALL_MM}, operators=False)
     r = run_cli(root, "retune", "--dry-run", "--target", "arm")
     assert r.returncode == 5 and "would stop before any trial" in r.stderr, r.stdout + r.stderr
@@ -1038,8 +1105,16 @@ def test_the_run_and_its_dry_run_try_a_carry_forward_by_one_rule() -> None:
     edit = Reason(Code.TEMPLATE_CHANGED, "operators/matmul.py changed")
 
     def entry(manifest: Any, *reasons: Reason) -> Entry:
-        return Entry("matmul", "zen4-2c", "operators/matmul.py", 1, reasons, manifest,
-                     LogSet.of(Path("tuning_logs"), "matmul", "zen4-2c"), {})
+        return Entry(
+            "matmul",
+            "zen4-2c",
+            "operators/matmul.py",
+            1,
+            reasons,
+            manifest,
+            LogSet.of(Path("tuning_logs"), "matmul", "zen4-2c"),
+            {},
+        )
 
     assert real.format >= 2 and may_carry(entry(real, edit))
     assert not may_carry(entry(real, edit), carry=False)  # --no-carry, --all
@@ -1056,11 +1131,14 @@ def test_a_time_budget_is_shared_by_the_weights(tmp_path: Path) -> None:
     two = SMALL_MM.replace(
         'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"}}',
         'WORKLOADS = {"s64": {"M": 64, "N": 64, "K": 64, "dtype": "float32"},\n'
-        '             "s32": {"M": 32, "N": 64, "K": 32, "dtype": "float32"}}')
+        '             "s32": {"M": 32, "N": 64, "K": 32, "dtype": "float32"}}',
+    )
     assert two != SMALL_MM
     # No early stop: each search runs to the end of its share.
-    config = (CONFIG.replace("trials: 16", "trials: 2000\nearly_stop: {patience: 0}")
-              + "operators:\n  mm: {workloads: {s64: 3, s32: 1}}\n")
+    config = (
+        CONFIG.replace("trials: 16", "trials: 2000\nearly_stop: {patience: 0}")
+        + "operators:\n  mm: {workloads: {s64: 3, s32: 1}}\n"
+    )
     root = make_repo(tmp_path, config=config, files={"operators/mm.py": two}, operators=False)
     r = run_cli(root, "retune", "--budget", "50s")
     assert r.returncode == 0, r.stdout + r.stderr

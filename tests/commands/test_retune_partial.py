@@ -60,8 +60,9 @@ def _log(root: Path) -> tuple[dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_repo(tmp_path_factory.mktemp("partial"), config=CONFIG,
-                     files={"operators/mm.py": START}, operators=False)
+    root = make_repo(
+        tmp_path_factory.mktemp("partial"), config=CONFIG, files={"operators/mm.py": START}, operators=False
+    )
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     commit_all(root, "tuned")
@@ -75,9 +76,7 @@ def _copy(src: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_an_added_workload_is_the_only_one_tuned_and_seeded_from_its_siblings(
-    tuned: Path, tmp_path: Path
-) -> None:
+def test_an_added_workload_is_the_only_one_tuned_and_seeded_from_its_siblings(tuned: Path, tmp_path: Path) -> None:
     """s96 added: only it is searched, its first trials are s64's and s48's bests mapped
     onto it (nearest first) and the cost model learned their records first. s64 and s48
     keep their log entries byte for byte, their results, trials and run history; the
@@ -95,14 +94,17 @@ def test_an_added_workload_is_the_only_one_tuned_and_seeded_from_its_siblings(
     config = (root / "tvmtune.yaml").read_text()
     (root / "tvmtune.yaml").write_text(config.replace("time_cap_s: 1.0", "time_cap_s: 1.5"))
     dry = run_cli(root, "retune", "--dry-run")
-    assert "every workload would be re-tuned: the measurement settings changed since it was tuned " \
-           "(time_cap_s)" in dry.stdout, dry.stdout
+    assert (
+        "every workload would be re-tuned: the measurement settings changed since it was tuned "
+        "(time_cap_s)" in dry.stdout
+    ), dry.stdout
     (root / "tvmtune.yaml").write_text(config)
     r = run_cli(root, "retune", "--commit")
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    assert "partial re-tune: only workloads changed (added s96): tuned s96; carried unmeasured from " \
-           f"{old['log']}" in out, out
+    assert (
+        f"partial re-tune: only workloads changed (added s96): tuned s96; carried unmeasured from {old['log']}" in out
+    ), out
     assert "s96: a new shape: seeded from its siblings" in out
     assert "mm/host/s64: carried unmeasured" in out and "mm/host/s48: carried unmeasured" in out
     assert "s64: " not in out.replace("mm/host/s64: carried", "")  # s64 not tuned: no line of its own
@@ -121,7 +123,7 @@ def test_an_added_workload_is_the_only_one_tuned_and_seeded_from_its_siblings(
     # The run history goes on: the old lines as they were, then one run of s96 alone.
     runs = (root / FOLDER / "runs.jsonl").read_bytes()
     assert runs.startswith(old_runs)
-    last = json.loads(runs[len(old_runs):].decode().splitlines()[-1])
+    last = json.loads(runs[len(old_runs) :].decode().splitlines()[-1])
     assert set(last["workloads"]) == {"s96"} and last["by"] == "retune"
     assert "of the 2 s a run of all" in out
     readme = (root / FOLDER / "README.md").read_text()
@@ -148,9 +150,12 @@ def test_a_removed_workload_is_archived_and_a_changed_one_tuned_again(tuned: Pat
     # Nothing unchanged is left to carry: the whole set is re-tuned, and says why.
     assert "every workload re-tuned: no workload of the previous set is left unchanged" in r.stdout
     root = _copy(tuned, tmp_path / "b")
-    _set_workloads(root, '{"s64": {"M": 80, "N": 80, "K": 80, "dtype": "float32"}, '
-                         '"s48": {"M": 48, "N": 48, "K": 48, "dtype": "float32"}, '
-                         '"s32": {"M": 32, "N": 32, "K": 32, "dtype": "float32"}}')
+    _set_workloads(
+        root,
+        '{"s64": {"M": 80, "N": 80, "K": 80, "dtype": "float32"}, '
+        '"s48": {"M": 48, "N": 48, "K": 48, "dtype": "float32"}, '
+        '"s32": {"M": 32, "N": 32, "K": 32, "dtype": "float32"}}',
+    )
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(added s32; parameters changed: s64)" in r.stdout
@@ -165,8 +170,11 @@ def test_a_removed_workload_is_archived_and_a_changed_one_tuned_again(tuned: Pat
     # Now remove s48: nothing to tune; its records are archived, not re-tuned.
     commit_all(root, "partial")
     before = {p.name for p in (root / FOLDER).iterdir()}
-    _set_workloads(root, '{"s64": {"M": 80, "N": 80, "K": 80, "dtype": "float32"}, '
-                         '"s32": {"M": 32, "N": 32, "K": 32, "dtype": "float32"}}')
+    _set_workloads(
+        root,
+        '{"s64": {"M": 80, "N": 80, "K": 80, "dtype": "float32"}, '
+        '"s32": {"M": 32, "N": 32, "K": 32, "dtype": "float32"}}',
+    )
     prev, prev_text = _log(root)
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr

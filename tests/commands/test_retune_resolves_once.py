@@ -52,7 +52,7 @@ COUNTING_MM = SMALL_MM.replace(
     "        f.write(f'{M}x{N}x{K}\\n')\n",
 )
 
-DRIVER = textwrap.dedent('''\
+DRIVER = textwrap.dedent("""\
     import collections, json, sys
     counts = collections.Counter()
     import tvm
@@ -89,16 +89,20 @@ DRIVER = textwrap.dedent('''\
     code = main(json.loads(sys.argv[1]) if len(sys.argv) > 1 else ["retune"])
     print("COUNTS " + json.dumps(counts))
     sys.exit(code)
-''')
+""")
 
 
 def _run(root: Path, count_file: Path, *argv: str) -> tuple[dict[str, int], str]:
     """The driver's counts of one command in `root` (compute() calls go to `count_file`),
     and what it printed."""
     count_file.unlink(missing_ok=True)
-    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(list(argv) or ["retune"])],
-                       cwd=root, capture_output=True, text=True,
-                       env={**git_env(), "COUNT_COMPUTE": str(count_file)})
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(list(argv) or ["retune"])],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**git_env(), "COUNT_COMPUTE": str(count_file)},
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(next(x for x in r.stdout.splitlines() if x.startswith("COUNTS "))[7:]), r.stdout
 
@@ -168,8 +172,7 @@ def test_the_gpu_builds_compute_each_workload_once(tmp_path: Path) -> None:
     build, its knobs' check and the cubin do not compute the module again."""
     root = make_repo(tmp_path, config=GPU_CONFIG, operators=["matmul_cuda"])
     freshen_all(root)
-    best = {"tile_i": [16, 16, 4], "tile_j": [32, 16, 2], "tile_k": [64, 16], "vec": 2,
-            "unroll": 512, "stages": 1}
+    best = {"tile_i": [16, 16, 4], "tile_j": [32, 16, 2], "tile_k": [64, 16], "vec": 2, "unroll": 512, "stages": 1}
 
     def set_best(results: dict) -> None:
         results["m1024"]["best"]["knobs"] = dict(best)

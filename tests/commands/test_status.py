@@ -60,13 +60,10 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
         space,
         "-",
     ]
-    assert by_entry["matmul/avx2"] == [
-        "matmul/avx2", "STALE", "-", "-", "-", "-", space_on("avx2"), "missing"
-    ]
+    assert by_entry["matmul/avx2"] == ["matmul/avx2", "STALE", "-", "-", "-", "-", space_on("avx2"), "missing"]
     assert space_on("avx2") != space
     assert rows[-1][0].endswith(
-        " entries stale; run `tvmtune-ci retune` to re-tune the stale entries and "
-        "rewrite their logs, then commit them"
+        " entries stale; run `tvmtune-ci retune` to re-tune the stale entries and rewrite their logs, then commit them"
     )
 
 
@@ -81,11 +78,19 @@ def test_the_best_is_the_figure_the_readme_states(tmp_path: Path, status) -> Non
 
     # Ten runs at 2-3 ms (the finals write_fresh records: 1.25 ms x position), the compute
     # calibration kernel in each: the headline at the runner's usual speed.
-    history = [runs.Run(f"2026-12-01T{i:02d}:00:00Z", "remeasure", {"cpu": "Test CPU", "cores": 2},
-                        "0.27.0", 90.0, {w: kf(0.002 + 0.0001 * (i % 4) + 0.0004 * j)
-                                         for j, w in enumerate(workloads)},
-                        {"compute": kf(0.3 + 0.01 * (i % 3)), "memory": kf(3.0)}, 1)
-               for i in range(10)]
+    history = [
+        runs.Run(
+            f"2026-12-01T{i:02d}:00:00Z",
+            "remeasure",
+            {"cpu": "Test CPU", "cores": 2},
+            "0.27.0",
+            90.0,
+            {w: kf(0.002 + 0.0001 * (i % 4) + 0.0004 * j) for j, w in enumerate(workloads)},
+            {"compute": kf(0.3 + 0.01 * (i % 3)), "memory": kf(3.0)},
+            1,
+        )
+        for i in range(10)
+    ]
     m = write_fresh(root, "matmul", "avx512", extra_files={runs.RUNS_NAME: runs.encode_runs(history)})
     readme = render_readme(m, history)
     heads = dict(re.findall(r"^\| `(\w+)` \| \*\*([^*]+)\*\*", readme, re.M))
@@ -118,13 +123,7 @@ def test_markdown(repo: Path, status) -> None:  # noqa: ANN001
 
 
 def test_human_count() -> None:
-    assert [human_count(n) for n in (7, 1000, 50_688, 2_500_000, 3 * 10**9)] == [
-        "7",
-        "1k",
-        "50.7k",
-        "2.5M",
-        "3G",
-    ]
+    assert [human_count(n) for n in (7, 1000, 50_688, 2_500_000, 3 * 10**9)] == ["7", "1k", "50.7k", "2.5M", "3G"]
 
 
 def test_cli_status_config_error_exits_2(repo: Path) -> None:
@@ -153,8 +152,9 @@ def test_an_unknown_space_says_why_and_an_odd_size_is_advised(tmp_path: Path, st
         "def reference(x):\n    pass\n"
         "def schedule(sch, cfg):\n    pass\n"
     )
-    root = make_repo(tmp_path, files={"operators/tiny.py": small,
-                                      "operators/broken.py": small.replace("'R', parts", "'RR', parts")})
+    root = make_repo(
+        tmp_path, files={"operators/tiny.py": small, "operators/broken.py": small.replace("'R', parts", "'RR', parts")}
+    )
     code, rows, out = status(root)
     by_entry = {r[0]: r for r in rows[1:] if len(r) > 5}
     assert by_entry["broken/avx512"][6] == "? (template_invalid)"
@@ -188,13 +188,17 @@ operators:
     assert code == 0
     lines = out.splitlines()
     at = lines.index("templates each target covers:")
-    assert lines[at + 1:at + 4] == ["  cpu (llvm): matmul",
-                                    "  h100 (cuda): matmul_cuda, softmax_cuda",
-                                    "  a100 (cuda): matmul_cuda"]
+    assert lines[at + 1 : at + 4] == [
+        "  cpu (llvm): matmul",
+        "  h100 (cuda): matmul_cuda, softmax_cuda",
+        "  a100 (cuda): matmul_cuda",
+    ]
     _, rows, out = status(root, "--target", "a100", "--operator", "matmul_cuda")
     assert [r[0] for r in rows[1:-1]] == ["matmul_cuda/a100", "templates each target covers:", ""]
     assert out.splitlines()[-2] == "  a100 (cuda): matmul_cuda"
     (root / "operators/matmul_cuda.py").unlink()
     _, _, out = status(root, "--target", "a100")
-    assert ("  a100 (cuda): none: no template's TARGET_KINDS include cuda, and no "
-            "operators.NAME.targets in tvmtune.yaml lists a100") in out.splitlines()
+    assert (
+        "  a100 (cuda): none: no template's TARGET_KINDS include cuda, and no "
+        "operators.NAME.targets in tvmtune.yaml lists a100"
+    ) in out.splitlines()

@@ -50,19 +50,34 @@ UNFOLLOWED = "unfollowed"
 
 # Calls whose path argument is read; the names are what `Scope.resolve` returns
 # ("builtins.open" for the builtin).
-READ_FUNCTIONS = frozenset({
-    "builtins.open", "io.open", "codecs.open", "gzip.open", "bz2.open", "lzma.open",
-    "tarfile.open", "zipfile.ZipFile", "PIL.Image.open",
-    "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile", "numpy.memmap",
-    "pandas.read_csv", "pandas.read_json", "pandas.read_parquet", "pandas.read_pickle",
-    "pandas.read_table", "pandas.read_excel",
-})
+READ_FUNCTIONS = frozenset(
+    {
+        "builtins.open",
+        "io.open",
+        "codecs.open",
+        "gzip.open",
+        "bz2.open",
+        "lzma.open",
+        "tarfile.open",
+        "zipfile.ZipFile",
+        "PIL.Image.open",
+        "numpy.load",
+        "numpy.loadtxt",
+        "numpy.genfromtxt",
+        "numpy.fromfile",
+        "numpy.memmap",
+        "pandas.read_csv",
+        "pandas.read_json",
+        "pandas.read_parquet",
+        "pandas.read_pickle",
+        "pandas.read_table",
+        "pandas.read_excel",
+    }
+)
 # Keyword names those functions take their path under.
-_PATH_KEYWORDS = ("file", "fname", "filename", "name", "path", "filepath_or_buffer",
-                  "path_or_buf", "io", "fp")
+_PATH_KEYWORDS = ("file", "fname", "filename", "name", "path", "filepath_or_buffer", "path_or_buf", "io", "fp")
 READ_METHODS = frozenset({"read_text", "read_bytes", "open"})
-ENV_CALLS = frozenset({"os.getenv", "os.getenvb", "os.environ.get", "os.environb.get",
-                       "os.environ.setdefault"})
+ENV_CALLS = frozenset({"os.getenv", "os.getenvb", "os.environ.get", "os.environb.get", "os.environ.setdefault"})
 ENV_MAPPINGS = frozenset({"os.environ", "os.environb"})
 _FUNCTIONS = READ_FUNCTIONS | ENV_CALLS
 # Names a candidate call or subscript ends with: everything else is skipped before any
@@ -74,9 +89,19 @@ MAPPING_METHODS = frozenset({"get", "setdefault"})
 
 # Path constructors and functions of one path that keep it (what they return is the
 # same file); the `os.path` ones are also reachable as `posixpath`.
-_SAME_PATH = frozenset({"pathlib.Path", "pathlib.PurePath", "pathlib.PosixPath",
-                        "pathlib.PurePosixPath", "os.fspath", "builtins.str",
-                        "os.path.abspath", "os.path.realpath", "os.path.normpath"})
+_SAME_PATH = frozenset(
+    {
+        "pathlib.Path",
+        "pathlib.PurePath",
+        "pathlib.PosixPath",
+        "pathlib.PurePosixPath",
+        "os.fspath",
+        "builtins.str",
+        "os.path.abspath",
+        "os.path.realpath",
+        "os.path.normpath",
+    }
+)
 _SAME_PATH_METHODS = frozenset({"resolve", "absolute"})
 _MAX_DEPTH = 32  # a path built from itself (`P = P / "x"` in a loop) is not followed
 
@@ -345,8 +370,13 @@ class _Scanner:
             # P.parents[i]
             v = node.value
             i = node.slice
-            if isinstance(v, ast.Attribute) and v.attr == "parents" and isinstance(i, ast.Constant) \
-                    and isinstance(i.value, int) and i.value >= 0:
+            if (
+                isinstance(v, ast.Attribute)
+                and v.attr == "parents"
+                and isinstance(i, ast.Constant)
+                and isinstance(i.value, int)
+                and i.value >= 0
+            ):
                 base = self.path(v.value, fns, scope, d)
                 if base is None:
                     return None
@@ -413,8 +443,7 @@ class _Scanner:
             return
         full = posixpath.normpath(path if path.startswith("/") else posixpath.join(self.root, path))
         if full != self.root and not full.startswith(self.root + "/"):
-            self.notes.append(Note(self.scope.rel, line, UNFOLLOWED,
-                                   f"{how}: {full} is outside the repository"))
+            self.notes.append(Note(self.scope.rel, line, UNFOLLOWED, f"{how}: {full} is outside the repository"))
             return
         self.reads.append(Read(full, self.scope.rel, line))
 
@@ -456,12 +485,12 @@ class _Scanner:
             q = None
         if q in READ_FUNCTIONS:
             assert q is not None
-            arg = call.args[0] if call.args else next(
-                (k.value for k in call.keywords if k.arg in _PATH_KEYWORDS), None)
+            arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in _PATH_KEYWORDS), None)
             if arg is None:
                 return
-            mode = call.args[1] if len(call.args) > 1 else next(
-                (k.value for k in call.keywords if k.arg == "mode"), None)
+            mode = (
+                call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+            )
             if q.endswith(".open") and _writes(mode):
                 return  # a file it writes is not an input
             if isinstance(arg, ast.Name) and self._qualify((arg.id,), fns, self.scope) is _FILE_OBJECT:
@@ -470,8 +499,7 @@ class _Scanner:
             return
         if q in ENV_CALLS:
             var = _const_str(call.args[0]) if call.args else None
-            self.notes.append(Note(self.scope.rel, call.lineno, ENV,
-                                   f"{var or 'a computed name'} ({q})"))
+            self.notes.append(Note(self.scope.rel, call.lineno, ENV, f"{var or 'a computed name'} ({q})"))
             return
         if not isinstance(func, ast.Attribute) or func.attr not in READ_METHODS:
             return
@@ -488,12 +516,10 @@ class _Scanner:
                 return  # `archive.open(member)`: not a path's open
             if _writes(first) or _writes(next((k.value for k in call.keywords if k.arg == "mode"), None)):
                 return
-        self._found(call, self.path(func.value, fns, self.scope),
-                    "tvmtune-ci cannot tell which file it is")
+        self._found(call, self.path(func.value, fns, self.scope), "tvmtune-ci cannot tell which file it is")
 
 
-def scan(sites: Iterable[ast.AST], code: ast.AST, scope: Scope, root: str
-         ) -> tuple[list[Read], list[Note]]:
+def scan(sites: Iterable[ast.AST], code: ast.AST, scope: Scope, root: str) -> tuple[list[Read], list[Note]]:
     """The files `code` (written in `scope`) reads and the reads `check` reports.
 
     `sites`: the calls and subscripts of the code that runs that may read (`fingerprint.canon.Canon`

@@ -48,8 +48,9 @@ class ModelProblem:
         return REGENERATE.format(name=self.model, file=self.file)
 
 
-def check_models(config: Config, index: Mapping[str, str], templates: Mapping[str, Path]
-                 ) -> tuple[list[ModelProblem], list[str]]:
+def check_models(
+    config: Config, index: Mapping[str, str], templates: Mapping[str, Path]
+) -> tuple[list[ModelProblem], list[str]]:
     """(problems that fail check, warnings) for every model of `config`. `index`: git's
     clean blobs (absolute posix path -> blob id, `Checker.index`); `templates`:
     operator -> its template's absolute path (as `find_stale` discovered them)."""
@@ -59,8 +60,7 @@ def check_models(config: Config, index: Mapping[str, str], templates: Mapping[st
         return problems, warnings
     root = config.root.resolve()
     top = root.as_posix()
-    current = {p.relative_to(root).as_posix(): p for p in templates.values()
-               if p.is_relative_to(root)}
+    current = {p.relative_to(root).as_posix(): p for p in templates.values() if p.is_relative_to(root)}
     contracts_now: dict[str, Contract | None] = {}  # rel -> contract, parsed once per run
     for m in config.models:
         f, problem = _read(config, m)
@@ -72,23 +72,40 @@ def check_models(config: Config, index: Mapping[str, str], templates: Mapping[st
         try:
             digest = sha256_file(src)
         except OSError:
-            problems.append(ModelProblem(m.name, MODEL_MISSING, f"model {m.name}: its source {m.source} "
-                                         "cannot be read; fix `source:` in tvmtune.yaml", m.source))
+            problems.append(
+                ModelProblem(
+                    m.name,
+                    MODEL_MISSING,
+                    f"model {m.name}: its source {m.source} cannot be read; fix `source:` in tvmtune.yaml",
+                    m.source,
+                )
+            )
             continue
         if digest != f.source.get("sha256") or f.source.get("path") != m.source:
-            problems.append(ModelProblem(m.name, MODEL_CHANGED, f"model {m.name}: {m.source} changed "
-                                         f"since {m.coverage_file} was generated", m.coverage_file))
+            problems.append(
+                ModelProblem(
+                    m.name,
+                    MODEL_CHANGED,
+                    f"model {m.name}: {m.source} changed since {m.coverage_file} was generated",
+                    m.coverage_file,
+                )
+            )
             continue
         changed = _contracts_today(f, current, index, top, contracts_now, warnings)
         if changed is not None:
             now = recompute(f, changed)
             diff = _differences(f, now)
             if diff:
-                problems.append(ModelProblem(
-                    m.name, COVERAGE_CHANGED,
-                    f"model {m.name}: a template's IMPLEMENTS or WORKLOADS changed and the coverage "
-                    f"in {m.coverage_file} no longer holds: {'; '.join(diff[:3])}"
-                    + (f" and {len(diff) - 3} more" if len(diff) > 3 else ""), m.coverage_file))
+                problems.append(
+                    ModelProblem(
+                        m.name,
+                        COVERAGE_CHANGED,
+                        f"model {m.name}: a template's IMPLEMENTS or WORKLOADS changed and the coverage "
+                        f"in {m.coverage_file} no longer holds: {'; '.join(diff[:3])}"
+                        + (f" and {len(diff) - 3} more" if len(diff) > 3 else ""),
+                        m.coverage_file,
+                    )
+                )
                 continue
         warnings += _uncovered(f, m)
     return problems, warnings
@@ -99,19 +116,23 @@ def _read(config: Config, m: ModelConfig) -> tuple[CoverageFile | None, ModelPro
     try:
         return read_coverage(path), None
     except FileNotFoundError:
-        return None, ModelProblem(m.name, MODEL_MISSING, f"model {m.name} has no coverage file "
-                                  f"{m.coverage_file}", m.coverage_file)
+        return None, ModelProblem(
+            m.name, MODEL_MISSING, f"model {m.name} has no coverage file {m.coverage_file}", m.coverage_file
+        )
     except (OSError, UnicodeDecodeError) as e:
-        return None, ModelProblem(m.name, MODEL_UNREADABLE, f"{m.coverage_file}: cannot read: {e}",
-                                  m.coverage_file)
+        return None, ModelProblem(m.name, MODEL_UNREADABLE, f"{m.coverage_file}: cannot read: {e}", m.coverage_file)
     except CorruptFileError as e:
-        return None, ModelProblem(m.name, MODEL_UNREADABLE, str(e).replace(str(path), m.coverage_file),
-                                  m.coverage_file)
+        return None, ModelProblem(m.name, MODEL_UNREADABLE, str(e).replace(str(path), m.coverage_file), m.coverage_file)
 
 
-def _contracts_today(f: CoverageFile, current: Mapping[str, Path], index: Mapping[str, str],
-                     top: str, cache: dict[str, Contract | None], warnings: list[str]
-                     ) -> dict[str, Contract] | None:
+def _contracts_today(
+    f: CoverageFile,
+    current: Mapping[str, Path],
+    index: Mapping[str, str],
+    top: str,
+    cache: dict[str, Contract | None],
+    warnings: list[str],
+) -> dict[str, Contract] | None:
     """Today's contracts when one differs from the recorded ones; None when none does
     (every recorded template vouched for by git, or parsed and found the same)."""
     recorded = {c.file: c for c in f.contracts.values()}
@@ -132,8 +153,9 @@ def _contracts_today(f: CoverageFile, current: Mapping[str, Path], index: Mappin
                 c = cache[rel] = read_contract(path, rel)
             except TemplateError as e:
                 # Its entries report it (template_invalid); here its old contract stands.
-                warnings.append(f"{e}: its IMPLEMENTS cannot be read, so the models' coverage "
-                                "is checked with the one recorded")
+                warnings.append(
+                    f"{e}: its IMPLEMENTS cannot be read, so the models' coverage is checked with the one recorded"
+                )
                 c = cache[rel] = recorded.get(rel)
         old = recorded.get(rel)
         if (c is None) != (old is None) or (c is not None and old is not None and c.digest() != old.digest()):
@@ -168,13 +190,17 @@ def _uncovered(f: CoverageFile, m: ModelConfig) -> list[str]:
         if cov.status == UNCOVERED_SHAPE:
             c = f.contracts.get(cov.template or "")
             where = c.file if c is not None else cov.template
-            out.append(f"{m.coverage_file}: model {m.name} calls {sig.describe()} ({n}x), which "
-                       f"{where} implements but no workload of it declares: add "
-                       f"{dict(cov.params)} to its WORKLOADS and tune it, or leave the call to TVM")
+            out.append(
+                f"{m.coverage_file}: model {m.name} calls {sig.describe()} ({n}x), which "
+                f"{where} implements but no workload of it declares: add "
+                f"{dict(cov.params)} to its WORKLOADS and tune it, or leave the call to TVM"
+            )
         elif cov.status == UNCOVERED_OP:
             ops[sig.op] = ops.get(sig.op, 0) + n
     if ops:
         listed = ", ".join(f"{op} ({n}x)" for op, n in sorted(ops.items(), key=lambda x: -x[1]))
-        out.append(f"{m.coverage_file}: model {m.name}: no template implements {listed}; they run "
-                   "TVM's own kernels (docs/models.md)")
+        out.append(
+            f"{m.coverage_file}: model {m.name}: no template implements {listed}; they run "
+            "TVM's own kernels (docs/models.md)"
+        )
     return out

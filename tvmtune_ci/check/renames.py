@@ -76,15 +76,16 @@ def orphan_operators(config: Config) -> list[str]:
     if not logs.is_dir():
         return []
     known = {slug(p.stem) for p in discover_templates(config.operators_path)}
-    return sorted(d.name for d in logs.iterdir()
-                  if d.is_dir() and not d.name.startswith(".") and d.name not in known
-                  and not config.kept(d.name))
+    return sorted(
+        d.name
+        for d in logs.iterdir()
+        if d.is_dir() and not d.name.startswith(".") and d.name not in known and not config.kept(d.name)
+    )
 
 
 def _manifest_of(logset: LogSet) -> Manifest | None:
     try:
-        return Manifest.from_json(json.loads(logset.manifest.read_bytes()), logset.manifest,
-                                  lazy_results=True)
+        return Manifest.from_json(json.loads(logset.manifest.read_bytes()), logset.manifest, lazy_results=True)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, TvmtuneError):
         return None
 
@@ -103,8 +104,9 @@ class Rename:
         return f"tvmtune-ci adopt {self.old} {self.new}"
 
 
-def find_renames(config: Config, missing: list[tuple[str, TargetConfig, Fingerprint, str]],
-                 rel: Callable[[Path], str]) -> list[Rename]:
+def find_renames(
+    config: Config, missing: list[tuple[str, TargetConfig, Fingerprint, str]], rel: Callable[[Path], str]
+) -> list[Rename]:
     """Which (operator, target) entries without a log are renames: `missing` holds
     (operator, target, its template's fingerprint, template file) of each."""
     if not missing:
@@ -121,8 +123,9 @@ def find_renames(config: Config, missing: list[tuple[str, TargetConfig, Fingerpr
     return out
 
 
-def renamed_history(config: Config, operator: str, target: TargetConfig, template_rel: str,
-                    say: Callable[[str], None]) -> tuple[Manifest, Path] | None:
+def renamed_history(
+    config: Config, operator: str, target: TargetConfig, template_rel: str, say: Callable[[str], None]
+) -> tuple[Manifest, Path] | None:
     """The log a re-tune of `operator` (which has none) replays after a rename with an
     edit: among the orphaned folders of the same target whose template file is gone,
     a readable, unedited one tuned for this target with this template API, closest
@@ -145,9 +148,12 @@ def renamed_history(config: Config, operator: str, target: TargetConfig, templat
         if m is None or (config.root / m.template_file).exists():
             continue
         try:
-            same = (canonical_target(m.target) == target.target and m.template_api == TEMPLATE_API
-                    and (tvm is None or major_minor(str(m.tvm_version)) == tvm)
-                    and sha256_bytes((logset.folder / m.log).read_bytes()) == m.log_sha256)
+            same = (
+                canonical_target(m.target) == target.target
+                and m.template_api == TEMPLATE_API
+                and (tvm is None or major_minor(str(m.tvm_version)) == tvm)
+                and sha256_bytes((logset.folder / m.log).read_bytes()) == m.log_sha256
+            )
         except (OSError, AttributeError, TypeError):
             same = False
         score = similarity(m, fp, template_rel) if same else 0.0
@@ -155,6 +161,8 @@ def renamed_history(config: Config, operator: str, target: TargetConfig, templat
             best = (score, m, logset.manifest)
     if best is None:
         return None
-    say(f"history: {template_rel} was renamed from {best[1].template_file} and edited; "
-        f"replaying its log {best[1].log} ({best[2].parent.relative_to(config.root)})")
+    say(
+        f"history: {template_rel} was renamed from {best[1].template_file} and edited; "
+        f"replaying its log {best[1].log} ({best[2].parent.relative_to(config.root)})"
+    )
     return best[1], best[2]

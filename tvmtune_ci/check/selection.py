@@ -19,8 +19,7 @@ from .staleness import FIX_HINT, TEMPLATE_INVALID, Report, find_stale, parse_dat
 def add_selection_options(parser: argparse.ArgumentParser) -> None:
     """What `check`, `status`, `remeasure` and `matrix` share: which entries (operators
     as arguments, as `retune` takes them; `--target`), as of which day."""
-    parser.add_argument("operators", nargs="*", metavar="OPERATOR",
-                        help="only these operators (default: all)")
+    parser.add_argument("operators", nargs="*", metavar="OPERATOR", help="only these operators (default: all)")
     parser.add_argument(
         "--changed-since",
         metavar="REF",
@@ -28,12 +27,7 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
         help="only entries whose template, in-repo dependencies or log folder differ "
         "between REF and the work tree (all when tvmtune.yaml does)",
     )
-    parser.add_argument(
-        "--as-of",
-        metavar="YYYY-MM-DD",
-        default=None,
-        help="judge expiry on this day instead of today",
-    )
+    parser.add_argument("--as-of", metavar="YYYY-MM-DD", default=None, help="judge expiry on this day instead of today")
     parser.add_argument(
         "--operator",
         metavar="NAME",
@@ -42,11 +36,7 @@ def add_selection_options(parser: argparse.ArgumentParser) -> None:
         help="deprecated: name the operators as arguments (kept for one release)",
     )
     parser.add_argument(
-        "--target",
-        metavar="NAME",
-        action="append",
-        default=None,
-        help="only this configured target (repeatable)",
+        "--target", metavar="NAME", action="append", default=None, help="only this configured target (repeatable)"
     )
     parser.add_argument(
         "--rehash",
@@ -69,8 +59,11 @@ def selected_operators(args: argparse.Namespace) -> list[str] | None:
     names = list(getattr(args, "operators", None) or [])
     old = getattr(args, "operator", None) or []
     if old:
-        print(f"warning: --operator is deprecated and goes in the next release; name the "
-              f"operators as arguments: tvmtune-ci {args.command} {' '.join(old)}", file=sys.stderr)
+        print(
+            f"warning: --operator is deprecated and goes in the next release; name the "
+            f"operators as arguments: tvmtune-ci {args.command} {' '.join(old)}",
+            file=sys.stderr,
+        )
         names += [n for n in old if n not in names]
     return names or None
 
@@ -95,9 +88,11 @@ def orphan_lines(report: Report) -> list[str]:
     warning buried the result)."""
     if len(report.orphans) <= 1:
         return [o.detail for o in report.orphans]
-    return [f"{len(report.orphans)} log folders hold logs of operators or targets that are not "
-            "configured: `tvmtune-ci status --orphans` lists them; delete them, or declare the "
-            "ones kept on purpose under `keep:` in tvmtune.yaml"]
+    return [
+        f"{len(report.orphans)} log folders hold logs of operators or targets that are not "
+        "configured: `tvmtune-ci status --orphans` lists them; delete them, or declare the "
+        "ones kept on purpose under `keep:` in tvmtune.yaml"
+    ]
 
 
 def summary_line(report: Report) -> str:

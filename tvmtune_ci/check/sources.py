@@ -85,18 +85,34 @@ class Sources:
         )
 
 
-def record(cache: SourceCache, decl: TemplateDecl, fp: Fingerprint,
-           target: Mapping[str, Any]) -> Sources:
+def record(cache: SourceCache, decl: TemplateDecl, fp: Fingerprint, target: Mapping[str, Any]) -> Sources:
     """The inputs of `decl` and `fp`, from the fresh cache that computed them (one
     template per cache: `SourceCache.inputs`)."""
     blobs, probes = cache.inputs()
-    return Sources(ALGORITHM, fp.digest, fp.workloads_hash, decl.line, blobs, probes,
-                   decl.space_sizes(target), VERSION, dict(fp.globs), fp.notes)
+    return Sources(
+        ALGORITHM,
+        fp.digest,
+        fp.workloads_hash,
+        decl.line,
+        blobs,
+        probes,
+        decl.space_sizes(target),
+        VERSION,
+        dict(fp.globs),
+        fp.notes,
+    )
 
 
-def unchanged(sources: Sources, manifest: Manifest, template_rel: str, root: Path,
-              index: Mapping[str, str], states: dict[str, str] | None = None,
-              declared: Sequence[str] = (), matches: dict[str, list[str]] | None = None) -> bool:
+def unchanged(
+    sources: Sources,
+    manifest: Manifest,
+    template_rel: str,
+    root: Path,
+    index: Mapping[str, str],
+    states: dict[str, str] | None = None,
+    declared: Sequence[str] = (),
+    matches: dict[str, list[str]] | None = None,
+) -> bool:
     """Whether the template's declarations and fingerprint are still the ones
     `manifest` recorded: same algorithm and record version, the manifest's
     fingerprint and workloads those computed from `sources`, the same template file,

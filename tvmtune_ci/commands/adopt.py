@@ -23,8 +23,13 @@ from ..core.errors import StaleLogError, UsageError
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("old", metavar="OLD", help="the operator's name before the rename (its log folder)")
     p.add_argument("new", metavar="NEW", help="the operator's name now (its template)")
-    p.add_argument("--target", metavar="NAME", action="append", default=None,
-                   help="only this configured target (repeatable; default: every target of NEW)")
+    p.add_argument(
+        "--target",
+        metavar="NAME",
+        action="append",
+        default=None,
+        help="only this configured target (repeatable; default: every target of NEW)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,13 +46,17 @@ def run(args: argparse.Namespace) -> int:
     select_entries(config, [new], args.target)  # UsageError naming an unknown one
     ops = config.operators_dir
     if old in {p.stem for p in discover_templates(config.operators_path)}:
-        raise UsageError(f"{ops}/{old}.py exists, so {old} was not renamed; adopt takes the old "
-                         f"name of a renamed template (`git mv {ops}/{old}.py {ops}/{new}.py` first)")
+        raise UsageError(
+            f"{ops}/{old}.py exists, so {old} was not renamed; adopt takes the old "
+            f"name of a renamed template (`git mv {ops}/{old}.py {ops}/{new}.py` first)"
+        )
     folder = config.logs_path / slug(old)
     where = folder.relative_to(config.root)
     if not folder.is_dir():
-        raise UsageError(f"{where}/ does not exist; `tvmtune-ci status --orphans` lists the log "
-                         "folders of operators without a template")
+        raise UsageError(
+            f"{where}/ does not exist; `tvmtune-ci status --orphans` lists the log "
+            "folders of operators without a template"
+        )
     kinds = declared_kinds(config.operators_path / f"{new}.py")
     targets = [t for t in config.targets_for(new, kinds) if args.target is None or t.name in args.target]
     adopted, left = [], []
@@ -61,19 +70,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"left: {e}")
             continue
         adopted.append(a)
-        print(f"adopted {a.old_folder.relative_to(config.root)}/ as "
-              f"{a.new_folder.relative_to(config.root)}/ (the same template: no re-tune)"
-              + ("" if a.curve else f"; curve.png keeps the old title: `tvmtune-ci readme {new}` "
-                 "regenerates it where matplotlib is installed"))
+        print(
+            f"adopted {a.old_folder.relative_to(config.root)}/ as "
+            f"{a.new_folder.relative_to(config.root)}/ (the same template: no re-tune)"
+            + (
+                ""
+                if a.curve
+                else f"; curve.png keeps the old title: `tvmtune-ci readme {new}` "
+                "regenerates it where matplotlib is installed"
+            )
+        )
     if not adopted and not left:
-        raise UsageError(f"{where}/ holds no log of a target configured for {new} "
-                         f"({', '.join(t.name for t in targets) or 'none'})")
+        raise UsageError(
+            f"{where}/ holds no log of a target configured for {new} ({', '.join(t.name for t in targets) or 'none'})"
+        )
     if not adopted:
         raise StaleLogError(f"no log of {old} fits {ops}/{new}.py:\n  - " + "\n  - ".join(left))
     new_where = config.logs_path.relative_to(config.root) / slug(new)
     print(f"commit the move: git add -A {where} {new_where} && git commit")
     o = config.operator(old)
     if o.line:
-        print(f"warning: tvmtune.yaml:{o.line}: operators.{old} still names the old operator; "
-              f"rename it to {new}")
+        print(f"warning: tvmtune.yaml:{o.line}: operators.{old} still names the old operator; rename it to {new}")
     return 1 if left else 0

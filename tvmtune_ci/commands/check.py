@@ -20,15 +20,7 @@ from typing import Any, TextIO
 from .. import ci
 from ..check.models import ModelProblem
 from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
-from ..check.staleness import (
-    FIX_HINT,
-    TEMPLATE_API_CHANGED,
-    TEMPLATE_CHANGED,
-    TEMPLATE_INVALID,
-    Entry,
-    Reason,
-    Report,
-)
+from ..check.staleness import FIX_HINT, TEMPLATE_API_CHANGED, TEMPLATE_CHANGED, TEMPLATE_INVALID, Entry, Reason, Report
 from ..ci import md_escape
 from ..core import gcpause, templateapi
 from ..core.config import Config
@@ -54,12 +46,9 @@ def group_reasons(reasons: tuple[Reason, ...]) -> list[tuple[str, list[str]]]:
 def entry_line(e: Entry) -> str:
     name = f"{e.operator}/{e.target_name}"
     if e.fresh:
-        age = (f" (tuned {e.age_days} day{'' if e.age_days == 1 else 's'} ago)"
-               if e.age_days is not None else "")
+        age = f" (tuned {e.age_days} day{'' if e.age_days == 1 else 's'} ago)" if e.age_days is not None else ""
         return f"fresh {name}{age}"
-    reasons = "; ".join(
-        f"{code} ({'; '.join(details)})" for code, details in group_reasons(e.reasons)
-    )
+    reasons = "; ".join(f"{code} ({'; '.join(details)})" for code, details in group_reasons(e.reasons))
     return f"STALE {name}: {reasons}"
 
 
@@ -79,8 +68,10 @@ def render_text(report: Report, out: TextIO) -> None:
     print(summary_line(report), file=out)
     if report.models:
         names = ", ".join(dict.fromkeys(p.model for p in report.models))
-        print(f"{len(report.models)} model coverage file(s) stale ({names}); run `tvmtune-ci models` "
-              "and commit them", file=out)
+        print(
+            f"{len(report.models)} model coverage file(s) stale ({names}); run `tvmtune-ci models` and commit them",
+            file=out,
+        )
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -102,8 +93,9 @@ def report_json(report: Report) -> dict[str, Any]:
         ],
         "orphans": [reason_json(o) for o in report.orphans],
         # Models whose coverage file is missing, unreadable or stale (docs/models.md).
-        "models": [{"model": p.model, "code": p.code, "detail": p.detail, "file": p.file,
-                    "fix": p.hint} for p in report.models],
+        "models": [
+            {"model": p.model, "code": p.code, "detail": p.detail, "file": p.file, "fix": p.hint} for p in report.models
+        ],
         "warnings": list(report.warnings),
         # Logs git's index vouched for (committed, unmodified, the recorded blob).
         "logs_trusted": report.logs_trusted,
@@ -125,19 +117,22 @@ def fix_hint(e: Entry) -> str:
     """What to do about a stale entry: re-tuning cannot fix a template that does not read."""
     invalid = [r for r in e.reasons if r.code == TEMPLATE_INVALID]
     if e.renamed_from is not None and not invalid:
-        return (f"run `tvmtune-ci adopt {e.renamed_from} {e.operator}` (the log of "
-                f"{e.renamed_from} fits this renamed template) and commit the move")
+        return (
+            f"run `tvmtune-ci adopt {e.renamed_from} {e.operator}` (the log of "
+            f"{e.renamed_from} fits this renamed template) and commit the move"
+        )
     if not invalid:
-        if any(r.code == TEMPLATE_API_CHANGED for r in e.reasons) and e.manifest is not None \
-                and e.manifest.template_api > templateapi.TEMPLATE_API:
+        if (
+            any(r.code == TEMPLATE_API_CHANGED for r in e.reasons)
+            and e.manifest is not None
+            and e.manifest.template_api > templateapi.TEMPLATE_API
+        ):
             # Re-tuning with this tvmtune-ci would write the log back in an older API.
             return "upgrade tvmtune-ci to the version that wrote the log"
         return min((r.code for r in e.reasons), key=lambda c: c.order).hint
     where = ", ".join(dict.fromkeys(f"{r.file}:{r.line}" if r.line else str(r.file) for r in invalid))
     then = (
-        f"; then run `{FIX_HINT}` for the other reasons"
-        if any(r.code != TEMPLATE_INVALID for r in e.reasons)
-        else ""
+        f"; then run `{FIX_HINT}` for the other reasons" if any(r.code != TEMPLATE_INVALID for r in e.reasons) else ""
     )
     return TEMPLATE_INVALID.hint.format(where=where) + then
 
@@ -160,8 +155,15 @@ def render_github(report: Report, level: str) -> list[str]:
             )
         )
     for p in report.models:
-        lines.append(ci.annotation(level, f"{p.code}: {p.detail}. Fix: {p.hint}", file=p.file, line=1,
-                                   title=f"stale model coverage: {p.model}"))
+        lines.append(
+            ci.annotation(
+                level,
+                f"{p.code}: {p.detail}. Fix: {p.hint}",
+                file=p.file,
+                line=1,
+                title=f"stale model coverage: {p.model}",
+            )
+        )
     # Orphaned folders go to the step summary only: one annotation each drowned the
     # stale entries' annotations after a target switch.
     for w in report.warnings:
@@ -175,19 +177,10 @@ def render_github(report: Report, level: str) -> list[str]:
 
 
 def step_summary(report: Report) -> str:
-    rows = [
-        "### tvmtune-ci check",
-        "",
-        summary_line(report),
-        "",
-        "| entry | state | reasons |",
-        "|---|---|---|",
-    ]
+    rows = ["### tvmtune-ci check", "", summary_line(report), "", "| entry | state | reasons |", "|---|---|---|"]
     for e in report.entries:
         reasons = "<br>".join(f"`{r.code}` {md_escape(r.detail)}" for r in e.reasons)
-        rows.append(
-            f"| {e.operator}/{e.target_name} | {'fresh' if e.fresh else '**stale**'} | {reasons} |"
-        )
+        rows.append(f"| {e.operator}/{e.target_name} | {'fresh' if e.fresh else '**stale**'} | {reasons} |")
     for o in report.orphans:
         rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
     for p in report.models:
@@ -211,8 +204,9 @@ def history_summary(report: Report) -> list[str]:
             if not out:
                 out += ["", "#### Re-tuned after a template edit: history replay", ""]
             lines = ReplayReport.from_json(r.history).sentences()
-            out.append(f"- **{e.operator}/{e.target_name}/{w}** (tuned {e.manifest.tuned_on}): "
-                       + md_escape("; ".join(lines)))
+            out.append(
+                f"- **{e.operator}/{e.target_name}/{w}** (tuned {e.manifest.tuned_on}): " + md_escape("; ".join(lines))
+            )
     return out
 
 
@@ -231,8 +225,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pr",
         action="store_true",
-        help="this is a pull-request check: exit as tvmtune.yaml's pr_check says "
-        "(fail: 1 when stale, warn: 0)",
+        help="this is a pull-request check: exit as tvmtune.yaml's pr_check says (fail: 1 when stale, warn: 0)",
     )
     parser.add_argument(
         "--build",
@@ -253,11 +246,20 @@ def run_builds(config: Config, report: Report, fmt: str) -> tuple[list[Any], lis
     lines = [b.describe() for b in builds]
     failed = [b for b in builds if not b.ok and not b.skipped]
     if fmt == "github":
-        lines = [ci.annotation("error", b.message, file=b.file, line=b.line,
-                               title=f"GPU build failed: {b.operator}/{b.target} {b.workload} "
-                               f"({b.config})") for b in failed] + lines
-    lines.append(f"build check: {len(builds) - len(failed)} of {len(builds)} GPU "
-                 f"configuration(s) built" + (f", {len(failed)} failed" if failed else ""))
+        lines = [
+            ci.annotation(
+                "error",
+                b.message,
+                file=b.file,
+                line=b.line,
+                title=f"GPU build failed: {b.operator}/{b.target} {b.workload} ({b.config})",
+            )
+            for b in failed
+        ] + lines
+    lines.append(
+        f"build check: {len(builds) - len(failed)} of {len(builds)} GPU "
+        f"configuration(s) built" + (f", {len(failed)} failed" if failed else "")
+    )
     return builds, lines
 
 

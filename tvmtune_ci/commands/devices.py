@@ -13,13 +13,20 @@ from ..tune.devices import DEFAULT_TIMEOUT_S, TrackerQueue, split_tracker, track
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tracker", metavar="HOST:PORT", default=None,
-                   help="tracker to query (default: those of tvmtune.yaml's rpc runners; "
-                        "with --tracker no tvmtune.yaml is read)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text table (default) or JSON")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                   help=f"seconds to wait for a tracker (default: {DEFAULT_TIMEOUT_S:g})")
+    p.add_argument(
+        "--tracker",
+        metavar="HOST:PORT",
+        default=None,
+        help="tracker to query (default: those of tvmtune.yaml's rpc runners; with --tracker no tvmtune.yaml is read)",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text table (default) or JSON")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds to wait for a tracker (default: {DEFAULT_TIMEOUT_S:g})",
+    )
 
 
 Want = tuple[str, str, int]  # (target, key, devices)
@@ -38,14 +45,16 @@ def render_text(queue: TrackerQueue, wants: Sequence[Want] = ()) -> str:
     """The queue as a table; `wants` (target, key, devices) adds a line per target."""
     lines = [f"tracker {queue.tracker}"]
     if not queue.keys:
-        lines.append(f"  no servers; start one with `python -m tvm.exec.rpc_server "
-                     f"--tracker {queue.tracker} --key NAME`")
+        lines.append(
+            f"  no servers; start one with `python -m tvm.exec.rpc_server --tracker {queue.tracker} --key NAME`"
+        )
     else:
         width = max(len("key"), *(len(k.key) for k in queue.keys))
         lines.append(f"  {'key':<{width}}  {'free':>4}  {'total':>5}  {'pending':>7}  servers")
         for k in queue.keys:
-            lines.append(f"  {k.key:<{width}}  {k.free:>4}  {k.total:>5}  {k.pending:>7}  "
-                         f"{', '.join(k.servers) or '-'}")
+            lines.append(
+                f"  {k.key:<{width}}  {k.free:>4}  {k.total:>5}  {k.pending:>7}  {', '.join(k.servers) or '-'}"
+            )
     for target, key, devices in wants:
         free = queue.get(key).free
         state = "ok" if free >= devices else f"NOT ENOUGH: start more servers with --key {key}"
@@ -66,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
         wants = configured_trackers(config)
         trackers = list(wants)
         if not trackers:
-            raise ConfigError(f"no target in {config.path} uses an RPC runner; pass "
-                              f"--tracker HOST:PORT, or give a target `runner: {{rpc: "
-                              f"{{tracker: HOST:PORT, key: NAME, devices: N}}}}`")
+            raise ConfigError(
+                f"no target in {config.path} uses an RPC runner; pass "
+                f"--tracker HOST:PORT, or give a target `runner: {{rpc: "
+                f"{{tracker: HOST:PORT, key: NAME, devices: N}}}}`"
+            )
     queues: list[TrackerQueue] = []
     errors: list[str] = []
     for tracker in trackers:
@@ -81,8 +92,7 @@ def run(args: argparse.Namespace) -> int:
         if len(queues) == 1 and len(trackers) == 1:
             print(json.dumps(queues[0].to_json(), indent=2, sort_keys=True))
         elif queues:
-            print(json.dumps({"format": 1, "trackers": [q.to_json() for q in queues]},
-                             indent=2, sort_keys=True))
+            print(json.dumps({"format": 1, "trackers": [q.to_json() for q in queues]}, indent=2, sort_keys=True))
     elif queues:
         print("\n\n".join(render_text(q, wants.get(q.tracker, [])) for q in queues))
     if errors:

@@ -41,9 +41,7 @@ def register(p: argparse.ArgumentParser) -> None:
         help="only entries made stale by changes since REF (e.g. the push's `before` sha)",
     )
     which.add_argument(
-        "--all",
-        action="store_true",
-        help="every configured (operator, target), fresh or not (the yearly full re-tune)",
+        "--all", action="store_true", help="every configured (operator, target), fresh or not (the yearly full re-tune)"
     )
     p.add_argument("operators", nargs="*", metavar="OPERATOR", help="only these operators (default: all)")
     p.add_argument(
@@ -56,8 +54,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpu-only",
         action="store_true",
-        help="only entries of GPU (cuda) targets; no step summary (the PR check asks "
-        "whether there is any to build)",
+        help="only entries of GPU (cuda) targets; no step summary (the PR check asks whether there is any to build)",
     )
     p.add_argument(
         "--operator",
@@ -66,13 +63,7 @@ def register(p: argparse.ArgumentParser) -> None:
         metavar="OP",
         help="deprecated: name the operators as arguments (kept for one release)",
     )
-    p.add_argument(
-        "--target",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="only this target (repeatable)",
-    )
+    p.add_argument("--target", action="append", default=[], metavar="NAME", help="only this target (repeatable)")
 
 
 def runs_on(config: Config, target: str) -> list[str]:
@@ -93,15 +84,20 @@ def extras(config: Config, target: str) -> str:
 def build_matrix(config: Config, entries: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     """The matrix for `entries` (staleness Entries), sorted by (operator, target)."""
     include = [
-        {"operator": e.operator, "target": e.target_name, "runs-on": runs_on(config, e.target_name),
-         "extras": extras(config, e.target_name)}
+        {
+            "operator": e.operator,
+            "target": e.target_name,
+            "runs-on": runs_on(config, e.target_name),
+            "extras": extras(config, e.target_name),
+        }
         for e in sorted(entries, key=lambda e: (e.operator, e.target_name))
     ]
     return {"include": include}
 
 
-def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries: Sequence[Any],
-                total_s: float) -> None:
+def add_budgets(
+    config: Config, matrix: dict[str, list[dict[str, Any]]], entries: Sequence[Any], total_s: float
+) -> None:
     """Each job's share of `total_s` (its workloads' weights over all), as `budget`."""
     from ..core.profiles import model_shares_by_target
     from ..core.template import read_template
@@ -111,7 +107,8 @@ def add_budgets(config: Config, matrix: dict[str, list[dict[str, Any]]], entries
     for e in entries:
         workloads = list(read_template(config.root / e.template_file).workloads)
         groups[f"{e.operator}/{e.target_name}"] = [
-            config.weight_of(e.operator, w, workloads, shares.get(e.target_name)) for w in workloads]
+            config.weight_of(e.operator, w, workloads, shares.get(e.target_name)) for w in workloads
+        ]
     seconds = split(total_s, groups)
     for job in matrix["include"]:
         job["budget"] = f"{max(1, int(seconds[job['operator'] + '/' + job['target']]))}s"
@@ -138,9 +135,7 @@ def select(
         operators=list(operators) or None,
         targets=list(targets) or None,
     )
-    entries = [
-        e for e in (report.entries if all_entries else report.stale) if not untunable(e)
-    ]
+    entries = [e for e in (report.entries if all_entries else report.stale) if not untunable(e)]
     return report, entries
 
 
@@ -165,9 +160,7 @@ def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_en
         "|---|---|---|---|",
     ]
     for job in matrix["include"]:
-        why = "; ".join(
-            f"{r.code}: {r.detail}" for r in reasons.get((job["operator"], job["target"]), ())
-        )
+        why = "; ".join(f"{r.code}: {r.detail}" for r in reasons.get((job["operator"], job["target"]), ()))
         lines.append(
             f"| {job['operator']} | {job['target']} | {', '.join(job['runs-on'])} | "
             f"{(why or 'fresh (--all)').replace('|', '/')} |"
@@ -210,9 +203,7 @@ def run(args: argparse.Namespace) -> int:
     text = json.dumps(matrix, separators=(",", ":"))
     print(text)
     for job in matrix["include"]:
-        print(
-            f"  {job['operator']} on {job['target']} -> runs-on {job['runs-on']}", file=sys.stderr
-        )
+        print(f"  {job['operator']} on {job['target']} -> runs-on {job['runs-on']}", file=sys.stderr)
     if not n:
         print("nothing to re-tune", file=sys.stderr)
     ci.set_outputs(matrix=text, **{"has-work": "true" if n else "false"})

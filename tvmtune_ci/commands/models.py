@@ -19,16 +19,21 @@ from ..core.errors import CorruptFileError, UsageError
 
 
 def register(p: argparse.ArgumentParser) -> None:
-    p.add_argument("models", nargs="*", metavar="NAME",
-                   help="models to regenerate (default: every model of tvmtune.yaml)")
+    p.add_argument(
+        "models", nargs="*", metavar="NAME", help="models to regenerate (default: every model of tvmtune.yaml)"
+    )
 
 
 def unused_workloads(contracts: list[Contract], files: list[CoverageFile]) -> list[tuple[str, str]]:
     """(template, workload) pairs of templates with IMPLEMENTS that no model's covered
     call uses."""
     used = set().union(*(f.uses() for f in files)) if files else set()
-    return [(c.template, w) for c in sorted(contracts, key=lambda c: c.template)
-            for w in sorted(c.workloads) if (c.template, w) not in used]
+    return [
+        (c.template, w)
+        for c in sorted(contracts, key=lambda c: c.template)
+        for w in sorted(c.workloads)
+        if (c.template, w) not in used
+    ]
 
 
 def describe(f: CoverageFile) -> list[str]:
@@ -37,14 +42,15 @@ def describe(f: CoverageFile) -> list[str]:
     for i, _ in f.sites:
         s = f.calls[i][1].status
         counts[s] = counts.get(s, 0) + 1
-    lines = [f"model {f.model}: {len(f.sites)} calls: "
-             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    lines = [f"model {f.model}: {len(f.sites)} calls: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
     for sig, cov, n in f.calls:
         if cov.status == COVERED:
             lines.append(f"  covered    x{n} {sig.describe()}: {cov.template}/{cov.workload}")
         elif cov.status == UNCOVERED_SHAPE:
-            lines.append(f"  uncovered  x{n} {sig.describe()}: {cov.template} implements it; add "
-                         f"{dict(cov.params)} to its WORKLOADS")
+            lines.append(
+                f"  uncovered  x{n} {sig.describe()}: {cov.template} implements it; add "
+                f"{dict(cov.params)} to its WORKLOADS"
+            )
         elif cov.status == UNCOVERED_OP:
             lines.append(f"  no template x{n} {sig.describe()} ({cov.note})")
     return lines
@@ -69,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(Path(args.config) if args.config else None)
     known = [m.name for m in config.models]
     if not known:
-        raise UsageError("tvmtune.yaml has no `models:`; add one, e.g. `models: {bert: {source: "
-                         "models/bert.py}}` (docs/models.md)")
+        raise UsageError(
+            "tvmtune.yaml has no `models:`; add one, e.g. `models: {bert: {source: models/bert.py}}` (docs/models.md)"
+        )
     names = list(args.models) or known
     for n in names:
         if n not in known:

@@ -29,22 +29,43 @@ from ..core.profiles import breakdown, profile_path, read_profile, write_profile
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="*", metavar="NAME", help="models to profile (default: every model)")
     p.add_argument("--target", required=True, help="the target (tvmtune.yaml) to build for; it must run here")
-    p.add_argument("--untemplated", choices=("metaschedule", "none"), default="metaschedule",
-                   help="what the calls no template covers get (default: MetaSchedule)")
-    p.add_argument("--uncovered-shapes", choices=("untemplated", "sibling"), default="untemplated",
-                   help="a call a template implements at a shape no workload declares: the untemplated way "
-                        "(default), or the template's kernel at the nearest workload's best mapped onto it")
-    p.add_argument("--trials", type=int, default=32,
-                   help="MetaSchedule trials for each function no template covers (default 32)")
-    p.add_argument("--runs", type=int, default=10,
-                   help="instrumented inferences per kernel time, and rounds of the end-to-end timing (default 10)")
-    p.add_argument("--metaschedule-seconds", type=float, default=None, metavar="S",
-                   help="also build the model with MetaSchedule alone, given S seconds of this runner "
-                        "(the seconds the committed logs' re-tunes took), and time it in turns with the "
-                        "build; its search is kept under .tvmtune-cache/ and reused by the next run")
-    p.add_argument("--no-onnxruntime", action="store_true",
-                   help="leave ONNX Runtime out (by default it runs beside the build where it is "
-                        "installed and the model has an ONNX form)")
+    p.add_argument(
+        "--untemplated",
+        choices=("metaschedule", "none"),
+        default="metaschedule",
+        help="what the calls no template covers get (default: MetaSchedule)",
+    )
+    p.add_argument(
+        "--uncovered-shapes",
+        choices=("untemplated", "sibling"),
+        default="untemplated",
+        help="a call a template implements at a shape no workload declares: the untemplated way "
+        "(default), or the template's kernel at the nearest workload's best mapped onto it",
+    )
+    p.add_argument(
+        "--trials", type=int, default=32, help="MetaSchedule trials for each function no template covers (default 32)"
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=10,
+        help="instrumented inferences per kernel time, and rounds of the end-to-end timing (default 10)",
+    )
+    p.add_argument(
+        "--metaschedule-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="also build the model with MetaSchedule alone, given S seconds of this runner "
+        "(the seconds the committed logs' re-tunes took), and time it in turns with the "
+        "build; its search is kept under .tvmtune-cache/ and reused by the next run",
+    )
+    p.add_argument(
+        "--no-onnxruntime",
+        action="store_true",
+        help="leave ONNX Runtime out (by default it runs beside the build where it is "
+        "installed and the model has an ONNX form)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,10 +83,18 @@ def run(args: argparse.Namespace) -> int:
     target = config.target(args.target)
     for m in [m for m in config.models if m.name in names]:
         work = config.root / ".tvmtune-cache" / f"{m.name}-{target.slug}"
-        run_ = profile_model(config, m, target, untemplated=args.untemplated, trials=args.trials,
-                             uncovered_shapes=args.uncovered_shapes, runs=args.runs, work_dir=work,
-                             metaschedule_s=args.metaschedule_seconds,
-                             onnxruntime=not args.no_onnxruntime)
+        run_ = profile_model(
+            config,
+            m,
+            target,
+            untemplated=args.untemplated,
+            trials=args.trials,
+            uncovered_shapes=args.uncovered_shapes,
+            runs=args.runs,
+            work_dir=work,
+            metaschedule_s=args.metaschedule_seconds,
+            onnxruntime=not args.no_onnxruntime,
+        )
         ratios = run_.speedup_range or (0.0, 0.0)
         med = run_.latency_s
         src = config.root / m.source
@@ -75,12 +104,16 @@ def run(args: argparse.Namespace) -> int:
         stem = f"{m.name}.{target.slug}"
         atomic_write_bytes(src.parent / f"{stem}.png", render_chart(run_, f"{m.name} on {target.name}"))
         atomic_write_text(src.parent / f"{stem}.md", render(profile, target.name, f"{stem}.png"))
-        print(f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
-              f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {args.runs} rounds)")
+        print(
+            f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
+            f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {args.runs} rounds)"
+        )
         for a in run_.anchors:
             lo, hi = a.ratio_range
-            print(f"  beside {a.detail}: {a.latency_s * 1e3:.3g} ms, {a.ratio:.2f}x the committed logs' "
-                  f"latency ({lo:.2f}-{hi:.2f}x over the rounds)")
+            print(
+                f"  beside {a.detail}: {a.latency_s * 1e3:.3g} ms, {a.ratio:.2f}x the committed logs' "
+                f"latency ({lo:.2f}-{hi:.2f}x over the rounds)"
+            )
         for label, sec, _n, owner in breakdown(run_)[:8]:
             print(f"  {sec / run_.kernel_seconds() * 100:5.1f}%  {label} ({owner or 'no template'})")
         print(f"wrote {path.relative_to(config.root)}, {stem}.md and {stem}.png")

@@ -19,7 +19,13 @@ TUNE_EXTRA = "pip install 'tvmtune-ci[tune]'"
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("operators", nargs="*", metavar="OPERATOR", help="operators whose READMEs to regenerate")
-    p.add_argument("--target", action="append", default=[], metavar="NAME", help="target(s) to regenerate (default: every configured target of the operator)")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="target(s) to regenerate (default: every configured target of the operator)",
+    )
     p.add_argument("--all", action="store_true", help="every operator's READMEs")
 
 
@@ -52,8 +58,10 @@ def _curve(m: Manifest) -> bytes | None:
     except ModuleNotFoundError as e:
         if (e.name or "").partition(".")[0] != "matplotlib":
             raise
-        raise HostError(f"`readme` draws curve.png with matplotlib, which is not installed "
-                        f"({e}); it comes with the [tune] extra: {TUNE_EXTRA}") from None
+        raise HostError(
+            f"`readme` draws curve.png with matplotlib, which is not installed "
+            f"({e}); it comes with the [tune] extra: {TUNE_EXTRA}"
+        ) from None
 
 
 def _holds(path: Path, data: bytes) -> bool:
@@ -79,14 +87,19 @@ def run(args: argparse.Namespace) -> int:
         kinds = declared_kinds(config.operators_path / f"{op}.py")
         names = list(args.target) or [t.name for t in config.targets_for(op, kinds)]
         if args.all and not args.target and (config.logs_path / op).is_dir():
-            names += sorted(d.name for d in (config.logs_path / op).iterdir()
-                            if d.is_dir() and config.kept(op, d.name) and d.name not in names)
+            names += sorted(
+                d.name
+                for d in (config.logs_path / op).iterdir()
+                if d.is_dir() and config.kept(op, d.name) and d.name not in names
+            )
         done = 0
         for name in names:
             logset = LogSet.of(config.logs_path, op, name)
             if not logset.manifest.is_file():
                 if args.target and not args.all:
-                    raise UsageError(f"{logset.manifest} does not exist; run `tvmtune-ci retune {op} --target {name}` first")
+                    raise UsageError(
+                        f"{logset.manifest} does not exist; run `tvmtune-ci retune {op} --target {name}` first"
+                    )
                 continue
             written = regenerate(logset)
             for p in written:
@@ -95,5 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"up to date: {logset.readme}")
             done += 1
         if not done and not args.all:
-            raise UsageError(f"no log of {op!r} has a manifest under {config.logs_path}; run `tvmtune-ci retune {op}` first")
+            raise UsageError(
+                f"no log of {op!r} has a manifest under {config.logs_path}; run `tvmtune-ci retune {op}` first"
+            )
     return 0

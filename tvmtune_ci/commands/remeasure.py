@@ -32,14 +32,25 @@ from ..core.errors import TvmtuneError
 def register(p: argparse.ArgumentParser) -> None:
     add_selection_options(p)
     p.add_argument("--format", choices=("text", "json", "github"), default="text")
-    p.add_argument("--record", action="store_true",
-                   help="append the run to each set's runs.jsonl (and its manifest and README)")
+    p.add_argument(
+        "--record", action="store_true", help="append the run to each set's runs.jsonl (and its manifest and README)"
+    )
     p.add_argument("--commit", action="store_true", help="commit the recorded runs (implies --record)")
     p.add_argument("--push", action="store_true", help="push the commit (implies --commit)")
-    p.add_argument("--windows", type=int, default=None, metavar="N",
-                   help="separate windows per run, each with the calibration kernels in turns (default 3)")
-    p.add_argument("--window-gap", type=float, default=0.0, metavar="S",
-                   help="idle seconds between windows, so that one slow stretch of the runner spans one")
+    p.add_argument(
+        "--windows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="separate windows per run, each with the calibration kernels in turns (default 3)",
+    )
+    p.add_argument(
+        "--window-gap",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="idle seconds between windows, so that one slow stretch of the runner spans one",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,8 +71,14 @@ def run(args: argparse.Namespace) -> int:
         by_target.setdefault(e.target_name, []).append(e)
     for name, entries in by_target.items():  # one run per target: its sets' bests in turns
         try:
-            got = remeasure_target(config, entries, record=record, say=say,
-                                   windows=args.windows or WINDOWS, gap_s=max(0.0, args.window_gap))
+            got = remeasure_target(
+                config,
+                entries,
+                record=record,
+                say=say,
+                windows=args.windows or WINDOWS,
+                gap_s=max(0.0, args.window_gap),
+            )
             for note in dict.fromkeys(n for r in got for n in r.notes):
                 print(f"warning: {note}", file=sys.stderr)
             done += got
@@ -72,13 +89,28 @@ def run(args: argparse.Namespace) -> int:
         _commit(config, done, args.push, failures)
     drifted = [r for r in done if r.drifted]
     if args.format == "json":
-        json.dump({"results": [{"operator": r.operator, "target": r.target, "recorded": record,
-                                "run": r.run.to_json(), "verdicts": [v.to_json() for v in r.verdicts],
-                                "runner_band": None if r.band is None else r.band.to_json(),
-                                "history": [h.to_json() for h in r.history]}
-                               for r in done],
-                   "skipped_stale": skipped, "drifted": len(drifted), "errors": len(failures)},
-                  sys.stdout, indent=2, sort_keys=True)
+        json.dump(
+            {
+                "results": [
+                    {
+                        "operator": r.operator,
+                        "target": r.target,
+                        "recorded": record,
+                        "run": r.run.to_json(),
+                        "verdicts": [v.to_json() for v in r.verdicts],
+                        "runner_band": None if r.band is None else r.band.to_json(),
+                        "history": [h.to_json() for h in r.history],
+                    }
+                    for r in done
+                ],
+                "skipped_stale": skipped,
+                "drifted": len(drifted),
+                "errors": len(failures),
+            },
+            sys.stdout,
+            indent=2,
+            sort_keys=True,
+        )
         print()
     else:
         for r in done:
@@ -92,15 +124,22 @@ def run(args: argparse.Namespace) -> int:
         n = sum(len(r.verdicts) for r in done)
         states = [v.state for r in done for v in r.verdicts]
         short = states.count("inconclusive")
-        print(f"{states.count('drift')} of {n} bests drifted" if drifted else
-              f"no drift in {n} bests: {states.count('stable')} stable, {short} inconclusive"
-              + (" (more runs needed)" if short else ""))
+        print(
+            f"{states.count('drift')} of {n} bests drifted"
+            if drifted
+            else f"no drift in {n} bests: {states.count('stable')} stable, {short} inconclusive"
+            + (" (more runs needed)" if short else "")
+        )
         if args.format == "github":
-            rows = "\n".join(f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
-                             f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"
-                             for r in done for v in r.verdicts)
-            ci.append_step_summary("### tvmtune-ci remeasure\n\n| entry | verdict | runs | band | why |\n"
-                                   f"|---|---|---|---|---|\n{rows}\n")
+            rows = "\n".join(
+                f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
+                f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"
+                for r in done
+                for v in r.verdicts
+            )
+            ci.append_step_summary(
+                f"### tvmtune-ci remeasure\n\n| entry | verdict | runs | band | why |\n|---|---|---|---|---|\n{rows}\n"
+            )
     if failures:
         return max(1, *(f.exit_code for f in failures))
     return 1 if drifted else 0
@@ -121,9 +160,11 @@ def _commit(config, done, push: bool, failures: list) -> None:  # noqa: ANN001
         if pool is not None and pool.is_file() and pool not in paths:
             paths.append(pool)
     lines = [f"- {line}" for r in done for line in _short(r)]
-    message = (f"tvmtune: record a remeasure run of {len(done)} entr{'y' if len(done) == 1 else 'ies'}"
-               "\n\n" + "\n".join(lines) + "\n\nWritten by tvmtune-ci remeasure --record; "
-               "logs only, this commit does not trigger a re-tune.\n")
+    message = (
+        f"tvmtune: record a remeasure run of {len(done)} entr{'y' if len(done) == 1 else 'ies'}"
+        "\n\n" + "\n".join(lines) + "\n\nWritten by tvmtune-ci remeasure --record; "
+        "logs only, this commit does not trigger a re-tune.\n"
+    )
     try:
         sha = commit_paths(config.root, paths, message, config.git)
         print(f"committed {sha[:12]}: {message.splitlines()[0]}")

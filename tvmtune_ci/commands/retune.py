@@ -21,28 +21,54 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("operators", nargs="*", metavar="OPERATOR", help="operators to consider (default: all)")
-    p.add_argument("--target", action="append", default=[], metavar="NAME", help="targets to consider (repeatable; default: all configured)")
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="targets to consider (repeatable; default: all configured)",
+    )
     p.add_argument("--all", action="store_true", help="re-tune fresh entries too (the yearly full re-tune)")
-    p.add_argument("--trials", type=int, default=None, metavar="N", help="trial budget per workload (default: from tvmtune.yaml)")
-    p.add_argument("--budget", default=None, metavar="DURATION", help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), the heaviest last")
+    p.add_argument(
+        "--trials", type=int, default=None, metavar="N", help="trial budget per workload (default: from tvmtune.yaml)"
+    )
+    p.add_argument(
+        "--budget",
+        default=None,
+        metavar="DURATION",
+        help="one time budget for every selected workload (90m, 2h), shared by their weights (operators.NAME.weight in tvmtune.yaml), the heaviest last",
+    )
     p.add_argument("--seed", type=int, default=None, metavar="S", help="search seed (default: from tvmtune.yaml)")
     p.add_argument("--as-of", default=None, metavar="YYYY-MM-DD", help="date that decides expiry (default: today)")
-    p.add_argument("--no-carry", action="store_true", help="re-tune every workload of an entry even when its template's edit changed no program (by default its set is carried forward unmeasured) or only its WORKLOADS changed (by default only the added and changed ones are tuned); --all implies this")
+    p.add_argument(
+        "--no-carry",
+        action="store_true",
+        help="re-tune every workload of an entry even when its template's edit changed no program (by default its set is carried forward unmeasured) or only its WORKLOADS changed (by default only the added and changed ones are tuned); --all implies this",
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would be re-tuned and stop")
     p.add_argument("--commit", action="store_true", help="commit exactly the files the re-tune wrote")
-    p.add_argument("--push", action="store_true", help="push the commit(s), rebasing onto a moved remote (implies --commit)")
+    p.add_argument(
+        "--push", action="store_true", help="push the commit(s), rebasing onto a moved remote (implies --commit)"
+    )
 
 
 def print_settings(config: Config, args: argparse.Namespace, n: int) -> None:
     es = config.early_stop
     m = config.measure
     print(f"tvmtune-ci retune: {n} entr{'y' if n == 1 else 'ies'} from {config.path}")
-    tiers = ("; where a model is profiled on the target, by the workload's share of it: "
-             + ", ".join(f"{n} at {least * 100:.0f}%+" for least, n in config.trial_tiers)
-             if config.models and config.trial_tiers else "")
+    tiers = (
+        "; where a model is profiled on the target, by the workload's share of it: "
+        + ", ".join(f"{n} at {least * 100:.0f}%+" for least, n in config.trial_tiers)
+        if config.models and config.trial_tiers
+        else ""
+    )
     trials = args.trials if args.trials is not None else f"{config.trials} (per-operator overrides apply{tiers})"
-    print(f"  trials per workload: {trials}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}")
-    print(f"  early stop: {'off' if es.patience == 0 else f'best not improved beyond the noise and >{es.min_improvement:.0%} for {es.patience} batches (once the cost model is warm)'}")
+    print(
+        f"  trials per workload: {trials}, batch {config.batch_size}, seed {args.seed if args.seed is not None else config.seed}"
+    )
+    print(
+        f"  early stop: {'off' if es.patience == 0 else f'best not improved beyond the noise and >{es.min_improvement:.0%} for {es.patience} batches (once the cost model is warm)'}"
+    )
     # Every option by name, so the line follows MeasureOptions as it changes.
     print("  measure: " + " ".join(f"{f.name}={getattr(m, f.name)!r}" for f in dataclasses.fields(m)))
 
@@ -95,8 +121,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"interrupted: {name}: an earlier run was stopped while publishing; a re-tune finishes it first")
         else:
             print(f"recovered {name}: finished a publish that an earlier run did not complete")
-    report = find_stale(config, as_of=parse_date(args.as_of) if args.as_of else None,
-                        operators=args.operators or None, targets=args.target or None)
+    report = find_stale(
+        config,
+        as_of=parse_date(args.as_of) if args.as_of else None,
+        operators=args.operators or None,
+        targets=args.target or None,
+    )
     entries: Sequence[Entry] = report.entries if args.all else report.stale
     skipped = [e for e in report.entries if e not in entries]
     print_settings(config, args, len(entries))
@@ -113,8 +143,14 @@ def run(args: argparse.Namespace) -> int:
             target = config.target(e.target_name)
             plan = None
             if not any(r.code == "template_invalid" for r in e.reasons):
-                plan = plan_partial(config, e, target, read_template(config.root / e.template_file).workloads,
-                                    carry=not (args.no_carry or args.all), threads=measure_threads(target))
+                plan = plan_partial(
+                    config,
+                    e,
+                    target,
+                    read_template(config.root / e.template_file).workloads,
+                    carry=not (args.no_carry or args.all),
+                    threads=measure_threads(target),
+                )
                 if isinstance(plan, str) and plan != "--no-carry":
                     print(f"    every workload would be re-tuned: {plan}")
                 elif plan is not None and not isinstance(plan, str):
@@ -126,10 +162,16 @@ def run(args: argparse.Namespace) -> int:
     if args.budget is not None:
         budget = make_budget(config, entries, parse_duration(args.budget))
         order = budget.order()
-        entries = sorted(entries, key=lambda e: min(
-            (order.index(i) for i in order if i[:2] == (e.operator, e.target_name)), default=len(order)))
-        print(f"  budget: {fmt_duration(budget.total_s)} across {len(order)} workloads, the lightest first: "
-              + ", ".join(f"{o}/{t}/{w} {budget.weights[(o, t, w)]:.2f}" for o, t, w in order))
+        entries = sorted(
+            entries,
+            key=lambda e: min(
+                (order.index(i) for i in order if i[:2] == (e.operator, e.target_name)), default=len(order)
+            ),
+        )
+        print(
+            f"  budget: {fmt_duration(budget.total_s)} across {len(order)} workloads, the lightest first: "
+            + ", ".join(f"{o}/{t}/{w} {budget.weights[(o, t, w)]:.2f}" for o, t, w in order)
+        )
     if args.dry_run:
         return dry_run_verdict(config, entries, carry=not (args.no_carry or args.all))
     if not entries:
@@ -158,8 +200,16 @@ def run(args: argparse.Namespace) -> int:
                 return bars[-1]
 
             try:
-                r = retune_entry(config, e, trials=args.trials, seed=args.seed, say=print,
-                                 progress=progress, budget=budget, carry=carry)
+                r = retune_entry(
+                    config,
+                    e,
+                    trials=args.trials,
+                    seed=args.seed,
+                    say=print,
+                    progress=progress,
+                    budget=budget,
+                    carry=carry,
+                )
             except TvmtuneError as err:
                 for b in bars:
                     b.close()
@@ -173,18 +223,26 @@ def run(args: argparse.Namespace) -> int:
             for w, res in sorted(r.manifest.results.items()):
                 t = r.manifest.trials[w]
                 if partial and w in partial["carried"]:
-                    print(f"{e.operator}/{e.target_name}/{w}: carried unmeasured from {partial['from_log']}: "
-                          f"best {res.best.latency_s * 1e3:.4g} ms")
+                    print(
+                        f"{e.operator}/{e.target_name}/{w}: carried unmeasured from {partial['from_log']}: "
+                        f"best {res.best.latency_s * 1e3:.4g} ms"
+                    )
                     continue
                 if r.manifest.carried:
-                    print(f"{e.operator}/{e.target_name}/{w}: carried forward, 0 trials: best "
-                          f"{res.best.latency_s * 1e3:.4g} ms as measured on {r.manifest.tuned_on}")
+                    print(
+                        f"{e.operator}/{e.target_name}/{w}: carried forward, 0 trials: best "
+                        f"{res.best.latency_s * 1e3:.4g} ms as measured on {r.manifest.tuned_on}"
+                    )
                     continue
-                print(f"{e.operator}/{e.target_name}/{w}: best {res.best.latency_s * 1e3:.4g} ms "
-                      f"({res.speedup:.1f}x vs default), {t.run} trials ({t.stop_reason}), knobs {res.best.knobs}")
+                print(
+                    f"{e.operator}/{e.target_name}/{w}: best {res.best.latency_s * 1e3:.4g} ms "
+                    f"({res.speedup:.1f}x vs default), {t.run} trials ({t.stop_reason}), knobs {res.best.knobs}"
+                )
             if r.manifest.carried:
-                print(f"re-stamped {r.published.folder / 'manifest.json'} (+ README.md); the log and "
-                      "its run history are unchanged")
+                print(
+                    f"re-stamped {r.published.folder / 'manifest.json'} (+ README.md); the log and "
+                    "its run history are unchanged"
+                )
             else:
                 print(f"wrote {r.published.folder / r.manifest.log} (+ manifest.json, README.md, curve.png)")
             if commit:
@@ -217,16 +275,26 @@ def run(args: argparse.Namespace) -> int:
     spent = ""
     if budget is not None:
         took = budget.spent_s()
-        spent = (f"budget: spent {fmt_duration(took)} of {fmt_duration(budget.total_s)} "
-                 f"({took / budget.total_s:.2f}) on {len(budget.done)} of {len(budget.weights)} workloads")
+        spent = (
+            f"budget: spent {fmt_duration(took)} of {fmt_duration(budget.total_s)} "
+            f"({took / budget.total_s:.2f}) on {len(budget.done)} of {len(budget.weights)} workloads"
+        )
         print(spent)
     if results:
-        ci.append_step_summary("\n".join(
-            ["| operator | target | workload | best | vs default | trials | stop |", "|---|---|---|---|---|---|---|"]
-            + [f"| {r.manifest.operator} | {r.manifest.target_name} | {w} | {res.best.latency_s * 1e3:.4g} ms | {res.speedup:.1f}x | {r.manifest.trials[w].run} | {r.manifest.trials[w].stop_reason} |"
-               for r in results for w, res in sorted(r.manifest.results.items())]
-            + ([f"\n{spent}"] if spent else [])
-        ))
+        ci.append_step_summary(
+            "\n".join(
+                [
+                    "| operator | target | workload | best | vs default | trials | stop |",
+                    "|---|---|---|---|---|---|---|",
+                ]
+                + [
+                    f"| {r.manifest.operator} | {r.manifest.target_name} | {w} | {res.best.latency_s * 1e3:.4g} ms | {res.speedup:.1f}x | {r.manifest.trials[w].run} | {r.manifest.trials[w].stop_reason} |"
+                    for r in results
+                    for w, res in sorted(r.manifest.results.items())
+                ]
+                + ([f"\n{spent}"] if spent else [])
+            )
+        )
     if failures:
         print(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}; see the errors above", file=sys.stderr)
         return max(f.exit_code for f in failures)
@@ -246,11 +314,13 @@ def make_budget(config: Config, entries: Sequence[Entry], total_s: float) -> Bud
         workloads = list(read_template(config.root / e.template_file).workloads)
         for w in workloads:
             weights[(e.operator, e.target_name, w)] = config.weight_of(
-                e.operator, w, workloads, shares.get(e.target_name))
+                e.operator, w, workloads, shares.get(e.target_name)
+            )
     m = config.measure
     history = m.history_s * len(entries) / max(1, len(weights))  # each set's run, per item
-    return Budget(total_s, weights, floor_s=floor_estimate(
-        m.time_cap_s, m.search_cap_s, m.finalists, WARMUP_SAMPLES, history))
+    return Budget(
+        total_s, weights, floor_s=floor_estimate(m.time_cap_s, m.search_cap_s, m.finalists, WARMUP_SAMPLES, history)
+    )
 
 
 def dry_run_verdict(config: Config, entries: Sequence[Entry], *, carry: bool = True) -> int:
@@ -274,16 +344,21 @@ def dry_run_verdict(config: Config, entries: Sequence[Entry], *, carry: bool = T
 
             check_host(target.target, remote=target.rpc is not None)
             if target.rpc is None and (cpu := other_cpu(target.target)) is not None:
-                print(f"  {e.operator}/{e.target_name}: would be measured on this machine's {cpu}, not the "
-                      f"target's {target.target['mcpu']} (a warning, not a refusal)")
+                print(
+                    f"  {e.operator}/{e.target_name}: would be measured on this machine's {cpu}, not the "
+                    f"target's {target.target['mcpu']} (a warning, not a refusal)"
+                )
         except HostError as err:
             from ..pipeline import may_carry
 
             if may_carry(e, carry):
                 # The run tries a carry forward first (it measures nothing): only the
                 # programs tell, which a dry run does not build.
-                _report(e, f"would stop before any trial unless the set is carried forward (only its "
-                           f"template changed; an edit that changed no program needs no measuring): {err}")
+                _report(
+                    e,
+                    f"would stop before any trial unless the set is carried forward (only its "
+                    f"template changed; an edit that changed no program needs no measuring): {err}",
+                )
             else:
                 _report(e, f"would stop before any trial: {err}")
             codes.append(err.exit_code)
@@ -299,4 +374,12 @@ def dry_run_verdict(config: Config, entries: Sequence[Entry], *, carry: bool = T
 def _report(e: Entry, message: str) -> None:
     print(f"error: {e.operator}/{e.target_name}: {message}", file=sys.stderr)
     if ci.on_github():
-        print(ci.annotation("error", message, file=e.template_file, line=e.template_line, title=f"tvmtune-ci retune {e.operator}/{e.target_name}"))
+        print(
+            ci.annotation(
+                "error",
+                message,
+                file=e.template_file,
+                line=e.template_line,
+                title=f"tvmtune-ci retune {e.operator}/{e.target_name}",
+            )
+        )

@@ -81,8 +81,9 @@ def noise_lines(report: Report, histories: list[History]) -> list[str]:
     for e, history in zip(report.entries, histories, strict=True):
         if e.manifest is None or e.target_name in seen or not isinstance(history, list):
             continue
-        warn = noise_warning(history, sorted(e.manifest.workloads),
-                             float(e.manifest.measure.get("search_precision", 0.03)))
+        warn = noise_warning(
+            history, sorted(e.manifest.workloads), float(e.manifest.measure.get("search_precision", 0.03))
+        )
         if warn:
             seen.add(e.target_name)
             out.append(f"{e.target_name} (from {e.operator}'s run history): {warn}")
@@ -150,15 +151,17 @@ def coverage(config: Config, targets: Sequence[str] | None = None) -> tuple[Cove
 
     kinds = {p.stem: declared_kinds(p) for p in discover_templates(config.operators_path)}
     covered = config.coverage(kinds)
-    return tuple(Coverage(t.name, t.kind, covered[t.name])
-                 for t in config.targets if targets is None or t.name in targets)
+    return tuple(
+        Coverage(t.name, t.kind, covered[t.name]) for t in config.targets if targets is None or t.name in targets
+    )
 
 
 def coverage_line(c: Coverage) -> str:
     """`zen4-2c (llvm): conv2d, dense`, or why a target covers nothing."""
     ops = ", ".join(c.operators) or (
         f"none: no template's TARGET_KINDS include {c.kind}, and no "
-        f"operators.NAME.targets in tvmtune.yaml lists {c.target}")
+        f"operators.NAME.targets in tvmtune.yaml lists {c.target}"
+    )
     return f"{c.target} ({c.kind}): {ops}"
 
 

@@ -169,7 +169,7 @@ class ModelConfig:
 
     @property
     def kind(self) -> str:
-        """"python" or "onnx", from the source's suffix."""
+        """ "python" or "onnx", from the source's suffix."""
         return "onnx" if self.source.endswith(".onnx") else "python"
 
     @property
@@ -236,8 +236,7 @@ class Config:
             if t.name == name:
                 return t
         raise ConfigError(
-            f"unknown target {name!r}; configured targets: "
-            f"{', '.join(t.name for t in self.targets) or '(none)'}"
+            f"unknown target {name!r}; configured targets: {', '.join(t.name for t in self.targets) or '(none)'}"
         )
 
     def operator(self, name: str) -> OperatorConfig:
@@ -252,8 +251,13 @@ class Config:
             return True
         return target is not None and (target in self.keep or f"{operator}/{target}" in self.keep)
 
-    def weight_of(self, operator: str, workload: str, workloads: Sequence[str],
-                  shares: Mapping[tuple[str, str], float] | None = None) -> float:
+    def weight_of(
+        self,
+        operator: str,
+        workload: str,
+        workloads: Sequence[str],
+        shares: Mapping[tuple[str, str], float] | None = None,
+    ) -> float:
         """An (operator, workload)'s weight in a time budget: its share of a model's time
         where a model's profile measured it (`shares`, core/profiles.model_shares), else
         the operator's hand weight times the workload's share of it (`workloads:`
@@ -283,8 +287,9 @@ class Config:
         o = self.operator(operator)
         return o.trials if o.trials is not None else self.trials
 
-    def trials_of(self, operator: str, workload: str,
-                  shares: Mapping[tuple[str, str], float] | None = None) -> tuple[int, str]:
+    def trials_of(
+        self, operator: str, workload: str, shares: Mapping[tuple[str, str], float] | None = None
+    ) -> tuple[int, str]:
         """A workload's trials and why: the operator's `trials:`; else, where a model is
         profiled on the target (`shares`, core/profiles.model_shares), the tier of its
         share of the model's time (`trial_tiers`; a workload no model calls is
@@ -299,8 +304,7 @@ class Config:
                     return n, f"{share * 100:.0f}% of the profiled models' time: the {least * 100:.0f}%+ tier"
         return self.trials, "trials"
 
-    def targets_for(self, operator: str, kinds: Collection[str] | None
-                    ) -> tuple[TargetConfig, ...]:
+    def targets_for(self, operator: str, kinds: Collection[str] | None) -> tuple[TargetConfig, ...]:
         """The targets `operator` is tuned for: its `targets:` list, else every target
         of a kind its template schedules for (`kinds`: its TARGET_KINDS,
         template.declared_kinds), so that a GPU target leaves the CPU templates alone.
@@ -314,8 +318,7 @@ class Config:
             return self.targets
         return tuple(t for t in self.targets if t.kind in kinds)
 
-    def coverage(self, kinds: Mapping[str, Collection[str] | None]
-                 ) -> dict[str, tuple[str, ...]]:
+    def coverage(self, kinds: Mapping[str, Collection[str] | None]) -> dict[str, tuple[str, ...]]:
         """Target name -> the operators it is tuned for, in `kinds`' order (operator ->
         its template's TARGET_KINDS, as targets_for takes them); every configured
         target, those that cover none with ()."""
@@ -375,8 +378,15 @@ def _check_keys(ctx: _Ctx, items: dict[str, tuple[yaml.Node, yaml.Node]], allowe
             raise ctx.error(knode, f"unknown key {key!r} in {where}", fix)
 
 
-def _typed(ctx: _Ctx, node: yaml.Node, key: str, kind: type | tuple[type, ...], example: str,
-           check: Callable[[Any], bool] | None = None, rule: str = "") -> Any:
+def _typed(
+    ctx: _Ctx,
+    node: yaml.Node,
+    key: str,
+    kind: type | tuple[type, ...],
+    example: str,
+    check: Callable[[Any], bool] | None = None,
+    rule: str = "",
+) -> Any:
     value = _construct(node)
     kinds = kind if isinstance(kind, tuple) else (kind,)
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
@@ -384,7 +394,11 @@ def _typed(ctx: _Ctx, node: yaml.Node, key: str, kind: type | tuple[type, ...], 
     if not ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
         value, ok = float(value), True
     if not ok:
-        raise ctx.error(node, f"{key} is {value!r} ({type(value).__name__}), expected {' or '.join(k.__name__ for k in kinds)}", f"write for example `{example}`")
+        raise ctx.error(
+            node,
+            f"{key} is {value!r} ({type(value).__name__}), expected {' or '.join(k.__name__ for k in kinds)}",
+            f"write for example `{example}`",
+        )
     if check is not None and not check(value):
         raise ctx.error(node, f"{key} is {value!r}, {rule}", f"write for example `{example}`")
     return value
@@ -401,7 +415,9 @@ def _parse_early_stop(ctx: _Ctx, node: yaml.Node) -> EarlyStop:
     if "patience" in items:
         kw["patience"] = _typed(ctx, items["patience"][1], "early_stop.patience", int, "patience: 3", *_NONNEG)
     if "min_improvement" in items:
-        kw["min_improvement"] = _typed(ctx, items["min_improvement"][1], "early_stop.min_improvement", float, "min_improvement: 0.01", *_NONNEG)
+        kw["min_improvement"] = _typed(
+            ctx, items["min_improvement"][1], "early_stop.min_improvement", float, "min_improvement: 0.01", *_NONNEG
+        )
     return EarlyStop(**kw)
 
 
@@ -425,8 +441,11 @@ def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
     }
     for key, why in LEGACY_MEASURE_KEYS.items():
         if key in items:
-            raise ctx.error(items[key][0], f"measure.{key} is gone: measurement is adaptive now ({why})",
-                            f"remove `{key}:` (see README, Measurement)")
+            raise ctx.error(
+                items[key][0],
+                f"measure.{key} is gone: measurement is adaptive now ({why})",
+                f"remove `{key}:` (see README, Measurement)",
+            )
     _check_keys(ctx, items, list(spec), "measure")
     kw = {k: _typed(ctx, items[k][1], f"measure.{k}", t, ex, *chk) for k, (t, ex, chk) in spec.items() if k in items}
     m = MeasureOptions(**kw)
@@ -438,16 +457,26 @@ def _parse_measure(ctx: _Ctx, node: yaml.Node) -> MeasureOptions:
     need_s = MIN_SAMPLES * m.sample_ms / 1000.0
     for cap in ("time_cap_s", "search_cap_s"):
         if getattr(m, cap) < need_s:
-            raise ctx.error(at(cap), f"measure.{cap} ({getattr(m, cap):g}s) is shorter than the {MIN_SAMPLES} samples of "
-                            f"measure.sample_ms ({m.sample_ms:g} ms) one confidence interval needs ({need_s:g}s)",
-                            f"raise measure.{cap} to at least {need_s:g} or lower measure.sample_ms")
+            raise ctx.error(
+                at(cap),
+                f"measure.{cap} ({getattr(m, cap):g}s) is shorter than the {MIN_SAMPLES} samples of "
+                f"measure.sample_ms ({m.sample_ms:g} ms) one confidence interval needs ({need_s:g}s)",
+                f"raise measure.{cap} to at least {need_s:g} or lower measure.sample_ms",
+            )
     if m.precision > m.usable_precision:
-        raise ctx.error(at("precision"), f"measure.precision ({m.precision:g}) is looser than measure.usable_precision "
-                        f"({m.usable_precision:g})", "the target must be at least as tight as what is usable: lower precision")
+        raise ctx.error(
+            at("precision"),
+            f"measure.precision ({m.precision:g}) is looser than measure.usable_precision ({m.usable_precision:g})",
+            "the target must be at least as tight as what is usable: lower precision",
+        )
     # A slow kernel samples past time_cap_s until it has an interval, up to 0.6 x timeout_s.
     if m.timeout_s < 1.5 * m.time_cap_s:
-        raise ctx.error(at("timeout_s"), f"measure.timeout_s ({m.timeout_s:g}s) would kill a measurement before its "
-                        f"time_cap_s ({m.time_cap_s:g}s) is spent", f"raise measure.timeout_s to at least {1.5 * m.time_cap_s:g} (e.g. 30)")
+        raise ctx.error(
+            at("timeout_s"),
+            f"measure.timeout_s ({m.timeout_s:g}s) would kill a measurement before its "
+            f"time_cap_s ({m.time_cap_s:g}s) is spent",
+            f"raise measure.timeout_s to at least {1.5 * m.time_cap_s:g} (e.g. 30)",
+        )
     return m
 
 
@@ -458,31 +487,44 @@ def _parse_target_value(ctx: _Ctx, name: str, node: yaml.Node) -> dict[str, Any]
         tag = expand_tag(value.strip())
         if tag is None:
             close = close_tags(value.strip())
-            raise ctx.error(node, f"target {name!r}: {value!r} is not a TVM CUDA tag tvmtune-ci knows",
-                            f"did you mean {close[0]!r}?" if close else "write the target dict, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`")
+            raise ctx.error(
+                node,
+                f"target {name!r}: {value!r} is not a TVM CUDA tag tvmtune-ci knows",
+                f"did you mean {close[0]!r}?"
+                if close
+                else "write the target dict, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`",
+            )
         value = tag
     elif isinstance(value, str):
         try:
             converted = parse_legacy_string(value)
         except ValueError as e:
-            raise ctx.error(node, f"target {name!r}: {e}", 'write a dict such as {kind: llvm, mcpu: skylake-avx512}') from None
+            raise ctx.error(
+                node, f"target {name!r}: {e}", "write a dict such as {kind: llvm, mcpu: skylake-avx512}"
+            ) from None
         ctx.warn(
             node,
-            f"target {name!r} uses the removed string form {value!r}; "
-            f"read as {canonical_target(converted)}",
+            f"target {name!r} uses the removed string form {value!r}; read as {canonical_target(converted)}",
             "write that dict instead",
         )
         value = converted
     if not isinstance(value, dict) or "kind" not in value:
-        raise ctx.error(node, f"target {name!r} must be a TVM target dict with a 'kind'", "write for example `target: {kind: llvm, mcpu: skylake-avx512, num-cores: 4}`")
+        raise ctx.error(
+            node,
+            f"target {name!r} must be a TVM target dict with a 'kind'",
+            "write for example `target: {kind: llvm, mcpu: skylake-avx512, num-cores: 4}`",
+        )
     problem = target_value_problem(value)
     if problem is not None:
         raise ctx.error(node, f"target {name!r}: {problem[0]}", problem[1])
     if value.get("kind") == "cuda":
         missing = missing_cuda_keys(value)
         if missing:
-            raise ctx.error(node, f"target {name!r} (kind cuda) lacks {', '.join(missing)}: the GPU's limits per thread block, which MetaSchedule's VerifyGPUCode and the template's constraints need (never read from a GPU)",
-                            "name a TVM tag instead (`target: nvidia/nvidia-h100`), or write every one, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`")
+            raise ctx.error(
+                node,
+                f"target {name!r} (kind cuda) lacks {', '.join(missing)}: the GPU's limits per thread block, which MetaSchedule's VerifyGPUCode and the template's constraints need (never read from a GPU)",
+                "name a TVM tag instead (`target: nvidia/nvidia-h100`), or write every one, e.g. `{kind: cuda, arch: sm_90a, max_shared_memory_per_block: 49152, max_threads_per_block: 1024, thread_warp_size: 32, registers_per_block: 65536}`",
+            )
     return canonical_target(value)
 
 
@@ -499,16 +541,26 @@ def target_value_problem(target: dict[str, Any], where: str = "") -> tuple[str, 
     for key, value in target.items():
         here = f"{where}{key}"
         if key in _INT_ATTRS and (not isinstance(value, int) or isinstance(value, bool)):
-            fix = f"write `{key}: {int(value)}`" if isinstance(value, float) and value.is_integer() else f"write an integer, e.g. `{key}: 4`"
+            fix = (
+                f"write `{key}: {int(value)}`"
+                if isinstance(value, float) and value.is_integer()
+                else f"write an integer, e.g. `{key}: 4`"
+            )
             return f"{here} is {value!r}, TVM takes an integer", fix
         if isinstance(value, float):
-            return f"{here} is the float {value!r}; TVM target attributes are integers, strings, booleans or lists", "write it without a fraction, or quoted if it is a string"
+            return (
+                f"{here} is the float {value!r}; TVM target attributes are integers, strings, booleans or lists",
+                "write it without a fraction, or quoted if it is a string",
+            )
         if isinstance(value, dict):
             inner = target_value_problem(value, f"{here}.")
             if inner is not None:
                 return inner
         if isinstance(value, list) and any(isinstance(v, float) for v in value):
-            return f"{here} holds a float ({value!r}); TVM target attributes are integers, strings, booleans or lists", "write integers or quoted strings"
+            return (
+                f"{here} holds a float ({value!r}); TVM target attributes are integers, strings, booleans or lists",
+                "write integers or quoted strings",
+            )
     return None
 
 
@@ -518,22 +570,41 @@ def _parse_runner(ctx: _Ctx, name: str, node: yaml.Node) -> RpcRunner | None:
         return None
     items = _mapping(ctx, node, f"targets.{name}.runner") if not isinstance(value, str) else None
     if items is None:
-        raise ctx.error(node, f"runner {value!r} of target {name!r} is unknown", "write `runner: local` or `runner: {rpc: {tracker: HOST:PORT, key: NAME, devices: N}}`")
+        raise ctx.error(
+            node,
+            f"runner {value!r} of target {name!r} is unknown",
+            "write `runner: local` or `runner: {rpc: {tracker: HOST:PORT, key: NAME, devices: N}}`",
+        )
     _check_keys(ctx, items, ["rpc"], f"targets.{name}.runner")
     if "rpc" not in items:
-        raise ctx.error(node, f"runner of target {name!r} has no 'rpc'", "write `runner: {rpc: {tracker: HOST:PORT, key: NAME}}`")
+        raise ctx.error(
+            node, f"runner of target {name!r} has no 'rpc'", "write `runner: {rpc: {tracker: HOST:PORT, key: NAME}}`"
+        )
     rpc = _mapping(ctx, items["rpc"][1], f"targets.{name}.runner.rpc")
     _check_keys(ctx, rpc, ["tracker", "key", "devices", "session_timeout_s"], f"targets.{name}.runner.rpc")
     for req in ("tracker", "key"):
         if req not in rpc:
-            raise ctx.error(items["rpc"][1], f"runner.rpc of target {name!r} needs {req!r}", "write `rpc: {tracker: 127.0.0.1:9190, key: mydevice}`")
-    tracker = _typed(ctx, rpc["tracker"][1], "rpc.tracker", str, "tracker: 127.0.0.1:9190",
-                     lambda v: ":" in v and v.rpartition(":")[2].isdigit(), "it must be HOST:PORT")
+            raise ctx.error(
+                items["rpc"][1],
+                f"runner.rpc of target {name!r} needs {req!r}",
+                "write `rpc: {tracker: 127.0.0.1:9190, key: mydevice}`",
+            )
+    tracker = _typed(
+        ctx,
+        rpc["tracker"][1],
+        "rpc.tracker",
+        str,
+        "tracker: 127.0.0.1:9190",
+        lambda v: ":" in v and v.rpartition(":")[2].isdigit(),
+        "it must be HOST:PORT",
+    )
     kw: dict[str, Any] = {"tracker": tracker, "key": _typed(ctx, rpc["key"][1], "rpc.key", str, "key: mydevice")}
     if "devices" in rpc:
         kw["devices"] = _typed(ctx, rpc["devices"][1], "rpc.devices", int, "devices: 2", *_POS)
     if "session_timeout_s" in rpc:
-        kw["session_timeout_s"] = _typed(ctx, rpc["session_timeout_s"][1], "rpc.session_timeout_s", float, "session_timeout_s: 60", *_POS)
+        kw["session_timeout_s"] = _typed(
+            ctx, rpc["session_timeout_s"][1], "rpc.session_timeout_s", float, "session_timeout_s: 60", *_POS
+        )
     return RpcRunner(**kw)
 
 
@@ -541,15 +612,25 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
     items = _mapping(ctx, node, "targets")
     if not items:
         # No target means no entries: `check` would pass on anything.
-        raise ctx.error(node, "targets is empty, so nothing would be checked", "add one, e.g. `targets: {cpu: {target: {kind: llvm, mcpu: skylake-avx512}}}`")
+        raise ctx.error(
+            node,
+            "targets is empty, so nothing would be checked",
+            "add one, e.g. `targets: {cpu: {target: {kind: llvm, mcpu: skylake-avx512}}}`",
+        )
     out = []
     for name, (knode, vnode) in items.items():
         try:
             slug(name)
         except ValueError:
-            raise ctx.error(knode, f"target name {name!r} cannot name a folder", "use letters, digits, '-', '_' or '.'") from None
+            raise ctx.error(
+                knode, f"target name {name!r} cannot name a folder", "use letters, digits, '-', '_' or '.'"
+            ) from None
         if not isinstance(vnode, yaml.MappingNode) or not any(_construct(k) == "target" for k, _ in vnode.value):
-            raise ctx.error(vnode, f"target {name!r} needs a 'target' entry", f"write `{name}: {{target: {{kind: llvm, mcpu: ...}}, runs-on: [self-hosted]}}`")
+            raise ctx.error(
+                vnode,
+                f"target {name!r} needs a 'target' entry",
+                f"write `{name}: {{target: {{kind: llvm, mcpu: ...}}, runs-on: [self-hosted]}}`",
+            )
         t = _mapping(ctx, vnode, f"targets.{name}")
         _check_keys(ctx, t, ["target", "runs-on", "runner", "seed-from"], f"targets.{name}")
         seed_from = None
@@ -564,30 +645,36 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
             try:
                 slug(seed_from)
             except ValueError:
-                raise ctx.error(snode, f"seed-from {seed_from!r} of target {name!r} cannot name a log folder", fix) from None
+                raise ctx.error(
+                    snode, f"seed-from {seed_from!r} of target {name!r} cannot name a log folder", fix
+                ) from None
         runs_on: tuple[str, ...] = ()
         if "runs-on" in t:
             labels = _construct(t["runs-on"][1])
             if isinstance(labels, str):
                 labels = [labels]
             if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-                raise ctx.error(t["runs-on"][1], f"runs-on of target {name!r} must be a list of runner labels", "write `runs-on: [self-hosted, linux, x64, avx512]`")
+                raise ctx.error(
+                    t["runs-on"][1],
+                    f"runs-on of target {name!r} must be a list of runner labels",
+                    "write `runs-on: [self-hosted, linux, x64, avx512]`",
+                )
             runs_on = tuple(labels)
         target = _parse_target_value(ctx, name, t["target"][1])
         rpc = _parse_runner(ctx, name, t["runner"][1]) if "runner" in t else None
         if target.get("kind") == "cuda" and rpc is None and GPU_LABEL not in runs_on:
             # Measured where it is re-tuned: the fan-out must reach a runner with a GPU.
             where = t["runs-on"][1] if "runs-on" in t else vnode
-            raise ctx.error(where, f"target {name!r} is a GPU ({target.get('arch')}) measured on its runner, and its runs-on does not name the {GPU_LABEL!r} label of GPU runners",
-                            f"write e.g. `runs-on: [linux, x64, {GPU_LABEL}, h100]` and register the GPU runner with those labels (docs/adopting.md), or measure through RPC (`runner: {{rpc: ...}}`)")
-        out.append(TargetConfig(
-            name=name,
-            target=target,
-            runs_on=runs_on,
-            rpc=rpc,
-            line=knode.start_mark.line + 1,
-            seed_from=seed_from,
-        ))
+            raise ctx.error(
+                where,
+                f"target {name!r} is a GPU ({target.get('arch')}) measured on its runner, and its runs-on does not name the {GPU_LABEL!r} label of GPU runners",
+                f"write e.g. `runs-on: [linux, x64, {GPU_LABEL}, h100]` and register the GPU runner with those labels (docs/adopting.md), or measure through RPC (`runner: {{rpc: ...}}`)",
+            )
+        out.append(
+            TargetConfig(
+                name=name, target=target, runs_on=runs_on, rpc=rpc, line=knode.start_mark.line + 1, seed_from=seed_from
+            )
+        )
     return tuple(out)
 
 
@@ -595,7 +682,11 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
     items = _mapping(ctx, node, "operators")
     out = []
     for name, (knode, vnode) in items.items():
-        o = _mapping(ctx, vnode, f"operators.{name}") if not (isinstance(vnode, yaml.ScalarNode) and _construct(vnode) is None) else {}
+        o = (
+            _mapping(ctx, vnode, f"operators.{name}")
+            if not (isinstance(vnode, yaml.ScalarNode) and _construct(vnode) is None)
+            else {}
+        )
         _check_keys(ctx, o, ["trials", "targets", "weight", "workloads", "inputs"], f"operators.{name}")
         kw: dict[str, Any] = {"name": name, "line": knode.start_mark.line + 1}
         if "weight" in o:
@@ -603,8 +694,7 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
         if "workloads" in o:
             ws = _mapping(ctx, o["workloads"][1], f"operators.{name}.workloads")
             kw["workload_weights"] = {
-                w: _typed(ctx, ws[w][1], f"operators.{name}.workloads.{w}", float, f"{w}: 0.5", *_POS)
-                for w in ws
+                w: _typed(ctx, ws[w][1], f"operators.{name}.workloads.{w}", float, f"{w}: 0.5", *_POS) for w in ws
             }
         if "trials" in o:
             kw["trials"] = _typed(ctx, o["trials"][1], f"operators.{name}.trials", int, "trials: 200", *_POS)
@@ -612,11 +702,19 @@ def _parse_operators(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tup
             tnode = o["targets"][1]
             names = _construct(tnode)
             if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-                raise ctx.error(tnode, f"operators.{name}.targets must be a list of target names", f"write `targets: [{', '.join(target_names) or 'cpu'}]`")
+                raise ctx.error(
+                    tnode,
+                    f"operators.{name}.targets must be a list of target names",
+                    f"write `targets: [{', '.join(target_names) or 'cpu'}]`",
+                )
             for n in names:
                 if n not in target_names:
                     close = difflib.get_close_matches(n, target_names, n=1)
-                    fix = f"did you mean {close[0]!r}?" if close else f"configured targets: {', '.join(target_names) or '(none)'}"
+                    fix = (
+                        f"did you mean {close[0]!r}?"
+                        if close
+                        else f"configured targets: {', '.join(target_names) or '(none)'}"
+                    )
                     raise ctx.error(tnode, f"operators.{name}.targets names unknown target {n!r}", fix)
             kw["targets"] = tuple(names)
         if "inputs" in o:
@@ -630,22 +728,44 @@ def _parse_inputs(ctx: _Ctx, node: yaml.Node, operator: str) -> tuple[tuple[str,
     the repository root and inside it."""
     example = f"inputs: [operators/data/{operator}_*.json]"
     if not isinstance(node, yaml.SequenceNode):
-        raise ctx.error(node, f"operators.{operator}.inputs must be a list of globs of files its template reads",
-                        f"write for example `{example}`")
+        raise ctx.error(
+            node,
+            f"operators.{operator}.inputs must be a list of globs of files its template reads",
+            f"write for example `{example}`",
+        )
     out = []
     for item in node.value:
         v = _construct(item)
         parts = v.replace("\\", "/").split("/") if isinstance(v, str) else []
         if not v or not parts or v.startswith("/") or ".." in parts or not all(parts):
-            raise ctx.error(item, f"operators.{operator}.inputs entry {v!r} is not a glob relative to the repository root",
-                            f"write for example `{example}` (no leading '/', no '..')")
+            raise ctx.error(
+                item,
+                f"operators.{operator}.inputs entry {v!r} is not a glob relative to the repository root",
+                f"write for example `{example}` (no leading '/', no '..')",
+            )
         out.append((v, item.start_mark.line + 1))
     return tuple(out)
 
 
-_TOP_KEYS = ["format", "targets", "operators_dir", "logs_dir", "trials", "trial_tiers", "batch_size", "seed",
-             "max_age_days", "tvm_version", "early_stop", "measure", "operators", "pr_check", "git",
-             "keep", "models"]
+_TOP_KEYS = [
+    "format",
+    "targets",
+    "operators_dir",
+    "logs_dir",
+    "trials",
+    "trial_tiers",
+    "batch_size",
+    "seed",
+    "max_age_days",
+    "tvm_version",
+    "early_stop",
+    "measure",
+    "operators",
+    "pr_check",
+    "git",
+    "keep",
+    "models",
+]
 
 
 def parse_config(text: str, path: Path) -> Config:
@@ -658,15 +778,23 @@ def parse_config(text: str, path: Path) -> Config:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError(f"{ctx.display}:{line}: invalid YAML: {problem}; fix the syntax (indentation, a missing ':' or an unclosed bracket)") from None
+        raise ConfigError(
+            f"{ctx.display}:{line}: invalid YAML: {problem}; fix the syntax (indentation, a missing ':' or an unclosed bracket)"
+        ) from None
     if root is None:
         raise ConfigError(f"{ctx.display}:1: the file is empty; declare at least `targets:`")
     items = _mapping(ctx, root, "the top level")
     _check_keys(ctx, items, _TOP_KEYS, "the top level")
     if "format" in items and _construct(items["format"][1]) != 1:
-        raise ctx.error(items["format"][1], f"format {_construct(items['format'][1])!r} is not understood by this tvmtune-ci", "write `format: 1` or upgrade tvmtune-ci")
+        raise ctx.error(
+            items["format"][1],
+            f"format {_construct(items['format'][1])!r} is not understood by this tvmtune-ci",
+            "write `format: 1` or upgrade tvmtune-ci",
+        )
     if "targets" not in items:
-        raise ConfigError(f"{ctx.display}:1: no `targets:`; add e.g. `targets: {{cpu: {{target: {{kind: llvm, mcpu: skylake-avx512}}}}}}`")
+        raise ConfigError(
+            f"{ctx.display}:1: no `targets:`; add e.g. `targets: {{cpu: {{target: {{kind: llvm, mcpu: skylake-avx512}}}}}}`"
+        )
     targets = _parse_targets(ctx, items["targets"][1])
     lines = {key: knode.start_mark.line + 1 for key, (knode, _) in items.items()}
     kw: dict[str, Any] = {"root": path.parent, "targets": targets, "path": path, "lines": lines}
@@ -687,7 +815,9 @@ def parse_config(text: str, path: Path) -> Config:
         v = str(vnode.value) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
         # As staleness.major_minor reads it: "a.b" would silently skip tvm_changed.
         if not isinstance(v, str) or not re.match(r"v?\d+\.\d+(?![\d])", v.strip()):
-            raise ctx.error(items["tvm_version"][1], f"tvm_version {v!r} is not MAJOR.MINOR", 'write `tvm_version: "0.27"` (quoted)')
+            raise ctx.error(
+                items["tvm_version"][1], f"tvm_version {v!r} is not MAJOR.MINOR", 'write `tvm_version: "0.27"` (quoted)'
+            )
         kw["tvm_version"] = v
     if "trial_tiers" in items:
         kw["trial_tiers"] = _parse_tiers(ctx, items["trial_tiers"][1])
@@ -698,8 +828,15 @@ def parse_config(text: str, path: Path) -> Config:
     if "operators" in items:
         kw["operators"] = _parse_operators(ctx, items["operators"][1], [t.name for t in targets])
     if "pr_check" in items:
-        kw["pr_check"] = _typed(ctx, items["pr_check"][1], "pr_check", str, "pr_check: fail",
-                                lambda v: v in ("fail", "warn"), "it must be 'fail' or 'warn'")
+        kw["pr_check"] = _typed(
+            ctx,
+            items["pr_check"][1],
+            "pr_check",
+            str,
+            "pr_check: fail",
+            lambda v: v in ("fail", "warn"),
+            "it must be 'fail' or 'warn'",
+        )
     if "keep" in items:
         kw["keep"] = _parse_keep(ctx, items["keep"][1])
     if "git" in items:
@@ -722,13 +859,24 @@ def _parse_tiers(ctx: _Ctx, node: yaml.Node) -> tuple[tuple[float, int], ...]:
         raise ctx.error(node, f"trial_tiers {value!r} is not a mapping of shares to trials", f"write `{example}`")
     tiers = []
     for share, n in value.items():
-        if (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
-                or isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ctx.error(node, f"trial_tiers entry {share!r}: {n!r} is not a share in [0, 1] and "
-                            "a positive trial count", f"write `{example}`")
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, (int, float))
+            or not 0 <= share <= 1
+            or isinstance(n, bool)
+            or not isinstance(n, int)
+            or n < 1
+        ):
+            raise ctx.error(
+                node,
+                f"trial_tiers entry {share!r}: {n!r} is not a share in [0, 1] and a positive trial count",
+                f"write `{example}`",
+            )
         tiers.append((float(share), n))
     if min(t[0] for t in tiers) != 0:
-        raise ctx.error(node, "trial_tiers has no tier for the smallest shares", "add `0: 150` (every share falls in a tier)")
+        raise ctx.error(
+            node, "trial_tiers has no tier for the smallest shares", "add `0: 150` (every share falls in a tier)"
+        )
     return tuple(sorted(tiers, reverse=True))
 
 
@@ -739,8 +887,7 @@ def _parse_models(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tuple[
     for name, (knode, vnode) in items.items():
         example = f"{name}: {{source: models/{name}.py}}"
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
-            raise ctx.error(knode, f"model name {name!r} cannot name a file",
-                            "use letters, digits, '-', '_' or '.'")
+            raise ctx.error(knode, f"model name {name!r} cannot name a file", "use letters, digits, '-', '_' or '.'")
         if not isinstance(vnode, yaml.MappingNode):
             raise ctx.error(vnode, f"model {name!r} must be a mapping with a source", f"write `{example}`")
         m = _mapping(ctx, vnode, f"models.{name}")
@@ -750,19 +897,29 @@ def _parse_models(ctx: _Ctx, node: yaml.Node, target_names: list[str]) -> tuple[
         snode = m["source"][1]
         source = _construct(snode)
         parts = source.replace("\\", "/").split("/") if isinstance(source, str) else []
-        if (not parts or source.startswith("/") or ".." in parts or not all(parts)
-                or not source.endswith((".py", ".onnx"))):
-            raise ctx.error(snode, f"models.{name}.source {source!r} is not a .py or .onnx file "
-                            "relative to the repository root",
-                            f"write `source: models/{name}.py` (a module exposing MODEL and SPEC) or "
-                            f"`source: models/{name}.onnx` (no leading '/', no '..')")
+        if (
+            not parts
+            or source.startswith("/")
+            or ".." in parts
+            or not all(parts)
+            or not source.endswith((".py", ".onnx"))
+        ):
+            raise ctx.error(
+                snode,
+                f"models.{name}.source {source!r} is not a .py or .onnx file relative to the repository root",
+                f"write `source: models/{name}.py` (a module exposing MODEL and SPEC) or "
+                f"`source: models/{name}.onnx` (no leading '/', no '..')",
+            )
         targets = None
         if "targets" in m:
             tnode = m["targets"][1]
             names = _construct(tnode)
             if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-                raise ctx.error(tnode, f"models.{name}.targets must be a list of target names",
-                                f"write `targets: [{', '.join(target_names) or 'cpu'}]`")
+                raise ctx.error(
+                    tnode,
+                    f"models.{name}.targets must be a list of target names",
+                    f"write `targets: [{', '.join(target_names) or 'cpu'}]`",
+                )
             for n in names:
                 if n not in target_names:
                     close = difflib.get_close_matches(n, target_names, n=1)
@@ -783,8 +940,11 @@ def _parse_keep(ctx: _Ctx, node: yaml.Node) -> tuple[str, ...]:
         v = _construct(item)
         parts = v.split("/") if isinstance(v, str) else []
         if not parts or len(parts) > 2 or not all(parts) or any(p in (".", "..") for p in parts):
-            raise ctx.error(item, f"keep entry {v!r} is not a target name, OPERATOR/TARGET or an operator name",
-                            f"write for example `{example}`")
+            raise ctx.error(
+                item,
+                f"keep entry {v!r} is not a target name, OPERATOR/TARGET or an operator name",
+                f"write for example `{example}`",
+            )
         out.append(v)
     return tuple(out)
 
@@ -795,7 +955,9 @@ def find_config(start: Path) -> Path:
     for d in (start, *start.parents):
         if (d / CONFIG_NAME).is_file():
             return d / CONFIG_NAME
-    raise ConfigError(f"no {CONFIG_NAME} in {start} or any folder above it; create one at the repository root (see README: Configuration)")
+    raise ConfigError(
+        f"no {CONFIG_NAME} in {start} or any folder above it; create one at the repository root (see README: Configuration)"
+    )
 
 
 def load_config(path: Path | None = None) -> Config:

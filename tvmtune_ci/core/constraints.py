@@ -92,15 +92,21 @@ def _parsed(expr: str, name: str) -> tuple[ast.Expression, tuple[tuple[str, int 
             pass
         elif isinstance(node, ast.Name):
             reads.append((node.id, None))
-        elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-              and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)
-              and not isinstance(node.slice.value, bool)):
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, int)
+            and not isinstance(node.slice.value, bool)
+        ):
             reads.append((node.value.id, node.slice.value))
         else:
             raise ConstraintError(
                 f"constraint {name!r}: {ast.unparse(node)!r} is not allowed; a constraint uses "
                 "knobs (a split's factor as tile_i[2]), workload keys, target facts, integers, "
-                "+ - * // %, comparisons, and, or, not", name)
+                "+ - * // %, comparisons, and, or, not",
+                name,
+            )
 
     walk(tree)
     return tree, tuple(reads)
@@ -127,8 +133,7 @@ def reads(c: Constraint) -> tuple[tuple[str, int | None], ...]:
     return _parsed(c.expr, c.name)[1]
 
 
-def check_names(constraints: Sequence[Constraint], knobs: Sequence[Any],
-                names: Mapping[str, Any]) -> None:
+def check_names(constraints: Sequence[Constraint], knobs: Sequence[Any], names: Mapping[str, Any]) -> None:
     """ConstraintError for a name that is no knob, workload key or target fact, a split
     named without its factor or with one it does not have, or a factor of another knob."""
     decls = {k.name: k for k in knobs}
@@ -141,16 +146,22 @@ def check_names(constraints: Sequence[Constraint], knobs: Sequence[Any],
                 known = ", ".join([*decls, *(k for k, v in names.items() if isinstance(v, int))])
                 raise ConstraintError(
                     f"constraint {c.name!r}: {name!r} is no knob, workload key or target fact "
-                    f"of this target (known: {known})", c.name)
+                    f"of this target (known: {known})",
+                    c.name,
+                )
             if knob.kind == "split":
                 if index is None or not 0 <= index < knob.parts:
                     raise ConstraintError(
                         f"constraint {c.name!r}: split {name!r} has factors {name}[0] to "
-                        f"{name}[{knob.parts - 1}]; name one of them", c.name)
+                        f"{name}[{knob.parts - 1}]; name one of them",
+                        c.name,
+                    )
             elif index is not None:
                 raise ConstraintError(
                     f"constraint {c.name!r}: {name!r} is a {knob.kind} knob, one value: write "
-                    f"{name}, not {name}[{index}]", c.name)
+                    f"{name}, not {name}[{index}]",
+                    c.name,
+                )
 
 
 def holds(c: Constraint, values: Mapping[str, Any]) -> bool:
@@ -173,8 +184,9 @@ def describe_violation(broken: Sequence[Constraint]) -> str:
     return "; ".join(f"{c.name!r} ({c.expr})" for c in broken)
 
 
-def count_legal(knobs: Sequence[Any], constraints: Sequence[Constraint],
-                names: Mapping[str, Any], structure: Mapping[str, Any]) -> int:
+def count_legal(
+    knobs: Sequence[Any], constraints: Sequence[Constraint], names: Mapping[str, Any], structure: Mapping[str, Any]
+) -> int:
     """Points of one design space (`structure`: its structural choices) that satisfy
     every constraint; `names` is the extent scope (workload keys and target facts)."""
     from .template import eval_extent, perfect_tilings
@@ -214,7 +226,9 @@ def count_legal(knobs: Sequence[Any], constraints: Sequence[Constraint],
         raise ConstraintError(
             f"counting the legal points means trying {combos:,} combinations of the knobs the "
             f"constraints read ({sizes}), over the {MAX_COMBINATIONS:,} check allows; lower "
-            "those splits' max_factor, give them fewer parts, or read fewer factors", first)
+            "those splits' max_factor, give them fewer parts, or read fewer factors",
+            first,
+        )
     # Each constraint is tested at the first depth where all its knobs are bound.
     order = [g[0] for g in groups]
     at: list[list[Constraint]] = [[] for _ in range(len(groups) + 1)]

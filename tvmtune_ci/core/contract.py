@@ -58,8 +58,7 @@ STATUSES = (COVERED, UNCOVERED_SHAPE, UNCOVERED_OP, SHAPE_ONLY, ABSORBED)
 SHAPE_OPS = frozenset({"relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten"})
 PERMUTE = "relax.permute_dims"
 
-EXAMPLE = ('IMPLEMENTS = [{"op": "relax.matmul", "args": [["*M", "K"], '
-           '{"permute_dims": ["N", "K"]}], "dtype": "dtype"}]')
+EXAMPLE = 'IMPLEMENTS = [{"op": "relax.matmul", "args": [["*M", "K"], {"permute_dims": ["N", "K"]}], "dtype": "dtype"}]'
 
 
 # --------------------------------------------------------------------------- calls
@@ -86,8 +85,12 @@ class CallArg:
     def from_json(cls, d: Mapping[str, Any]) -> CallArg:
         p = d.get("permute_of")
         axes = d.get("axes")
-        return cls(tuple(d["shape"]), d["dtype"], tuple(p) if p is not None else None,
-                   tuple(axes) if axes is not None else None)
+        return cls(
+            tuple(d["shape"]),
+            d["dtype"],
+            tuple(p) if p is not None else None,
+            tuple(axes) if axes is not None else None,
+        )
 
     def describe(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
@@ -112,13 +115,19 @@ class CallSig:
         return json.dumps(self.to_json(), sort_keys=True)
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "args": [a.to_json() for a in self.args],
-                "attrs": dict(self.attrs), "shape": list(self.shape), "dtype": self.dtype}
+        return {
+            "op": self.op,
+            "args": [a.to_json() for a in self.args],
+            "attrs": dict(self.attrs),
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallSig:
-        return cls(d["op"], tuple(CallArg.from_json(a) for a in d["args"]), dict(d["attrs"]),
-                   tuple(d["shape"]), d["dtype"])
+        return cls(
+            d["op"], tuple(CallArg.from_json(a) for a in d["args"]), dict(d["attrs"]), tuple(d["shape"]), d["dtype"]
+        )
 
     def describe(self) -> str:
         """`relax.matmul(1x128x768, permute_dims(768x768)) -> 1x128x768 float32`."""
@@ -152,8 +161,7 @@ class Coverage:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Coverage:
-        return cls(d["status"], d.get("template"), d.get("workload"), dict(d.get("params", {})),
-                   d.get("note", ""))
+        return cls(d["status"], d.get("template"), d.get("workload"), dict(d.get("params", {})), d.get("note", ""))
 
 
 # --------------------------------------------------------------------------- contract
@@ -204,14 +212,16 @@ def _keys(workloads: Mapping[str, Mapping[str, Any]]) -> set[str]:
     return set.intersection(*sets) if sets else set()
 
 
-def parse_implements(value: Any, workloads: Mapping[str, Mapping[str, Any]], path: Path | str,
-                     line: int, lines: Sequence[int] = ()) -> tuple[Implements, ...]:
+def parse_implements(
+    value: Any, workloads: Mapping[str, Mapping[str, Any]], path: Path | str, line: int, lines: Sequence[int] = ()
+) -> tuple[Implements, ...]:
     """IMPLEMENTS as written -> entries; TemplateError at `path`:line naming the fix."""
+
     def err(msg: str, at: int = line) -> TemplateError:
         return TemplateError(f"IMPLEMENTS: {msg}; e.g. {EXAMPLE} (docs/models.md)", file=path, line=at)
 
     if not isinstance(value, (list, tuple)):
-        raise err("must be a list of {\"op\": ..., \"args\": [...]} entries")
+        raise err('must be a list of {"op": ..., "args": [...]} entries')
     keys = _keys(workloads)
     out = []
     for i, entry in enumerate(value):
@@ -220,8 +230,9 @@ def parse_implements(value: Any, workloads: Mapping[str, Mapping[str, Any]], pat
             raise err(f"entry {i} is {type(entry).__name__}, not a dict", at)
         unknown = sorted(set(entry) - {"op", "args", "attrs", "dtype"})
         if unknown:
-            raise err(f"entry {i} has unknown key(s) {', '.join(map(repr, unknown))} "
-                      "(allowed: op, args, attrs, dtype)", at)
+            raise err(
+                f"entry {i} has unknown key(s) {', '.join(map(repr, unknown))} (allowed: op, args, attrs, dtype)", at
+            )
         op = entry.get("op")
         if not isinstance(op, str) or not op.startswith("relax."):
             raise err(f"entry {i}: 'op' must name a Relax op such as \"relax.matmul\", got {op!r}", at)
@@ -234,8 +245,11 @@ def parse_implements(value: Any, workloads: Mapping[str, Mapping[str, Any]], pat
             raise err(f"entry {i} ({op}): 'attrs' must map attribute names to workload keys or values", at)
         dtype = entry.get("dtype")
         if dtype is not None and (not isinstance(dtype, str) or dtype not in keys):
-            raise err(f"entry {i} ({op}): 'dtype' must name the workload key holding the dtype "
-                      f"(keys every workload has: {', '.join(sorted(keys)) or 'none'}), got {dtype!r}", at)
+            raise err(
+                f"entry {i} ({op}): 'dtype' must name the workload key holding the dtype "
+                f"(keys every workload has: {', '.join(sorted(keys)) or 'none'}), got {dtype!r}",
+                at,
+            )
         out.append(Implements(op, patterns, dict(attrs), dtype, at))
     return tuple(out)
 
@@ -245,28 +259,33 @@ def _arg_pattern(a: Any, i: int, j: int, op: str, keys: set[str], err: Any, at: 
     if isinstance(a, dict):
         unknown = sorted(set(a) - {"permute_dims", "axes"})
         if unknown or "permute_dims" not in a:
-            raise err(f"entry {i} ({op}), argument {j}: a dict must be {{\"permute_dims\": SHAPE}} "
-                      "(optionally with \"axes\": [...])", at)
+            raise err(
+                f'entry {i} ({op}), argument {j}: a dict must be {{"permute_dims": SHAPE}} '
+                '(optionally with "axes": [...])',
+                at,
+            )
         permute, dims, axes = True, a["permute_dims"], a.get("axes")
-        if axes is not None and (not isinstance(axes, (list, tuple))
-                                 or sorted(axes) != list(range(len(axes)))):
+        if axes is not None and (not isinstance(axes, (list, tuple)) or sorted(axes) != list(range(len(axes)))):
             raise err(f"entry {i} ({op}), argument {j}: axes must be a permutation such as [1, 0], got {axes!r}", at)
     else:
         dims = a
     if not isinstance(dims, (list, tuple)):
-        raise err(f"entry {i} ({op}), argument {j}: a shape is a list of workload keys and "
-                  f"integers, got {dims!r}", at)
+        raise err(f"entry {i} ({op}), argument {j}: a shape is a list of workload keys and integers, got {dims!r}", at)
     for n, d in enumerate(dims):
         if isinstance(d, bool) or not isinstance(d, (int, str)):
             raise err(f"entry {i} ({op}), argument {j}: dimension {d!r} is neither a workload key nor an integer", at)
         if isinstance(d, str):
             name = d[1:] if d.startswith("*") else d
             if d.startswith("*") and n != 0:
-                raise err(f"entry {i} ({op}), argument {j}: only the first dimension may fold "
-                          f"the leading ones ({d!r})", at)
+                raise err(
+                    f"entry {i} ({op}), argument {j}: only the first dimension may fold the leading ones ({d!r})", at
+                )
             if name not in keys:
-                raise err(f"entry {i} ({op}), argument {j}: {name!r} is not a key of every workload "
-                          f"(keys: {', '.join(sorted(keys)) or 'none'})", at)
+                raise err(
+                    f"entry {i} ({op}), argument {j}: {name!r} is not a key of every workload "
+                    f"(keys: {', '.join(sorted(keys)) or 'none'})",
+                    at,
+                )
     if axes is not None and len(axes) != len(dims):
         raise err(f"entry {i} ({op}), argument {j}: axes {list(axes)} and shape {list(dims)} differ in rank", at)
     return ArgPattern(tuple(dims), permute, tuple(axes) if axes is not None else None)
@@ -283,12 +302,17 @@ def contract_from_tree(tree: ast.Module, path: Path, rel: str) -> Contract | Non
     node = found.get("IMPLEMENTS")
     if node is None:
         return None
+
     def lit(n: ast.AST, what: str) -> Any:
         try:
             return ast.literal_eval(n)
         except (ValueError, TypeError, SyntaxError, RecursionError):
-            raise TemplateError(f"{what} must be a literal so `check` can read it without running "
-                                "the module", file=path, line=getattr(n, "lineno", None)) from None
+            raise TemplateError(
+                f"{what} must be a literal so `check` can read it without running the module",
+                file=path,
+                line=getattr(n, "lineno", None),
+            ) from None
+
     raw = lit(node, "IMPLEMENTS")
     workloads = lit(found["WORKLOADS"], "WORKLOADS") if "WORKLOADS" in found else {}
     if not isinstance(workloads, dict) or not all(isinstance(w, dict) for w in workloads.values()):
@@ -403,19 +427,26 @@ def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
                 if all(wl.get(k) == v for k, v in binding.items()):
                     return Coverage(COVERED, c.template, w, dict(sorted(binding.items())))
             if first is None:
-                first = Coverage(UNCOVERED_SHAPE, c.template, None, dict(sorted(binding.items())),
-                                 f"{c.file} implements {call.op} in this form but declares no "
-                                 "workload of this shape: add these params to its WORKLOADS")
+                first = Coverage(
+                    UNCOVERED_SHAPE,
+                    c.template,
+                    None,
+                    dict(sorted(binding.items())),
+                    f"{c.file} implements {call.op} in this form but declares no "
+                    "workload of this shape: add these params to its WORKLOADS",
+                )
     if first is not None:
         return first
     if same_op:
-        return Coverage(UNCOVERED_OP, note=f"{', '.join(same_op)} implement(s) {call.op}, "
-                        "but not in this form (rank, layout, transposes or attributes)")
+        return Coverage(
+            UNCOVERED_OP,
+            note=f"{', '.join(same_op)} implement(s) {call.op}, "
+            "but not in this form (rank, layout, transposes or attributes)",
+        )
     return Coverage(UNCOVERED_OP, note=f"no template implements {call.op}")
 
 
-def coverage_of(calls: Sequence[tuple[CallSig, Sequence[int]]],
-                contracts: Sequence[Contract]) -> list[Coverage]:
+def coverage_of(calls: Sequence[tuple[CallSig, Sequence[int]]], contracts: Sequence[Contract]) -> list[Coverage]:
     """The coverage of every call site: `calls` are (signature, the indices of the
     call sites whose outputs it takes as arguments, -1 for a non-call) in program
     order. A permute_dims every consumer of which is covered and takes it through a
@@ -442,9 +473,11 @@ def coverage_of(calls: Sequence[tuple[CallSig, Sequence[int]]],
                 break
             through.append(cov.template)
         else:
-            out[i] = Coverage(ABSORBED, through[0],
-                              note=f"{', '.join(dict.fromkeys(through))} take(s) the tensor "
-                              "before the transpose")
+            out[i] = Coverage(
+                ABSORBED,
+                through[0],
+                note=f"{', '.join(dict.fromkeys(through))} take(s) the tensor before the transpose",
+            )
     return out
 
 

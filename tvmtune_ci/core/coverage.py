@@ -68,11 +68,17 @@ class CoverageFile:
             "source": dict(self.source),
             "kinds": list(self.kinds),
             "templates": dict(sorted(self.templates.items())),
-            "contracts": {name: {"file": c.file, "digest": c.digest(), "implements": c.raw,
-                                 "workloads": c.workloads, "kinds": list(c.kinds)}
-                          for name, c in sorted(self.contracts.items())},
-            "calls": [{**sig.to_json(), "count": n, "coverage": cov.to_json()}
-                      for sig, cov, n in self.calls],
+            "contracts": {
+                name: {
+                    "file": c.file,
+                    "digest": c.digest(),
+                    "implements": c.raw,
+                    "workloads": c.workloads,
+                    "kinds": list(c.kinds),
+                }
+                for name, c in sorted(self.contracts.items())
+            },
+            "calls": [{**sig.to_json(), "count": n, "coverage": cov.to_json()} for sig, cov, n in self.calls],
             "sites": [[i, list(p)] for i, p in self.sites],
             "summary": summary,
         }
@@ -82,12 +88,16 @@ class CoverageFile:
 
     def uses(self) -> set[tuple[str, str]]:
         """(template, workload) pairs its covered calls use."""
-        return {(cov.template, cov.workload) for _, cov, _ in self.calls
-                if cov.template is not None and cov.workload is not None}
+        return {
+            (cov.template, cov.workload)
+            for _, cov, _ in self.calls
+            if cov.template is not None and cov.workload is not None
+        }
 
 
-def group(sigs: Sequence[tuple[CallSig, tuple[int, ...]]], covs: Sequence[Coverage]
-          ) -> tuple[tuple[tuple[CallSig, Coverage, int], ...], tuple[tuple[int, tuple[int, ...]], ...]]:
+def group(
+    sigs: Sequence[tuple[CallSig, tuple[int, ...]]], covs: Sequence[Coverage]
+) -> tuple[tuple[tuple[CallSig, Coverage, int], ...], tuple[tuple[int, tuple[int, ...]], ...]]:
     """Call sites -> (grouped calls with counts, sites pointing into them), first
     occurrence order."""
     index: dict[str, int] = {}
@@ -104,14 +114,20 @@ def group(sigs: Sequence[tuple[CallSig, tuple[int, ...]]], covs: Sequence[Covera
     return tuple((s, c, n) for s, c, n in calls), tuple(sites)
 
 
-def build(model: str, source: Mapping[str, Any], kinds: Sequence[str],
-          templates: Mapping[str, str], contracts: Sequence[Contract],
-          sites: Sequence[tuple[CallSig, tuple[int, ...]]]) -> CoverageFile:
+def build(
+    model: str,
+    source: Mapping[str, Any],
+    kinds: Sequence[str],
+    templates: Mapping[str, str],
+    contracts: Sequence[Contract],
+    sites: Sequence[tuple[CallSig, tuple[int, ...]]],
+) -> CoverageFile:
     """The coverage file of a model's call sites matched against `contracts`."""
     usable = [c for c in contracts if set(c.kinds) & set(kinds)]
     calls, grouped = group(sites, coverage_of(sites, usable))
-    return CoverageFile(model, dict(source), tuple(kinds), dict(templates),
-                        {c.template: c for c in contracts}, calls, grouped)
+    return CoverageFile(
+        model, dict(source), tuple(kinds), dict(templates), {c.template: c for c in contracts}, calls, grouped
+    )
 
 
 def recompute(f: CoverageFile, contracts: Mapping[str, Contract]) -> CoverageFile:
@@ -129,8 +145,7 @@ def read_coverage(path: Path) -> CoverageFile:
     text = path.read_text(encoding="utf-8")
 
     def bad(why: str) -> CorruptFileError:
-        return CorruptFileError(f"{path}: {why}; regenerate it with `tvmtune-ci models` "
-                                "(or delete it and regenerate)")
+        return CorruptFileError(f"{path}: {why}; regenerate it with `tvmtune-ci models` (or delete it and regenerate)")
 
     try:
         d = json.loads(text)
@@ -144,14 +159,13 @@ def read_coverage(path: Path) -> CoverageFile:
         contracts = {}
         for name, c in d["contracts"].items():
             impl = parse_implements(c["implements"], c["workloads"], c["file"], 0)
-            contracts[name] = Contract(name, c["file"], impl, c["workloads"], tuple(c["kinds"]),
-                                       c["implements"])
-        calls = tuple((CallSig.from_json(c), Coverage.from_json(c["coverage"]), int(c["count"]))
-                      for c in d["calls"])
+            contracts[name] = Contract(name, c["file"], impl, c["workloads"], tuple(c["kinds"]), c["implements"])
+        calls = tuple((CallSig.from_json(c), Coverage.from_json(c["coverage"]), int(c["count"])) for c in d["calls"])
         sites = tuple((int(i), tuple(int(x) for x in p)) for i, p in d["sites"])
         if any(not 0 <= i < len(calls) for i, _ in sites):
             raise ValueError("a site names no call")
-        return CoverageFile(d["model"], dict(d["source"]), tuple(d["kinds"]), dict(d["templates"]),
-                            contracts, calls, sites)
+        return CoverageFile(
+            d["model"], dict(d["source"]), tuple(d["kinds"]), dict(d["templates"]), contracts, calls, sites
+        )
     except (KeyError, TypeError, ValueError, AttributeError, TemplateError) as e:
         raise bad(f"malformed ({type(e).__name__}: {e})") from None

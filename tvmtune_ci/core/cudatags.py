@@ -24,15 +24,23 @@ def expand_tag(name: str) -> dict[str, Any] | None:
         out: dict[str, Any] = {"kind": "cuda", "arch": arch}
     elif name in HOSTED_TAGS:
         arch, smem, regs, l2, mcpu, cores = HOSTED_TAGS[name]
-        out = {"kind": "cuda", "arch": arch,
-               "host": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": mcpu,
-                        "num-cores": cores}}
+        out = {
+            "kind": "cuda",
+            "arch": arch,
+            "host": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": mcpu, "num-cores": cores},
+        }
     else:
         return None
     if l2:
         out["l2_cache_size_bytes"] = l2
-    out.update({"max_shared_memory_per_block": smem, "max_threads_per_block": 1024,
-                "thread_warp_size": 32, "registers_per_block": regs})
+    out.update(
+        {
+            "max_shared_memory_per_block": smem,
+            "max_threads_per_block": 1024,
+            "thread_warp_size": 32,
+            "registers_per_block": regs,
+        }
+    )
     return out
 
 

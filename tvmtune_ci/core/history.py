@@ -31,16 +31,7 @@ from .git import run
 from .manifest import Manifest
 from .stats import fmt_latency
 from .targetinfo import scope
-from .template import (
-    Categorical,
-    Knob,
-    Split,
-    Structural,
-    default_value,
-    eval_extent,
-    knob_from_ast,
-    perfect_tilings,
-)
+from .template import Categorical, Knob, Split, Structural, default_value, eval_extent, knob_from_ast, perfect_tilings
 
 # Old configurations replayed per workload: the old best, its finals and its top.
 REPLAY_K = 16
@@ -66,8 +57,11 @@ def _valid(knob: Knob, value: Any, names: Mapping[str, Any]) -> bool:
         prod = 1
         for f in factors:
             prod *= f
-        return (min(factors) >= 1 and prod == eval_extent(knob.extent, names)
-                and factors[-1] <= eval_extent(knob.max_factor, names))
+        return (
+            min(factors) >= 1
+            and prod == eval_extent(knob.extent, names)
+            and factors[-1] <= eval_extent(knob.max_factor, names)
+        )
     if isinstance(knob, (Categorical, Structural)):
         return value in knob.candidates
     return False
@@ -88,7 +82,7 @@ def _repair_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int
     except (TypeError, ValueError):
         return None
     extent, top = eval_extent(knob.extent, names), eval_extent(knob.max_factor, names)
-    inner = old[1:][-(knob.parts - 1):] if knob.parts > 1 else []
+    inner = old[1:][-(knob.parts - 1) :] if knob.parts > 1 else []
     inner = [1] * (knob.parts - 1 - len(inner)) + inner
     rest = extent
     out_inner: list[int] = []
@@ -111,8 +105,7 @@ def _repair(knob: Knob, value: Any, names: Mapping[str, Any]) -> Any:
 
 
 def map_config(
-    old: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any],
-    target: Mapping[str, Any],
+    old: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any], target: Mapping[str, Any]
 ) -> Mapped:
     """`old` in the space of `knobs`: each knob that still exists with a valid value
     keeps it; one no longer valid is repaired to the nearest valid value (a split
@@ -154,8 +147,7 @@ def old_configs(manifest: Manifest, workload: str, k: int = REPLAY_K) -> list[di
 
 
 def map_all(
-    configs: Sequence[Mapping[str, Any]], knobs: Sequence[Knob], workload: Mapping[str, Any],
-    target: Mapping[str, Any],
+    configs: Sequence[Mapping[str, Any]], knobs: Sequence[Knob], workload: Mapping[str, Any], target: Mapping[str, Any]
 ) -> list[Mapped]:
     """Every old configuration mapped, distinct in the new space (two old ones that
     differ only in a removed knob are one new point), best first. One that keeps no
@@ -188,8 +180,12 @@ def _values(k: Knob, names: Mapping[str, Any]) -> list[Any]:
 
 
 def probes(
-    old_best: Mapping[str, Any], old_knobs: Sequence[Knob] | None, knobs: Sequence[Knob],
-    workload: Mapping[str, Any], target: Mapping[str, Any], limit: int,
+    old_best: Mapping[str, Any],
+    old_knobs: Sequence[Knob] | None,
+    knobs: Sequence[Knob],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+    limit: int,
 ) -> list[dict[str, Any]]:
     """Points of the region an edit opened, next to the old best: the old best (mapped
     into the new space) with one knob set to a value the old template could not take,
@@ -254,8 +250,12 @@ class KnobDiff:
     known: bool = True  # False: the old declaration could not be read (names only)
 
     def to_json(self) -> dict[str, Any]:
-        return {"added": list(self.added), "removed": list(self.removed),
-                "changed": list(self.changed), "known": self.known}
+        return {
+            "added": list(self.added),
+            "removed": list(self.removed),
+            "changed": list(self.changed),
+            "known": self.known,
+        }
 
     def sentence(self) -> str:
         parts = []
@@ -281,8 +281,11 @@ def _describe(k: Knob, names: Mapping[str, Any]) -> str:
 
 
 def knob_diff(
-    old: Sequence[Knob] | None, new: Sequence[Knob], workload: Mapping[str, Any],
-    target: Mapping[str, Any], old_names: Sequence[str] = (),
+    old: Sequence[Knob] | None,
+    new: Sequence[Knob],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+    old_names: Sequence[str] = (),
 ) -> KnobDiff:
     """What changed between two KNOBS declarations, evaluated for this workload and
     target. Without the old declaration, only names (from old configurations)."""
@@ -290,16 +293,14 @@ def knob_diff(
     new_by = {k.name: k for k in new}
     if old is None:
         before = set(old_names)
-        return KnobDiff(tuple(sorted(set(new_by) - before)), tuple(sorted(before - set(new_by))),
-                        (), known=False)
+        return KnobDiff(tuple(sorted(set(new_by) - before)), tuple(sorted(before - set(new_by))), (), known=False)
     old_by = {k.name: k for k in old}
     changed = []
     for name in sorted(set(old_by) & set(new_by)):
         a, b = _describe(old_by[name], names), _describe(new_by[name], names)
         if a != b:
             changed.append(f"{name}: {a} -> {b}")
-    return KnobDiff(tuple(sorted(set(new_by) - set(old_by))),
-                    tuple(sorted(set(old_by) - set(new_by))), tuple(changed))
+    return KnobDiff(tuple(sorted(set(new_by) - set(old_by))), tuple(sorted(set(old_by) - set(new_by))), tuple(changed))
 
 
 def old_declaration(root: Path, manifest: Manifest) -> tuple[Knob, ...] | None:
@@ -321,9 +322,11 @@ def old_declaration(root: Path, manifest: Manifest) -> tuple[Knob, ...] | None:
         return None
     path = Path(manifest.template_file)
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "KNOBS" for t in stmt.targets
-        ) and isinstance(stmt.value, (ast.List, ast.Tuple)):
+        if (
+            isinstance(stmt, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "KNOBS" for t in stmt.targets)
+            and isinstance(stmt.value, (ast.List, ast.Tuple))
+        ):
             try:
                 return tuple(knob_from_ast(e, path) for e in stmt.value.elts)
             except TemplateError:
@@ -361,28 +364,48 @@ class ReplayReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": self.source, "offered": self.offered, "whole": self.whole,
-            "built": self.built, "correct": self.correct, "measured": self.measured,
-            "knob_diff": self.knob_diff.to_json(), "reset_counts": dict(self.reset_counts),
-            "failures": list(self.failures), "old_best_s": self.old_best_s,
-            "old_best_rel": self.old_best_rel, "verdict": self.verdict, "seeded": self.seeded,
-            "prior": self.prior, "from_target": self.from_target, "probes": self.probes,
-            "finals_left_out": self.finals_left_out, **({"siblings": list(self.siblings)} if self.siblings else {}),
+            "source": self.source,
+            "offered": self.offered,
+            "whole": self.whole,
+            "built": self.built,
+            "correct": self.correct,
+            "measured": self.measured,
+            "knob_diff": self.knob_diff.to_json(),
+            "reset_counts": dict(self.reset_counts),
+            "failures": list(self.failures),
+            "old_best_s": self.old_best_s,
+            "old_best_rel": self.old_best_rel,
+            "verdict": self.verdict,
+            "seeded": self.seeded,
+            "prior": self.prior,
+            "from_target": self.from_target,
+            "probes": self.probes,
+            "finals_left_out": self.finals_left_out,
+            **({"siblings": list(self.siblings)} if self.siblings else {}),
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ReplayReport:
         kd = d.get("knob_diff") or {}
         return cls(
-            source=str(d.get("source", "")), offered=int(d.get("offered", 0)),
-            whole=int(d.get("whole", 0)), built=int(d.get("built", 0)),
-            correct=int(d.get("correct", 0)), measured=int(d.get("measured", 0)),
-            knob_diff=KnobDiff(tuple(kd.get("added", ())), tuple(kd.get("removed", ())),
-                               tuple(kd.get("changed", ())), bool(kd.get("known", True))),
+            source=str(d.get("source", "")),
+            offered=int(d.get("offered", 0)),
+            whole=int(d.get("whole", 0)),
+            built=int(d.get("built", 0)),
+            correct=int(d.get("correct", 0)),
+            measured=int(d.get("measured", 0)),
+            knob_diff=KnobDiff(
+                tuple(kd.get("added", ())),
+                tuple(kd.get("removed", ())),
+                tuple(kd.get("changed", ())),
+                bool(kd.get("known", True)),
+            ),
             reset_counts={str(k): int(v) for k, v in (d.get("reset_counts") or {}).items()},
             failures=tuple(str(x) for x in d.get("failures", ())),
-            old_best_s=d.get("old_best_s"), old_best_rel=d.get("old_best_rel"),
-            verdict=d.get("verdict"), seeded=bool(d.get("seeded", False)),
+            old_best_s=d.get("old_best_s"),
+            old_best_rel=d.get("old_best_rel"),
+            verdict=d.get("verdict"),
+            seeded=bool(d.get("seeded", False)),
             prior=int(d.get("prior", 0)),
             from_target=d.get("from_target"),
             probes=int(d.get("probes", 0)),
@@ -403,7 +426,8 @@ class ReplayReport:
         resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
         out.append(
             f"{self.offered} old configuration(s) of {self.source} replayed: {self.whole} with "
-            f"every knob kept" + (f", repaired or new: {resets}" if resets else "")
+            f"every knob kept"
+            + (f", repaired or new: {resets}" if resets else "")
             + f"; {self.built} built, {self.correct} computed the right result"
             + (f", {self.measured} measured" if self.measured != self.correct else "")
         )
@@ -412,11 +436,15 @@ class ReplayReport:
         elif self.seeded:
             out.append("the search started from them (seeded population, trained cost model)")
         if self.probes:
-            out.append(f"{self.probes} point(s) of the region the edit opened, next to the old "
-                       "best, measured before the search")
+            out.append(
+                f"{self.probes} point(s) of the region the edit opened, next to the old "
+                "best, measured before the search"
+            )
         if self.prior:
-            out.append(f"the cost model also learned from {self.prior} other record(s) of "
-                       f"{self.source} before the first batch (old latencies, new programs)")
+            out.append(
+                f"the cost model also learned from {self.prior} other record(s) of "
+                f"{self.source} before the first batch (old latencies, new programs)"
+            )
         if self.old_best_s is not None:
             old = fmt_latency(self.old_best_s, self.old_best_rel)
             theirs = f"the {self.from_target} best" if self.from_target else "the old best"
@@ -425,14 +453,19 @@ class ReplayReport:
                 "slower": f"{theirs} is faster beyond the noise",
                 "equal": "equal within noise",
             }.get(self.verdict or "", "")
-            where = ("the best of the " + self.from_target + " log on this target"
-                     if self.from_target else "old best on the new template")
+            where = (
+                "the best of the " + self.from_target + " log on this target"
+                if self.from_target
+                else "old best on the new template"
+            )
             out.append(f"{where}: {old}" + (f"; {verdict}" if verdict else ""))
         if self.finals_left_out:
-            out.append(f"{self.finals_left_out} of the search's finalists were programs {self.source} "
-                       "measured, which the edit left unchanged as it did the old best's: left out of "
-                       "the finals, since the old search ranked them below its best; the finals asked "
-                       "whether a program it never measured beats it")
+            out.append(
+                f"{self.finals_left_out} of the search's finalists were programs {self.source} "
+                "measured, which the edit left unchanged as it did the old best's: left out of "
+                "the finals, since the old search ranked them below its best; the finals asked "
+                "whether a program it never measured beats it"
+            )
         if self.failures:
             out.append("first failures: " + "; ".join(self.failures))
         return out
@@ -442,8 +475,7 @@ class ReplayReport:
         names = ", ".join(self.siblings)
         out = [f"a new shape, seeded from its siblings in {self.source} (nearest first): {names}"]
         if not self.offered:
-            out.append("no sibling configuration mapped onto this shape beyond its default: "
-                       "a cold search")
+            out.append("no sibling configuration mapped onto this shape beyond its default: a cold search")
             return out
         resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
         out.append(
@@ -452,24 +484,29 @@ class ReplayReport:
             + (f", moved to the nearest legal value: {resets}" if resets else "")
             + f"; {self.built} built, {self.correct} computed the right result"
             + (f", {self.measured} measured" if self.measured != self.correct else "")
-            + "; measured before the search")
+            + "; measured before the search"
+        )
         if self.correct == 0:
             out.append("none works on this shape: the search started cold")
         elif self.seeded:
             out.append("the search started from them (seeded population, trained cost model)")
         if self.prior:
-            out.append(f"the cost model also learned from {self.prior} other record(s) of the "
-                       "siblings before the first batch (their latencies scaled by the FLOPs ratio "
-                       "of the two shapes)")
+            out.append(
+                f"the cost model also learned from {self.prior} other record(s) of the "
+                "siblings before the first batch (their latencies scaled by the FLOPs ratio "
+                "of the two shapes)"
+            )
         if self.old_best_s is not None:
             verdict = {
                 "faster": "the new best is faster beyond the noise",
                 "slower": "the mapped sibling best is faster beyond the noise",
                 "equal": "equal within noise",
             }.get(self.verdict or "", "")
-            out.append(f"the nearest sibling's best ({self.siblings[0]}'s), mapped onto this shape, "
-                       f"in the finals: {fmt_latency(self.old_best_s, self.old_best_rel)}"
-                       + (f"; {verdict}" if verdict else ""))
+            out.append(
+                f"the nearest sibling's best ({self.siblings[0]}'s), mapped onto this shape, "
+                f"in the finals: {fmt_latency(self.old_best_s, self.old_best_rel)}"
+                + (f"; {verdict}" if verdict else "")
+            )
         if self.failures:
             out.append("first failures: " + "; ".join(self.failures))
         return out

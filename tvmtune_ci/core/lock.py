@@ -38,8 +38,12 @@ def hold(path: Path, what: str) -> Iterator[None]:
             except (ValueError, KeyError, TypeError):
                 who = holder or "another process"
             raise LockError(f"{what} is being re-tuned by {who}; wait for it to finish (lock: {path})") from None
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "command": " ".join(sys.argv[:6])}
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "command": " ".join(sys.argv[:6]),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         yield

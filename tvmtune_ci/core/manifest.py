@@ -18,13 +18,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from .errors import CorruptFileError
-from .fsutil import (
-    NotRegularFileError,
-    atomic_write_bytes,
-    canonical_json,
-    read_regular_file,
-    sha256_bytes,
-)
+from .fsutil import NotRegularFileError, atomic_write_bytes, canonical_json, read_regular_file, sha256_bytes
 from .git.read import blob_id
 from .templateapi import TEMPLATE_API, UNRECORDED
 
@@ -239,7 +233,9 @@ class Manifest:
             raise CorruptFileError(f"{path}: not a JSON object; inspect it or delete it and re-tune")
         fmt = data.get("format")
         if fmt not in READ_FORMATS:
-            raise CorruptFileError(f"{path}: manifest format {fmt!r} is not understood (this tvmtune-ci reads formats {', '.join(map(str, READ_FORMATS))}); upgrade tvmtune-ci or re-tune")
+            raise CorruptFileError(
+                f"{path}: manifest format {fmt!r} is not understood (this tvmtune-ci reads formats {', '.join(map(str, READ_FORMATS))}); upgrade tvmtune-ci or re-tune"
+            )
         validate_manifest_shape(data, path)
         try:
             d = dict(data)
@@ -256,7 +252,9 @@ class Manifest:
                 d["results"] = _workload_results(d["results"])
             return cls(**d)
         except (KeyError, TypeError, AttributeError) as e:
-            raise CorruptFileError(f"{path}: manifest is missing or has wrong fields ({e}); inspect it or delete it and re-tune") from None
+            raise CorruptFileError(
+                f"{path}: manifest is missing or has wrong fields ({e}); inspect it or delete it and re-tune"
+            ) from None
 
 
 _MEASURED_FIELDS = frozenset(Measured.__dataclass_fields__)
@@ -307,7 +305,9 @@ def parse_results(data: bytes, path: Path) -> dict[str, WorkloadResult]:
     try:
         obj = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptFileError(f"{path}: cannot parse results ({e}); restore it from git or re-tune (tvmtune-ci retune)") from None
+        raise CorruptFileError(
+            f"{path}: cannot parse results ({e}); restore it from git or re-tune (tvmtune-ci retune)"
+        ) from None
     try:
         _obj(obj, "results file")
         fmt = obj.get("format")
@@ -322,7 +322,9 @@ def parse_results(data: bytes, path: Path) -> dict[str, WorkloadResult]:
     try:
         return _workload_results(obj["results"])
     except (KeyError, TypeError, AttributeError) as e:
-        raise CorruptFileError(f"{path}: results are missing or have wrong fields ({e}); restore it from git or re-tune") from None
+        raise CorruptFileError(
+            f"{path}: results are missing or have wrong fields ({e}); restore it from git or re-tune"
+        ) from None
 
 
 class _LazyResults(Mapping[str, WorkloadResult]):
@@ -338,9 +340,13 @@ class _LazyResults(Mapping[str, WorkloadResult]):
             try:
                 data = read_regular_file(self._path, MAX_RESULTS_BYTES)
             except NotRegularFileError as e:
-                raise CorruptFileError(f"{e}; the manifest names it as its results: restore it from git or re-tune (tvmtune-ci retune)") from None
+                raise CorruptFileError(
+                    f"{e}; the manifest names it as its results: restore it from git or re-tune (tvmtune-ci retune)"
+                ) from None
             except OSError as e:
-                raise CorruptFileError(f"{self._path}: cannot read the results the manifest names ({e.strerror}); restore it from git or re-tune (tvmtune-ci retune)") from None
+                raise CorruptFileError(
+                    f"{self._path}: cannot read the results the manifest names ({e.strerror}); restore it from git or re-tune (tvmtune-ci retune)"
+                ) from None
             actual = sha256_bytes(data)
             if actual != self._sha256:
                 raise CorruptFileError(
@@ -410,6 +416,7 @@ def write_manifest(path: Path, manifest: Manifest) -> Manifest:
 
 
 # --------------------------------------------------------------------------- shape
+
 
 class _Shape(Exception):
     """One field that is not what the manifest format says; `where` is a dotted path."""
@@ -525,8 +532,11 @@ def _sources(data: Any) -> None:
     notes = src.get("notes", [])
     _need(isinstance(notes, list), "sources.notes", notes, "a list")
     for i, n in enumerate(notes):
-        ok = (isinstance(n, dict) and all(isinstance(n.get(k), str) for k in ("file", "kind", "what"))
-              and _is_int(n.get("line")))
+        ok = (
+            isinstance(n, dict)
+            and all(isinstance(n.get(k), str) for k in ("file", "kind", "what"))
+            and _is_int(n.get("line"))
+        )
         _need(ok, f"sources.notes[{i}]", n, "{file, line, kind, what}")
     for w, s in _obj(src.get("space_sizes"), "sources.space_sizes").items():
         ok = isinstance(s, list) and len(s) == 2 and all(_is_int(v) and v >= 0 for v in s)
@@ -541,8 +551,16 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
     Unknown optional keys inside results and measurements are accepted.
     """
     try:
-        for key in ("operator", "target_name", "log", "log_sha256", "fingerprint", "tvm_version",
-                    "tuned_on", "template_file"):
+        for key in (
+            "operator",
+            "target_name",
+            "log",
+            "log_sha256",
+            "fingerprint",
+            "tvm_version",
+            "tuned_on",
+            "template_file",
+        ):
             _need(isinstance(data.get(key), str), key, data.get(key), "a string")
         target = _obj(data.get("target"), "target")
         _need(isinstance(target.get("kind"), str), "target.kind", target.get("kind"), "a string")
@@ -556,8 +574,12 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
             _trials(t, "trials." + w)
         fmt = data.get("format")
         if fmt is not None and fmt >= 4:
-            _need(RESULTS_NAME in _obj(data.get("files"), "files"), f"files.{RESULTS_NAME}", None,
-                  "the sha256 of results.json")
+            _need(
+                RESULTS_NAME in _obj(data.get("files"), "files"),
+                f"files.{RESULTS_NAME}",
+                None,
+                "the sha256 of results.json",
+            )
             _str_map(data.get("files_git_blob", {}), "files_git_blob")
             if data.get("sources", {}) != {}:  # {}: nothing recorded, the template is parsed
                 _sources(data.get("sources"))
@@ -575,23 +597,27 @@ def validate_manifest_shape(data: dict[str, Any], path: Path) -> None:
         api = data.get("template_api", UNRECORDED)
         _need(_is_int(api) and api >= 1, "template_api", api, "an integer >= 1")
         carried = data.get("carried", {})
-        _need(fmt is not None and fmt >= 5 or carried == {}, "carried", carried,
-              "absent before format 5")
+        _need(fmt is not None and fmt >= 5 or carried == {}, "carried", carried, "absent before format 5")
         if carried != {}:
             for key in ("on", "from_fingerprint", "sentence"):
-                _need(isinstance(_obj(carried, "carried").get(key), str), f"carried.{key}",
-                      carried.get(key), "a string")
+                _need(
+                    isinstance(_obj(carried, "carried").get(key), str), f"carried.{key}", carried.get(key), "a string"
+                )
         partial = data.get("partial", {})
-        _need(fmt is not None and fmt >= 6 or partial == {}, "partial", partial,
-              "absent before format 6")
+        _need(fmt is not None and fmt >= 6 or partial == {}, "partial", partial, "absent before format 6")
         if partial != {}:
             for key in ("on", "from_log", "from_date", "sentence"):
-                _need(isinstance(_obj(partial, "partial").get(key), str), f"partial.{key}",
-                      partial.get(key), "a string")
+                _need(
+                    isinstance(_obj(partial, "partial").get(key), str), f"partial.{key}", partial.get(key), "a string"
+                )
             for key in ("tuned", "changed", "carried", "removed"):
                 v = partial.get(key)
-                _need(isinstance(v, list) and all(isinstance(x, str) for x in v),
-                      f"partial.{key}", v, "a list of workload names")
+                _need(
+                    isinstance(v, list) and all(isinstance(x, str) for x in v),
+                    f"partial.{key}",
+                    v,
+                    "a list of workload names",
+                )
     except _Shape as e:
         raise CorruptFileError(
             f"{path}: manifest field {e}; the manifest was edited by hand or truncated: "

@@ -54,8 +54,15 @@ class CallTime:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> CallTime:
-        return cls(str(d["symbol"]), int(d["calls"]), float(d["seconds"]), d.get("template"),
-                   d.get("workload"), d.get("mapped_from"), d.get("default_seconds"))
+        return cls(
+            str(d["symbol"]),
+            int(d["calls"]),
+            float(d["seconds"]),
+            d.get("template"),
+            d.get("workload"),
+            d.get("mapped_from"),
+            d.get("default_seconds"),
+        )
 
 
 @dataclass(frozen=True)
@@ -70,14 +77,20 @@ class Anchor:
     detail: str  # what it was: seconds asked and spent, trials; version and threads
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "latency_s": self.latency_s, "ratio": self.ratio,
-                "ratio_range": list(self.ratio_range), "detail": self.detail}
+        return {
+            "name": self.name,
+            "latency_s": self.latency_s,
+            "ratio": self.ratio,
+            "ratio_range": list(self.ratio_range),
+            "detail": self.detail,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Anchor:
         lo, hi = d["ratio_range"]
-        return cls(str(d["name"]), float(d["latency_s"]), float(d["ratio"]), (float(lo), float(hi)),
-                   str(d.get("detail", "")))
+        return cls(
+            str(d["name"]), float(d["latency_s"]), float(d["ratio"]), (float(lo), float(hi)), str(d.get("detail", ""))
+        )
 
 
 @dataclass(frozen=True)
@@ -120,9 +133,15 @@ class ProfileRun:
         return sum(c.seconds for c in self.calls if c.template is None) / total
 
     def to_json(self) -> dict[str, Any]:
-        out = {"date": self.date, "host": dict(self.host), "untemplated": self.untemplated,
-               "latency_s": self.latency_s, "latency_spread": self.latency_spread,
-               "samples": self.samples, "calls": [c.to_json() for c in self.calls]}
+        out = {
+            "date": self.date,
+            "host": dict(self.host),
+            "untemplated": self.untemplated,
+            "latency_s": self.latency_s,
+            "latency_spread": self.latency_spread,
+            "samples": self.samples,
+            "calls": [c.to_json() for c in self.calls],
+        }
         if self.default_latency_s is not None:
             out["default_latency_s"] = self.default_latency_s
             out["speedup"] = self.speedup
@@ -134,12 +153,19 @@ class ProfileRun:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ProfileRun:
         rng = d.get("speedup_range")
-        return cls(str(d["date"]), dict(d.get("host", {})), str(d.get("untemplated", "")),
-                   float(d["latency_s"]), float(d.get("latency_spread", 0.0)), int(d.get("samples", 0)),
-                   tuple(CallTime.from_json(c) for c in d["calls"]),
-                   d.get("default_latency_s"), d.get("speedup"),
-                   (float(rng[0]), float(rng[1])) if rng else None,
-                   tuple(Anchor.from_json(a) for a in d.get("anchors", ())))
+        return cls(
+            str(d["date"]),
+            dict(d.get("host", {})),
+            str(d.get("untemplated", "")),
+            float(d["latency_s"]),
+            float(d.get("latency_spread", 0.0)),
+            int(d.get("samples", 0)),
+            tuple(CallTime.from_json(c) for c in d["calls"]),
+            d.get("default_latency_s"),
+            d.get("speedup"),
+            (float(rng[0]), float(rng[1])) if rng else None,
+            tuple(Anchor.from_json(a) for a in d.get("anchors", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -159,9 +185,12 @@ class Profile:
         return Profile(self.model, runs)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "model": self.model,
-                "generated": "by `tvmtune-ci profile`; do not edit",
-                "targets": {t: [r.to_json() for r in runs] for t, runs in sorted(self.runs.items())}}
+        return {
+            "format": FORMAT,
+            "model": self.model,
+            "generated": "by `tvmtune-ci profile`; do not edit",
+            "targets": {t: [r.to_json() for r in runs] for t, runs in sorted(self.runs.items())},
+        }
 
 
 def profile_path(source_path: Path, model: str) -> Path:
@@ -183,8 +212,10 @@ def read_profile(path: Path, model: str) -> Profile:
             raise ValueError(f"format {d.get('format')!r}, this tvmtune-ci reads {FORMAT}")
         runs = {str(t): tuple(ProfileRun.from_json(r) for r in rs) for t, rs in d["targets"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise CorruptFileError(f"{path}: not a profile this tvmtune-ci can read ({e}); delete it "
-                               "and run `tvmtune-ci profile` again (it is generated)") from None
+        raise CorruptFileError(
+            f"{path}: not a profile this tvmtune-ci can read ({e}); delete it "
+            "and run `tvmtune-ci profile` again (it is generated)"
+        ) from None
     return Profile(str(d.get("model", model)), runs)
 
 
@@ -207,10 +238,17 @@ def model_shares(profiles: Iterable[Profile], target: str) -> dict[tuple[str, st
 
 def breakdown(run: ProfileRun) -> list[tuple[str, float, int, str]]:
     """(label, seconds, calls, template/workload or "") per kernel, the slowest first."""
-    rows = [(c.symbol, c.seconds, c.calls,
-             (f"{c.template}/{c.workload}" + (f" (undeclared; {c.mapped_from}'s best mapped)"
-                                             if c.mapped_from else "")) if c.template else "")
-            for c in run.calls]
+    rows = [
+        (
+            c.symbol,
+            c.seconds,
+            c.calls,
+            (f"{c.template}/{c.workload}" + (f" (undeclared; {c.mapped_from}'s best mapped)" if c.mapped_from else ""))
+            if c.template
+            else "",
+        )
+        for c in run.calls
+    ]
     return sorted(rows, key=lambda r: -r[1])
 
 

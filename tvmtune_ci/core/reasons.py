@@ -47,9 +47,12 @@ class Code(str, enum.Enum):
         return _ORDER[self]
 
     MISSING = ("missing", True, True, f"run `{RETUNE}` and commit the new log")
-    TEMPLATE_INVALID = ("template_invalid", True, True,  # {where}: its file:line
-                        "fix the template at {where} as the message says (it cannot be read, "
-                        "so it cannot be tuned)")
+    TEMPLATE_INVALID = (
+        "template_invalid",
+        True,
+        True,  # {where}: its file:line
+        "fix the template at {where} as the message says (it cannot be read, so it cannot be tuned)",
+    )
     TEMPLATE_CHANGED = ("template_changed", True, False, f"run `{RETUNE}` and commit the new log")
     WORKLOAD_CHANGED = ("workload_changed", True, False, f"run `{RETUNE}` and commit the new log")
     TARGET_CHANGED = ("target_changed", True, True, f"run `{RETUNE}` and commit the new log")
@@ -60,9 +63,12 @@ class Code(str, enum.Enum):
     LOG_MODIFIED = ("log_modified", True, True, f"run `{RETUNE}` and commit the new log")
     # A warning (staleness.Report.orphans), never a reason an entry is stale: a folder
     # holding logs of a target or operator no longer configured.
-    ORPHANED = ("orphaned", False, False,
-                "list them with `tvmtune-ci status --orphans`; keep them on purpose with `keep:` "
-                "in tvmtune.yaml")
+    ORPHANED = (
+        "orphaned",
+        False,
+        False,
+        "list them with `tvmtune-ci status --orphans`; keep them on purpose with `keep:` in tvmtune.yaml",
+    )
 
 
 _ORDER = {c: i for i, c in enumerate(Code)}

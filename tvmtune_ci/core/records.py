@@ -86,18 +86,14 @@ def workload_entry(outcome: TuneOutcome) -> dict[str, Any]:
     valid = [r for r in outcome.records if r.get("error") is None and record_is_valid(r["record"])]
     # Finals before search trials of the same value: a tie with a kept previous best
     # is logged at the kept value and must not overtake it.
-    valid.sort(key=lambda r: (record_mean_secs(r["record"]), r.get("stage") != "finals",
-                              r.get("trial", 0)))
+    valid.sort(key=lambda r: (record_mean_secs(r["record"]), r.get("stage") != "finals", r.get("trial", 0)))
     failed = [r for r in outcome.records if r not in valid]
     failed.sort(key=lambda r: r.get("trial", 0))
     return {
         "workload": list(outcome.workload_json),
         "records": [r["record"] for r in valid],
         "measurements": [_measurement(r) for r in valid],
-        "failures": [
-            {"knobs": r.get("knobs", {}), "error": r.get("error") or "invalid measurement"}
-            for r in failed
-        ],
+        "failures": [{"knobs": r.get("knobs", {}), "error": r.get("error") or "invalid measurement"} for r in failed],
     }
 
 
@@ -144,9 +140,7 @@ def render_log(log: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_log(
-    operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]
-) -> dict[str, Any]:
+def make_log(operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]) -> dict[str, Any]:
     """The log (format 2) of one operator and target from its workloads' outcomes."""
     workloads: dict[str, Any] = {}
     for o in outcomes:
@@ -162,9 +156,7 @@ def make_log(
     }
 
 
-def write_log(
-    path: Path, operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]
-) -> dict[str, Any]:
+def write_log(path: Path, operator: str, target: Mapping[str, Any], outcomes: Iterable[TuneOutcome]) -> dict[str, Any]:
     """Write the log for `outcomes` (one per workload) atomically; returns what was written."""
     log = make_log(operator, target, outcomes)
     atomic_write_text(Path(path), render_log(log))
@@ -172,9 +164,7 @@ def write_log(
 
 
 def _corrupt(path: Path, what: str) -> CorruptFileError:
-    return CorruptFileError(
-        f"{path}: {what}; inspect it, or delete it and re-tune (tvmtune-ci retune)"
-    )
+    return CorruptFileError(f"{path}: {what}; inspect it, or delete it and re-tune (tvmtune-ci retune)")
 
 
 def validate_log(data: Any, path: Path) -> dict[str, Any]:
@@ -198,19 +188,12 @@ def validate_log(data: Any, path: Path) -> dict[str, Any]:
             raise _corrupt(path, f"workload {name!r}: 'workload' is not [shash, base64]")
         recs = w.get("records")
         if not isinstance(recs, list) or not all(isinstance(r, list) and len(r) == 4 for r in recs):
-            raise _corrupt(
-                path,
-                f"workload {name!r}: 'records' must be a list of "
-                "[trace, run_secs, target, args_info]",
-            )
+            raise _corrupt(path, f"workload {name!r}: 'records' must be a list of [trace, run_secs, target, args_info]")
         meas = w.get("measurements")
         if meas is not None and not (
-            isinstance(meas, list) and len(meas) == len(recs)
-            and all(isinstance(m, dict) for m in meas)
+            isinstance(meas, list) and len(meas) == len(recs) and all(isinstance(m, dict) for m in meas)
         ):
-            raise _corrupt(
-                path, f"workload {name!r}: 'measurements' must be one object per record"
-            )
+            raise _corrupt(path, f"workload {name!r}: 'measurements' must be one object per record")
         fails = w.get("failures", [])
         if not isinstance(fails, list) or not all(isinstance(f, dict) for f in fails):
             raise _corrupt(path, f"workload {name!r}: 'failures' must be a list of objects")
@@ -245,5 +228,3 @@ def to_json_database(log_path: Path, out_dir: Path) -> tuple[Path, Path]:
     atomic_write_text(wl_path, "".join(line + "\n" for line in wl_lines))
     atomic_write_text(rec_path, "".join(line + "\n" for line in rec_lines))
     return wl_path, rec_path
-
-

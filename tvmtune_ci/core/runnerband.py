@@ -76,8 +76,7 @@ class Series:
     points: tuple[tuple[str, float], ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "host": self.host, "mcpu": self.mcpu,
-                "points": [[at, v] for at, v in self.points]}
+        return {"key": self.key, "host": self.host, "mcpu": self.mcpu, "points": [[at, v] for at, v in self.points]}
 
 
 @dataclass(frozen=True)
@@ -94,15 +93,22 @@ class RunnerBand:
         return describe(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "halfwidth": self.halfwidth, "pairs": self.pairs,
-                "series": self.series, "sets": self.sets}
+        return {
+            "label": self.label,
+            "halfwidth": self.halfwidth,
+            "pairs": self.pairs,
+            "series": self.series,
+            "sets": self.sets,
+        }
 
 
 def describe(band: Mapping[str, Any]) -> str:
     """A runner band (as a run records it) in words."""
-    return (f"the runner band of `{band.get('label')}`: ±{float(band.get('halfwidth', 0)):.1%} "
-            f"({QUANTILE:.0%} of the moves between {band.get('pairs')} pairs of runs of {band.get('series')} "
-            f"bests in {band.get('sets')} log sets, over the compute calibration kernel)")
+    return (
+        f"the runner band of `{band.get('label')}`: ±{float(band.get('halfwidth', 0)):.1%} "
+        f"({QUANTILE:.0%} of the moves between {band.get('pairs')} pairs of runs of {band.get('series')} "
+        f"bests in {band.get('sets')} log sets, over the compute calibration kernel)"
+    )
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,11 @@ class Pool:
     series: Mapping[str, Series]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": POOL_FORMAT, "label": self.label,
-                "series": [self.series[k].to_json() for k in sorted(self.series)]}
+        return {
+            "format": POOL_FORMAT,
+            "label": self.label,
+            "series": [self.series[k].to_json() for k in sorted(self.series)],
+        }
 
     def merged(self, more: Iterable[Series]) -> Pool:
         """With `more` in place of the stored series of the same key (a history only
@@ -136,7 +145,7 @@ class Pool:
                 left.append(f"{key}: {why}")
                 continue
             vals = [v for _, v in s.points]
-            pairs = [max(a / b, b / a) - 1 for i, a in enumerate(vals) for b in vals[i + 1:]]
+            pairs = [max(a / b, b / a) - 1 for i, a in enumerate(vals) for b in vals[i + 1 :]]
             if pairs:
                 used += 1
                 sets.add(key.rsplit("/", 1)[0])
@@ -153,21 +162,20 @@ def run_figure(run: runs.Run, workload: str) -> float | None:
     kernel of the same window, in its fastest window (noise on a shared runner only ever
     slows a kernel, so the fastest window is the run's best estimate, as the fastest 1-s
     stretch is a window's); the whole run's figure when it recorded no windows."""
-    got = [v for w in run.windows
-           if (v := _normalised(w.workloads.get(workload), w.calibration.get("compute")))]
+    got = [v for w in run.windows if (v := _normalised(w.workloads.get(workload), w.calibration.get("compute")))]
     return min(got) if got else runs.value(run, workload, FIGURE)
 
 
-def series_of(operator: str, target_name: str, mcpu: str | None, history: Sequence[runs.Run],
-              workload: str) -> Series | None:
+def series_of(
+    operator: str, target_name: str, mcpu: str | None, history: Sequence[runs.Run], workload: str
+) -> Series | None:
     """A best's series from its set's history, the runs the runner disturbed left out
     (None without two runs to pair or without the compute calibration kernel)."""
     skip = runs.disturbed(history, workload)
     pts = [(r.at, v) for r in history if r.at not in skip and (v := run_figure(r, workload))]
     if not history or len(pts) < 2:
         return None
-    return Series(f"{operator}/{target_name}/{workload}@{history[0].at}", dict(history[-1].host),
-                  mcpu, tuple(pts))
+    return Series(f"{operator}/{target_name}/{workload}@{history[0].at}", dict(history[-1].host), mcpu, tuple(pts))
 
 
 def _series(d: Any, where: str) -> Series:
@@ -178,8 +186,14 @@ def _series(d: Any, where: str) -> Series:
         raise ValueError(f"{where}: mcpu a string or null, points a list")
     out = []
     for p in pts:
-        if (not isinstance(p, list) or len(p) != 2 or not isinstance(p[0], str)
-                or not isinstance(p[1], (int, float)) or isinstance(p[1], bool) or not p[1] > 0):
+        if (
+            not isinstance(p, list)
+            or len(p) != 2
+            or not isinstance(p[0], str)
+            or not isinstance(p[1], (int, float))
+            or isinstance(p[1], bool)
+            or not p[1] > 0
+        ):
             raise ValueError(f"{where}: a point is {p!r}, expected [date, positive figure]")
         out.append((p[0], float(p[1])))
     return Series(d["key"], dict(d["host"]), mcpu, tuple(out))
@@ -198,17 +212,22 @@ def read_pool(path: Path, label: str) -> Pool:
     try:
         obj = json.loads(data)
         if not isinstance(obj, dict) or obj.get("format") != POOL_FORMAT:
-            raise ValueError(f"format {obj.get('format') if isinstance(obj, dict) else None!r}, "
-                             f"this tvmtune-ci reads {POOL_FORMAT}")
+            raise ValueError(
+                f"format {obj.get('format') if isinstance(obj, dict) else None!r}, this tvmtune-ci reads {POOL_FORMAT}"
+            )
         if not isinstance(obj.get("series"), list):
             raise ValueError("series must be a list")
         series = [_series(d, f"series[{i}]") for i, d in enumerate(obj["series"])]
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
-        raise CorruptFileError(f"{path}: not a runner band ({e}); restore it from git or remove it "
-                               "(the next remeasure --record pools the histories again)") from None
+        raise CorruptFileError(
+            f"{path}: not a runner band ({e}); restore it from git or remove it "
+            "(the next remeasure --record pools the histories again)"
+        ) from None
     if obj.get("label") != label:
-        raise CorruptFileError(f"{path} is the runner band of {obj.get('label')!r}, not of {label!r}: "
-                               "another runner's band is never used; restore it from git or remove it")
+        raise CorruptFileError(
+            f"{path} is the runner band of {obj.get('label')!r}, not of {label!r}: "
+            "another runner's band is never used; restore it from git or remove it"
+        )
     return Pool(label, {s.key: s for s in series})
 
 
@@ -222,12 +241,16 @@ def verdict_basis(history: Sequence[runs.Run], workloads: Sequence[str], band: M
     need = runs.MIN_REF + runs.PERSIST
     own = min((len(runs.headline_series(history, w)) for w in workloads), default=0)
     if own >= need:
-        return (f"**Drift verdicts** (`tvmtune-ci remeasure`) use this set's own band ({own} runs): a "
-                f"change must lie beyond it in the last {runs.PERSIST} runs (or {runs.FAR:.0%} off at once).")
-    return (f"**Drift verdicts** (`tvmtune-ci remeasure`) use {describe(band)} until this set has "
-            f"{need} runs of its own ({own} now): a change must lie beyond it, and beyond "
-            f"{runs.MIN_CHANGE:.0%}, in every window of one run (each with the calibration kernels in "
-            f"turns); then this set's own band and {runs.PERSIST} runs.")
+        return (
+            f"**Drift verdicts** (`tvmtune-ci remeasure`) use this set's own band ({own} runs): a "
+            f"change must lie beyond it in the last {runs.PERSIST} runs (or {runs.FAR:.0%} off at once)."
+        )
+    return (
+        f"**Drift verdicts** (`tvmtune-ci remeasure`) use {describe(band)} until this set has "
+        f"{need} runs of its own ({own} now): a change must lie beyond it, and beyond "
+        f"{runs.MIN_CHANGE:.0%}, in every window of one run (each with the calibration kernels in "
+        f"turns); then this set's own band and {runs.PERSIST} runs."
+    )
 
 
 # --------------------------------------------------------------------------- the verdict
@@ -237,8 +260,7 @@ def _normalised(fig: float | None, cal: float | None) -> float | None:
     return fig / cal if fig and cal else None
 
 
-def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run,
-                band: RunnerBand) -> runs.Verdict | None:
+def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run, band: RunnerBand) -> runs.Verdict | None:
     """The verdict on a best at the first runs of its history, from the runner band and
     this run's windows; None when they cannot give one (no earlier run of it, fewer
     than 2 windows, or no compute calibration kernel), and the history's own rule
@@ -262,7 +284,7 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run,
     own_half = own.halfwidth if own is not None and own.runs >= 2 else 0.0
     edge = max(band.halfwidth, own_half, runs.MIN_CHANGE)
     ratios = [v / ref for v in now if v]
-    rest = (f"{len(before)} earlier run{'s' if len(before) != 1 else ''} of this set")
+    rest = f"{len(before)} earlier run{'s' if len(before) != 1 else ''} of this set"
     used = band.describe() + (f", widened to this set's own ±{own_half:.1%}" if own_half > band.halfwidth else "")
     shown = ", ".join(f"{x:.3f}x" for x in ratios)
     whole = runs.value(latest, workload)
@@ -273,31 +295,53 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run,
         # kernel within the job (bench_drift under load: 1.13x, 1.26x and 2.13x in one run,
         # the compute calibration kernel flipping between two modes 2x apart).
         return runs.Verdict(
-            workload, "inconclusive",
+            workload,
+            "inconclusive",
             f"every window of this run is beyond ±{edge:.1%} of the {rest} ({shown} their figure, over "
             f"the compute calibration kernel), but they disagree by {spread:.0%}, more than twice that: "
             f"the runner's speed moved under the kernel within this job, not one change; the next "
-            f"remeasure tells ({used})", None, whole, statistics.median(ratios), len(before) + 1)
+            f"remeasure tells ({used})",
+            None,
+            whole,
+            statistics.median(ratios),
+            len(before) + 1,
+        )
     if beyond:
         d = "slower" if ratios[0] > 1 else "faster"
         return runs.Verdict(
-            workload, "drift",
+            workload,
+            "drift",
             f"all {len(ratios)} windows of this run are {d} than the {rest} ({shown} their figure, "
             f"over the compute calibration kernel measured in turns with it), beyond ±{edge:.1%} and "
-            f"within {spread:.0%} of each other: {used}; a change that lasted the whole job", None, whole,
-            statistics.median(ratios), len(before) + 1, d)
+            f"within {spread:.0%} of each other: {used}; a change that lasted the whole job",
+            None,
+            whole,
+            statistics.median(ratios),
+            len(before) + 1,
+            d,
+        )
     odd = [i + 1 for i, x in enumerate(ratios) if abs(x - 1) > edge]
     if odd:
         inside = [i + 1 for i in range(len(ratios)) if i + 1 not in odd]
         return runs.Verdict(
-            workload, "stable",
+            workload,
+            "stable",
             f"no change that lasts: this run's {len(ratios)} windows are {shown} the {rest} (over the "
             f"compute calibration kernel); window{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} "
             f"beyond ±{edge:.1%}, window{'s' if len(inside) > 1 else ''} {', '.join(map(str, inside))} "
-            f"within it: a slow stretch of the runner, not a change ({used})", None, whole,
-            statistics.median(ratios), len(before) + 1)
+            f"within it: a slow stretch of the runner, not a change ({used})",
+            None,
+            whole,
+            statistics.median(ratios),
+            len(before) + 1,
+        )
     return runs.Verdict(
-        workload, "stable",
+        workload,
+        "stable",
         f"within the runner band: this run's {len(ratios)} windows are {shown} the {rest} (over "
-        f"the compute calibration kernel), within ±{edge:.1%}: {used}", None, whole,
-        statistics.median(ratios), len(before) + 1)
+        f"the compute calibration kernel), within ±{edge:.1%}: {used}",
+        None,
+        whole,
+        statistics.median(ratios),
+        len(before) + 1,
+    )

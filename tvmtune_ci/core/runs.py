@@ -70,8 +70,14 @@ class KernelFigure:
         return (self.hi_s - self.lo_s) / 2 / self.p25_s
 
     def to_json(self) -> dict[str, Any]:
-        return {"p25_s": self.p25_s, "lo_s": self.lo_s, "hi_s": self.hi_s, "n": self.n,
-                "fast_s": self.fast_s, "slow_s": self.slow_s}
+        return {
+            "p25_s": self.p25_s,
+            "lo_s": self.lo_s,
+            "hi_s": self.hi_s,
+            "n": self.n,
+            "fast_s": self.fast_s,
+            "slow_s": self.slow_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -84,8 +90,10 @@ class Window:
     calibration: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
-        return {"workloads": dict(sorted(self.workloads.items())),
-                "calibration": dict(sorted(self.calibration.items()))}
+        return {
+            "workloads": dict(sorted(self.workloads.items())),
+            "calibration": dict(sorted(self.calibration.items())),
+        }
 
 
 def _window(d: Any, where: str) -> Window:
@@ -124,11 +132,17 @@ class Run:
     band: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {"format": self.format, "at": self.at, "by": self.by, "host": self.host,
-               "tvm": self.tvm, "window_s": self.window_s,
-               "workloads": {w: f.to_json() for w, f in sorted(self.workloads.items())},
-               "calibration": {k: f.to_json() for k, f in sorted(self.calibration.items())},
-               "calibration_version": self.calibration_version}
+        out = {
+            "format": self.format,
+            "at": self.at,
+            "by": self.by,
+            "host": self.host,
+            "tvm": self.tvm,
+            "window_s": self.window_s,
+            "workloads": {w: f.to_json() for w, f in sorted(self.workloads.items())},
+            "calibration": {k: f.to_json() for k, f in sorted(self.calibration.items())},
+            "calibration_version": self.calibration_version,
+        }
         if self.windows:
             out["windows"] = [w.to_json() for w in self.windows]
         if self.band is not None:
@@ -167,8 +181,7 @@ def same_machine(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return not any(a.get(k) and b.get(k) and a[k] != b[k] for k in IDENTITY)
 
 
-def match_machine(here: Mapping[str, Any], theirs: Mapping[str, Any],
-                  mcpu: str | None = None) -> tuple[bool, str]:
+def match_machine(here: Mapping[str, Any], theirs: Mapping[str, Any], mcpu: str | None = None) -> tuple[bool, str]:
     """Whether a run measured `here` may join a history (or a pooled band) measured on
     `theirs`, failing closed: (True, "") when every identity field both record agrees
     and `theirs` records its vendor, family and model; (False, why) when one differs.
@@ -181,18 +194,24 @@ def match_machine(here: Mapping[str, Any], theirs: Mapping[str, Any],
         return False, f"measured on {machine_words(theirs)}, this machine is {machine_words(here)}"
     for key in IDENTITY:
         if here.get(key) and theirs.get(key) and here[key] != theirs[key]:
-            return False, (f"measured on {machine_words(theirs)} ({key} {theirs[key]}), this machine is "
-                           f"{machine_words(here)} ({key} {here[key]})")
+            return False, (
+                f"measured on {machine_words(theirs)} ({key} {theirs[key]}), this machine is "
+                f"{machine_words(here)} ({key} {here[key]})"
+            )
     if theirs.get("cpu_id"):
         return True, ""
     if mcpu and here.get("llvm_cpu") == mcpu:
-        return True, (f"recorded before runs named their CPU's vendor, family and model: matched by its "
-                      f"name ({theirs.get('cpu')!r}), {theirs.get('cores')} cores and the target's CPU "
-                      f"{mcpu}, which is LLVM's name for this one")
-    return False, (f"measured on {machine_words(theirs)}, recorded before runs named their CPU's vendor, "
-                   f"family and model, and its target's CPU ({mcpu or 'none named'}) is not this "
-                   f"machine's ({here.get('llvm_cpu') or 'unknown'}): the name alone cannot tell that "
-                   f"this {machine_words(here)} is the same kind of CPU")
+        return True, (
+            f"recorded before runs named their CPU's vendor, family and model: matched by its "
+            f"name ({theirs.get('cpu')!r}), {theirs.get('cores')} cores and the target's CPU "
+            f"{mcpu}, which is LLVM's name for this one"
+        )
+    return False, (
+        f"measured on {machine_words(theirs)}, recorded before runs named their CPU's vendor, "
+        f"family and model, and its target's CPU ({mcpu or 'none named'}) is not this "
+        f"machine's ({here.get('llvm_cpu') or 'unknown'}): the name alone cannot tell that "
+        f"this {machine_words(here)} is the same kind of CPU"
+    )
 
 
 def _figure(d: Any, where: str) -> KernelFigure:
@@ -227,11 +246,18 @@ def run_from_json(obj: Any, where: str = "run") -> Run:
     windows, band = obj.get("windows", []), obj.get("band")
     if not isinstance(windows, list) or not (band is None or isinstance(band, dict)):
         raise ValueError(f"{where}: windows must be a list and band an object")
-    return Run(obj["at"], obj["by"], dict(host), obj["tvm"], float(win),
-               {w: _figure(f, f"{where}.workloads.{w}") for w, f in wls.items()},
-               {k: _figure(f, f"{where}.calibration.{k}") for k, f in cal.items()}, version,
-               windows=tuple(_window(d, f"{where}.windows[{i}]") for i, d in enumerate(windows)),
-               band=None if band is None else dict(band))
+    return Run(
+        obj["at"],
+        obj["by"],
+        dict(host),
+        obj["tvm"],
+        float(win),
+        {w: _figure(f, f"{where}.workloads.{w}") for w, f in wls.items()},
+        {k: _figure(f, f"{where}.calibration.{k}") for k, f in cal.items()},
+        version,
+        windows=tuple(_window(d, f"{where}.windows[{i}]") for i, d in enumerate(windows)),
+        band=None if band is None else dict(band),
+    )
 
 
 def parse_runs(data: bytes, path: Path | str) -> list[Run]:
@@ -280,12 +306,15 @@ def read_runs_bytes(folder: Path, files: Mapping[str, str]) -> bytes:
     try:
         data = read_regular_file(path, MAX_RUNS_BYTES)
     except (OSError, NotRegularFileError) as e:
-        raise CorruptFileError(f"{path}: cannot read the run history the manifest names ({e}); "
-                               "restore it from git") from None
+        raise CorruptFileError(
+            f"{path}: cannot read the run history the manifest names ({e}); restore it from git"
+        ) from None
     if sha256_bytes(data) != expected:
-        raise CorruptFileError(f"{path} was modified since it was recorded (its sha256 is not "
-                               "the manifest's); restore it from git: runs are appended only by "
-                               "tvmtune-ci remeasure --record")
+        raise CorruptFileError(
+            f"{path} was modified since it was recorded (its sha256 is not "
+            "the manifest's); restore it from git: runs are appended only by "
+            "tvmtune-ci remeasure --record"
+        )
     return data
 
 
@@ -297,12 +326,18 @@ def encode_runs(history: Sequence[Run]) -> bytes:
 
 # name -> (one run's figure for one workload, what it is in words). Lower is faster.
 FIGURES: dict[str, tuple[Any, str]] = {
-    "fast": (lambda r, w: r.workloads[w].fast_s,
-             "the best's latency in its fastest 1-s stretch of the run (lower quartile)"),
-    "p25": (lambda r, w: r.workloads[w].p25_s,
-            "the best's latency over the whole run (lower quartile of all its samples)"),
-    "fast_vs_compute": (lambda r, w: r.workloads[w].fast_s / r.calibration["compute"].fast_s,
-                        "the fastest-stretch latency over the compute calibration kernel's"),
+    "fast": (
+        lambda r, w: r.workloads[w].fast_s,
+        "the best's latency in its fastest 1-s stretch of the run (lower quartile)",
+    ),
+    "p25": (
+        lambda r, w: r.workloads[w].p25_s,
+        "the best's latency over the whole run (lower quartile of all its samples)",
+    ),
+    "fast_vs_compute": (
+        lambda r, w: r.workloads[w].fast_s / r.calibration["compute"].fast_s,
+        "the fastest-stretch latency over the compute calibration kernel's",
+    ),
 }
 # The figure a README publishes as its headline and `remeasure` judges: the one the
 # study in docs/measurement.md found to hold best from run to run.
@@ -393,12 +428,24 @@ class Verdict:
         return self.state == "drift"
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": self.workload, "state": self.state, "sentence": self.sentence,
-                "runs": self.runs, "latest": self.latest, "ratio": self.ratio,
-                "direction": self.direction,
-                "band": None if self.band is None else {
-                    "median": self.band.median, "halfwidth": self.band.halfwidth,
-                    "runs": self.band.runs, "first": self.band.first, "last": self.band.last}}
+        return {
+            "workload": self.workload,
+            "state": self.state,
+            "sentence": self.sentence,
+            "runs": self.runs,
+            "latest": self.latest,
+            "ratio": self.ratio,
+            "direction": self.direction,
+            "band": None
+            if self.band is None
+            else {
+                "median": self.band.median,
+                "halfwidth": self.band.halfwidth,
+                "runs": self.band.runs,
+                "first": self.band.first,
+                "last": self.band.last,
+            },
+        }
 
 
 def _words(ratio: float) -> str:
@@ -480,8 +527,9 @@ def runner_jump(runner: Mapping[str, Sequence[tuple[str, float]]], at: str) -> d
     return out
 
 
-def _far(points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tuple[str, float]]] | None,
-         far: float) -> tuple[float, str | None, float] | None:
+def _far(
+    points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tuple[str, float]]] | None, far: float
+) -> tuple[float, str | None, float] | None:
     """When the latest run is more than `far` from the median of the runs before it: its
     jump, and the calibration kernel that was off as far the same way in that run (the
     runner, not the kernel) with that kernel's jump, if one was. None for a run within
@@ -496,17 +544,29 @@ def _far(points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tupl
     return jump, kind, cal[kind] if kind is not None else math.nan
 
 
-def _drift_at_once(workload: str, points: Sequence[tuple[str, float]], jump: float,
-                   far: float) -> Verdict:
+def _drift_at_once(workload: str, points: Sequence[tuple[str, float]], jump: float, far: float) -> Verdict:
     d = "slower" if jump > 1 else "faster"
-    return Verdict(workload, "drift", f"the latest run is {_words(jump)} the median of "
-                   f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
-                   "band seen, reported at once", band_of(points[:-1]), points[-1][1], jump,
-                   len(points), d)
+    return Verdict(
+        workload,
+        "drift",
+        f"the latest run is {_words(jump)} the median of "
+        f"the {len(points) - 1} before it, beyond ±{far:.0%}: a change far beyond any "
+        "band seen, reported at once",
+        band_of(points[:-1]),
+        points[-1][1],
+        jump,
+        len(points),
+        d,
+    )
 
 
-def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FAR,
-          runner: Mapping[str, Sequence[tuple[str, float]]] | None = None) -> Verdict:
+def judge(
+    workload: str,
+    points: Sequence[tuple[str, float]],
+    *,
+    far: float = FAR,
+    runner: Mapping[str, Sequence[tuple[str, float]]] | None = None,
+) -> Verdict:
     """Decide on one workload's series of (date, figure), oldest first (lower: faster).
 
     - A run more than `far` from the median of the runs before it is a drift at once:
@@ -536,53 +596,92 @@ def judge(workload: str, points: Sequence[tuple[str, float]], *, far: float = FA
         if kind is None:
             return _drift_at_once(workload, points, jump, far)
         # Far, but a calibration kernel was off as far the same way: the runner.
-        note = (f" The latest run was {_words(jump)} the median before it, and the "
-                f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel.")
+        note = (
+            f" The latest run was {_words(jump)} the median before it, and the "
+            f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel."
+        )
         v = judge(workload, points, far=math.inf)
-        return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio,
-                       v.runs, v.direction)
+        return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio, v.runs, v.direction)
     ref = points[: n - PERSIST]
     if len(ref) < MIN_REF:
         need = MIN_REF + PERSIST - n
-        return Verdict(workload, "inconclusive",
-                       f"{need} more run{'s' if need > 1 else ''} needed "
-                       f"({n} so far; a band rests on {MIN_REF} runs and a change must last "
-                       f"{PERSIST})", band_of(points), latest, None, n)
+        return Verdict(
+            workload,
+            "inconclusive",
+            f"{need} more run{'s' if need > 1 else ''} needed "
+            f"({n} so far; a band rests on {MIN_REF} runs and a change must last "
+            f"{PERSIST})",
+            band_of(points),
+            latest,
+            None,
+            n,
+        )
     band = band_of(ref)
     assert band is not None
-    recent = [v / band.median for _, v in points[n - PERSIST:]]
+    recent = [v / band.median for _, v in points[n - PERSIST :]]
     ratio = latest / band.median
     edge = max(MARGIN * band.halfwidth, MIN_CHANGE)
     if all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent):
         d = "slower" if recent[-1] > 1 else "faster"
         with_runner = _faster_with_runner(points, runner) if d == "faster" else None
         if with_runner is not None:
-            return Verdict(workload, "stable",
-                           f"faster than the band of the {len(ref)} runs before (now "
-                           f"{_words(ratio)} their median, beyond their ±{band.halfwidth:.1%}), "
-                           f"and so was the runner: {with_runner}", band, latest, ratio, n)
-        return Verdict(workload, "drift",
-                       f"the last {PERSIST} runs are all {d} than the band of the {len(ref)} "
-                       f"runs before them (beyond {MARGIN:g} x their ±{band.halfwidth:.1%} around "
-                       f"their median; now {_words(ratio)})", band, latest, ratio, n, d)
-    beyond = sum(1 for _ in itertools.takewhile(
-        lambda r: r > 1 + edge if ratio > 1 else r < 1 - edge, reversed(recent)))
+            return Verdict(
+                workload,
+                "stable",
+                f"faster than the band of the {len(ref)} runs before (now "
+                f"{_words(ratio)} their median, beyond their ±{band.halfwidth:.1%}), "
+                f"and so was the runner: {with_runner}",
+                band,
+                latest,
+                ratio,
+                n,
+            )
+        return Verdict(
+            workload,
+            "drift",
+            f"the last {PERSIST} runs are all {d} than the band of the {len(ref)} "
+            f"runs before them (beyond {MARGIN:g} x their ±{band.halfwidth:.1%} around "
+            f"their median; now {_words(ratio)})",
+            band,
+            latest,
+            ratio,
+            n,
+            d,
+        )
+    beyond = sum(
+        1 for _ in itertools.takewhile(lambda r: r > 1 + edge if ratio > 1 else r < 1 - edge, reversed(recent))
+    )
     if beyond:
         # Not (yet) a lasting change, but not "within the band" either: the next runs
         # tell (bench_drift: a swapped 1.12x kernel read 1.21x, 1.20x, then drift).
         more = PERSIST - beyond
-        return Verdict(workload, "inconclusive",
-                       f"beyond the band in the last {'run' if beyond == 1 else f'{beyond} runs'}: now "
-                       f"{_words(ratio)} the median of {len(ref)} earlier runs, which spread "
-                       f"±{band.halfwidth:.1%}; a change must last {PERSIST} runs: {more} more "
-                       f"run{'s' if more > 1 else ''} will tell", band, latest, ratio, n)
-    return Verdict(workload, "stable",
-                   f"within the band: now {_words(ratio)} the median of {len(ref)} earlier "
-                   f"runs, which spread ±{band.halfwidth:.1%}", band, latest, ratio, n)
+        return Verdict(
+            workload,
+            "inconclusive",
+            f"beyond the band in the last {'run' if beyond == 1 else f'{beyond} runs'}: now "
+            f"{_words(ratio)} the median of {len(ref)} earlier runs, which spread "
+            f"±{band.halfwidth:.1%}; a change must last {PERSIST} runs: {more} more "
+            f"run{'s' if more > 1 else ''} will tell",
+            band,
+            latest,
+            ratio,
+            n,
+        )
+    return Verdict(
+        workload,
+        "stable",
+        f"within the band: now {_words(ratio)} the median of {len(ref)} earlier "
+        f"runs, which spread ±{band.halfwidth:.1%}",
+        band,
+        latest,
+        ratio,
+        n,
+    )
 
 
-def _faster_with_runner(points: Sequence[tuple[str, float]],
-                        runner: Mapping[str, Sequence[tuple[str, float]]] | None) -> str | None:
+def _faster_with_runner(
+    points: Sequence[tuple[str, float]], runner: Mapping[str, Sequence[tuple[str, float]]] | None
+) -> str | None:
     """Why a workload's last PERSIST runs, faster than its band, are the runner's speed
     and not a faster kernel, in words; None when they are not, or it cannot be told.
 
@@ -603,12 +702,14 @@ def _faster_with_runner(points: Sequence[tuple[str, float]],
     band = band_of(over[: n - PERSIST])
     if band is None:
         return None
-    recent = [v / band.median for _, v in over[n - PERSIST:]]
+    recent = [v / band.median for _, v in over[n - PERSIST :]]
     if all(r < 1 - max(MARGIN * band.halfwidth, MIN_CHANGE) for r in recent):
         return None
-    return (f"over the compute calibration kernel measured in turns with it the kernel is now "
-            f"{_words(recent[-1])} the median of those runs, within their ±{band.halfwidth:.1%}: "
-            "no change of the kernel")
+    return (
+        f"over the compute calibration kernel measured in turns with it the kernel is now "
+        f"{_words(recent[-1])} the median of those runs, within their ±{band.halfwidth:.1%}: "
+        "no change of the kernel"
+    )
 
 
 # --------------------------------------------------------------------------- README helpers
@@ -656,9 +757,11 @@ def against_headline(before: Sequence[Run], run: Run, workload: str) -> str | No
     if basis.usual is not None and cal is None:
         # The headline divides the runner's speed out; this run cannot: comparing its
         # figure as measured with it would mix the two.
-        return (f"as measured {fmt_latency(f.fast_s)}; not compared with the README's headline "
-                f"{fmt_latency(band.median)}: this run did not measure the compute calibration "
-                "kernel the headline divides the runner's speed out with")
+        return (
+            f"as measured {fmt_latency(f.fast_s)}; not compared with the README's headline "
+            f"{fmt_latency(band.median)}: this run did not measure the compute calibration "
+            "kernel the headline divides the runner's speed out with"
+        )
     if basis.usual is not None and cal is not None:
         now, how = f.fast_s * basis.usual / cal.fast_s, "at the runner's usual speed"
     else:
@@ -713,11 +816,9 @@ def headline(runs: Sequence[Run], workload: str) -> tuple[float | None, str]:
     assert band is not None
     if len(pts) < MIN_REF + PERSIST:
         need = MIN_REF + PERSIST - len(pts)
-        return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known "
-                             f"after {need} more")
+        return band.median, (f"{len(pts)} run{'s' if len(pts) != 1 else ''}; the band is known after {need} more")
     left = f"; {basis.left_out} left out: the runner was disturbed" if basis.left_out else ""
-    words = (f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to "
-             f"{band.last}{left})")
+    words = f"runs spread ±{band.halfwidth:.1%} ({band.runs} runs, {band.first} to {band.last}{left})"
     if basis.usual is not None:
         raw = band_of(basis.absolute)
         assert raw is not None
@@ -738,14 +839,18 @@ def runner_band(runs: Sequence[Run]) -> str | None:
         band = band_of(pts)
         assert band is not None
         spread = f"±{band.halfwidth:.1%} over {band.runs} runs" if band.runs > 1 else "1 run"
-        parts.append(f"the {kind}-bound calibration kernel {fmt_latency(band.median)} ({spread}; within a "
-                     f"run its slowest 1-s stretch was up to {modes:.2f}x its fastest)")
+        parts.append(
+            f"the {kind}-bound calibration kernel {fmt_latency(band.median)} ({spread}; within a "
+            f"run its slowest 1-s stretch was up to {modes:.2f}x its fastest)"
+        )
     return "; ".join(parts) or None
 
 
-NOISE_FIXES = ("a dedicated runner (no other jobs or VMs on its cores), more cores than the "
-               "target's num-cores, the measuring cores isolated (isolcpus or a cpuset), the "
-               "performance CPU governor with turbo off")
+NOISE_FIXES = (
+    "a dedicated runner (no other jobs or VMs on its cores), more cores than the "
+    "target's num-cores, the measuring cores isolated (isolcpus or a cpuset), the "
+    "performance CPU governor with turbo off"
+)
 
 
 def noise_warning(runs: Sequence[Run], workloads: Sequence[str], search_precision: float) -> str | None:
@@ -765,20 +870,29 @@ def noise_warning(runs: Sequence[Run], workloads: Sequence[str], search_precisio
     if bands and all(b is not None and b.runs >= MIN_REF + PERSIST for b in bands):
         wide = max(b.halfwidth for b in bands if b is not None)
         if wide > MIN_CHANGE:
-            said.append(f"its figures spread ±{wide:.1%} from run to run, wider than the smallest "
-                        f"drift remeasure reports ({MIN_CHANGE:.0%}): a smaller lasting change "
-                        "goes unseen")
-    modes = [r.calibration[k].slow_s / r.calibration[k].fast_s for r in runs[-(MIN_REF + PERSIST):]
-             for k in r.calibration if r.calibration[k].fast_s > 0]
+            said.append(
+                f"its figures spread ±{wide:.1%} from run to run, wider than the smallest "
+                f"drift remeasure reports ({MIN_CHANGE:.0%}): a smaller lasting change "
+                "goes unseen"
+            )
+    modes = [
+        r.calibration[k].slow_s / r.calibration[k].fast_s
+        for r in runs[-(MIN_REF + PERSIST) :]
+        for k in r.calibration
+        if r.calibration[k].fast_s > 0
+    ]
     if modes and max(modes) - 1 > search_precision:
-        said.append(f"within a run its speed moved by up to {max(modes):.2f}x for seconds at a time, "
-                    f"beyond the search's precision (±{search_precision:.0%}): the search and its "
-                    "early stop compare trials measured seconds apart in that noise (the finals are "
-                    "interleaved and are not affected)")
+        said.append(
+            f"within a run its speed moved by up to {max(modes):.2f}x for seconds at a time, "
+            f"beyond the search's precision (±{search_precision:.0%}): the search and its "
+            "early stop compare trials measured seconds apart in that noise (the finals are "
+            "interleaved and are not affected)"
+        )
     if not said:
         return None
-    return "This runner is noisier than the effects judged on it: " + "; ".join(said) + \
-        f". To narrow it: {NOISE_FIXES}."
+    return (
+        "This runner is noisier than the effects judged on it: " + "; ".join(said) + f". To narrow it: {NOISE_FIXES}."
+    )
 
 
 def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
@@ -787,10 +901,15 @@ def history_table(runs: Sequence[Run], workloads: Sequence[str]) -> list[str]:
     if not runs:
         return []
     kinds = sorted({k for r in runs for k in r.calibration})
-    out = [f"Figure: {FIGURES[FIGURE][1]}; one row per run (`runs.jsonl`).",
-           "", "| run | by | machine | " + " | ".join(f"`{w}`" for w in workloads)
-           + "".join(f" | {k} calibration" for k in kinds) + " |",
-           "|---|---|---|" + "---|" * (len(workloads) + len(kinds))]
+    out = [
+        f"Figure: {FIGURES[FIGURE][1]}; one row per run (`runs.jsonl`).",
+        "",
+        "| run | by | machine | "
+        + " | ".join(f"`{w}`" for w in workloads)
+        + "".join(f" | {k} calibration" for k in kinds)
+        + " |",
+        "|---|---|---|" + "---|" * (len(workloads) + len(kinds)),
+    ]
     runner = disturbed(runs)
     skip = {w: disturbed(runs, w) for w in workloads}
     for r in runs:

@@ -67,8 +67,9 @@ def map_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int] | 
     return [rest, *inner]
 
 
-def map_to_shape(config: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any],
-                 target: Mapping[str, Any]) -> Mapped:
+def map_to_shape(
+    config: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any], target: Mapping[str, Any]
+) -> Mapped:
     """A sibling's configuration on `workload`: a full, legal point of its knob space.
     `kept` names the knobs whose value carried over (a split: its inner factors, the
     outermost taking the new extent), `reset` those that were moved to the nearest legal
@@ -107,8 +108,14 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     d = 0.0
     for key in sorted(set(a) | set(b)):
         x, y = a.get(key), b.get(key)
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool) \
-                and not isinstance(y, bool) and x > 0 and y > 0:
+        if (
+            isinstance(x, (int, float))
+            and isinstance(y, (int, float))
+            and not isinstance(x, bool)
+            and not isinstance(y, bool)
+            and x > 0
+            and y > 0
+        ):
             d += abs(math.log(x / y))
         elif x != y:
             d += math.log(1e6)
@@ -138,8 +145,12 @@ def sibling_configs(manifest: Manifest, order: Sequence[str], k: int = SIBLING_K
     return out
 
 
-def map_siblings(configs: Sequence[tuple[str, Mapping[str, Any]]], knobs: Sequence[Knob],
-                 workload: Mapping[str, Any], target: Mapping[str, Any]) -> list[tuple[str, Mapped]]:
+def map_siblings(
+    configs: Sequence[tuple[str, Mapping[str, Any]]],
+    knobs: Sequence[Knob],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+) -> list[tuple[str, Mapped]]:
     """Each sibling configuration mapped onto `workload`, distinct there (the first
     sibling to reach a point names it). One that maps onto the default configuration
     (measured anyway) or cannot be evaluated on this workload is left out."""
@@ -163,10 +174,15 @@ def map_siblings(configs: Sequence[tuple[str, Mapping[str, Any]]], knobs: Sequen
     return out
 
 
-def scaled_prior(records: Mapping[str, Sequence[tuple[Mapping[str, Any], float, str]]],
-                 flops: Mapping[str, float], new_flops: float, knobs: Sequence[Knob],
-                 workload: Mapping[str, Any], target: Mapping[str, Any],
-                 exclude: Sequence[Mapping[str, Any]]) -> tuple[tuple[dict[str, Any], float], ...]:
+def scaled_prior(
+    records: Mapping[str, Sequence[tuple[Mapping[str, Any], float, str]]],
+    flops: Mapping[str, float],
+    new_flops: float,
+    knobs: Sequence[Knob],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+    exclude: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[dict[str, Any], float], ...]:
     """The siblings' records as the cost model's prior on the new workload: each mapped
     onto its knob space (`map_to_shape`), labelled with the sibling's latency scaled by
     the FLOPs ratio (new / sibling), so a configuration that ran at some GFLOP/s on a

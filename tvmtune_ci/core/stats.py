@@ -61,15 +61,12 @@ def _binom_cdfs(n: int, p: float) -> list[float]:
     lp, lq = math.log(p), math.log1p(-p)
     out, total = [], 0.0
     for i in range(n + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
-                          + i * lp + (n - i) * lq)
+        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
         out.append(min(1.0, total))
     return out
 
 
-def quantile_ci_ranks(
-    n: int, q: float = QUANTILE, confidence: float = CONFIDENCE
-) -> tuple[int, int] | None:
+def quantile_ci_ranks(n: int, q: float = QUANTILE, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """1-based ranks (l, u) with P(X_(l) <= q-quantile <= X_(u)) >= confidence, the
     narrowest such pair (ties: the more central); None when n samples cannot give one.
 
@@ -130,7 +127,7 @@ def faster(a: Estimate, b: Estimate) -> bool:
 
 
 def compare(a: Estimate, b: Estimate) -> str:
-    """"faster", "slower" or "equal" (within noise) for `a` against `b`."""
+    """ "faster", "slower" or "equal" (within noise) for `a` against `b`."""
     if faster(a, b):
         return "faster"
     if faster(b, a):

@@ -26,20 +26,62 @@ from .errors import TemplateError
 # x86 `mcpu` -> widest vector ISA LLVM enables for it (its feature table; the
 # test checks every row against TVM's LLVM).
 _X86_AVX512 = {
-    "skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
-    "icelake-server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids",
-    "graniterapids", "graniterapids-d", "diamondrapids", "knl", "knm", "znver4", "znver5",
+    "skylake-avx512",
+    "cascadelake",
+    "cooperlake",
+    "cannonlake",
+    "icelake-client",
+    "icelake-server",
+    "tigerlake",
+    "rocketlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "graniterapids-d",
+    "diamondrapids",
+    "knl",
+    "knm",
+    "znver4",
+    "znver5",
     "x86-64-v4",
 }
 _X86_AVX2 = {
-    "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake",
-    "arrowlake", "arrowlake-s", "lunarlake", "pantherlake", "gracemont", "sierraforest",
-    "grandridge", "clearwaterforest", "znver1", "znver2", "znver3", "bdver4", "x86-64-v3",
+    "haswell",
+    "broadwell",
+    "skylake",
+    "alderlake",
+    "raptorlake",
+    "meteorlake",
+    "arrowlake",
+    "arrowlake-s",
+    "lunarlake",
+    "pantherlake",
+    "gracemont",
+    "sierraforest",
+    "grandridge",
+    "clearwaterforest",
+    "znver1",
+    "znver2",
+    "znver3",
+    "bdver4",
+    "x86-64-v3",
 }
 _X86_AVX = {"sandybridge", "ivybridge", "bdver1", "bdver2", "bdver3", "btver2"}
 _X86_SSE = {
-    "x86-64", "x86-64-v2", "generic", "nehalem", "westmere", "core2", "penryn",
-    "silvermont", "goldmont", "goldmont-plus", "tremont", "btver1", "k8", "amdfam10",
+    "x86-64",
+    "x86-64-v2",
+    "generic",
+    "nehalem",
+    "westmere",
+    "core2",
+    "penryn",
+    "silvermont",
+    "goldmont",
+    "goldmont-plus",
+    "tremont",
+    "btver1",
+    "k8",
+    "amdfam10",
 }
 _ARM64_CPUS_PREFIX = ("cortex-a", "cortex-x", "neoverse", "apple-", "ampere", "carmel", "a64fx")
 
@@ -56,8 +98,17 @@ _ISAS = {
 }
 
 _DTYPE_BITS = {
-    "float64": 64, "float32": 32, "float16": 16, "bfloat16": 16,
-    "int64": 64, "int32": 32, "int16": 16, "int8": 8, "uint8": 8, "uint16": 16, "uint32": 32,
+    "float64": 64,
+    "float32": 32,
+    "float16": 16,
+    "bfloat16": 16,
+    "int64": 64,
+    "int32": 32,
+    "int16": 16,
+    "int8": 8,
+    "uint8": 8,
+    "uint16": 16,
+    "uint32": 32,
 }
 
 # The names a KNOBS extent / max_factor may use besides the workload's keys: every
@@ -109,16 +160,13 @@ class TargetFacts:
         """Elements of `dtype` in one vector register (1 on a target without vectors)."""
         bits = _DTYPE_BITS.get(str(dtype))
         if bits is None:
-            raise TemplateError(
-                f"vector_lanes({dtype!r}): unknown dtype; one of {', '.join(_DTYPE_BITS)}"
-            )
+            raise TemplateError(f"vector_lanes({dtype!r}): unknown dtype; one of {', '.join(_DTYPE_BITS)}")
         return max(1, self.vector_bits // bits)
 
     def names(self, dtype: str = "float32") -> dict[str, int]:
         """LANES (of `dtype`), VREGS, VBITS, and on a GPU SMEM, THREADS, WARP, REGS:
         what KNOBS and CONSTRAINTS expressions may name."""
-        out = {"LANES": self.lanes(dtype), "VREGS": self.vector_registers,
-               "VBITS": self.vector_bits}
+        out = {"LANES": self.lanes(dtype), "VREGS": self.vector_registers, "VBITS": self.vector_bits}
         if self.gpu is not None:
             out.update(self.gpu.names())
         return out
@@ -127,17 +175,23 @@ class TargetFacts:
         """`avx512: 512-bit vectors (16 fp32 lanes), 32 registers`."""
         if self.gpu is not None:
             g = self.gpu
-            return (f"cuda {self.arch}: {g.smem:,} bytes of shared memory, {g.threads} threads, "
-                    f"{g.regs:,} registers per block, {g.warp}-thread warps")
+            return (
+                f"cuda {self.arch}: {g.smem:,} bytes of shared memory, {g.threads} threads, "
+                f"{g.regs:,} registers per block, {g.warp}-thread warps"
+            )
         if not self.vector_bits:
             return f"{self.isa}: no CPU vector registers"
-        return (f"{self.isa}: {self.vector_bits}-bit vectors ({self.lanes()} fp32 lanes), "
-                f"{self.vector_registers} registers")
+        return (
+            f"{self.isa}: {self.vector_bits}-bit vectors ({self.lanes()} fp32 lanes), {self.vector_registers} registers"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"arch": self.arch, "isa": self.isa,
-                               "vector_bits": self.vector_bits,
-                               "vector_registers": self.vector_registers}
+        out: dict[str, Any] = {
+            "arch": self.arch,
+            "isa": self.isa,
+            "vector_bits": self.vector_bits,
+            "vector_registers": self.vector_registers,
+        }
         if self.gpu is not None:  # CPU facts keep the form their manifests recorded
             out.update(self.gpu.names())
         return out
@@ -227,6 +281,7 @@ def target_facts(target: Mapping[str, Any], where: str = "target") -> TargetFact
 
 def missing_cuda_keys(target: Mapping[str, Any]) -> list[str]:
     """The attributes a CUDA target dict lacks for its facts (`arch` and the limits)."""
+
     def ok(key: str, value: Any) -> bool:
         if key == "arch":
             return isinstance(value, str) and value.startswith("sm_")
@@ -256,9 +311,6 @@ def scope(workload: Mapping[str, Any], target: Mapping[str, Any] | None) -> dict
         facts = target_facts(target)
         clash = sorted(set(FACT_NAMES) & set(workload))
         if clash:
-            raise TemplateError(
-                f"workload key(s) {', '.join(clash)} shadow the target facts of that name; "
-                "rename them"
-            )
+            raise TemplateError(f"workload key(s) {', '.join(clash)} shadow the target facts of that name; rename them")
         out.update(facts.names(str(workload.get("dtype", "float32"))))
     return out

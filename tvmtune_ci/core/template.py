@@ -62,9 +62,14 @@ __all__ = ["Constraint", "define_constraint", "define_knob", "define_split", "de
 VALIDATION_TARGET: dict[str, Any] = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "x86-64-v3"}
 VALIDATION_TARGETS: dict[str, dict[str, Any]] = {
     "llvm": VALIDATION_TARGET,
-    "cuda": {"kind": "cuda", "arch": "sm_90a", "max_shared_memory_per_block": 49152,
-             "max_threads_per_block": 1024, "thread_warp_size": 32,
-             "registers_per_block": 65536},
+    "cuda": {
+        "kind": "cuda",
+        "arch": "sm_90a",
+        "max_shared_memory_per_block": 49152,
+        "max_threads_per_block": 1024,
+        "thread_warp_size": 32,
+        "registers_per_block": 65536,
+    },
 }
 # The target kinds a template schedules for when it declares no TARGET_KINDS.
 CPU_KINDS = ("llvm", "c")
@@ -110,8 +115,13 @@ class Structural:
 Knob = Split | Categorical | Structural
 
 
-def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int | str = 64,
-                 default: Sequence[int | None] | None = None) -> Split:
+def define_split(
+    name: str,
+    extent: int | str,
+    parts: int = 2,
+    max_factor: int | str = 64,
+    default: Sequence[int | None] | None = None,
+) -> Split:
     """AutoTVM's `cfg.define_split`: tile a loop of `extent` into `parts` factors whose
     innermost is at most `max_factor`. Both may be expressions over the workload's
     keys and the target facts LANES, VREGS, VBITS (`tvmtune_ci.core.targetinfo`), e.g.
@@ -120,18 +130,24 @@ def define_split(name: str, extent: int | str, parts: int = 2, max_factor: int |
     leave of the extent), e.g. `[None, 1, 16, 4]`; without it the default is
     [extent, 1, ..., 1] (a GPU template's default must fit its thread blocks)."""
     if default is not None:
-        if (not isinstance(default, (list, tuple)) or len(default) != parts
-                or sum(d is None for d in default) != 1
-                or any(d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1)
-                       for d in default)):
-            raise TemplateError(f"define_split({name!r}): default must list {parts} factors, one of "
-                                f"them None (what the others leave), e.g. [None{', 1' * (parts - 1)}]; "
-                                f"got {default!r}")
+        if (
+            not isinstance(default, (list, tuple))
+            or len(default) != parts
+            or sum(d is None for d in default) != 1
+            or any(d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1) for d in default)
+        ):
+            raise TemplateError(
+                f"define_split({name!r}): default must list {parts} factors, one of "
+                f"them None (what the others leave), e.g. [None{', 1' * (parts - 1)}]; "
+                f"got {default!r}"
+            )
         default = tuple(default)
     if parts < 2:
         raise TemplateError(f"define_split({name!r}): parts must be >= 2, got {parts}")
     if isinstance(max_factor, bool) or not isinstance(max_factor, (int, str)):
-        raise TemplateError(f"define_split({name!r}): max_factor must be an integer or an expression, got {max_factor!r}")
+        raise TemplateError(
+            f"define_split({name!r}): max_factor must be an integer or an expression, got {max_factor!r}"
+        )
     if isinstance(max_factor, int) and max_factor < 1:
         raise TemplateError(f"define_split({name!r}): max_factor must be >= 1, got {max_factor}")
     return Split(name, extent, parts, max_factor, default)
@@ -143,7 +159,9 @@ def define_knob(name: str, candidates: Sequence[Any]) -> Categorical:
         raise TemplateError(f"define_knob({name!r}): needs at least one candidate")
     # sample_categorical yields an integer; a non-integer choice is structural.
     if not all(isinstance(c, int) and not isinstance(c, bool) for c in candidates):
-        raise TemplateError(f"define_knob({name!r}): candidates must be integers; use define_structure for other choices")
+        raise TemplateError(
+            f"define_knob({name!r}): candidates must be integers; use define_structure for other choices"
+        )
     return Categorical(name, tuple(candidates))
 
 
@@ -163,8 +181,11 @@ _DEFINERS: dict[str, Callable[..., Any]] = {
 # --------------------------------------------------------------------------- extents
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: _op.add, ast.Sub: _op.sub, ast.Mult: _op.mul,
-    ast.FloorDiv: _op.floordiv, ast.Mod: _op.mod,
+    ast.Add: _op.add,
+    ast.Sub: _op.sub,
+    ast.Mult: _op.mul,
+    ast.FloorDiv: _op.floordiv,
+    ast.Mod: _op.mod,
 }
 
 
@@ -191,13 +212,19 @@ def _eval_node(node: ast.AST, extent: str, workload: Mapping[str, Any]) -> int:
             hint = "" if node.id not in FACT_NAMES else " (a target fact: only known with a target)"
             # Only what an extent can name: the integers (a dtype is no extent).
             names = [k for k, x in workload.items() if isinstance(x, int) and not isinstance(x, bool)]
-            raise TemplateError(f"extent {extent!r}: workload has no integer {node.id!r} (the integers it has: {', '.join(names) or 'none'}){hint}")
+            raise TemplateError(
+                f"extent {extent!r}: workload has no integer {node.id!r} (the integers it has: {', '.join(names) or 'none'}){hint}"
+            )
         return v
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return int(_BINOPS[type(node.op)](_eval_node(node.left, extent, workload), _eval_node(node.right, extent, workload)))
+        return int(
+            _BINOPS[type(node.op)](_eval_node(node.left, extent, workload), _eval_node(node.right, extent, workload))
+        )
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval_node(node.operand, extent, workload)
-    raise TemplateError(f"extent {extent!r}: only workload keys, target facts ({', '.join(FACT_NAMES)}), integers and + - * // % are allowed")
+    raise TemplateError(
+        f"extent {extent!r}: only workload keys, target facts ({', '.join(FACT_NAMES)}), integers and + - * // % are allowed"
+    )
 
 
 def eval_extent(extent: int | str, workload: Mapping[str, Any]) -> int:
@@ -235,13 +262,18 @@ def _ordered_factorizations(n: int, k: int) -> int:
 def perfect_tilings(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
     """Every decision `sample_perfect_tile(n=parts, max_innermost_factor=...)` can make
     (what `count_perfect_tiles` counts), in a fixed order."""
+
     def rest(n: int, k: int) -> list[tuple[int, ...]]:
         if k == 1:
             return [(n,)]
         return [(d, *r) for d in range(1, n + 1) if n % d == 0 for r in rest(n // d, k - 1)]
 
-    return tuple((*r, d) for d in range(1, min(extent, max_innermost) + 1) if extent % d == 0
-                 for r in rest(extent // d, parts - 1))
+    return tuple(
+        (*r, d)
+        for d in range(1, min(extent, max_innermost) + 1)
+        if extent % d == 0
+        for r in rest(extent // d, parts - 1)
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -264,19 +296,25 @@ def default_value(knob: Knob, workload: Mapping[str, Any]) -> Any:
             return [extent] + [1] * (knob.parts - 1)
         given = math.prod(d for d in knob.default if d is not None)
         if extent % given:
-            raise TemplateError(f"split {knob.name!r}: default {list(knob.default)} needs the "
-                                f"extent {knob.extent!r} = {extent} to be a multiple of {given}")
+            raise TemplateError(
+                f"split {knob.name!r}: default {list(knob.default)} needs the "
+                f"extent {knob.extent!r} = {extent} to be a multiple of {given}"
+            )
         out = [extent // given if d is None else d for d in knob.default]
         if out[-1] > eval_extent(knob.max_factor, workload):
-            raise TemplateError(f"split {knob.name!r}: default {out} has an innermost factor "
-                                f"above max_factor {knob.max_factor!r}")
+            raise TemplateError(
+                f"split {knob.name!r}: default {out} has an innermost factor above max_factor {knob.max_factor!r}"
+            )
         return out
     return knob.candidates[0]
 
 
-def default_values(knobs: Sequence[Knob], workload: Mapping[str, Any],
-                   structure: Mapping[str, Any] | None = None,
-                   values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def default_values(
+    knobs: Sequence[Knob],
+    workload: Mapping[str, Any],
+    structure: Mapping[str, Any] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Every knob's value for a configuration: `values`, the design space's
     `structure`, defaults for the rest; with `workload`'s names (what a constraint reads)."""
     out: dict[str, Any] = dict(workload)
@@ -287,22 +325,31 @@ def default_values(knobs: Sequence[Knob], workload: Mapping[str, Any],
     return out
 
 
-def check_configuration(knobs: Sequence[Knob], constraints: Sequence[Constraint],
-                        workload: Mapping[str, Any], structure: Mapping[str, Any],
-                        values: Mapping[str, Any]) -> None:
+def check_configuration(
+    knobs: Sequence[Knob],
+    constraints: Sequence[Constraint],
+    workload: Mapping[str, Any],
+    structure: Mapping[str, Any],
+    values: Mapping[str, Any],
+) -> None:
     """TemplateError when the configuration breaks a constraint (it is never built)."""
     if not constraints:
         return
     broken = violated(constraints, default_values(knobs, workload, structure, values))
     if broken:
-        raise TemplateError(f"configuration {dict(structure, **values)} breaks constraint(s) "
-                            f"{describe_violation(broken)}; it is not built")
+        raise TemplateError(
+            f"configuration {dict(structure, **values)} breaks constraint(s) "
+            f"{describe_violation(broken)}; it is not built"
+        )
 
 
 def design_spaces(knobs: Sequence[Knob]) -> list[dict[str, Any]]:
     """Every combination of structural choices; one MetaSchedule design space each."""
     structural = [k for k in knobs if isinstance(k, Structural)]
-    return [dict(zip([k.name for k in structural], combo, strict=True)) for combo in itertools.product(*(k.candidates for k in structural))]
+    return [
+        dict(zip([k.name for k in structural], combo, strict=True))
+        for combo in itertools.product(*(k.candidates for k in structural))
+    ]
 
 
 # Points per design space the README advises: fewer and the search exhausts the space
@@ -315,15 +362,20 @@ def knob_counts(knobs: Sequence[Knob], workload: Mapping[str, Any]) -> list[tupl
     out = []
     for k in knobs:
         if isinstance(k, Split):
-            out.append((k.name, count_perfect_tiles(eval_extent(k.extent, workload), k.parts,
-                                                    eval_extent(k.max_factor, workload))))
+            out.append(
+                (
+                    k.name,
+                    count_perfect_tiles(eval_extent(k.extent, workload), k.parts, eval_extent(k.max_factor, workload)),
+                )
+            )
         elif isinstance(k, Categorical):
             out.append((k.name, len(k.candidates)))
     return out
 
 
-def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any],
-                 constraints: Sequence[Constraint] = ()) -> str | None:
+def space_advice(
+    knobs: Sequence[Knob], workload: Mapping[str, Any], constraints: Sequence[Constraint] = ()
+) -> str | None:
     """Why a design space is outside ADVISED_POINTS, naming the knob to change; None
     when it is inside. With `constraints`, on the legal points per design space."""
     if constraints:
@@ -332,10 +384,11 @@ def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any],
         low, high = ADVISED_POINTS
         if low <= total / n <= high:
             return None
-        side = (f"above the advised {high:,}: lower a split's max_factor or tighten a "
-                "constraint" if total / n > high else
-                f"below the advised {low:,}: the search will exhaust it; raise a split's "
-                "max_factor or add candidates")
+        side = (
+            f"above the advised {high:,}: lower a split's max_factor or tighten a constraint"
+            if total / n > high
+            else f"below the advised {low:,}: the search will exhaust it; raise a split's max_factor or add candidates"
+        )
         return f"{total:,} legal points in {n} design space(s), {total // n:,} per space, {side}"
     counts = knob_counts(knobs, workload)
     points = math.prod(c for _, c in counts)
@@ -345,14 +398,19 @@ def space_advice(knobs: Sequence[Knob], workload: Mapping[str, Any],
     product = " x ".join(f"{n} {c}" for n, c in counts) or "no knobs"
     if points > high:
         name, c = max(counts, key=lambda x: x[1])
-        return (f"{points:,} points per design space ({product}), above the advised {high:,}: "
-                f"{name} dominates with {c:,} choices; lower its max_factor or split it in fewer parts")
-    return (f"{points:,} points per design space ({product}), below the advised {low:,}: "
-            "the search will exhaust it; raise a split's max_factor or add candidates")
+        return (
+            f"{points:,} points per design space ({product}), above the advised {high:,}: "
+            f"{name} dominates with {c:,} choices; lower its max_factor or split it in fewer parts"
+        )
+    return (
+        f"{points:,} points per design space ({product}), below the advised {low:,}: "
+        "the search will exhaust it; raise a split's max_factor or add candidates"
+    )
 
 
-def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any],
-               constraints: Sequence[Constraint] = ()) -> tuple[int, int]:
+def space_size(
+    knobs: Sequence[Knob], workload: Mapping[str, Any], constraints: Sequence[Constraint] = ()
+) -> tuple[int, int]:
     """(points per design space, number of design spaces) for one workload; `workload`
     is the extent scope (`targetinfo.scope`: its keys and the target's facts).
 
@@ -368,7 +426,8 @@ def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any],
                 raise ConstraintError(
                     f"the default configuration of design space {structure} breaks "
                     f"{describe_violation(broken)}; give the splits a default= that meets it",
-                    broken[0].name)
+                    broken[0].name,
+                )
             total += count_legal(knobs, constraints, workload, structure)
         return total, 1
     per_space = 1
@@ -376,7 +435,9 @@ def space_size(knobs: Sequence[Knob], workload: Mapping[str, Any],
         if isinstance(k, Split) and k.default is not None:
             default_value(k, workload)  # a default that does not fit: TemplateError
         if isinstance(k, Split):
-            per_space *= count_perfect_tiles(eval_extent(k.extent, workload), k.parts, eval_extent(k.max_factor, workload))
+            per_space *= count_perfect_tiles(
+                eval_extent(k.extent, workload), k.parts, eval_extent(k.max_factor, workload)
+            )
         elif isinstance(k, Categorical):
             per_space *= len(k.candidates)
     return per_space, len(design_spaces(knobs))
@@ -417,7 +478,9 @@ class TemplateDecl:
             raise TemplateError(
                 f"this template schedules for {' or '.join(self.kinds)} targets (TARGET_KINDS), "
                 f"not {kind}: name only such targets in tvmtune.yaml's operators.{self.name}.targets",
-                file=self.path, line=self.line)
+                file=self.path,
+                line=self.line,
+            )
         cache = self.__dict__.setdefault("_space_sizes", {})
         key = repr(sorted(target.items()))
         sizes = cache.get(key)
@@ -428,9 +491,11 @@ class TemplateDecl:
                 try:
                     sizes[w] = space_size(self.knobs, names, self.constraints)
                 except ConstraintError as e:
-                    raise TemplateError(f"constraint {e.constraint!r}, workload {w!r}: {e.message}",
-                                        file=self.path,
-                                        line=self.constraint_lines.get(e.constraint)) from None
+                    raise TemplateError(
+                        f"constraint {e.constraint!r}, workload {w!r}: {e.message}",
+                        file=self.path,
+                        line=self.constraint_lines.get(e.constraint),
+                    ) from None
                 except TemplateError:
                     self._raise_at_knob(w, names)
                     raise
@@ -443,8 +508,11 @@ class TemplateDecl:
             try:
                 space_size((k,), names)
             except TemplateError as e:
-                raise TemplateError(f"knob {k.name!r}, workload {workload!r}: {e.message}",
-                                    file=self.path, line=self.knob_lines.get(k.name)) from None
+                raise TemplateError(
+                    f"knob {k.name!r}, workload {workload!r}: {e.message}",
+                    file=self.path,
+                    line=self.knob_lines.get(k.name),
+                ) from None
 
 
 REQUIRED_FUNCTIONS = ("compute", "reference", "schedule")
@@ -459,19 +527,30 @@ def _literal(node: ast.expr, path: Path, what: str) -> Any:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, RecursionError):
         # TypeError: an unhashable dict key such as `{[1]: 2}`.
-        raise TemplateError(f"{what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module", file=path, line=node.lineno) from None
+        raise TemplateError(
+            f"{what} must be a literal (numbers, strings, lists, dicts) so `check` can read it without running the module",
+            file=path,
+            line=node.lineno,
+        ) from None
 
 
 def knob_from_ast(node: ast.AST, path: Path) -> Any:
     """A KNOBS entry read from the source (no import): a define_* call with literal
     arguments; TemplateError naming the line otherwise."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))):
-        raise TemplateError("each KNOBS entry must be a define_split/define_knob/define_structure call", file=path, line=getattr(node, 'lineno', 0))
+        raise TemplateError(
+            "each KNOBS entry must be a define_split/define_knob/define_structure call",
+            file=path,
+            line=getattr(node, "lineno", 0),
+        )
     fname = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
     if fname == "define_constraint":
         args = [_literal(a, path, "argument of define_constraint()") for a in node.args]
-        kwargs = {kw.arg: _literal(kw.value, path, f"argument {kw.arg} of define_constraint()")
-                  for kw in node.keywords if kw.arg}
+        kwargs = {
+            kw.arg: _literal(kw.value, path, f"argument {kw.arg} of define_constraint()")
+            for kw in node.keywords
+            if kw.arg
+        }
         try:
             return define_constraint(*args, **kwargs)
         except TypeError as e:
@@ -479,7 +558,9 @@ def knob_from_ast(node: ast.AST, path: Path) -> Any:
         except TemplateError as e:
             raise TemplateError(f"{e.message}", file=path, line=node.lineno) from None
     if fname not in _DEFINERS:
-        raise TemplateError(f"{fname}() is not a knob; use define_split, define_knob or define_structure", file=path, line=node.lineno)
+        raise TemplateError(
+            f"{fname}() is not a knob; use define_split, define_knob or define_structure", file=path, line=node.lineno
+        )
     args = [_literal(a, path, f"argument of {fname}()") for a in node.args]
     kwargs = {kw.arg: _literal(kw.value, path, f"argument {kw.arg} of {fname}()") for kw in node.keywords if kw.arg}
     try:
@@ -493,10 +574,8 @@ def knob_from_ast(node: ast.AST, path: Path) -> Any:
 def _target_kinds(stmt: ast.Assign | ast.AnnAssign, path: Path) -> tuple[str, ...]:
     assert stmt.value is not None
     kinds = _literal(stmt.value, path, "TARGET_KINDS")
-    if (not isinstance(kinds, (list, tuple)) or not kinds
-            or not all(isinstance(x, str) for x in kinds)):
-        raise TemplateError("TARGET_KINDS must list target kinds, e.g. [\"cuda\"]",
-                            file=path, line=stmt.lineno)
+    if not isinstance(kinds, (list, tuple)) or not kinds or not all(isinstance(x, str) for x in kinds):
+        raise TemplateError('TARGET_KINDS must list target kinds, e.g. ["cuda"]', file=path, line=stmt.lineno)
     return tuple(kinds)
 
 
@@ -561,17 +640,20 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
                 knob_lines = {k.name: el.lineno for k, el in zip(knobs, stmt.value.elts, strict=True)}
                 knobs_line = stmt.lineno
                 if any(isinstance(k, Constraint) for k in knobs):
-                    raise TemplateError("define_constraint() belongs in CONSTRAINTS, not KNOBS",
-                                        file=path, line=stmt.lineno)
+                    raise TemplateError(
+                        "define_constraint() belongs in CONSTRAINTS, not KNOBS", file=path, line=stmt.lineno
+                    )
             if "CONSTRAINTS" in names and stmt.value is not None:
                 if not isinstance(stmt.value, (ast.List, ast.Tuple)):
-                    raise TemplateError("CONSTRAINTS must be a list of define_constraint() calls",
-                                        file=path, line=stmt.lineno)
+                    raise TemplateError(
+                        "CONSTRAINTS must be a list of define_constraint() calls", file=path, line=stmt.lineno
+                    )
                 for el in stmt.value.elts:
                     c = knob_from_ast(el, path)
                     if not isinstance(c, Constraint):
-                        raise TemplateError("CONSTRAINTS holds define_constraint() calls only",
-                                            file=path, line=el.lineno)
+                        raise TemplateError(
+                            "CONSTRAINTS holds define_constraint() calls only", file=path, line=el.lineno
+                        )
                     constraints.append(c)
                     constraint_lines[c.name] = el.lineno
             if "TARGET_KINDS" in names and stmt.value is not None:
@@ -586,7 +668,10 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     if knobs is None:
         missing.insert(0, "KNOBS")
     if missing:
-        raise TemplateError(f"not an operator template: missing {', '.join(missing)}; see `tvmtune_ci.template` for the API (or move helpers out of {path.parent.name}/ or prefix the file with '_')", file=path)
+        raise TemplateError(
+            f"not an operator template: missing {', '.join(missing)}; see `tvmtune_ci.template` for the API (or move helpers out of {path.parent.name}/ or prefix the file with '_')",
+            file=path,
+        )
     assert knobs is not None  # else `missing` named KNOBS
     if not isinstance(workloads, dict) or not workloads or not all(isinstance(v, dict) for v in workloads.values()):
         raise TemplateError("WORKLOADS must be a non-empty dict of name -> {param: value}", file=path)
@@ -601,10 +686,26 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     implements: tuple[Implements, ...] = ()
     if implements_node is not None:
         elts = implements_node.elts if isinstance(implements_node, (ast.List, ast.Tuple)) else []
-        implements = parse_implements(_literal(implements_node, path, "IMPLEMENTS"), workloads, path,
-                                      implements_node.lineno, [e.lineno for e in elts])
-    decl = TemplateDecl(path.stem, path, workloads, tuple(knobs), functions["schedule"], functions,
-                        knob_lines, tuple(constraints), constraint_lines, kinds, implements)
+        implements = parse_implements(
+            _literal(implements_node, path, "IMPLEMENTS"),
+            workloads,
+            path,
+            implements_node.lineno,
+            [e.lineno for e in elts],
+        )
+    decl = TemplateDecl(
+        path.stem,
+        path,
+        workloads,
+        tuple(knobs),
+        functions["schedule"],
+        functions,
+        knob_lines,
+        tuple(constraints),
+        constraint_lines,
+        kinds,
+        implements,
+    )
     try:
         decl.space_sizes()  # validates every extent against every workload (one target)
     except TemplateError as e:
@@ -638,9 +739,15 @@ class Knobs:
     (`tvmtune_ci.core.targetinfo`), never from the machine that runs the search.
     """
 
-    def __init__(self, knobs: Sequence[Knob], workload: Mapping[str, Any], structure: Mapping[str, Any],
-                 mode: str = "search", values: Mapping[str, Any] | None = None,
-                 target: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        knobs: Sequence[Knob],
+        workload: Mapping[str, Any],
+        structure: Mapping[str, Any],
+        mode: str = "search",
+        values: Mapping[str, Any] | None = None,
+        target: Mapping[str, Any] | None = None,
+    ) -> None:
         self._knobs = {k.name: k for k in knobs}
         self._target = dict(target) if target is not None else None
         self._workload = scope(workload, self._target)
@@ -664,7 +771,7 @@ class Knobs:
 
     @property
     def isa(self) -> str:
-        """"avx512", "avx2", "avx", "sse", "neon", "neon32", or the non-CPU kind."""
+        """ "avx512", "avx2", "avx", "sse", "neon", "neon32", or the non-CPU kind."""
         return self.facts.isa
 
     @property
@@ -687,7 +794,9 @@ class Knobs:
             return self._workload[name]
         knob = self._knobs.get(name)
         if knob is not None:
-            raise TemplateError(f"cfg[{name!r}]: {knob.kind} knobs are sampled by cfg.split/cfg.knob; only structural knobs and workload keys can drive Python control flow")
+            raise TemplateError(
+                f"cfg[{name!r}]: {knob.kind} knobs are sampled by cfg.split/cfg.knob; only structural knobs and workload keys can drive Python control flow"
+            )
         raise TemplateError(f"cfg[{name!r}]: no such structural knob or workload key")
 
     def _get(self, name: str, kind: type) -> Any:
@@ -704,7 +813,9 @@ class Knobs:
         extent = eval_extent(knob.extent, self._workload)
         actual = sch.get(loop).extent
         if int(actual) != extent:
-            raise TemplateError(f"split {name!r}: the loop has extent {int(actual)} but KNOBS declares {knob.extent!r} = {extent}; fix the declaration so the reported space size is true")
+            raise TemplateError(
+                f"split {name!r}: the loop has extent {int(actual)} but KNOBS declares {knob.extent!r} = {extent}; fix the declaration so the reported space size is true"
+            )
         decision = None
         if self._mode == "fixed":
             decision = self._values.get(name) or default_value(knob, self._workload)
@@ -792,8 +903,7 @@ def check_imported_agrees(module: Any, decl: TemplateDecl) -> None:
     history and `check`'s space sizes read the source: code that changes them at import
     (a loop adding workloads, an `update`, an `append`) would tune something the log
     does not say."""
-    for attr, parsed in (("WORKLOADS", decl.workloads), ("KNOBS", decl.knobs),
-                         ("CONSTRAINTS", decl.constraints)):
+    for attr, parsed in (("WORKLOADS", decl.workloads), ("KNOBS", decl.knobs), ("CONSTRAINTS", decl.constraints)):
         imported = getattr(module, attr, ()) if attr == "CONSTRAINTS" else getattr(module, attr)
         same = imported == parsed if attr == "WORKLOADS" else tuple(imported) == parsed
         if not same:
@@ -801,7 +911,9 @@ def check_imported_agrees(module: Any, decl: TemplateDecl) -> None:
                 f"{attr} after import differs from the literal in the source ({attr} as read: "
                 f"{_short_repr(parsed)}; after import: {_short_repr(imported)}): code that runs at "
                 f"import changes it. Keep {attr} a plain literal that nothing modifies; compute "
-                "variants in compute() or schedule()", file=decl.path)
+                "variants in compute() or schedule()",
+                file=decl.path,
+            )
 
 
 def _short_repr(x: Any, limit: int = 160) -> str:

@@ -47,8 +47,10 @@ class Version:
 # Every template API, oldest first. A bump adds an entry saying what changed, sets
 # `last_release` of the one before it, and re-pins `RULES_PINNED`.
 VERSIONS: dict[int, Version] = {
-    1: Version("define_split -> sample_perfect_tile, define_knob -> sample_categorical, "
-               "one design space per define_structure combination, default [extent, 1, ...]"),
+    1: Version(
+        "define_split -> sample_perfect_tile, define_knob -> sample_categorical, "
+        "one design space per define_structure combination, default [extent, 1, ...]"
+    )
 }
 
 # The definitions that are the rules, as (module, qualified name).
@@ -70,9 +72,7 @@ RULES = (
 # the subpackages (core/, tune/: the modules' names and full_knobs's relative imports
 # moved, the code did not), and split_knobs/full_knobs typed to take the `Workload`
 # only, its parameters read from it (issue 53).
-RULES_PINNED = {
-    1: "97b8fd41df90aa904e7d8d0f423804e209ed5129dc9602303ade46197897bc10",
-}
+RULES_PINNED = {1: "97b8fd41df90aa904e7d8d0f423804e209ed5129dc9602303ade46197897bc10"}
 
 
 def problem(recorded: int) -> str | None:
@@ -81,14 +81,19 @@ def problem(recorded: int) -> str | None:
     if recorded == TEMPLATE_API:
         return None
     if recorded > TEMPLATE_API:
-        return (f"written with template API {recorded} by a newer tvmtune-ci; this tvmtune-ci "
-                f"({__version__}) reads template API {TEMPLATE_API} and cannot decode it: "
-                "upgrade tvmtune-ci")
+        return (
+            f"written with template API {recorded} by a newer tvmtune-ci; this tvmtune-ci "
+            f"({__version__}) reads template API {TEMPLATE_API} and cannot decode it: "
+            "upgrade tvmtune-ci"
+        )
     now = VERSIONS.get(TEMPLATE_API)
     old = VERSIONS.get(recorded)
     what = f" ({now.changes})" if now is not None else ""
-    keep = (f", or use tvmtune-ci <= {old.last_release} to read it as it is"
-            if old is not None and old.last_release else "")
-    return (f"decoded with template API {recorded}; this tvmtune-ci ({__version__}) cannot read "
-            f"logs of template API {recorded}: it maps knobs to traces with template API "
-            f"{TEMPLATE_API}{what}: re-tune it (`tvmtune-ci retune`){keep}")
+    keep = (
+        f", or use tvmtune-ci <= {old.last_release} to read it as it is" if old is not None and old.last_release else ""
+    )
+    return (
+        f"decoded with template API {recorded}; this tvmtune-ci ({__version__}) cannot read "
+        f"logs of template API {recorded}: it maps knobs to traces with template API "
+        f"{TEMPLATE_API}{what}: re-tune it (`tvmtune-ci retune`){keep}"
+    )

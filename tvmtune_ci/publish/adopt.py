@@ -46,26 +46,35 @@ def adopt(config: Config, old: str, new: str, target: TargetConfig) -> Adopted:
     template_rel = (config.operators_path / f"{new}.py").relative_to(config.root).as_posix()
     where = f"{src.folder.relative_to(config.root)}/"
     if dst.folder.exists():
-        raise PublishError(f"{dst.folder.relative_to(config.root)}/ exists already; tvmtune-ci does "
-                           f"not overwrite a log folder: remove it to adopt {where}, or keep it and "
-                           f"delete {where}")
+        raise PublishError(
+            f"{dst.folder.relative_to(config.root)}/ exists already; tvmtune-ci does "
+            f"not overwrite a log folder: remove it to adopt {where}, or keep it and "
+            f"delete {where}"
+        )
     with lock.hold(src.lock, f"{old}/{target.name}"), lock.hold(dst.lock, f"{new}/{target.name}"):
         recover(src.folder)  # a killed publish must not be mistaken for the set
         try:
             m = read_manifest(src.manifest)
         except (OSError, CorruptFileError) as e:
-            raise StaleLogError(f"{where}: its manifest cannot be read ({e}); re-tune "
-                                f"`tvmtune-ci retune {new} --target {target.name}` instead") from None
+            raise StaleLogError(
+                f"{where}: its manifest cannot be read ({e}); re-tune "
+                f"`tvmtune-ci retune {new} --target {target.name}` instead"
+            ) from None
         cache = SourceCache(config.root, inputs=config.declared_inputs(), config_file=config.path)
         decl, fp = cache.template(config.root / template_rel), cache.fingerprint(config.root / template_rel)
         if not fits(m, fp, template_rel):
             raise StaleLogError(
                 f"{where} was tuned for {m.template_file} as it was then, not for {template_rel} as "
                 f"it is now (the template or its workloads changed since): re-tune it with "
-                f"`tvmtune-ci retune {new} --target {target.name}`, which replays this log first")
+                f"`tvmtune-ci retune {new} --target {target.name}`, which replays this log first"
+            )
         log = dst.log_name(m.tuned_on) if m.log == src.log_name(m.tuned_on) else m.log
         moved = replace(
-            m, operator=new, log=log, template_file=template_rel, fingerprint=fp.digest,
+            m,
+            operator=new,
+            log=log,
+            template_file=template_rel,
+            fingerprint=fp.digest,
             dependencies=dict(fp.dependencies),
             template_commit=last_commit(config.root, template_rel),
             sources=sources.record(cache, decl, fp, target.target).to_json(),

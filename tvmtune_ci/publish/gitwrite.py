@@ -88,8 +88,7 @@ def _repo(root: Path) -> git.Repo:
         return git.Repo(root, search_parent_directories=True)
     except git.InvalidGitRepositoryError:
         raise GitError(
-            f"{root} is not inside a git repository; run `git init` "
-            "or point --config at a tvmtune.yaml in a clone"
+            f"{root} is not inside a git repository; run `git init` or point --config at a tvmtune.yaml in a clone"
         ) from None
     except git.NoSuchPathError:
         raise GitError(f"{root} does not exist; check the path") from None
@@ -110,19 +109,13 @@ def _check(repo: git.Repo, *args: str, env: Mapping[str, str] | None = None, wha
     return out
 
 
-def identity_env(
-    identity: GitIdentity | None, environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def identity_env(identity: GitIdentity | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The GIT_AUTHOR_*/GIT_COMMITTER_* variables to set: `identity` where the
     environment does not already set them (the environment wins)."""
     environ = os.environ if environ is None else environ
     if identity is None:
         return {}
-    return {
-        var: getattr(identity, field)
-        for var, field in _IDENTITY_VARS.items()
-        if not environ.get(var)
-    }
+    return {var: getattr(identity, field) for var, field in _IDENTITY_VARS.items() if not environ.get(var)}
 
 
 def _relative(work_tree: Path, root: Path, path: Path) -> str:
@@ -133,8 +126,7 @@ def _relative(work_tree: Path, root: Path, path: Path) -> str:
         rel = (parent / p.name).relative_to(work_tree)
     except ValueError:
         raise GitError(
-            f"{path} is outside the repository {work_tree}; "
-            "only files of the repository can be committed"
+            f"{path} is outside the repository {work_tree}; only files of the repository can be committed"
         ) from None
     s = rel.as_posix()
     return "." if s in ("", ".") else s
@@ -155,9 +147,7 @@ def _identity_hint() -> str:
 # --------------------------------------------------------------------------- commit
 
 
-def commit_paths(
-    root: Path, paths: Sequence[Path], message: str, identity: GitIdentity | None = None
-) -> str:
+def commit_paths(root: Path, paths: Sequence[Path], message: str, identity: GitIdentity | None = None) -> str:
     """Commit exactly `paths` (files or folders, absolute or relative to `root`)
     on the current branch; return the new commit's sha.
 
@@ -184,26 +174,18 @@ def commit_paths(
     tmp_env = {**base_env, "GIT_INDEX_FILE": tmp}
     try:
         if head is not None:
-            _check(
-                repo, "read-tree", head, env=tmp_env, what="seeding the temporary index from HEAD"
-            )
+            _check(repo, "read-tree", head, env=tmp_env, what="seeding the temporary index from HEAD")
         # A path counts when it exists now or was tracked in HEAD (a deletion).
         present = [s for s in specs if (work_tree / s).exists() or (work_tree / s).is_symlink()]
-        tracked = _check(
-            repo, "ls-files", "-z", "--", *specs, env=tmp_env, what="listing tracked paths"
-        ).split("\0")
+        tracked = _check(repo, "ls-files", "-z", "--", *specs, env=tmp_env, what="listing tracked paths").split("\0")
         tracked_specs = [
             s
             for s in specs
-            if s not in present
-            and any(t == s or t.startswith(s.rstrip("/") + "/") for t in tracked if t)
+            if s not in present and any(t == s or t.startswith(s.rstrip("/") + "/") for t in tracked if t)
         ]
         to_add = present + tracked_specs
         if not to_add:
-            raise GitError(
-                f"nothing to commit: none of {', '.join(specs)} exists or is tracked; "
-                "check the paths"
-            )
+            raise GitError(f"nothing to commit: none of {', '.join(specs)} exists or is tracked; check the paths")
         status, out, err = _run(repo, "add", "--all", "--", *to_add, env=tmp_env)
         if status != 0:
             detail = (err or out).strip()
@@ -215,22 +197,16 @@ def commit_paths(
             raise GitError(f"staging {', '.join(to_add)} failed: {detail}")
         tree = _check(repo, "write-tree", env=tmp_env, what="writing the tree").strip()
         if head is not None:
-            head_tree = _check(
-                repo, "rev-parse", f"{head}^{{tree}}", what="reading HEAD's tree"
-            ).strip()
+            head_tree = _check(repo, "rev-parse", f"{head}^{{tree}}", what="reading HEAD's tree").strip()
             if tree == head_tree:
-                raise GitError(
-                    f"nothing to commit: {', '.join(specs)} already match HEAD ({head[:12]})"
-                )
+                raise GitError(f"nothing to commit: {', '.join(specs)} already match HEAD ({head[:12]})")
         commit_env = {**base_env, **identity_env(identity)}
         parents = ["-p", head] if head is not None else []
         status, out, err = _run(repo, "commit-tree", tree, *parents, "-m", message, env=commit_env)
         if status != 0:
             detail = (err or out).strip()
             if "tell me who you are" in detail or "empty ident" in detail or "user.email" in detail:
-                raise GitError(
-                    f"git does not know who commits: {detail.splitlines()[0]}; {_identity_hint()}"
-                )
+                raise GitError(f"git does not know who commits: {detail.splitlines()[0]}; {_identity_hint()}")
             raise GitError(f"creating the commit failed: {detail}")
         sha = out.strip()
         subject = message.strip().splitlines()[0]
@@ -292,9 +268,7 @@ def _branch_and_upstream(repo: git.Repo) -> tuple[str, str, str]:
 # "[rejected] (fetch first)" / "(non-fast-forward)": the remote has commits we
 # lack. "cannot lock ref": another push landed between the remote's check and its
 # update. Anything else (auth, protection, hooks) is not fixed by rebasing.
-_REMOTE_MOVED = re.compile(
-    r"\(fetch first\)|\(non-fast-forward\)|\bnon-fast-forward\b|cannot lock ref"
-)
+_REMOTE_MOVED = re.compile(r"\(fetch first\)|\(non-fast-forward\)|\bnon-fast-forward\b|cannot lock ref")
 
 
 def _rejected_because_remote_moved(out: str, err: str) -> bool:
@@ -302,11 +276,7 @@ def _rejected_because_remote_moved(out: str, err: str) -> bool:
 
 
 def _push_detail(out: str, err: str) -> str:
-    lines = [
-        ln
-        for ln in (out + "\n" + err).splitlines()
-        if ln.strip() and not ln.startswith(("To ", "Done"))
-    ]
+    lines = [ln for ln in (out + "\n" + err).splitlines() if ln.strip() and not ln.startswith(("To ", "Done"))]
     return "; ".join(ln.strip() for ln in lines) or "no output"
 
 
@@ -339,14 +309,10 @@ def push_with_retry(
         # No --force, no --force-with-lease, no "+" in the refspec: ever.
         status, out, err = _run(repo, "push", "--porcelain", remote, refspec, env=env)
         if status == 0:
-            sha = _check(
-                repo, "rev-parse", f"refs/heads/{local}", what="reading the pushed commit"
-            ).strip()
+            sha = _check(repo, "rev-parse", f"refs/heads/{local}", what="reading the pushed commit").strip()
             # Keep the remote-tracking ref in step, as a plain `git push` does.
             _run(repo, "update-ref", tracking_ref, sha)
-            return PushResult(
-                remote=remote, branch=remote_branch, sha=sha, attempts=attempt, rebased=rebased
-            )
+            return PushResult(remote=remote, branch=remote_branch, sha=sha, attempts=attempt, rebased=rebased)
         if not _rejected_because_remote_moved(out, err):
             raise GitError(
                 f"pushing {local} to {remote}/{remote_branch} was refused: "
@@ -387,9 +353,7 @@ def _rebase_identity_env(repo: git.Repo, identity: GitIdentity | None) -> dict[s
     return identity_env(identity)
 
 
-def _rebase_onto(
-    repo: git.Repo, local: str, upstream_name: str, upstream_ref: str, env: Mapping[str, str]
-) -> None:
+def _rebase_onto(repo: git.Repo, local: str, upstream_name: str, upstream_ref: str, env: Mapping[str, str]) -> None:
     before = _check(repo, "rev-parse", "HEAD", what="reading HEAD").strip()
     # --autostash: a re-tune leaves other files dirty (scratch, other logs); git
     # refuses to rebase a dirty tree otherwise. --no-verify: no hooks on a bot rebase.

@@ -54,9 +54,11 @@ def _read(path: Path) -> dict[str, Any]:
     for name, w in log["workloads"].items():
         for i, rec in enumerate(w["records"]):
             secs = rec[1]
-            if not (isinstance(secs, list) and secs and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in secs
-            )):
+            if not (
+                isinstance(secs, list)
+                and secs
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in secs)
+            ):
                 raise UsageError(
                     f"{path}: workload {name!r} record {i} has run_secs {secs!r}, not a list of "
                     f"seconds; the log was edited by hand: restore it from git, then {_FIX}"
@@ -82,14 +84,18 @@ def merge_logs(paths: Sequence[Path]) -> MergeResult:
                 "only logs of the same target (devices of one kind) can be merged"
             )
         if log["operator"] != first["operator"]:
-            raise UsageError(f"{path} is a log of {log['operator']!r}, {first_path} of {first['operator']!r}; merge logs of one operator")
+            raise UsageError(
+                f"{path} is a log of {log['operator']!r}, {first_path} of {first['operator']!r}; merge logs of one operator"
+            )
     workloads: dict[str, Any] = {}
     n_in = replaced = 0
     for path, log in logs:
         for name, w in log["workloads"].items():
             cur = workloads.setdefault(name, {"workload": w["workload"], "records": {}, "failures": []})
             if cur["workload"] != w["workload"]:
-                raise UsageError(f"{path}: workload {name!r} differs from the one in {first_path} (another template version); re-tune instead of merging")
+                raise UsageError(
+                    f"{path}: workload {name!r} differs from the one in {first_path} (another template version); re-tune instead of merging"
+                )
             for rec in w["records"]:
                 n_in += 1
                 key = _config_key(rec)

@@ -333,8 +333,11 @@ def _drain(old: Path, live: Path, archived: Mapping[str, str], replaced: Iterabl
             dst = live / entry.name
             if os.path.lexists(dst):
                 kept = _keep_name(dst)
-                warnings.warn(f"{dst} changed while a new log set was published; the other version is kept as {kept.name}",
-                              UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"{dst} changed while a new log set was published; the other version is kept as {kept.name}",
+                    UserWarning,
+                    stacklevel=2,
+                )
                 dst = kept
             os.rename(src, dst)
     os.rmdir(old)
@@ -456,7 +459,9 @@ def publish(folder: Path, files: Mapping[str, bytes], *, archive: bool = True) -
                 _step("mid_stage")
         _fsync_dir(staging)
         # The commit point of staging: written last, so its presence means complete.
-        atomic_write_bytes(staging / MARKER_NAME, canonical_json({"format": 1, "archived": archived, "replaced": replaced}).encode())
+        atomic_write_bytes(
+            staging / MARKER_NAME, canonical_json({"format": 1, "archived": archived, "replaced": replaced}).encode()
+        )
         _fsync_dir(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

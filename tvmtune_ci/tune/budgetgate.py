@@ -39,10 +39,14 @@ class BudgetOptions:
         """The options of `req`: the finals need one time cap per finalist, the default
         and the previous best; the warm-up is `warmup_samples` trials of its own, or all
         it asked for."""
-        return cls(share_s=req.time_budget_s, note=req.budget_note,
-                   finals_s=req.measure.time_cap_s * (req.measure.finalists + 2),
-                   warmup=min(warmup_samples, req.trials),
-                   more=req.budget_more, reshare=req.budget_reshare)
+        return cls(
+            share_s=req.time_budget_s,
+            note=req.budget_note,
+            finals_s=req.measure.time_cap_s * (req.measure.finalists + 2),
+            warmup=min(warmup_samples, req.trials),
+            more=req.budget_more,
+            reshare=req.budget_reshare,
+        )
 
 
 class BudgetGate:
@@ -103,7 +107,11 @@ class BudgetGate:
     def _detail(self) -> str:
         detail = f"its share of the time budget was spent ({self.share_note})"
         if self.why:
-            went_on = (f"it went on for {self.extra} batch{'es' if self.extra != 1 else ''} "
-                       "while its gradient beat the items after it; " if self.extra else "")
+            went_on = (
+                f"it went on for {self.extra} batch{'es' if self.extra != 1 else ''} "
+                "while its gradient beat the items after it; "
+                if self.extra
+                else ""
+            )
             detail += f"; {went_on}then {self.why}"
         return detail

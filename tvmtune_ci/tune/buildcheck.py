@@ -49,16 +49,27 @@ class Build:
         if not self.ok:
             return f"{self.file}:{self.line}: build failed: {what}: {self.message}"
         r = self.resources
-        return (f"built {what}: {self.cubin_bytes:,}-byte cubin in {self.seconds:.1f} s; "
-                f"{r.get('smem_bytes', 0):,} B shared memory, {r.get('registers_per_block', 0):,} "
-                f"registers per block ({r.get('registers', 0)} x {r.get('threads', 0)} threads)")
+        return (
+            f"built {what}: {self.cubin_bytes:,}-byte cubin in {self.seconds:.1f} s; "
+            f"{r.get('smem_bytes', 0):,} B shared memory, {r.get('registers_per_block', 0):,} "
+            f"registers per block ({r.get('registers', 0)} x {r.get('threads', 0)} threads)"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"operator": self.operator, "target": self.target, "workload": self.workload,
-                "config": self.config, "ok": self.ok, "skipped": self.skipped,
-                "message": self.message, "file": self.file, "line": self.line,
-                "seconds": round(self.seconds, 3), "cubin_bytes": self.cubin_bytes,
-                "resources": self.resources}
+        return {
+            "operator": self.operator,
+            "target": self.target,
+            "workload": self.workload,
+            "config": self.config,
+            "ok": self.ok,
+            "skipped": self.skipped,
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "seconds": round(self.seconds, 3),
+            "cubin_bytes": self.cubin_bytes,
+            "resources": self.resources,
+        }
 
 
 def template_line(error: BaseException, template: Path) -> int | None:
@@ -86,8 +97,7 @@ def gpu_entries(config: Config, entries: Sequence[Entry]) -> list[Entry]:
     return [e for e in entries if config.target(e.target_name).target.get("kind") == "cuda"]
 
 
-def build_entries(config: Config, entries: Sequence[Entry],
-                  say: Callable[[str], None] = lambda _: None) -> list[Build]:
+def build_entries(config: Config, entries: Sequence[Entry], say: Callable[[str], None] = lambda _: None) -> list[Build]:
     """Build the default and the committed best of every workload of every GPU entry
     (HostError, exit 5, when NVRTC is not installed)."""
     from ..core.template import import_template
@@ -106,8 +116,18 @@ def build_entries(config: Config, entries: Sequence[Entry],
         try:
             module = modules.get(rel) or import_template(path, config.root)
         except TemplateError as err:
-            out.append(Build(e.operator, e.target_name, "*", "default", False, err.message,
-                             rel, err.line or template_line(err, path) or 1))
+            out.append(
+                Build(
+                    e.operator,
+                    e.target_name,
+                    "*",
+                    "default",
+                    False,
+                    err.message,
+                    rel,
+                    err.line or template_line(err, path) or 1,
+                )
+            )
             continue
         modules[rel] = module
         results = dict(e.manifest.results) if e.manifest is not None else {}
@@ -123,30 +143,56 @@ def build_entries(config: Config, entries: Sequence[Entry],
     return out
 
 
-def _build_one(module: Any, path: Path, rel: str, e: Entry, wl: Workload, label: str,
-               knobs: dict[str, Any] | None, target: dict[str, Any]) -> Build:
+def _build_one(
+    module: Any,
+    path: Path,
+    rel: str,
+    e: Entry,
+    wl: Workload,
+    label: str,
+    knobs: dict[str, Any] | None,
+    target: dict[str, Any],
+) -> Build:
     from .builder import split_knobs
     from .gpubuild import ResourceError, compile_cuda_config
 
     def fail(message: str, line: int | None) -> Build:
-        return Build(e.operator, e.target_name, wl.name, label, False, message, rel,
-                     line or e.template_line or 1)
+        return Build(e.operator, e.target_name, wl.name, label, False, message, rel, line or e.template_line or 1)
 
     if knobs is not None:
         try:
             split_knobs(module, wl, knobs, target)
         except TemplateError as err:  # knobs of an earlier version: the re-tune maps them
-            return Build(e.operator, e.target_name, wl.name, label, False,
-                         f"not built: {err.message}", rel, e.template_line or 1, skipped=True)
+            return Build(
+                e.operator,
+                e.target_name,
+                wl.name,
+                label,
+                False,
+                f"not built: {err.message}",
+                rel,
+                e.template_line or 1,
+                skipped=True,
+            )
     t0 = time.perf_counter()
     try:
         cubin = compile_cuda_config(module, wl, target, knobs)
     except ResourceError as err:
         return fail(f"over the GPU's limits (ptxas): {err}", None)
     except TvmtuneError as err:
-        return fail(str(getattr(err, "message", err)), getattr(err, "line", None)
-                    or template_line(err, path))
+        return fail(str(getattr(err, "message", err)), getattr(err, "line", None) or template_line(err, path))
     except Exception as err:  # noqa: BLE001 - TVM's lowering: its message, at the template
         return fail(f"{type(err).__name__}: {_first_line(str(err))}", template_line(err, path))
-    return Build(e.operator, e.target_name, wl.name, label, True, "", rel, e.template_line or 1,
-                 time.perf_counter() - t0, len(cubin.data), cubin.summary())
+    return Build(
+        e.operator,
+        e.target_name,
+        wl.name,
+        label,
+        True,
+        "",
+        rel,
+        e.template_line or 1,
+        time.perf_counter() - t0,
+        len(cubin.data),
+        cubin.summary(),
+    )

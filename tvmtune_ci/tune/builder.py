@@ -29,16 +29,7 @@ from typing import Any, Protocol
 from ..core.cpus import usable_cores
 from ..core.errors import TemplateError, TvmtuneError
 from ..core.targetinfo import scope
-from ..core.template import (
-    Categorical,
-    Knob,
-    Knobs,
-    Split,
-    Structural,
-    check_configuration,
-    eval_extent,
-    template_name,
-)
+from ..core.template import Categorical, Knob, Knobs, Split, Structural, check_configuration, eval_extent, template_name
 from .workload import Workload, resolve
 
 # Threads a batch of CPU kernels builds on (`InProcessBuilder.build`): this process's
@@ -55,10 +46,7 @@ def _knob_decls(template: ModuleType) -> dict[str, Knob]:
 
 
 def split_knobs(
-    template: ModuleType,
-    wl: Workload,
-    knobs: Mapping[str, Any] | None,
-    target: Mapping[str, Any] | None = None,
+    template: ModuleType, wl: Workload, knobs: Mapping[str, Any] | None, target: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(structure, values) for `Knobs(mode="fixed")`, validated against KNOBS (whose
     extents may name the facts of `target`).
@@ -81,9 +69,7 @@ def split_knobs(
         if isinstance(decl, Structural):
             value = knobs.get(name, decl.candidates[0])
             if value not in decl.candidates:
-                raise TemplateError(
-                    f"knob {name!r} = {value!r} is not one of {list(decl.candidates)}"
-                )
+                raise TemplateError(f"knob {name!r} = {value!r} is not one of {list(decl.candidates)}")
             structure[name] = value
         elif name not in knobs:
             continue
@@ -101,14 +87,11 @@ def split_knobs(
             values[name] = factors
         elif isinstance(decl, Categorical):
             if knobs[name] not in decl.candidates:
-                raise TemplateError(
-                    f"knob {name!r} = {knobs[name]!r} is not one of {list(decl.candidates)}"
-                )
+                raise TemplateError(f"knob {name!r} = {knobs[name]!r} is not one of {list(decl.candidates)}")
             values[name] = knobs[name]
     # A point that breaks the template's CONSTRAINTS (shared memory, threads...) is
     # never built: not in the search, not replayed, not as a finalist.
-    check_configuration(list(decls.values()), getattr(template, "CONSTRAINTS", ()), workload,
-                        structure, values)
+    check_configuration(list(decls.values()), getattr(template, "CONSTRAINTS", ()), workload, structure, values)
     return structure, values
 
 
@@ -152,18 +135,18 @@ def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
     sch.enter_postproc()
     for p in ctx.space_generator.postprocs:
         if not p.apply(sch):
-            why = ("the GPU code breaks a limit of the target or a rule of CUDA: shared memory "
-                   "or threads per block, more than 8 virtual threads, vectors over 16 bytes, "
-                   "or thread extents that differ between a block's loops"
-                   if type(p).__name__ == "VerifyGPUCode" else "e.g. a dynamic loop extent")
+            why = (
+                "the GPU code breaks a limit of the target or a rule of CUDA: shared memory "
+                "or threads per block, more than 8 virtual threads, vectors over 16 bytes, "
+                "or thread extents that differ between a block's loops"
+                if type(p).__name__ == "VerifyGPUCode"
+                else "e.g. a dynamic loop extent"
+            )
             raise TemplateError(f"postprocessor {type(p).__name__} rejected the schedule ({why})")
 
 
 def schedule_config(
-    template: ModuleType,
-    wl: Workload,
-    knobs: Mapping[str, Any] | None = None,
-    target: Mapping[str, Any] | None = None,
+    template: ModuleType, wl: Workload, knobs: Mapping[str, Any] | None = None, target: Mapping[str, Any] | None = None
 ) -> Any:
     """A `tvm.s_tir.Schedule` of the workload with the template applied at `knobs`.
 
@@ -176,14 +159,7 @@ def schedule_config(
     wl = resolve(template, wl, target)  # a name too, from callers outside the package
     structure, values = split_knobs(template, wl, knobs, target)
     sch = tvm.s_tir.Schedule(wl.mod)
-    cfg = Knobs(
-        getattr(template, "KNOBS", []),
-        dict(wl.params),
-        structure,
-        mode="fixed",
-        values=values,
-        target=target,
-    )
+    cfg = Knobs(getattr(template, "KNOBS", []), dict(wl.params), structure, mode="fixed", values=values, target=target)
     try:
         template.schedule(sch, cfg)
     except TvmtuneError:
@@ -209,10 +185,7 @@ def program_key(sch: Any) -> str:
 
 
 def build_config(
-    template: ModuleType,
-    wl: Workload,
-    target: Mapping[str, Any],
-    knobs: Mapping[str, Any] | None = None,
+    template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any] | None = None
 ) -> Any:
     """Compile the template at `knobs` (None: the default configuration) for `target`.
 
@@ -226,6 +199,7 @@ def build_config(
 
 
 # --------------------------------------------------------------------------- MetaSchedule builder
+
 
 class _TimedLink:
     """`export_library`'s fcompile: TVM's `create_shared`, timed; with `cc`, that

@@ -55,12 +55,16 @@ class KeyQueue:
     def describe(self) -> str:
         """`1 free server for key 'mydev' (1 total, 0 pending)`."""
         s = "" if self.free == 1 else "s"
-        return (f"{self.free} free server{s} for key {self.key!r} "
-                f"({self.total} total, {self.pending} pending)")
+        return f"{self.free} free server{s} for key {self.key!r} ({self.total} total, {self.pending} pending)"
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "free": self.free, "total": self.total,
-                "pending": self.pending, "servers": list(self.servers)}
+        return {
+            "key": self.key,
+            "free": self.free,
+            "total": self.total,
+            "pending": self.pending,
+            "servers": list(self.servers),
+        }
 
 
 @dataclass(frozen=True)
@@ -81,8 +85,7 @@ class TrackerQueue:
         """`'a' (2 free / 2 total / 0 pending), 'b' (...)` or `no servers`."""
         if not self.keys:
             return "no servers"
-        return ", ".join(f"{k.key!r} ({k.free} free / {k.total} total / {k.pending} pending)"
-                         for k in self.keys)
+        return ", ".join(f"{k.key!r} ({k.free} free / {k.total} total / {k.pending} pending)" for k in self.keys)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": 1, "tracker": self.tracker, "keys": [k.to_json() for k in self.keys]}
@@ -110,17 +113,18 @@ def split_tracker(tracker: str) -> tuple[str, int]:
     """`"host:port"` -> `("host", port)`; a DeviceError names the expected form."""
     host, sep, port = tracker.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise DeviceError(
-            f"tracker {tracker!r} is not HOST:PORT; write for example 127.0.0.1:9190")
+        raise DeviceError(f"tracker {tracker!r} is not HOST:PORT; write for example 127.0.0.1:9190")
     return host, int(port)
 
 
 def _start_hint(where: str) -> str:
     port = where.rpartition(":")[2]
-    return (f"start one with `python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port {port}` "
-            f"and its device servers with "
-            f"`python -m tvm.exec.rpc_server --tracker {where} --key NAME`, "
-            f"or fix runner.rpc.tracker in tvmtune.yaml")
+    return (
+        f"start one with `python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port {port}` "
+        f"and its device servers with "
+        f"`python -m tvm.exec.rpc_server --tracker {where} --key NAME`, "
+        f"or fix runner.rpc.tracker in tvmtune.yaml"
+    )
 
 
 def _probe(host: str, port: int, timeout_s: float, magic: int) -> None:
@@ -130,8 +134,7 @@ def _probe(host: str, port: int, timeout_s: float, magic: int) -> None:
         sock = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as e:
         reason = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise DeviceError(
-            f"cannot reach the RPC tracker at {where} ({reason}); {_start_hint(where)}") from None
+        raise DeviceError(f"cannot reach the RPC tracker at {where} ({reason}); {_start_hint(where)}") from None
     try:
         sock.sendall(struct.pack("<i", magic))
         answer = _recv_exact(sock, 4)
@@ -206,7 +209,8 @@ def tracker_summary(host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) 
         raise DeviceError(
             f"the RPC tracker at {where} did not answer a summary request ({e}); check it is "
             f"running (`python -m tvm.exec.query_rpc_tracker --host {host} --port {port}`) "
-            f"or restart it") from None
+            f"or restart it"
+        ) from None
     finally:
         if session is not None:
             session.close()
@@ -219,8 +223,7 @@ def tracker_summary(host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) 
 def _not_enough(rpc: RpcRunner, queue: TrackerQueue) -> DeviceError:
     k = queue.get(rpc.key)
     server_cmd = f"`python -m tvm.exec.rpc_server --tracker {rpc.tracker} --key {rpc.key}`"
-    msg = (f"tracker {queue.tracker} has {k.describe()}; "
-           f"tvmtune.yaml asks for devices: {rpc.devices}. ")
+    msg = f"tracker {queue.tracker} has {k.describe()}; tvmtune.yaml asks for devices: {rpc.devices}. "
     if k.total == 0:
         others = [q.key for q in queue.keys]
         close = difflib.get_close_matches(rpc.key, others, n=1)
@@ -229,8 +232,7 @@ def _not_enough(rpc: RpcRunner, queue: TrackerQueue) -> DeviceError:
             msg += f"Did you mean key {close[0]!r}? "
     elif k.busy:
         verb = "is" if k.busy == 1 else "are"
-        msg += (f"{k.busy} of its servers {verb} in other sessions (another tuning job?); "
-                f"wait for them to finish, or ")
+        msg += f"{k.busy} of its servers {verb} in other sessions (another tuning job?); wait for them to finish, or "
     return DeviceError(msg + f"Start more {server_cmd} or lower devices")
 
 
@@ -244,8 +246,7 @@ class _Slot:
         self.error: str | None = None
 
 
-def request_server(host: str, port: int, key: str, priority: int,
-                    timeout_s: float) -> tuple[str, int, str] | None:
+def request_server(host: str, port: int, key: str, priority: int, timeout_s: float) -> tuple[str, int, str] | None:
     """One server from the tracker (url, port, matchkey), or None if none is handed out in time.
 
     TVM's `TrackerSession.request` waits forever for a busy key; this asks with
@@ -285,8 +286,7 @@ def _round_trip(rpc: RpcRunner, slot: _Slot, timeout_s: float, release: threadin
     slot.server = f"{url}:{port}"
     t0 = slot.matched_at = time.monotonic()
     try:
-        session = tvm_rpc.connect(url, port, matchkey,
-                                  session_timeout=rpc.session_timeout_s)
+        session = tvm_rpc.connect(url, port, matchkey, session_timeout=rpc.session_timeout_s)
         path = session.get_function("tvm.rpc.server.workpath")(_PROBE_FILE)
         if not isinstance(path, str) or not path:
             raise RuntimeError(f"tvm.rpc.server.workpath returned {path!r}")
@@ -305,8 +305,9 @@ def _round_trip(rpc: RpcRunner, slot: _Slot, timeout_s: float, release: threadin
 _Worker = Callable[[RpcRunner, _Slot, float, threading.Event], None]
 
 
-def check_servers(rpc: RpcRunner, count: int, timeout_s: float = DEFAULT_TIMEOUT_S,
-                  worker: _Worker = _round_trip) -> tuple[ServerCheck, ...]:
+def check_servers(
+    rpc: RpcRunner, count: int, timeout_s: float = DEFAULT_TIMEOUT_S, worker: _Worker = _round_trip
+) -> tuple[ServerCheck, ...]:
     """Open `count` sessions at once (so on `count` servers) and make one remote call on each.
 
     A server that the tracker lists but that hangs (a stopped process, a frozen
@@ -314,8 +315,12 @@ def check_servers(rpc: RpcRunner, count: int, timeout_s: float = DEFAULT_TIMEOUT
     """
     slots = [_Slot() for _ in range(count)]
     release = threading.Event()
-    threads = [threading.Thread(target=worker, args=(rpc, s, timeout_s, release), daemon=True,
-                                name=f"tvmtune-ci-preflight-{i}") for i, s in enumerate(slots)]
+    threads = [
+        threading.Thread(
+            target=worker, args=(rpc, s, timeout_s, release), daemon=True, name=f"tvmtune-ci-preflight-{i}"
+        )
+        for i, s in enumerate(slots)
+    ]
     for t in threads:
         t.start()
 
@@ -344,21 +349,25 @@ def check_servers(rpc: RpcRunner, count: int, timeout_s: float = DEFAULT_TIMEOUT
             problems.append(
                 f"RPC server {s.server} (key {rpc.key!r}) was handed out by the tracker but did "
                 f"not complete a trivial session within {timeout_s:g}s "
-                f"(hung, stopped or unreachable)")
+                f"(hung, stopped or unreachable)"
+            )
     if problems:
-        raise DeviceError("; ".join(problems) + f"; restart {server_cmd} on that device (a killed "
-                          f"server leaves the tracker at once, a hung one stays listed as free)")
-    done = tuple(ServerCheck(s.server, s.seconds) for s in slots
-                 if s.server is not None and s.seconds is not None)
+        raise DeviceError(
+            "; ".join(problems) + f"; restart {server_cmd} on that device (a killed "
+            f"server leaves the tracker at once, a hung one stays listed as free)"
+        )
+    done = tuple(ServerCheck(s.server, s.seconds) for s in slots if s.server is not None and s.seconds is not None)
     if not done:
         raise DeviceError(
             f"tracker {rpc.tracker} listed free servers for key {rpc.key!r} but handed none out "
-            f"within {timeout_s:g}s (taken by another client?); retry, or start more {server_cmd}")
+            f"within {timeout_s:g}s (taken by another client?); retry, or start more {server_cmd}"
+        )
     return done
 
 
-def preflight(rpc: RpcRunner, measure: MeasureOptions | None = None, *,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> Preflight:
+def preflight(
+    rpc: RpcRunner, measure: MeasureOptions | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Preflight:
     """Stop before the first trial unless the tracker can serve `rpc.devices` devices for `rpc.key`.
 
     In order: `session_timeout_s` holds one measurement (`rpclimits.

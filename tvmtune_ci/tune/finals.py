@@ -25,9 +25,7 @@ from .workload import Workload, resolve
 
 
 def _valid_sorted(entries: Sequence[Trial]) -> list[Trial]:
-    return sorted(
-        (e for e in entries if e["error"] is None), key=lambda e: (e["latency_s"], e["trial"])
-    )
+    return sorted((e for e in entries if e["error"] is None), key=lambda e: (e["latency_s"], e["trial"]))
 
 
 def _all_failed(where: str, entries: Sequence[Trial]) -> TuningError:
@@ -48,8 +46,9 @@ class _FinalsOutcome:
     left_out: int = 0
 
 
-def _new_programs(req: TuneRequest, wl: Workload, keys: list[str], by_key: Mapping[str, Trial],
-                  entries: Sequence[Trial]) -> tuple[list[str], int]:
+def _new_programs(
+    req: TuneRequest, wl: Workload, keys: list[str], by_key: Mapping[str, Trial], entries: Sequence[Trial]
+) -> tuple[list[str], int]:
     """The search's finalists (`keys`) less those that are programs the old log measured,
     unchanged by the edit, and how many were left out. The old log's search and finals
     ranked them below its best on this target; when the edit left that best's program
@@ -73,8 +72,9 @@ def _new_programs(req: TuneRequest, wl: Workload, keys: list[str], by_key: Mappi
         return keys, 0  # the edit changed the old best's program: the old ranking is moot
     kept = [k for k in keys if not measured_before(by_key[k]["knobs"])]
     if not kept:
-        best_new = next((knobs_key(e["knobs"]) for e in _valid_sorted(entries)
-                         if not measured_before(e["knobs"])), None)
+        best_new = next(
+            (knobs_key(e["knobs"]) for e in _valid_sorted(entries) if not measured_before(e["knobs"])), None
+        )
         kept = [best_new] if best_new is not None else keys[:1]
     return kept, len([k for k in keys if k not in kept])
 
@@ -93,7 +93,8 @@ def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int
     if stats.compare(lead.estimate, prev.estimate) != "equal":
         return lead, set()
     tied = {
-        i for i, r in enumerate(results)
+        i
+        for i, r in enumerate(results)
         if r in ok and r is not prev and r.estimate.value < prev.estimate.value  # type: ignore[union-attr]
     }
     return prev, tied
@@ -137,8 +138,9 @@ def run_finals(
         prev_full = full_knobs(template, wl, req.previous_knobs, req.target)
         if stands:
             keys = []
-        same = next((k for k, e in by_key.items()
-                     if full_knobs(template, wl, e["knobs"], req.target) == prev_full), None)
+        same = next(
+            (k for k, e in by_key.items() if full_knobs(template, wl, e["knobs"], req.target) == prev_full), None
+        )
         if same is not None and (same not in keys or len(keys) > 1):
             if same in keys:
                 keys.remove(same)
@@ -150,8 +152,7 @@ def run_finals(
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
         finalists.append(Finalist("previous", dict(req.previous_knobs), prev_key))
-    results = finals(template, wl, req.target, finalists, req.measure,
-                     runner=runner, builder=builder)
+    results = finals(template, wl, req.target, finalists, req.measure, runner=runner, builder=builder)
     while True:
         winner, tied = _decide(results)
         if winner is None:
@@ -169,8 +170,7 @@ def run_finals(
                 e = by_key.pop(winner.finalist.key)
                 e["error"], e["latency_s"] = f"wrong result: {err}", None
             results = [
-                r if r is not winner else FinalResult(r.finalist, None, error=f"wrong result: {err}")
-                for r in results
+                r if r is not winner else FinalResult(r.finalist, None, error=f"wrong result: {err}") for r in results
             ]
 
 
@@ -188,8 +188,12 @@ class Assembled:
 
 
 def assemble(
-    entries: Sequence[Trial], fin: _FinalsOutcome, extra: Mapping[str, Any], flop: float,
-    noise: Measured | None, full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+    entries: Sequence[Trial],
+    fin: _FinalsOutcome,
+    extra: Mapping[str, Any],
+    flop: float,
+    noise: Measured | None,
+    full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
 ) -> Assembled:
     """Plain data work after the finals: the search's trials put on the finals' scale,
     the finalists' records given their finals estimates (a search finalist tied with a
@@ -225,9 +229,15 @@ def assemble(
     for i, r in enumerate(fin.results):
         f = r.finalist
         knobs = full(f.knobs)
-        final_json.append({"role": f.role, "knobs": knobs,
-                           "estimate": r.estimate.to_json() if r.estimate else None,
-                           "error": r.error, "tied": i in fin.tied})
+        final_json.append(
+            {
+                "role": f.role,
+                "knobs": knobs,
+                "estimate": r.estimate.to_json() if r.estimate else None,
+                "error": r.error,
+                "tied": i in fin.tied,
+            }
+        )
         if r.estimate is None:
             continue
         m = measured(knobs, r.estimate, flop, "finals", r.stopped)
@@ -247,8 +257,16 @@ def assemble(
             assert fin.winner.estimate is not None
             value = fin.winner.estimate.value
         if rec is None and r is fin.winner:
-            rec = {"trial": 0, "batch": 0, "space": None, "knobs": f.knobs or {}, "error": None,
-                   "device": None, "record": extra[f.role], "latency_s": value}
+            rec = {
+                "trial": 0,
+                "batch": 0,
+                "space": None,
+                "knobs": f.knobs or {},
+                "error": None,
+                "device": None,
+                "record": extra[f.role],
+                "latency_s": value,
+            }
             records.append(rec)
         if rec is not None:
             rec["latency_s"] = value
@@ -267,15 +285,20 @@ def assemble(
             + "; ".join(str(r.error)[:200] for r in fin.results if r.finalist.role == "default")
             + "), so the speedup over it is unknown and nothing is written; re-run "
             "`tvmtune-ci retune` on an idle runner, or raise measure.timeout_s in tvmtune.yaml "
-            "if it timed out")
+            "if it timed out"
+        )
     # On the finals' scale, as the log ranks them; the search's own number kept.
     search_top = [
-        Measured(full(e["knobs"]), e["record"][1][0],  # as logged, on the finals' scale
-                 gflops(flop, e["record"][1][0]),
-                 ci_lo_s=ci[0] * scale if (ci := e.get("ci")) else None,
-                 ci_hi_s=ci[1] * scale if ci else None,
-                 n=int(e.get("n", 0)), stage=e.get("stage") or "search",
-                 search_s=e["latency_s"])
+        Measured(
+            full(e["knobs"]),
+            e["record"][1][0],  # as logged, on the finals' scale
+            gflops(flop, e["record"][1][0]),
+            ci_lo_s=ci[0] * scale if (ci := e.get("ci")) else None,
+            ci_hi_s=ci[1] * scale if ci else None,
+            n=int(e.get("n", 0)),
+            stage=e.get("stage") or "search",
+            search_s=e["latency_s"],
+        )
         for e in _valid_sorted(records)
         if not str(e.get("stage", "")).startswith("finals")
     ]

@@ -43,16 +43,16 @@ def cuda_cubin(module: Any, target: Mapping[str, Any]) -> Any:
 
 
 def compile_cuda_config(
-    template: ModuleType, wl: Workload, target: Mapping[str, Any],
-    knobs: Mapping[str, Any] | None = None,
+    template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any] | None = None
 ) -> Any:
     """Build the template at `knobs` for a CUDA `target` and compile it to a cubin for
     the target's arch on this machine: what a CPU-only runner can check."""
     return cuda_cubin(build_config(template, wl, target, knobs).mod, target)
 
 
-def gpu_resources(template: ModuleType, wl: Workload, target: Mapping[str, Any],
-                  knobs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def gpu_resources(
+    template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
     """What a CUDA `target`'s build of this configuration reports (its arch, shared
     memory and registers per block, registers per thread, threads, spilled bytes), for
     the README of a best; None on a CPU target."""

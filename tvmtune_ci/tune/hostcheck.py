@@ -48,12 +48,45 @@ _X86_TUNING = re.compile(
 # numbers, enclaves, ...): LLVM emits them only for their own intrinsics, which no TVM
 # kernel calls, and VMs hide them (a Zen 4 guest here lacks mwaitx, pku, rdpru and
 # wbnoinvd, which LLVM's znver4 enables). A name missing here is refused, never passed.
-_X86_SYSTEM = frozenset({
-    "cldemote", "clflushopt", "clwb", "clzero", "enqcmd", "fsgsbase", "hreset", "invpcid", "kl",
-    "lwp", "movdir64b", "movdiri", "mwaitx", "pconfig", "pku", "prefetchi", "ptwrite", "rdpid",
-    "rdpru", "rdrnd", "rdseed", "rtm", "serialize", "sgx", "shstk", "tsxldtrk", "uintr", "usermsr",
-    "waitpkg", "wbnoinvd", "widekl", "xsave", "xsavec", "xsaveopt", "xsaves",
-})
+_X86_SYSTEM = frozenset(
+    {
+        "cldemote",
+        "clflushopt",
+        "clwb",
+        "clzero",
+        "enqcmd",
+        "fsgsbase",
+        "hreset",
+        "invpcid",
+        "kl",
+        "lwp",
+        "movdir64b",
+        "movdiri",
+        "mwaitx",
+        "pconfig",
+        "pku",
+        "prefetchi",
+        "ptwrite",
+        "rdpid",
+        "rdpru",
+        "rdrnd",
+        "rdseed",
+        "rtm",
+        "serialize",
+        "sgx",
+        "shstk",
+        "tsxldtrk",
+        "uintr",
+        "usermsr",
+        "waitpkg",
+        "wbnoinvd",
+        "widekl",
+        "xsave",
+        "xsavec",
+        "xsaveopt",
+        "xsaves",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -101,9 +134,15 @@ def detect_host() -> Host:
     import tvm_ffi
 
     name = str(tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
-    reported = {str(k): bool(v) for k, v in dict(tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()).items()}
-    return Host(arch=_machine_arch(), cpu=name, features=frozenset(k for k, v in reported.items() if v),
-                known=frozenset(reported))
+    reported = {
+        str(k): bool(v) for k, v in dict(tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()).items()
+    }
+    return Host(
+        arch=_machine_arch(),
+        cpu=name,
+        features=frozenset(k for k, v in reported.items() if v),
+        known=frozenset(reported),
+    )
 
 
 @functools.cache
@@ -204,8 +243,11 @@ def host_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
                 break  # the first processor's block is enough
     except OSError:
         pass
-    out: dict[str, Any] = {"machine": platform.machine(), "cpu": fields.get("model name") or platform.processor(),
-                           "cores": os.cpu_count()}
+    out: dict[str, Any] = {
+        "machine": platform.machine(),
+        "cpu": fields.get("model name") or platform.processor(),
+        "cores": os.cpu_count(),
+    }
     if all(fields.get(k) for k in ("vendor_id", "cpu family", "model")):
         out["cpu_id"] = f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
     return out
@@ -228,17 +270,32 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
         host = this_host()
         arch = _target_arch(target) or _machine_arch()
         if arch != host.arch:
-            raise HostError(f"target {name} is for {arch}, {host.describe()} is {host.arch}; " + (advice or "measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)"))
+            raise HostError(
+                f"target {name} is for {arch}, {host.describe()} is {host.arch}; "
+                + (
+                    advice
+                    or "measure it on a runner of that architecture (runs-on labels in tvmtune.yaml) or through an RPC tracker (runner: rpc)"
+                )
+            )
         if kind == "llvm":
             lacking = missing_features(target, host)
             if lacking:
                 unknown = [f for f in lacking if host.known is not None and f not in host.known]
-                why = (f" ({', '.join(unknown)}: not a feature LLVM's host detection reports, so it cannot "
-                       "be vouched for; refused rather than risk SIGILL)") if unknown else ""
+                why = (
+                    (
+                        f" ({', '.join(unknown)}: not a feature LLVM's host detection reports, so it cannot "
+                        "be vouched for; refused rather than risk SIGILL)"
+                    )
+                    if unknown
+                    else ""
+                )
                 raise HostError(
                     f"target {name} needs CPU features {host.describe()} lacks: {', '.join(lacking)}{why}; "
-                    + (advice or "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
-                       "or fix the target's mcpu/mattr")
+                    + (
+                        advice
+                        or "no trial was spent. Run this entry on a runner with that CPU (set its runs-on labels in tvmtune.yaml) "
+                        "or fix the target's mcpu/mattr"
+                    )
                 )
         return
     import tvm
@@ -250,11 +307,20 @@ def check_host(target: dict[str, Any], *, remote: bool = False, advice: str | No
         exists = False
     what = f"a {kind} device" + (f" ({target['arch']})" if kind == "cuda" and target.get("arch") else "")
     if not exists:
-        raise HostError(f"target {name} needs {what} and this machine has none; no trial was spent. " + (advice or "run this entry on a runner that has one (runs-on labels, e.g. [self-hosted, gpu, h100]) or through an RPC tracker whose servers have it"))
+        raise HostError(
+            f"target {name} needs {what} and this machine has none; no trial was spent. "
+            + (
+                advice
+                or "run this entry on a runner that has one (runs-on labels, e.g. [self-hosted, gpu, h100]) or through an RPC tracker whose servers have it"
+            )
+        )
     if kind == "cuda":
         problem = gpu_arch_problem(target, str(dev.compute_version))
         if problem:
-            raise HostError(f"target {name}: {problem}; no trial was spent. " + (advice or "run this entry on a runner with that GPU (runs-on labels) or fix the target's arch"))
+            raise HostError(
+                f"target {name}: {problem}; no trial was spent. "
+                + (advice or "run this entry on a runner with that GPU (runs-on labels) or fix the target's arch")
+            )
     # The device first: on a machine without it, that is what to fix.
     check_toolchain(target)
 
@@ -279,12 +345,15 @@ def gpu_arch_problem(target: Mapping[str, Any], compute_version: str) -> str | N
     have_major, _, have_minor = compute_version.partition(".")
     want_major, _, want_minor = want.partition(".")
     exact = str(target.get("arch", "")).endswith("a")
-    ok = have_major == want_major and (have_minor == want_minor if exact
-                                       else int(have_minor or 0) >= int(want_minor or 0))
+    ok = have_major == want_major and (
+        have_minor == want_minor if exact else int(have_minor or 0) >= int(want_minor or 0)
+    )
     if ok:
         return None
-    return (f"its kernels are for {target.get('arch')} (compute capability {want}) and this "
-            f"machine's GPU is {compute_version}")
+    return (
+        f"its kernels are for {target.get('arch')} (compute capability {want}) and this "
+        f"machine's GPU is {compute_version}"
+    )
 
 
 def json_target(target: dict[str, Any]) -> str:
@@ -333,8 +402,9 @@ def check_toolchain(target: Mapping[str, Any], build_arch: str | None = None) ->
 
         why = missing()
         if why is not None:
-            raise HostError(f"target {json_target(dict(target))}: its CUDA kernels are compiled "
-                            f"on this machine, and {why}")
+            raise HostError(
+                f"target {json_target(dict(target))}: its CUDA kernels are compiled on this machine, and {why}"
+            )
     if cc is None:
         if (target.get("kind") not in ("llvm", "c") and not gpu) or os.environ.get("CXX") or os.environ.get("CC"):
             return

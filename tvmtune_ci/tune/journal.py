@@ -46,8 +46,9 @@ def request_fingerprint(req: TuneRequest) -> str:
         "template": req.template.__name__,
         "source": hashlib.sha256(source.encode()).hexdigest(),
         "workload": req.workload_name,
-        "params": (dict(req.workload.params) if req.workload is not None
-                   else workload_params(req.template, req.workload_name)),
+        "params": (
+            dict(req.workload.params) if req.workload is not None else workload_params(req.template, req.workload_name)
+        ),
         "target": req.target,
         "seed": req.seed,
         "measure": sorted(vars(req.measure).items()),

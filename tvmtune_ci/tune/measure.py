@@ -36,7 +36,6 @@ from .workload import Workload, resolve
 DEFAULT_MEASURE = MeasureOptions()
 
 
-
 def flop_count(mod: Any) -> float:
     """Floating-point operations of one run of `mod` (TVM's own count)."""
     from . import tvmsetup
@@ -111,9 +110,7 @@ def run_schedule(
             raise TuningError(f"build failed: {built.error_msg}")
         try:
             args_info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
-            (fut,) = runner.run(
-                [ms.runner.RunnerInput(built.artifact_path, device_type(tgt), args_info)]
-            )
+            (fut,) = runner.run([ms.runner.RunnerInput(built.artifact_path, device_type(tgt), args_info)])
             res = fut.result()
         finally:
             remove_artifact(built.artifact_path)
@@ -138,8 +135,7 @@ class _Session:
         self._borrowed = runner
 
     def __enter__(self) -> _Session:
-        self.runner: Runner = (make_runner(self.measure) if self._borrowed is None
-                               else self._borrowed)
+        self.runner: Runner = make_runner(self.measure) if self._borrowed is None else self._borrowed
         self.builder: Builder = make_builder()
         return self
 
@@ -151,10 +147,7 @@ class _Session:
 
 
 def full_knobs(
-    template: ModuleType,
-    wl: Workload,
-    knobs: Mapping[str, Any] | None,
-    target: Mapping[str, Any] | None = None,
+    template: ModuleType, wl: Workload, knobs: Mapping[str, Any] | None, target: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Every knob's value, defaults filled in (what a manifest records)."""
     from ..core.targetinfo import scope
@@ -235,9 +228,12 @@ def measure_baseline(
                     f"{_reached(est)} in {measure.time_cap_s:g}s, short of "
                     f"measure.search_precision ±{measure.search_precision:.1%}, the precision "
                     "the search ranks at; "
-                    + (f"tuning goes on (within measure.usable_precision "
-                       f"±{measure.usable_precision:.1%}; the finals decide side by side)"
-                       if usable else "measuring on with more samples")
+                    + (
+                        f"tuning goes on (within measure.usable_precision "
+                        f"±{measure.usable_precision:.1%}; the finals decide side by side)"
+                        if usable
+                        else "measuring on with more samples"
+                    )
                 )
             if not usable:
                 more = replace(check, cap_s=NOISY_EXTRA * measure.time_cap_s)
@@ -246,8 +242,13 @@ def measure_baseline(
                 est = stats.estimate(secs)
         finally:
             s.runner.set_options(measure)
-    base = measured(full_knobs(template, wl, None, target), est, flop, "single",
-                    "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap")
+    base = measured(
+        full_knobs(template, wl, None, target),
+        est,
+        flop,
+        "single",
+        "converged" if est.rel_halfwidth <= measure.search_precision else "time_cap",
+    )
     if est.rel_halfwidth <= measure.usable_precision:
         return base
     spent = (1 + NOISY_EXTRA) * measure.time_cap_s
@@ -308,8 +309,9 @@ class _Visits:
     `interleave`'s unit): one runner call per visit, runs per sample calibrated on the
     first visit and kept, artifacts removed on close."""
 
-    def __init__(self, schs: Sequence[Any], target: Mapping[str, Any], measure: MeasureOptions,
-                 runner: Runner, builder: Builder) -> None:
+    def __init__(
+        self, schs: Sequence[Any], target: Mapping[str, Any], measure: MeasureOptions, runner: Runner, builder: Builder
+    ) -> None:
         from . import tvmsetup
 
         ms = tvmsetup.ms()
@@ -334,9 +336,14 @@ class _Visits:
         m = self.measure
         self.runner.set_policy(
             SamplePolicy(
-                sample_ms=m.sample_ms, precision=0.0, cap_s=math.inf,
-                min_samples=self.chunk, max_samples=self.chunk, chunk=self.chunk,
-                number=self.number.get(i, 0), cache_flush=m.enable_cpu_cache_flush,
+                sample_ms=m.sample_ms,
+                precision=0.0,
+                cap_s=math.inf,
+                min_samples=self.chunk,
+                max_samples=self.chunk,
+                chunk=self.chunk,
+                number=self.number.get(i, 0),
+                cache_flush=m.enable_cpu_cache_flush,
             )
         )
         (fut,) = self.runner.run([self.inputs[i]])
@@ -387,7 +394,7 @@ def finals(
     rnd = 0
     try:
         while active:
-            order = active[rnd % len(active):] + active[: rnd % len(active)]
+            order = active[rnd % len(active) :] + active[: rnd % len(active)]
             for i in order:
                 got = kernels.visit(i)
                 if got is None:
@@ -418,8 +425,9 @@ def finals(
         results[i] = FinalResult(finalists[i], None, error=err)
     for i in kernels.inputs:
         if results[i] is None:
-            results[i] = FinalResult(finalists[i], stats.estimate(samples[i]), tuple(samples[i]),
-                                     stopped=stopped.get(i, "converged"))
+            results[i] = FinalResult(
+                finalists[i], stats.estimate(samples[i]), tuple(samples[i]), stopped=stopped.get(i, "converged")
+            )
     return [r for r in results if r is not None]
 
 
@@ -456,7 +464,7 @@ def interleave(
         t0 = time.perf_counter()
         rnd = 0
         while True:
-            for i in order[rnd % len(order):] + order[: rnd % len(order)]:
+            for i in order[rnd % len(order) :] + order[: rnd % len(order)]:
                 t = time.perf_counter() - t0
                 got = kernels.visit(i)
                 if got is None:
@@ -470,4 +478,3 @@ def interleave(
                 return visits
     finally:
         kernels.close()
-

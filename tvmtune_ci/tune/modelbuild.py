@@ -92,12 +92,12 @@ class Kernel:
 def kernel_func(prim: Any) -> Any:
     """The schedule's PrimFunc as a callee inside a model: no global symbol (two kernels
     would both be "main"), opaque to FuseOps, and already scheduled."""
-    return (prim.without_attr("global_symbol").with_attr("op_pattern", 8)
-            .with_attr("tirx.is_scheduled", True))
+    return prim.without_attr("global_symbol").with_attr("op_pattern", 8).with_attr("tirx.is_scheduled", True)
 
 
-def covered(calls: Sequence[ModelCall], contracts: Sequence[Contract], *,
-            shapes: bool = False) -> list[tuple[ModelCall, Coverage]]:
+def covered(
+    calls: Sequence[ModelCall], contracts: Sequence[Contract], *, shapes: bool = False
+) -> list[tuple[ModelCall, Coverage]]:
     """The calls a template covers, with their coverage, in program order; with
     `shapes`, also those whose op and form a template implements at a shape no workload
     declares (uncovered_shape), given the workload name `shape_name(params)`."""
@@ -124,15 +124,22 @@ def nearest_sibling(workloads: Mapping[str, Mapping[str, Any]], params: Mapping[
     for name, wl in sorted(workloads.items()):
         if any(wl.get(k) != v for k, v in params.items() if not isinstance(v, int)):
             continue
-        d = sum(abs(math.log(max(int(wl[k]), 1) / max(v, 1)))
-                for k, v in params.items() if isinstance(v, int) and isinstance(wl.get(k), int))
+        d = sum(
+            abs(math.log(max(int(wl[k]), 1) / max(v, 1)))
+            for k, v in params.items()
+            if isinstance(v, int) and isinstance(wl.get(k), int)
+        )
         if best is None or d < best[0]:
             best = (d, name)
     return best[1] if best else None
 
 
-def swap_covered(mod: Any, todo: Sequence[tuple[ModelCall, Coverage]], contracts: Sequence[Contract],
-                 kernels: Mapping[tuple[str, str], Kernel]) -> tuple[Any, list[Swap]]:
+def swap_covered(
+    mod: Any,
+    todo: Sequence[tuple[ModelCall, Coverage]],
+    contracts: Sequence[Contract],
+    kernels: Mapping[tuple[str, str], Kernel],
+) -> tuple[Any, list[Swap]]:
     """`mod` with every call of `todo` (`covered`) replaced by a call_tir to its
     (template, workload)'s kernel; the swaps made, in program order. The kernels are
     resolved before: an error raised inside the mutator reaches Python as TVM's."""
@@ -165,7 +172,8 @@ def swap_covered(mod: Any, todo: Sequence[tuple[ModelCall, Coverage]], contracts
                 raise UsageError(
                     f"{by_name[cov.template].file}: its kernel takes {len(buffers) - 1} input(s) and "
                     f"the call {c.sig.describe()} has {len(tensors)}: a template's PrimFunc takes "
-                    "the call's tensor arguments in order, then its output (docs/models.md)")
+                    "the call's tensor arguments in order, then its output (docs/models.md)"
+                )
             inputs = []
             for arg, pattern, buf in zip(tensors, entry.args, buffers[:-1], strict=True):
                 if pattern.permute:
@@ -173,15 +181,27 @@ def swap_covered(mod: Any, todo: Sequence[tuple[ModelCall, Coverage]], contracts
                 inputs.append(self._as(arg, buf, R))
             out_buf = buffers[-1]
             out_shape = tuple(int(d) for d in out_buf.shape)
-            y = self.builder_.emit(relax.call_tir(
-                gv, inputs, relax.TensorType(out_shape, str(out_buf.dtype))))
+            y = self.builder_.emit(relax.call_tir(gv, inputs, relax.TensorType(out_shape, str(out_buf.dtype))))
             want = tuple(int(d) for d in c.sig.shape)
             if math.prod(want) != math.prod(out_shape):
-                raise UsageError(f"{cov.template}: its kernel's output {out_shape} does not hold the "
-                                 f"call's {want} ({c.sig.describe()})")
-            swaps.append(Swap(c.function, c.binding, c.sig.describe(), cov.template, cov.workload,
-                              gv.name_hint, dict(kernel.knobs), kernel.latency_s, kernel.fallback,
-                              kernel.mapped_from))
+                raise UsageError(
+                    f"{cov.template}: its kernel's output {out_shape} does not hold the "
+                    f"call's {want} ({c.sig.describe()})"
+                )
+            swaps.append(
+                Swap(
+                    c.function,
+                    c.binding,
+                    c.sig.describe(),
+                    cov.template,
+                    cov.workload,
+                    gv.name_hint,
+                    dict(kernel.knobs),
+                    kernel.latency_s,
+                    kernel.fallback,
+                    kernel.mapped_from,
+                )
+            )
             return y if want == out_shape else R.reshape(y, want)
 
         def _as(self, arg: Any, buf: Any, R: Any) -> Any:
@@ -211,17 +231,22 @@ def fuse(mod: Any, target: Any) -> Any:
     from tvm import relax
 
     # RewriteDataflowReshape: a reshape left alone is a view, not a copy kernel to tune.
-    seq = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-           relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
-           relax.transform.RewriteDataflowReshape(), relax.transform.DeadCodeElimination()]
+    seq = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.RewriteDataflowReshape(),
+        relax.transform.DeadCodeElimination(),
+    ]
     with target:
         for p in seq:
             mod = p(mod)
     return mod
 
 
-def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int,
-                         work_dir: Path | None) -> tuple[Any, str]:
+def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int, work_dir: Path | None) -> tuple[Any, str]:
     """Schedule the PrimFuncs no template made (`how`: "metaschedule" or "none");
     returns the module and how, in words."""
     from tvm import relax, tirx
@@ -230,11 +255,17 @@ def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int,
 
     if how not in UNTEMPLATED:
         raise UsageError(f"untemplated={how!r}: use one of {', '.join(UNTEMPLATED)}")
-    pending = [gv.name_hint for gv, f in mod.functions.items()
-               if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))]
+    pending = [
+        gv.name_hint
+        for gv, f in mod.functions.items()
+        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
+    ]
     if how == "none" or not pending:
-        return mod, ("TVM's default loops (naive, single-threaded), as asked" if pending
-                     else "none left: every PrimFunc is a template's")
+        return mod, (
+            "TVM's default loops (naive, single-threaded), as asked"
+            if pending
+            else "none left: every PrimFunc is a template's"
+        )
     ms = tvmsetup.ms()
     if work_dir is None:
         raise UsageError("untemplated='metaschedule' needs a work_dir for its database")
@@ -245,15 +276,22 @@ def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         db = ms.relax_integration.tune_relax(
-            mod=mod, params={}, target=target, work_dir=str(work_dir),
-            max_trials_global=per_task * len(pending), max_trials_per_task=per_task,
-            num_trials_per_iter=min(per_task, 16))
+            mod=mod,
+            params={},
+            target=target,
+            work_dir=str(work_dir),
+            max_trials_global=per_task * len(pending),
+            max_trials_per_task=per_task,
+            num_trials_per_iter=min(per_task, 16),
+        )
         with target, db:
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
-    naive = [gv.name_hint for gv, f in mod.functions.items()
-             if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))]
-    how = (f"MetaSchedule tune_relax, {per_task} trials for each of {len(pending)} function(s) "
-           f"(database: {work_dir})")
+    naive = [
+        gv.name_hint
+        for gv, f in mod.functions.items()
+        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
+    ]
+    how = f"MetaSchedule tune_relax, {per_task} trials for each of {len(pending)} function(s) (database: {work_dir})"
     if naive:
         how += f"; {len(naive)} got no valid record and run TVM's default loops: {', '.join(sorted(naive))}"
     return mod, how
@@ -263,4 +301,3 @@ def compile_model(mod: Any, target: Any) -> Any:
     import tvm
 
     return tvm.compile(mod, target=target)
-

@@ -55,8 +55,10 @@ def load_model(root: Path, model: ModelConfig) -> Any:
     """The model's Relax IRModule (weights as parameters of random value: none are read)."""
     path = root / model.source
     if not path.is_file():
-        raise ModelError(f"models.{model.name}: source {model.source} does not exist; fix "
-                         "`source:` in tvmtune.yaml (relative to the repository root)")
+        raise ModelError(
+            f"models.{model.name}: source {model.source} does not exist; fix "
+            "`source:` in tvmtune.yaml (relative to the repository root)"
+        )
     if model.kind == "onnx":
         return _load_onnx(path, model)
     return _load_python(root, path, model)
@@ -102,21 +104,27 @@ def _load_python(root: Path, path: Path, model: ModelConfig) -> Any:
     module = _import_module(root, path, model)
     for attr in ("MODEL", "SPEC"):
         if not hasattr(module, attr):
-            raise ModelError(f"{model.source}: no module-level {attr}; a model module exposes MODEL "
-                             "(an nn.Module or a zero-argument callable returning one) and SPEC "
-                             '(export_tvm\'s spec, e.g. {"forward": {"x": nn.spec.Tensor((1, 128, 768), '
-                             '"float32")}}): docs/models.md')
+            raise ModelError(
+                f"{model.source}: no module-level {attr}; a model module exposes MODEL "
+                "(an nn.Module or a zero-argument callable returning one) and SPEC "
+                '(export_tvm\'s spec, e.g. {"forward": {"x": nn.spec.Tensor((1, 128, 768), '
+                '"float32")}}): docs/models.md'
+            )
     m = module.MODEL
     if not isinstance(m, nn.Module):
         m = m() if callable(m) else m
     if not isinstance(m, nn.Module):
-        raise ModelError(f"{model.source}: MODEL is {type(m).__name__}, not a "
-                         "tvm.relax.frontend.nn.Module (or a callable returning one)")
+        raise ModelError(
+            f"{model.source}: MODEL is {type(m).__name__}, not a "
+            "tvm.relax.frontend.nn.Module (or a callable returning one)"
+        )
     try:
         mod, _params = m.export_tvm(spec=module.SPEC)
     except Exception as e:
-        raise ModelError(f"{model.source}: export_tvm(spec=SPEC) failed: {type(e).__name__}: {e}; "
-                         "check SPEC against forward's arguments") from e
+        raise ModelError(
+            f"{model.source}: export_tvm(spec=SPEC) failed: {type(e).__name__}: {e}; "
+            "check SPEC against forward's arguments"
+        ) from e
     return mod
 
 
@@ -125,8 +133,10 @@ def _load_onnx(path: Path, model: ModelConfig) -> Any:
         import onnx
         from tvm.relax.frontend.onnx import from_onnx
     except ImportError as e:
-        raise ModelError(f"models.{model.name}: {model.source} is an ONNX model, and the ONNX "
-                         f"frontend needs onnx ({e}); install the [onnx] extra: {ONNX_EXTRA}") from None
+        raise ModelError(
+            f"models.{model.name}: {model.source} is an ONNX model, and the ONNX "
+            f"frontend needs onnx ({e}); install the [onnx] extra: {ONNX_EXTRA}"
+        ) from None
     try:
         proto = onnx.load(str(path))
         return from_onnx(proto, keep_params_in_input=True)
@@ -191,15 +201,26 @@ def model_calls(mod: Any) -> list[ModelCall]:
                     p = permutes.get(a)
                     if p is not None:
                         axes = p.attrs.axes
-                        args.append(CallArg(_shape(a.ty), str(a.ty.dtype), _shape(p.args[0].ty),
-                                            tuple(int(x) for x in axes) if axes is not None else None))
+                        args.append(
+                            CallArg(
+                                _shape(a.ty),
+                                str(a.ty.dtype),
+                                _shape(p.args[0].ty),
+                                tuple(int(x) for x in axes) if axes is not None else None,
+                            )
+                        )
                     else:
                         args.append(CallArg(_shape(a.ty), str(a.ty.dtype)))
                     producers.append(made.get(a, -1))
                 ty = value.ty
                 tensor = isinstance(ty, relax.TensorType)
-                sig = CallSig(value.op.name, tuple(args), _attrs(value),
-                              _shape(ty) if tensor else (), str(ty.dtype) if tensor else "")
+                sig = CallSig(
+                    value.op.name,
+                    tuple(args),
+                    _attrs(value),
+                    _shape(ty) if tensor else (),
+                    str(ty.dtype) if tensor else "",
+                )
                 made[b.var] = len(calls)
                 if value.op.name == "relax.permute_dims":
                     permutes[b.var] = value
@@ -229,9 +250,9 @@ def model_kinds(config: Config, model: ModelConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(k) for k in kinds)) or CPU_KINDS
 
 
-def coverage_for(config: Config, model: ModelConfig,
-                 contracts: Sequence[Contract] | None = None,
-                 blobs: dict[str, str] | None = None) -> CoverageFile:
+def coverage_for(
+    config: Config, model: ModelConfig, contracts: Sequence[Contract] | None = None, blobs: dict[str, str] | None = None
+) -> CoverageFile:
     """Build the model and match its calls against the templates' IMPLEMENTS."""
     root = config.root
     if contracts is None or blobs is None:
@@ -239,5 +260,6 @@ def coverage_for(config: Config, model: ModelConfig,
     mod = load_model(root, model)
     calls = model_calls(mod)
     source = {"path": model.source, "kind": model.kind, "sha256": sha256_file(root / model.source)}
-    return build(model.name, source, model_kinds(config, model), blobs, contracts,
-                 [(c.sig, c.producers) for c in calls])
+    return build(
+        model.name, source, model_kinds(config, model), blobs, contracts, [(c.sig, c.producers) for c in calls]
+    )

@@ -54,8 +54,10 @@ class SearchSpent:
     reused: bool
 
     def words(self) -> str:
-        s = (f"MetaSchedule over the whole model, {self.seconds:.0f} s of this runner asked "
-             f"({self.spent_s:.0f} s spent): {self.trials} trials over {self.tasks} functions")
+        s = (
+            f"MetaSchedule over the whole model, {self.seconds:.0f} s of this runner asked "
+            f"({self.spent_s:.0f} s spent): {self.trials} trials over {self.tasks} functions"
+        )
         if self.untuned:
             s += f"; {len(self.untuned)} got no valid record and run TVM's default loops"
         return s
@@ -109,8 +111,15 @@ def _foreign_handlers_detached() -> Iterator[None]:
             ms_logger.addHandler(h)
 
 
-def tune_model(mod: Any, target: Any, seconds: float, work_dir: Path, *, seed: int = 42,
-               clock: Callable[[], float] = time.monotonic) -> tuple[Any, SearchSpent]:
+def tune_model(
+    mod: Any,
+    target: Any,
+    seconds: float,
+    work_dir: Path,
+    *,
+    seed: int = 42,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[Any, SearchSpent]:
     """Schedule every PrimFunc of `mod` (legalized and fused) with MetaSchedule within
     `seconds` of `clock`; returns the scheduled module and what the search spent."""
     import tvm_ffi
@@ -131,23 +140,33 @@ def tune_model(mod: Any, target: Any, seconds: float, work_dir: Path, *, seed: i
         else:
             with _foreign_handlers_detached():
                 db = ms.relax_integration.tune_relax(
-                    mod=mod, params={}, target=target, work_dir=str(work),
-                    max_trials_global=1_000_000, num_trials_per_iter=BATCH, seed=seed,
+                    mod=mod,
+                    params={},
+                    target=target,
+                    work_dir=str(work),
+                    max_trials_global=1_000_000,
+                    num_trials_per_iter=BATCH,
+                    seed=seed,
                     builder=ms.builder.LocalBuilder(timeout_sec=TIMEOUT_S),
                     runner=ms.runner.LocalRunner(timeout_sec=TIMEOUT_S),
-                    task_scheduler=deadline_scheduler(clock() + seconds, clock))
+                    task_scheduler=deadline_scheduler(clock() + seconds, clock),
+                )
         with target, db:
             scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
     funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
-    untuned = tuple(sorted(gv.name_hint for gv, f in scheduled.functions.items()
-                           if isinstance(f, tirx.PrimFunc)
-                           and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))))
-    trials = sum(1 for r in db.get_all_tuning_records()
-                 if r.run_secs and all(float(s) < 1e9 for s in r.run_secs))
+    untuned = tuple(
+        sorted(
+            gv.name_hint
+            for gv, f in scheduled.functions.items()
+            if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
+        )
+    )
+    trials = sum(1 for r in db.get_all_tuning_records() if r.run_secs and all(float(s) < 1e9 for s in r.run_secs))
     if done is not None and reused:
         spent = float(done["spent_s"])
     else:
         spent = time.monotonic() - t0
-        atomic_write_text(done_path, json.dumps({"format": DONE_FORMAT, "seconds": seconds,
-                                                 "spent_s": spent, "seed": seed}) + "\n")
+        atomic_write_text(
+            done_path, json.dumps({"format": DONE_FORMAT, "seconds": seconds, "spent_s": spent, "seed": seed}) + "\n"
+        )
     return scheduled, SearchSpent(seconds, spent, trials, len(funcs), untuned, reused)

@@ -38,8 +38,9 @@ def random_inputs(mod: Any, function: str = "forward", seed: int = 0) -> list[An
     return out
 
 
-def profile_calls(build: ModelBuild, arrays: Sequence[Any], *, function: str = "forward",
-                  runs: int = 10) -> tuple[CallTime, ...]:
+def profile_calls(
+    build: ModelBuild, arrays: Sequence[Any], *, function: str = "forward", runs: int = 10
+) -> tuple[CallTime, ...]:
     """Seconds per inference of every kernel (median over `runs`), the slowest first."""
     import tvm
     from tvm import relax
@@ -74,15 +75,27 @@ def profile_calls(build: ModelBuild, arrays: Sequence[Any], *, function: str = "
         vm[function](*args)
         per_run.append(dict(seconds))
         calls = dict(counts)
-    out = [CallTime(sym, calls[sym], statistics.median(r.get(sym, 0.0) for r in per_run),
-                    *by_kernel.get(sym, (None, None, None)))
-           for sym in calls]
+    out = [
+        CallTime(
+            sym,
+            calls[sym],
+            statistics.median(r.get(sym, 0.0) for r in per_run),
+            *by_kernel.get(sym, (None, None, None)),
+        )
+        for sym in calls
+    ]
     return tuple(sorted(out, key=lambda c: -c.seconds))
 
 
-def interleaved(builds: dict[str, ModelBuild], arrays: Sequence[Any], *, function: str = "forward",
-                rounds: int = 10, min_sample_ms: int = 100,
-                others: Mapping[str, Callable[[], float]] | None = None) -> dict[str, list[float]]:
+def interleaved(
+    builds: dict[str, ModelBuild],
+    arrays: Sequence[Any],
+    *,
+    function: str = "forward",
+    rounds: int = 10,
+    min_sample_ms: int = 100,
+    others: Mapping[str, Callable[[], float]] | None = None,
+) -> dict[str, list[float]]:
     """Seconds per inference of each build, `rounds` samples each, taken in turns (the
     order rotating each round): a slow stretch of the runner lands on every build
     alike, so their ratio holds where each figure alone would not. A sample is the mean
@@ -105,7 +118,7 @@ def interleaved(builds: dict[str, ModelBuild], arrays: Sequence[Any], *, functio
     labels = list(timers)
     out: dict[str, list[float]] = {k: [] for k in labels}
     for r in range(max(1, rounds)):
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             out[label].append(timers[label]())
     return out
 
@@ -114,8 +127,9 @@ def _vm_sample(timer: Any, args: Sequence[Any]) -> Callable[[], float]:
     return lambda: float(timer(*args).mean)
 
 
-def ort_sampler(onnx_path: Any, arrays: Mapping[str, Any], threads: int,
-                min_sample_ms: int = 100) -> tuple[Callable[[], float], str]:
+def ort_sampler(
+    onnx_path: Any, arrays: Mapping[str, Any], threads: int, min_sample_ms: int = 100
+) -> tuple[Callable[[], float], str]:
     """One ONNX Runtime sample (seconds per inference, the mean over `min_sample_ms`) of
     the graph at `onnx_path` fed `arrays` (its input names -> numpy), on `threads`
     intra-op threads, one inter-op: the deployment a team would compare with."""

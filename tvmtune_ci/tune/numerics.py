@@ -28,12 +28,7 @@ from .workload import Workload, resolve
 
 # (rtol, atol) per dtype; atol is scaled by max(1, max |reference|) because a
 # reduction's rounding error grows with the magnitude of what it sums.
-_TOLERANCE = {
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (2e-2, 2e-2),
-    "float32": (1e-4, 1e-4),
-    "float64": (1e-9, 1e-9),
-}
+_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2), "float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9)}
 
 
 def tolerance(dtype: str) -> tuple[float, float]:
@@ -50,11 +45,7 @@ def _reference_arity(reference: Any, workload: Mapping[str, Any]) -> int:
 
     n = 0
     for p in inspect.signature(reference).parameters.values():
-        if (
-            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            and p.default is p.empty
-            and p.name not in workload
-        ):
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty and p.name not in workload:
             n += 1
         elif p.kind is p.VAR_POSITIONAL:
             return -1
@@ -76,12 +67,22 @@ def _param_names(func: Any) -> list[str]:
 def _reference_inputs(reference: Any, workload: Mapping[str, Any]) -> list[str]:
     import inspect
 
-    return [p.name for p in inspect.signature(reference).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in workload]
+    return [
+        p.name
+        for p in inspect.signature(reference).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in workload
+    ]
 
 
-def _swap_that_matches(template: ModuleType, workload: Mapping[str, Any], arrays: list[np.ndarray],
-                       got: list[np.ndarray], names: list[str], n_in: int, infos: Any) -> str | None:
+def _swap_that_matches(
+    template: ModuleType,
+    workload: Mapping[str, Any],
+    arrays: list[np.ndarray],
+    got: list[np.ndarray],
+    names: list[str],
+    n_in: int,
+    infos: Any,
+) -> str | None:
     """A hint when swapping two same-shaped inputs makes reference() agree with the
     kernel: reference() most likely lists its parameters in another order."""
     for i in range(n_in):
@@ -98,10 +99,14 @@ def _swap_that_matches(template: ModuleType, workload: Mapping[str, Any], arrays
             want = want if isinstance(want, (tuple, list)) else [want]
             if len(want) != len(got):
                 continue
-            if all(mismatch_report("", g, np.asarray(w), *_tol(str(infos[n_in + k].dtype), np.asarray(w))) is None
-                   for k, (g, w) in enumerate(zip(got, want, strict=True))):
-                return (f"swapping {names[i]} and {names[j]} makes them match: does reference() "
-                        "take its inputs in another order than compute()'s parameters?")
+            if all(
+                mismatch_report("", g, np.asarray(w), *_tol(str(infos[n_in + k].dtype), np.asarray(w))) is None
+                for k, (g, w) in enumerate(zip(got, want, strict=True))
+            ):
+                return (
+                    f"swapping {names[i]} and {names[j]} makes them match: does reference() "
+                    "take its inputs in another order than compute()'s parameters?"
+                )
     return None
 
 
@@ -121,9 +126,7 @@ def _random_input(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) 
     return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
 
 
-def mismatch_report(
-    name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float
-) -> str | None:
+def mismatch_report(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
     """None when `got` matches `want` within (rtol, atol x max(1, max |want|));
     else where and by how much the worst element differs."""
     if got.shape != want.shape:
@@ -138,9 +141,7 @@ def mismatch_report(
     idx = np.argwhere(bad)
     abs_i = np.unravel_index(np.nanargmax(np.where(np.isnan(err), np.inf, err)), err.shape)
     rel_i = np.unravel_index(np.nanargmax(np.where(np.isnan(rel), np.inf, rel)), rel.shape)
-    few = ", ".join(
-        f"{list(map(int, i))}: got {g[tuple(i)]:.6g}, expected {w[tuple(i)]:.6g}" for i in idx[:5]
-    )
+    few = ", ".join(f"{list(map(int, i))}: got {g[tuple(i)]:.6g}, expected {w[tuple(i)]:.6g}" for i in idx[:5])
     return (
         f"output {name}: {len(idx)} of {bad.size} elements differ (rtol={rtol:g}, atol={atol:g}); "
         f"max abs error {err[abs_i]:.6g} at {list(map(int, abs_i))}, "
@@ -155,8 +156,7 @@ _LAST: list[tuple[Any, list[np.ndarray], list[Any]]] = []
 
 
 def _inputs_and_reference(
-    template: ModuleType, workload: Mapping[str, Any], seed: int,
-    specs: tuple[tuple[tuple[int, ...], str], ...],
+    template: ModuleType, workload: Mapping[str, Any], seed: int, specs: tuple[tuple[tuple[int, ...], str], ...]
 ) -> tuple[list[np.ndarray], list[Any]]:
     """The seeded random inputs of `specs` and reference()'s outputs on them, reused
     while the template (this module object), workload, seed and inputs stay the same."""
@@ -223,8 +223,11 @@ def check_correct(
     if rpc is None:
         from .hostcheck import check_host
 
-        check_host(dict(target), advice="its numerics can only be checked on such a device: "
-                   "configure an RPC runner for this target (runner: rpc in tvmtune.yaml)")
+        check_host(
+            dict(target),
+            advice="its numerics can only be checked on such a device: "
+            "configure an RPC runner for this target (runner: rpc in tvmtune.yaml)",
+        )
     if library is not None and rpc is None:
         if device_type(tvmsetup.make_target(dict(target))) == "cuda":
             from .nvrtc import install_hook
@@ -233,8 +236,9 @@ def check_correct(
         try:
             ex = tvm.runtime.load_module(library)
         except Exception as e:
-            raise TuningError(f"{where}: the library built of configuration {dict(knobs or {})} "
-                              f"does not load: {e}") from None
+            raise TuningError(
+                f"{where}: the library built of configuration {dict(knobs or {})} does not load: {e}"
+            ) from None
     else:
         try:
             ex = tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
@@ -246,9 +250,7 @@ def check_correct(
     for a in infos[n_in:]:
         dtype = str(a.dtype)
         shape = tuple(int(x) for x in a.shape)
-        fills.append(
-            np.full(shape, np.nan, dtype) if dtype.startswith("float") else np.zeros(shape, dtype)
-        )
+        fills.append(np.full(shape, np.nan, dtype) if dtype.startswith("float") else np.zeros(shape, dtype))
     if rpc is None:
         # This machine's device of the target: its CPU, or its GPU (check_host made sure
         # it has the target's); a CUDA kernel's cubin comes through nvrtc's load hook.
@@ -268,8 +270,7 @@ def check_correct(
         on = f" on {server}"
     if len(want) != len(got_all):
         raise TemplateError(
-            f"{where}: reference() returned {len(want)} array(s) for {len(got_all)} output "
-            "parameter(s)"
+            f"{where}: reference() returned {len(want)} array(s) for {len(got_all)} output parameter(s)"
         )
     problems = []
     for i, (got, exp) in enumerate(zip(got_all, want, strict=True)):
@@ -284,19 +285,28 @@ def check_correct(
         config = "the default configuration" if not knobs else f"configuration {dict(knobs)}"
         names = _param_names(sch.mod["main"])
         ref_names = _reference_inputs(template.reference, workload)
-        order = (f"; reference({', '.join(ref_names)}) was given compute()'s inputs in the "
-                 f"PrimFunc's parameter order: {', '.join(names[:n_in])}")
+        order = (
+            f"; reference({', '.join(ref_names)}) was given compute()'s inputs in the "
+            f"PrimFunc's parameter order: {', '.join(names[:n_in])}"
+        )
         swap = _swap_that_matches(template, workload, arrays, got_all, names, n_in, infos)
         raise TuningError(
             f"{where}: {config} does not match reference(){on}: "
-            + "; ".join(problems) + order + (f"; {swap}" if swap else "")
+            + "; ".join(problems)
+            + order
+            + (f"; {swap}" if swap else "")
             + "; fix compute(), reference() or schedule() so they agree before tuning"
         )
 
 
 def _rpc_check_run(
-    tracker: tuple[str, int, str], timeout_s: float, so_path: str, device: str,
-    arrays: list[np.ndarray], n_in: int, note_path: str,
+    tracker: tuple[str, int, str],
+    timeout_s: float,
+    so_path: str,
+    device: str,
+    arrays: list[np.ndarray],
+    n_in: int,
+    note_path: str,
 ) -> dict[str, Any]:
     """Runs in a worker process: one session on a device of the key, the library
     uploaded and run once on `arrays`; {"device", "stage", "error", "outputs"}. The
@@ -304,7 +314,6 @@ def _rpc_check_run(
     import os as _os
 
     import tvm
-
 
     out: dict[str, Any] = {"device": None, "stage": "request", "error": None, "outputs": None}
     try:
@@ -333,8 +342,7 @@ def _rpc_check_run(
 
 
 def _run_on_device(
-    ex: Any, target: Mapping[str, Any], rpc: RpcRunner, arrays: list[np.ndarray], n_in: int,
-    where: str,
+    ex: Any, target: Mapping[str, Any], rpc: RpcRunner, arrays: list[np.ndarray], n_in: int, where: str
 ) -> tuple[list[np.ndarray], str]:
     """Run a built kernel once on a device of `rpc`'s key: (outputs, "server host:port").
 
@@ -357,15 +365,24 @@ def _run_on_device(
         try:
             note = os.path.join(tmp, "server")
             fut = pool.submit(
-                _rpc_check_run, (rpc.tracker_host, rpc.tracker_port, rpc.key),
-                float(rpc.session_timeout_s), so, device, arrays, n_in, note,
+                _rpc_check_run,
+                (rpc.tracker_host, rpc.tracker_port, rpc.key),
+                float(rpc.session_timeout_s),
+                so,
+                device,
+                arrays,
+                n_in,
+                note,
             )
             try:
                 out = wait_or_kill(pool, fut, limit + WORKER_START_S)
             except TimeoutError:
-                out = {"device": None, "stage": "session", "outputs": None,
-                       "error": f"timeout: no answer within {limit:g}s (server stopped, frozen "
-                       "or unreachable)"}
+                out = {
+                    "device": None,
+                    "stage": "session",
+                    "outputs": None,
+                    "error": f"timeout: no answer within {limit:g}s (server stopped, frozen or unreachable)",
+                }
             except Exception as e:  # noqa: BLE001 - the worker died
                 out = {"device": None, "stage": "worker", "error": last_line(e), "outputs": None}
             if out["device"] is None and os.path.exists(note):

@@ -84,17 +84,24 @@ class Resources:
         if smem and self.smem_bytes > smem:
             out.append(f"{self.smem_bytes} bytes of shared memory > {smem}")
         if regs and self.registers_per_block > regs:
-            out.append(f"{self.registers} registers x {self.threads} threads = "
-                       f"{self.registers_per_block} > {regs} per block")
+            out.append(
+                f"{self.registers} registers x {self.threads} threads = {self.registers_per_block} > {regs} per block"
+            )
         if self.spill_stores or self.spill_loads:
             out.append(f"spills {self.spill_stores} bytes stored, {self.spill_loads} loaded")
         return out
 
     def to_json(self) -> dict[str, int | str]:
-        return {"kernel": self.kernel, "registers": self.registers,
-                "threads": self.threads, "registers_per_block": self.registers_per_block,
-                "smem_bytes": self.smem_bytes, "stack_bytes": self.stack_bytes,
-                "spill_stores": self.spill_stores, "spill_loads": self.spill_loads}
+        return {
+            "kernel": self.kernel,
+            "registers": self.registers,
+            "threads": self.threads,
+            "registers_per_block": self.registers_per_block,
+            "smem_bytes": self.smem_bytes,
+            "stack_bytes": self.stack_bytes,
+            "spill_stores": self.spill_stores,
+            "spill_loads": self.spill_loads,
+        }
 
 
 @dataclass(frozen=True)
@@ -138,13 +145,15 @@ def toolkit() -> Toolkit:
     try:
         from cuda.bindings import nvrtc  # noqa: F401
     except ImportError:
-        raise HostError(f"compiling CUDA needs NVRTC (cuda-bindings, nvidia-cuda-nvrtc), which "
-                        f"is not installed; {INSTALL_HINT}") from None
+        raise HostError(
+            f"compiling CUDA needs NVRTC (cuda-bindings, nvidia-cuda-nvrtc), which is not installed; {INSTALL_HINT}"
+        ) from None
     cuda_path = os.environ.get("CUDA_PATH")
     if cuda_path and (Path(cuda_path) / "include" / "cuda_runtime.h").is_file():
         base = Path(cuda_path) / "include"
-        cccl = [p for p in (base / "cccl", *Path(cuda_path).glob("targets/*/include/cccl"))
-                if (p / "cuda" / "std").is_dir()]
+        cccl = [
+            p for p in (base / "cccl", *Path(cuda_path).glob("targets/*/include/cccl")) if (p / "cuda" / "std").is_dir()
+        ]
         return Toolkit((str(base), *(str(p) for p in cccl[:1])), "CUDA_PATH")
     try:
         from cuda import pathfinder
@@ -159,8 +168,9 @@ def toolkit() -> Toolkit:
     absent = [lib for lib, path in found.items() if not path]
     if absent:
         wheels = {"cudart": "nvidia-cuda-runtime", "cccl": "nvidia-cuda-cccl"}
-        raise HostError(f"NVRTC needs the CUDA headers of {', '.join(wheels[a] for a in absent)}, "
-                        f"not installed; {INSTALL_HINT}")
+        raise HostError(
+            f"NVRTC needs the CUDA headers of {', '.join(wheels[a] for a in absent)}, not installed; {INSTALL_HINT}"
+        )
     return Toolkit((str(found["cudart"]), str(found["cccl"])), "wheels")
 
 
@@ -179,9 +189,17 @@ def parse_report(log: str, source: str = "") -> tuple[Resources, ...]:
 
     def close() -> None:
         if current is not None:
-            out.append(Resources(current["name"], current.get("regs", 0), current.get("smem", 0),
-                                 current.get("stack", 0), current.get("st", 0),
-                                 current.get("ld", 0), threads.get(current["name"], 0)))
+            out.append(
+                Resources(
+                    current["name"],
+                    current.get("regs", 0),
+                    current.get("smem", 0),
+                    current.get("stack", 0),
+                    current.get("st", 0),
+                    current.get("ld", 0),
+                    threads.get(current["name"], 0),
+                )
+            )
 
     for line in log.splitlines():
         m = _ENTRY.search(line)
@@ -219,9 +237,14 @@ def compile_source(code: str, arch: str) -> Cubin:
     err, prog = nvrtc.nvrtcCreateProgram(src.encode(), b"tvmtune_kernels.cu", 0, None, None)
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise CudaCompileError(f"NVRTC could not take the source: {err}", "")
-    opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--use_fast_math",
-            b"--ptxas-options=-v", b"--ptxas-options=--warn-on-local-memory-usage",
-            *(f"-I{p}".encode() for p in kit.includes)]
+    opts = [
+        f"--gpu-architecture={arch}".encode(),
+        b"-default-device",
+        b"--use_fast_math",
+        b"--ptxas-options=-v",
+        b"--ptxas-options=--warn-on-local-memory-usage",
+        *(f"-I{p}".encode() for p in kit.includes),
+    ]
     t0 = time.perf_counter()
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
@@ -255,6 +278,7 @@ def cuda_source(module: Any) -> str:
 
 
 # --------------------------------------------------------------------------- the load hook
+
 
 def cache_dir() -> Path:
     """Cubins by source and arch, shared by the builder and the measuring worker."""

@@ -94,26 +94,43 @@ def checkout_old(root: Path, commit: str, manifest: Manifest, dest: Path) -> Pat
 
 
 def decode_records(
-    old_root: Path, template_file: str, log_path: Path, target: Mapping[str, Any],
-    workloads: Sequence[str], *, timeout_s: float = DECODE_TIMEOUT_S,
+    old_root: Path,
+    template_file: str,
+    log_path: Path,
+    target: Mapping[str, Any],
+    workloads: Sequence[str],
+    *,
+    timeout_s: float = DECODE_TIMEOUT_S,
     published: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, list[OldRecord]]:
     """{workload: [(knobs, latency_s, program key), ...]} of the log's valid records,
     decoded with the template at `old_root/template_file` in a child process; then the
     configurations of `published` (per workload, knob values of the old template) as
     records with latency 0 (not measured in the log: no label for the prior)."""
-    arg = json.dumps({"root": str(old_root), "template": template_file, "log": str(log_path),
-                      "target": dict(target), "workloads": list(workloads),
-                      "published": {w: [dict(k) for k in ks] for w, ks in (published or {}).items()}})
+    arg = json.dumps(
+        {
+            "root": str(old_root),
+            "template": template_file,
+            "log": str(log_path),
+            "target": dict(target),
+            "workloads": list(workloads),
+            "published": {w: [dict(k) for k in ks] for w, ks in (published or {}).items()},
+        }
+    )
     # This package importable in the child even when it is not installed; after the old
     # tree (the child's cwd, first on its path), so its `operators` are the old ones.
     here = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH", ""), here) if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), here) if p)}
     try:
-        proc = subprocess.run([sys.executable, "-m", "tvmtune_ci.tune.priors", arg], cwd=old_root,
-                              capture_output=True, text=True, timeout=timeout_s, check=False,
-                              env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tvmtune_ci.tune.priors", arg],
+            cwd=old_root,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env=env,
+        )
     except subprocess.TimeoutExpired as e:
         raise PriorError(f"decoding {log_path.name} took longer than {timeout_s:.0f} s") from e
     if proc.returncode != 0:
@@ -127,8 +144,7 @@ def decode_records(
 
 
 def old_records(
-    root: Path, manifest_path: Path, manifest: Manifest, workloads: Sequence[str],
-    scratch: Path,
+    root: Path, manifest_path: Path, manifest: Manifest, workloads: Sequence[str], scratch: Path
 ) -> dict[str, list[OldRecord]]:
     """The old log's valid records as (knobs, latency, program key) per workload, read with the
     template as it was committed with that log (checked out under `scratch`).
@@ -142,13 +158,20 @@ def old_records(
         raise PriorError(
             f"{manifest_path.parent / manifest.log} was decoded with template API "
             f"{manifest.template_api} and this tvmtune-ci decodes template API {TEMPLATE_API}: "
-            "its records are not read with other rules than they were written with")
+            "its records are not read with other rules than they were written with"
+        )
     commit = old_commit(root, manifest_path, manifest)
     if not commit:
         raise PriorError(f"{manifest_path}: no commit holds it or its template")
     old_root = checkout_old(root, commit, manifest, scratch)
-    return decode_records(old_root, manifest.template_file, manifest_path.parent / manifest.log,
-                          manifest.target, workloads, published=published_configs(manifest, workloads))
+    return decode_records(
+        old_root,
+        manifest.template_file,
+        manifest_path.parent / manifest.log,
+        manifest.target,
+        workloads,
+        published=published_configs(manifest, workloads),
+    )
 
 
 def published_configs(manifest: Manifest, workloads: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -168,8 +191,11 @@ def published_configs(manifest: Manifest, workloads: Sequence[str]) -> dict[str,
 
 
 def prior_for(
-    records: Sequence[OldRecord], knobs: Sequence[Any],
-    workload: Mapping[str, Any], target: Mapping[str, Any], exclude: Sequence[Mapping[str, Any]],
+    records: Sequence[OldRecord],
+    knobs: Sequence[Any],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+    exclude: Sequence[Mapping[str, Any]],
 ) -> tuple[tuple[dict[str, Any], float], ...]:
     """The records mapped into the new knob space (`history.map_config`), distinct
     there (the fastest latency kept), without those in `exclude` (the replayed ones,
@@ -190,8 +216,7 @@ def prior_for(
 
 
 def old_programs(
-    records: Sequence[OldRecord], knobs: Sequence[Any], workload: Mapping[str, Any],
-    target: Mapping[str, Any],
+    records: Sequence[OldRecord], knobs: Sequence[Any], workload: Mapping[str, Any], target: Mapping[str, Any]
 ) -> tuple[tuple[dict[str, Any], str], ...]:
     """Every old record as (its configuration in the new knob space, the key of the
     program the old template made of it), distinct. One the edit had to repair (a knob

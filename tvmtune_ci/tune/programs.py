@@ -32,16 +32,23 @@ def old_search_stands(req: TuneRequest, wl: Workload) -> str | None:
     best; on a fast CPU the search is most of a re-tune's seconds."""
     if not (req.replay and req.old_programs and req.old_knobs is not None):
         return None
-    if not programs_unchanged(req.template, wl, req.target, req.replay[0], req.old_knobs,
-                              req.old_programs):
+    if not programs_unchanged(req.template, wl, req.target, req.replay[0], req.old_knobs, req.old_programs):
         return None
-    return (f"the edit changed none of the {len(req.old_programs)} programs the old log measured "
-            "(each old configuration makes the same module as before) and opened no knob "
-            "values: the old search stands; the replay and the finals re-measured its best")
+    return (
+        f"the edit changed none of the {len(req.old_programs)} programs the old log measured "
+        "(each old configuration makes the same module as before) and opened no knob "
+        "values: the old search stands; the replay and the finals re-measured its best"
+    )
 
 
-def programs_unchanged(template: ModuleType, wl: Workload, target: Mapping[str, Any], old_best: Mapping[str, Any],
-                       old_knobs: Sequence[Any], old_programs: Sequence[tuple[dict[str, Any], str]]) -> bool:
+def programs_unchanged(
+    template: ModuleType,
+    wl: Workload,
+    target: Mapping[str, Any],
+    old_best: Mapping[str, Any],
+    old_knobs: Sequence[Any],
+    old_programs: Sequence[tuple[dict[str, Any], str]],
+) -> bool:
     """Whether the edited `template` opens no knob values next to the old best (mapped
     into its space; `history.probes`) and makes the same program of every old
     configuration as the old template did (`priors.old_programs`: "" for one the edit
@@ -55,8 +62,9 @@ def programs_unchanged(template: ModuleType, wl: Workload, target: Mapping[str, 
     return all(same_program(template, wl, target, kv, key) for kv, key in old_programs)
 
 
-def same_program(template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any],
-                 old_key: str) -> bool:
+def same_program(
+    template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any], old_key: str
+) -> bool:
     """Whether the edited `template` makes of `knobs` the program the old template made
     (`old_key`, `builder.program_key`; "" for a configuration the edit repaired: never)."""
     from .builder import program_key, schedule_config

@@ -121,10 +121,8 @@ class Replay:
         new = s.store.trials[n0:]
         measured = sum(e["error"] is None for e in new)
         if self.source == "replay" and old_best_correct:
-            first = next((e for e in new if e["error"] is None and knobs_key(e["knobs"]) == status[0]),
-                         None)
+            first = next((e for e in new if e["error"] is None and knobs_key(e["knobs"]) == status[0]), None)
             est = entry_estimate(first) if first is not None else None
             if first is not None and est is not None:
                 self.old_best = (est, first["knobs"])
-        return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]),
-                           old_best_correct)
+        return ReplayStats(len(configs), built, correct, measured, tuple(failures[:3]), old_best_correct)

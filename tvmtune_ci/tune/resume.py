@@ -46,15 +46,11 @@ class Store:
         if self._found:
             assert self.journal.header is not None
             wl_path.write_text(json.dumps(self.journal.header["workload"]) + "\n", "utf-8")
-            rec_path.write_text(
-                "".join(json.dumps([0, t["record"]]) + "\n" for t in self.journal.trials), "utf-8"
-            )
+            rec_path.write_text("".join(json.dumps([0, t["record"]]) + "\n" for t in self.journal.trials), "utf-8")
         else:
             for p in (wl_path, rec_path):
                 p.unlink(missing_ok=True)
-        self.db = ms.database.JSONDatabase(
-            path_workload=str(wl_path), path_tuning_record=str(rec_path)
-        )
+        self.db = ms.database.JSONDatabase(path_workload=str(wl_path), path_tuning_record=str(rec_path))
         self.db.commit_workload(mod)
         self.workload_json = json.loads(wl_path.read_text(encoding="utf-8").splitlines()[0])
         if not self._found:
@@ -77,9 +73,7 @@ class Store:
         offset = rec_path.stat().st_size
         workload = self.db.commit_workload(self._mod)
         for trace, args_info, secs in items:
-            self.db.commit_tuning_record(
-                ms.database.TuningRecord(trace, workload, secs, self._target, args_info)
-            )
+            self.db.commit_tuning_record(ms.database.TuningRecord(trace, workload, secs, self._target, args_info))
         with open(rec_path, "rb") as f:
             f.seek(offset)
             return [json.loads(x)[1] for x in f.read().decode("utf-8").splitlines() if x.strip()]

@@ -65,8 +65,7 @@ def rpc_failure(rpc: RpcRunner, errors: Sequence[str], what: str) -> TuningError
     first = sorted(dict.fromkeys(e.splitlines()[0].removeprefix(prefix)[:500] for e in errors))[:3]
     expired = any(SESSION_EXPIRED in e for e in errors)
     advice = (
-        f"raise runner.rpc.session_timeout_s ({rpc.session_timeout_s:g}s) so that a session "
-        "outlasts a measurement"
+        f"raise runner.rpc.session_timeout_s ({rpc.session_timeout_s:g}s) so that a session outlasts a measurement"
         if expired
         else f"check the servers of {rpc_where(rpc)} (`tvmtune-ci devices`): restart a stopped or "
         "crashed `python -m tvm.exec.rpc_server`, or lower runner.rpc.devices"

@@ -119,9 +119,7 @@ def sample_loop(evaluator_for: Any, args: Sequence[Any], policy: Mapping[str, An
         # The cap stops sampling once an interval is possible; a slow kernel samples
         # on until it has one, up to hard_cap_s (below the runner's kill timeout).
         spent = _time.perf_counter() - t1
-        if n >= p["max_samples"] or (spent >= p["cap_s"] and (
-            n >= p["min_samples"] or spent >= p["hard_cap_s"]
-        )):
+        if n >= p["max_samples"] or (spent >= p["cap_s"] and (n >= p["min_samples"] or spent >= p["hard_cap_s"])):
             break
     return {
         "samples": samples,

@@ -52,13 +52,7 @@ from .resume import Store
 from .rpclimits import rpc_failure
 from .runners import Runner
 from .sampling import search_policy
-from .space import (
-    Designs,
-    TemplateSpace,
-    constraint_postprocs,
-    knobs_key,
-    make_mutators,
-)
+from .space import Designs, TemplateSpace, constraint_postprocs, knobs_key, make_mutators
 from .trials import Progress, entry_estimate, trials_of_its_own
 from .warmstop import WarmOptions, WarmStop
 from .workload import Workload, resolve
@@ -110,8 +104,9 @@ class Search:
         self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
         # The resolved workload (workload.Workload): its parameters, module and FLOPs are
         # computed once per re-tune, not once per use.
-        self.wl: Workload = (req.workload if req.workload is not None
-                             else resolve(req.template, req.workload_name, req.target))
+        self.wl: Workload = (
+            req.workload if req.workload is not None else resolve(req.template, req.workload_name, req.target)
+        )
         workload = dict(self.wl.params)
         knobs = list(getattr(req.template, "KNOBS", []))
         names = scope(workload, req.target)
@@ -129,26 +124,21 @@ class Search:
                 space,
                 sch_rules=[],
                 # The constraint check reads the design spaces, filled below.
-                postprocs=make_postprocs(req.target)
-                + constraint_postprocs(req.template, names, self.designs.infos),
+                postprocs=make_postprocs(req.target) + constraint_postprocs(req.template, names, self.designs.infos),
                 mutator_probs=make_mutators(knobs, req.seed),
             ),
             search_strategy=ms.search_strategy.EvolutionarySearch(
-                population_size=req.population_size,
-                init_min_unmeasured=min(50, max(1, req.population_size // 2)),
+                population_size=req.population_size, init_min_unmeasured=min(50, max(1, req.population_size // 2))
             ),
             task_name=self.name,
             rand_state=_rand_state(req.seed, self.store.resumed),
             num_threads="physical",
         )
         self.designs.fill(self.ctx.generate_design_space(), space)
-        self.store.open(ms, self.ctx.mod, self.target,
-                        {"workload_name": self.name, "seed": req.seed})
+        self.store.open(ms, self.ctx.mod, self.target, {"workload_name": self.name, "seed": req.seed})
         # One XGBoost thread: the data is small, and two OpenMP threads on a 2-core
         # runner that is busy elsewhere spin-wait each other (0.1 s trainings took 3-10 s).
-        self.cost_model = ms.cost_model.XGBModel(
-            num_tuning_cores=1, num_warmup_samples=WARMUP_SAMPLES
-        )
+        self.cost_model = ms.cost_model.XGBModel(num_tuning_cores=1, num_warmup_samples=WARMUP_SAMPLES)
         self._warm_start_cost_model()
         self.progress = Progress()
         for entry in self.store.trials:
@@ -187,9 +177,7 @@ class Search:
         """Train the cost model on the valid records of a resumed run."""
         records = self.store.valid_records()
         if records:
-            results = [
-                self.ms.runner.RunnerResult([float(x) for x in r.run_secs], None) for r in records
-            ]
+            results = [self.ms.runner.RunnerResult([float(x) for x in r.run_secs], None) for r in records]
             self.cost_model.update(self.ctx, [r.as_measure_candidate() for r in records], results)
 
     def train_prior(self, prior: Sequence[tuple[Mapping[str, Any], float]]) -> int:
@@ -223,8 +211,7 @@ class Search:
     def add_time(self, key: str, t0: float) -> None:
         self.stats[key] = self.stats.get(key, 0.0) + time.perf_counter() - t0
 
-    def run(self, stands: str | None = None,
-            after_first_batch: Callable[[], None] | None = None) -> SearchResult:
+    def run(self, stands: str | None = None, after_first_batch: Callable[[], None] | None = None) -> SearchResult:
         """Search until the budget is spent, early stop, or the space runs out.
         `stands`: why the old log's search still stands on the edited template
         (`old_search_stands`): then nothing is searched. `after_first_batch` is called
@@ -232,12 +219,19 @@ class Search:
         check from that batch's best contender (`tuner.first_batch_noise_check`)."""
         reason, detail = self._run(stands, after_first_batch)
         return SearchResult(
-            reason, detail, self.store.trials, dict(self.stats), stands is not None,
-            self.budget.share_note, tuple(self.progress.curve), self.designs.size,
-            self.designs.count, list(self.store.workload_json))
+            reason,
+            detail,
+            self.store.trials,
+            dict(self.stats),
+            stands is not None,
+            self.budget.share_note,
+            tuple(self.progress.curve),
+            self.designs.size,
+            self.designs.count,
+            list(self.store.workload_json),
+        )
 
-    def _run(self, stands: str | None,
-             after_first_batch: Callable[[], None] | None) -> tuple[str, str]:
+    def _run(self, stands: str | None, after_first_batch: Callable[[], None] | None) -> tuple[str, str]:
         req = self.req
         if self.done >= req.trials:
             return "budget", ""
@@ -280,8 +274,7 @@ class Search:
             if self.done >= self.designs.size:
                 return "space_exhausted", detail
             # A cold search's first batch is drawn, not proposed; the strategy is not told.
-            picked: list[Picked] | None = (
-                self._first_batch() if self._cold_start() else [])
+            picked: list[Picked] | None = self._first_batch() if self._cold_start() else []
             drawn = bool(picked)
             if not drawn:
                 picked = self._candidates()
@@ -325,9 +318,9 @@ class Search:
             # old log's records the model was trained on (prior): counting them
             # stopped runs 24% sooner, and one edit (softmax attn_512) ended 1.24x
             # slower than cold (bench_warmstart runs 4-5).
-            warmed_up = sum(
-                e["error"] is None and e.get("source") != "replay" for e in self.store.trials
-            ) >= WARMUP_SAMPLES
+            warmed_up = (
+                sum(e["error"] is None and e.get("source") != "replay" for e in self.store.trials) >= WARMUP_SAMPLES
+            )
             if improved or not warmed_up:
                 self.progress.stale_batches = 0
             else:
@@ -346,19 +339,24 @@ class Search:
         """The old best on the new template, as the replay measured it; None: cold."""
         return self.warm.old_best if self.warm is not None else None
 
-    def _measure_beside(self, knobs: Mapping[str, Any], old_knobs: Mapping[str, Any]
-                        ) -> tuple[stats.Estimate | None, stats.Estimate | None]:
+    def _measure_beside(
+        self, knobs: Mapping[str, Any], old_knobs: Mapping[str, Any]
+    ) -> tuple[stats.Estimate | None, stats.Estimate | None]:
         """An own best's `knobs` and the old best's, measured now, interleaved
         (`measure.finals` of the two, to the search precision): (own, old), each None
         when it failed. The warm rule's side-by-side re-measure."""
         req = self.req
         t0 = time.perf_counter()
         try:
-            got = finals(req.template, self.wl, req.target,
-                         [Finalist("search", dict(knobs), knobs_key(knobs)),
-                          Finalist("previous", dict(old_knobs), "previous")],
-                         replace(req.measure, precision=req.measure.search_precision),
-                         runner=self.runner, builder=self.builder)
+            got = finals(
+                req.template,
+                self.wl,
+                req.target,
+                [Finalist("search", dict(knobs), knobs_key(knobs)), Finalist("previous", dict(old_knobs), "previous")],
+                replace(req.measure, precision=req.measure.search_precision),
+                runner=self.runner,
+                builder=self.builder,
+            )
         finally:  # the finals leave the runner set to the options they were given
             self.runner.set_options(req.measure)
         self.add_time("warm_side_by_side_s", t0)
@@ -413,8 +411,13 @@ class Search:
         draw = self.ms.search_strategy.ReplayTrace()
         draw._initialize_with_tune_context(self.ctx)
         n = min(FIRST_BATCH, self.req.trials - self.done)
-        draw.pre_tuning(max_trials=n, num_trials_per_iter=n, design_spaces=self.designs.schedules,
-                        database=self.store.db, cost_model=self.cost_model)
+        draw.pre_tuning(
+            max_trials=n,
+            num_trials_per_iter=n,
+            design_spaces=self.designs.schedules,
+            database=self.store.db,
+            cost_model=self.cost_model,
+        )
         try:
             cands = draw.generate_measure_candidates() or []
         finally:
@@ -431,22 +434,23 @@ class Search:
         got = replay.run(configs)
         if replay.old_best is not None:
             est, knobs = replay.old_best
-            self.warm = WarmStop(WarmOptions.of(self.req, WARMUP_SAMPLES), est, knobs,
-                                 self._measure_beside)
+            self.warm = WarmStop(WarmOptions.of(self.req, WARMUP_SAMPLES), est, knobs, self._measure_beside)
         return got
 
     def measure(
-        self, picked: list[Picked], *, notify: bool = True,
-        source: str = "search", prebuilt: Sequence[Any] | None = None,
+        self,
+        picked: list[Picked],
+        *,
+        notify: bool = True,
+        source: str = "search",
+        prebuilt: Sequence[Any] | None = None,
     ) -> None:
         """Build (unless `prebuilt`) and run one batch, tell the strategy (unless
         `notify` is off: it did not propose them) and the cost model, commit, journal."""
         ms, req = self.ms, self.req
         cands = [c for c, _, _ in picked]
         incumbent = self.progress.best_latency
-        self.runner.set_policy(
-            search_policy(req.measure, req.measure.race * incumbent if incumbent else None)
-        )
+        self.runner.set_policy(search_policy(req.measure, req.measure.race * incumbent if incumbent else None))
         try:
             measured = run_batch(cands, self.target, self.builder, self.runner, ms, prebuilt)
         finally:
@@ -468,8 +472,7 @@ class Search:
         # and the database (TVM's own ranking) see.
         ests = [stats.estimate(r.run_secs) if ok(r) else None for r in results]
         results = [
-            ms.runner.RunnerResult([e.value], None) if e is not None else r
-            for r, e in zip(results, ests, strict=True)
+            ms.runner.RunnerResult([e.value], None) if e is not None else r for r, e in zip(results, ests, strict=True)
         ]
         if notify:
             self.ctx.notify_runner_results(cands, results)
@@ -478,13 +481,24 @@ class Search:
             t0 = time.perf_counter()
             self.cost_model.update(self.ctx, [c for c, _ in good], [r for _, r in good])
             self.add_time("search_cost_model_s", t0)
-        lines = self.store.commit([
-            (c.sch.trace, c.args_info,
-             [float(x) for x in r.run_secs] if ok(r) else [FAILED_RUN_SECS])
-            for c, r in zip(cands, results, strict=True)])
+        lines = self.store.commit(
+            [
+                (c.sch.trace, c.args_info, [float(x) for x in r.run_secs] if ok(r) else [FAILED_RUN_SECS])
+                for c, r in zip(cands, results, strict=True)
+            ]
+        )
         batch = max((e["batch"] for e in self.store.trials), default=0) + 1
-        entries = trial_entries(picked, measured, ests, lines, done=self.done, batch=batch,
-                                incumbent=incumbent, measure=req.measure, source=source)
+        entries = trial_entries(
+            picked,
+            measured,
+            ests,
+            lines,
+            done=self.done,
+            batch=batch,
+            incumbent=incumbent,
+            measure=req.measure,
+            source=source,
+        )
         for e, est in zip(entries, ests, strict=True):  # a raced-out probe is no contender
             self.progress.add(e["trial"], est if e["stage"] != "probe" else None, self.flop, e["knobs"])
         self.store.append(entries)
@@ -505,4 +519,3 @@ class Search:
                     resumed=self.resumed,
                 )
             )
-

@@ -31,7 +31,6 @@ from .workload import Workload, resolve
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
 
 
-
 @dataclass(frozen=True)
 class SpaceInfo:
     """What a record's trace is compared with to name its decisions."""
@@ -81,9 +80,7 @@ def cut_postproc(insts: Sequence[Any]) -> list[Any]:
     return list(insts)
 
 
-def space_info(
-    index: int, structure: Mapping[str, Any], sch: Any, order: Sequence[str]
-) -> SpaceInfo:
+def space_info(index: int, structure: Mapping[str, Any], sch: Any, order: Sequence[str]) -> SpaceInfo:
     """Describe a design space from its schedule and the knob order `Knobs` recorded.
 
     MetaSchedule searches `trace.simplified(remove_postproc=True)` of each design
@@ -106,9 +103,7 @@ def space_info(
                 names.append(name)
                 break
         else:  # pragma: no cover - simplification copies instructions by reference
-            raise TemplateError(
-                f"design space {dict(structure)}: cannot name a sampling instruction"
-            )
+            raise TemplateError(f"design space {dict(structure)}: cannot name a sampling instruction")
     return SpaceInfo(
         index,
         dict(structure),
@@ -139,9 +134,7 @@ def decode_knobs(
     found = [(s, s.sample_knobs) for s in spaces if s.signature == sig]
     found += [(s, s.full_sample_knobs) for s in spaces if s.full_signature == sig]
     if not found:
-        raise TuningError(
-            "a trace matches no design space of the template (was the template changed since?)"
-        )
+        raise TuningError("a trace matches no design space of the template (was the template changed since?)")
     space, sample_knobs = found[0]
     decided = {int(i): d for i, d in decisions}
     positions = [i for i, inst in enumerate(pre) if inst[0] in SAMPLE_KINDS]
@@ -158,9 +151,7 @@ def decode_knobs(
     return space.index, out
 
 
-def design_space_infos(
-    template: ModuleType, wl: Workload, target: Mapping[str, Any]
-) -> list[SpaceInfo]:
+def design_space_infos(template: ModuleType, wl: Workload, target: Mapping[str, Any]) -> list[SpaceInfo]:
     """The design spaces of a template's workload on `target`, for `decode_knobs` (e.g.
     on another tool's records of the same template)."""
     from . import tvmsetup
@@ -169,9 +160,7 @@ def design_space_infos(
     wl = resolve(template, wl, target)
     space = TemplateSpace(template, wl.params, target)
     sch = tvm.s_tir.Schedule(wl.mod)
-    return [
-        space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(space(sch))
-    ]
+    return [space_info(i, space.structures[i], s, space.orders[i]) for i, s in enumerate(space(sch))]
 
 
 def knobs_key(knobs: Mapping[str, Any]) -> str:
@@ -179,6 +168,7 @@ def knobs_key(knobs: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- MetaSchedule pieces
+
 
 @functools.cache  # one class per process: TVM registers it by name
 def _mutate_categorical_class() -> Any:
@@ -201,11 +191,7 @@ def _mutate_categorical_class() -> Any:
             pass
 
         def apply(self, trace: Any, _rand_state: Any = None) -> Any:
-            cands = [
-                inst
-                for inst in trace.insts
-                if inst.kind.name == "SampleCategorical" and len(inst.attrs[0]) > 1
-            ]
+            cands = [inst for inst in trace.insts if inst.kind.name == "SampleCategorical" and len(inst.attrs[0]) > 1]
             if not cands:
                 return None
             with self._lock:
@@ -236,8 +222,9 @@ def _constraint_check_class() -> Any:
         """Rejects a candidate whose knobs break the template's CONSTRAINTS, so the
         evolutionary search draws another instead: such a point is never built."""
 
-        def __init__(self, knobs: Sequence[Knob], constraints: Sequence[Any],
-                     names: Mapping[str, Any], spaces: list[SpaceInfo]) -> None:
+        def __init__(
+            self, knobs: Sequence[Knob], constraints: Sequence[Any], names: Mapping[str, Any], spaces: list[SpaceInfo]
+        ) -> None:
             self._knobs, self._constraints = list(knobs), list(constraints)
             self._names, self._spaces = dict(names), spaces  # filled once the spaces exist
             self.rejected = 0
@@ -260,15 +247,13 @@ def _constraint_check_class() -> Any:
     return ConstraintCheck
 
 
-def constraint_postprocs(template: ModuleType, names: Mapping[str, Any],
-                         spaces: list[SpaceInfo]) -> list[Any]:
+def constraint_postprocs(template: ModuleType, names: Mapping[str, Any], spaces: list[SpaceInfo]) -> list[Any]:
     """The postprocessor that keeps the search inside the template's CONSTRAINTS (none
     without them); `names` is the extent scope, `spaces` the list `space_info`s go in."""
     constraints = list(getattr(template, "CONSTRAINTS", ()))
     if not constraints:
         return []
-    return [_constraint_check_class()(list(getattr(template, "KNOBS", [])), constraints, names,
-                                      spaces)]
+    return [_constraint_check_class()(list(getattr(template, "KNOBS", [])), constraints, names, spaces)]
 
 
 def make_mutators(knobs: Sequence[Knob], seed: int) -> dict[Any, float]:
@@ -290,9 +275,7 @@ def make_mutators(knobs: Sequence[Knob], seed: int) -> dict[Any, float]:
 class TemplateSpace:
     """The ScheduleFn space generator of a template; remembers each space's knob order."""
 
-    def __init__(
-        self, template: ModuleType, workload: Mapping[str, Any], target: Mapping[str, Any]
-    ) -> None:
+    def __init__(self, template: ModuleType, workload: Mapping[str, Any], target: Mapping[str, Any]) -> None:
         self.template = template
         self.workload = dict(workload)
         self.target = dict(target)
@@ -329,8 +312,7 @@ class Designs:
     def fill(self, schedules: Sequence[Any], space: TemplateSpace) -> None:
         self.schedules = list(schedules)
         self.infos.extend(
-            space_info(i, space.structures[i], sch, space.orders[i])
-            for i, sch in enumerate(self.schedules)
+            space_info(i, space.structures[i], sch, space.orders[i]) for i, sch in enumerate(self.schedules)
         )
 
     def decode(self, sch: Any) -> tuple[int, dict[str, Any]]:

@@ -49,16 +49,13 @@ class Progress:
     def best_latency(self) -> float | None:
         return self.best.value if self.best is not None else None
 
-    def add(self, trial: int, est: stats.Estimate | None, flop: float,
-            knobs: dict[str, Any] | None = None) -> None:
+    def add(self, trial: int, est: stats.Estimate | None, flop: float, knobs: dict[str, Any] | None = None) -> None:
         if est is not None and (self.best is None or est.value < self.best.value):
             self.best, self.best_knobs = est, knobs
         best = self.best_latency
         self.curve.append((trial, gflops(flop, best) if best else 0.0))
 
-    def improved_since(
-        self, before: stats.Estimate | None, fallback_rel: float, min_improvement: float
-    ) -> bool:
+    def improved_since(self, before: stats.Estimate | None, fallback_rel: float, min_improvement: float) -> bool:
         """The best moved by more than the noise band (the larger half-width of the two
         estimates; `fallback_rel` of the value for one without an interval), and by
         more than `min_improvement`."""

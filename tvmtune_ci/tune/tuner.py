@@ -65,8 +65,9 @@ TOP_N = 10
 # --------------------------------------------------------------------------- the steps
 
 
-def _noise_check(est: stats.Estimate | None, knobs: Mapping[str, Any] | None, flop: float,
-                 measure: Any, stage: str) -> Measured | None:
+def _noise_check(
+    est: stats.Estimate | None, knobs: Mapping[str, Any] | None, flop: float, measure: Any, stage: str
+) -> Measured | None:
     """A contender's estimate as the noise check, when its interval is within
     `measure.usable_precision` (else None: the default is sampled, which samples on and
     stops a runner too noisy to rank)."""
@@ -88,8 +89,12 @@ def replay_noise_check(
 
 
 def first_batch_noise_check(
-    est: stats.Estimate | None, knobs: Mapping[str, Any] | None, flop: float, measure: Any,
-    warn: Callable[[str], None] | None = None, where: str = "",
+    est: stats.Estimate | None,
+    knobs: Mapping[str, Any] | None,
+    flop: float,
+    measure: Any,
+    warn: Callable[[str], None] | None = None,
+    where: str = "",
 ) -> Measured | None:
     """The noise check of a cold run: the best contender of the search's first batch
     (sampled to `measure.search_precision`, none raced: there is no incumbent yet).
@@ -120,9 +125,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
     t_start = time.perf_counter()
     tvmsetup.load()
     if req.trials < 1 or req.batch_size < 1:
-        raise TuningError(
-            f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive"
-        )
+        raise TuningError(f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive")
     template, name = req.template, req.workload_name
     # One resolved workload for the whole run: everything below takes its parameters,
     # module and FLOP count from it (workload.Workload).
@@ -159,6 +162,7 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         search = Search(req, builder, runner, t_start)  # 3 + 4
         t = lap("setup_s", t)
         stats_["resumed"] = float(search.resumed)
+
         # The noise check (2): a resumed run (its first batch and replay are in the
         # journal) samples the default; a re-tune with history takes the replay's old
         # best, a cold run its first batch's best contender (below).
@@ -182,8 +186,14 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
                 if req.old_knobs is not None:
                     from ..core.history import probes as new_region
 
-                    found = new_region(req.replay[0], req.old_knobs, req.template.KNOBS, dict(wl.params),
-                                       req.target, limit=req.batch_size)
+                    found = new_region(
+                        req.replay[0],
+                        req.old_knobs,
+                        req.template.KNOBS,
+                        dict(wl.params),
+                        req.target,
+                        limit=req.batch_size,
+                    )
                     if found:
                         p = search.replay(found, source="new_region")
                         replay = replace(replay, probes=p.measured)
@@ -194,8 +204,9 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             elif req.previous_knobs is None:
                 req = replace(req, previous_knobs=dict(req.replay[0]))
         if noise is None and replay is not None and replay.old_best_correct:
-            noise = replay_noise_check(search.old_best, full_knobs(template, wl, req.replay[0], req.target),
-                                       search.flop, req.measure)
+            noise = replay_noise_check(
+                search.old_best, full_knobs(template, wl, req.replay[0], req.target), search.flop, req.measure
+            )
         if noise is None and req.replay:  # the old best computes wrong now, or its replay was too noisy
             noise = sample_default()
             t = lap("baseline_s", t)
@@ -207,10 +218,17 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
             nonlocal noise
             t0 = time.perf_counter()
             p = search.progress
-            noise = first_batch_noise_check(
-                p.best, full_knobs(template, wl, p.best_knobs, req.target) if p.best_knobs else None,
-                search.flop, req.measure, req.warn, f"{template_name(template)}/{name}"
-            ) or sample_default()
+            noise = (
+                first_batch_noise_check(
+                    p.best,
+                    full_knobs(template, wl, p.best_knobs, req.target) if p.best_knobs else None,
+                    search.flop,
+                    req.measure,
+                    req.warn,
+                    f"{template_name(template)}/{name}",
+                )
+                or sample_default()
+            )
             stats_["baseline_s"] = stats_.get("baseline_s", 0.0) + time.perf_counter() - t0
 
         result = search.run(stands, after_first_batch=first_batch_noise if noise is None else None)
@@ -237,10 +255,16 @@ def tune_workload(req: TuneRequest) -> TuneOutcome:
         if own_runner:
             runner.close()
     flop = search.flop
-    a = assemble(entries, fin, extra, flop, noise,
-                 full=lambda knobs: full_knobs(template, wl, knobs, req.target))
+    a = assemble(entries, fin, extra, flop, noise, full=lambda knobs: full_knobs(template, wl, knobs, req.target))
     records, best, baseline, previous, top, final_json, verdict = (
-        a.records, a.best, a.baseline, a.previous, a.top, a.final_results, a.previous_verdict)
+        a.records,
+        a.best,
+        a.baseline,
+        a.previous,
+        a.top,
+        a.final_results,
+        a.previous_verdict,
+    )
     from .gpubuild import gpu_resources
 
     gpu = gpu_resources(template, wl, req.target, best.knobs)

@@ -41,9 +41,7 @@ def _install_intrinsics_stub(tvm: Any) -> None:
     import tvm.s_tir as s_tir
 
     folder = Path(s_tir.__file__).parent / "tensor_intrin"
-    stub = types.ModuleType(
-        _INTRIN_PKG, "tvmtune-ci stub: only the intrinsics we register are loaded"
-    )
+    stub = types.ModuleType(_INTRIN_PKG, "tvmtune-ci stub: only the intrinsics we register are loaded")
     stub.__path__ = [str(folder)]  # a package: submodules import from the real folder
     stub.__package__ = _INTRIN_PKG
     stub.__file__ = str(folder / "__init__.py")

@@ -54,8 +54,7 @@ WEAK_HISTORY = 1.10
 
 # Measures an own best's knobs and the old best's, interleaved, now: (own, old), each
 # None when it failed.
-MeasureBeside = Callable[[Mapping[str, Any], Mapping[str, Any]],
-                         tuple["Estimate | None", "Estimate | None"]]
+MeasureBeside = Callable[[Mapping[str, Any], Mapping[str, Any]], tuple["Estimate | None", "Estimate | None"]]
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,13 @@ class WarmOptions:
 
     @classmethod
     def of(cls, req: TuneRequest, warmup: int) -> WarmOptions:
-        return cls(precision=req.measure.search_precision, patience=req.early_stop.patience,
-                   trials=req.trials, race=req.measure.race, warmup=warmup)
+        return cls(
+            precision=req.measure.search_precision,
+            patience=req.early_stop.patience,
+            trials=req.trials,
+            race=req.measure.race,
+            warmup=warmup,
+        )
 
 
 class Verdict(NamedTuple):
@@ -101,8 +105,9 @@ class WarmStop:
     """The stop rule of one re-tune with history, against `old_best` (the old best on the
     new template, as the replay measured it, and its knobs)."""
 
-    def __init__(self, options: WarmOptions, old_best: Estimate, old_best_knobs: Mapping[str, Any],
-                 measure_beside: MeasureBeside) -> None:
+    def __init__(
+        self, options: WarmOptions, old_best: Estimate, old_best_knobs: Mapping[str, Any], measure_beside: MeasureBeside
+    ) -> None:
         self.options = options
         self.old_best = old_best
         self.old_best_knobs = dict(old_best_knobs)
@@ -128,8 +133,7 @@ class WarmStop:
 
     # ---- after each batch
 
-    def judge(self, improved: bool, gain: float | None, trials: Sequence[Trial],
-              progress: Progress) -> Verdict:
+    def judge(self, improved: bool, gain: float | None, trials: Sequence[Trial], progress: Progress) -> Verdict:
         """A re-tune with history stops once its own search has matched the old best
         within the noise and then, for one batch (`WARM_PATIENCE`), neither improved on
         the incumbent nor has a candidate the cost model expects to beat it beyond the
@@ -160,8 +164,8 @@ class WarmStop:
             # more, near enough that a speed mode could be the difference: then asked
             # side by side.
             if own.value <= old * (1 + self._band(self.old_best)) or (
-                    flat and not improved and own.value <= old * (1 + SIDE_BY_SIDE_WITHIN)
-                    and self._side_by_side(entry)):
+                flat and not improved and own.value <= old * (1 + SIDE_BY_SIDE_WITHIN) and self._side_by_side(entry)
+            ):
                 self.matched_at = trials_of_its_own(trials)
         if (why := self.nowhere_near(found, gain, band, trials, progress)) is not None:
             return Verdict(True, band, why)
@@ -175,12 +179,18 @@ class WarmStop:
             discounted = ""
             if bias > 0 and gain is not None and gain >= band:
                 n = len(self.judged)
-                discounted = (f" once its hope (+{gain:.1%}) was discounted by how far its hopes "
-                              f"overshot the {n} batches before (a median {bias:.1%})")
-            return Verdict(True, band, f"matched the old best after {self.matched_at} trials of its own"
-                                       f"{self.match_note}; "
-                                       f"{batches} the cost model expected no gain beyond "
-                                       f"the noise (±{band:.1%}){discounted} and none was measured")
+                discounted = (
+                    f" once its hope (+{gain:.1%}) was discounted by how far its hopes "
+                    f"overshot the {n} batches before (a median {bias:.1%})"
+                )
+            return Verdict(
+                True,
+                band,
+                f"matched the old best after {self.matched_at} trials of its own"
+                f"{self.match_note}; "
+                f"{batches} the cost model expected no gain beyond "
+                f"the noise (±{band:.1%}){discounted} and none was measured",
+            )
         return Verdict(False, band)
 
     def reason(self) -> str:
@@ -199,13 +209,16 @@ class WarmStop:
         was beaten, or after the match though the model still expected a gain; "" else."""
         batches = f"{patience} batch{'es' if patience > 1 else ''}"
         if self.beaten is not None:
-            return (f"{self.beaten_note}; then {batches} "
-                    "without a gain beyond the noise (early stop, the cold run's rule)")
+            return (
+                f"{self.beaten_note}; then {batches} without a gain beyond the noise (early stop, the cold run's rule)"
+            )
         if self.matched_at is not None:
-            return (f"matched the old best after {self.matched_at} trials of its own; then "
-                    f"{batches} without a gain beyond the "
-                    "noise (early stop, the cold run's rule), though the cost model still "
-                    "expected one")
+            return (
+                f"matched the old best after {self.matched_at} trials of its own; then "
+                f"{batches} without a gain beyond the "
+                "noise (early stop, the cold run's rule), though the cost model still "
+                "expected one"
+            )
         return ""
 
     # ---- what it counted
@@ -219,8 +232,7 @@ class WarmStop:
             return {}
         hoped = [(g, m) for g, band, m in self.judged if g >= band]
         met = sum(m >= band for g, band, m in self.judged if g >= band)
-        out = {"warm_batches": float(len(self.judged)), "warm_hoped": float(len(hoped)),
-               "warm_hoped_met": float(met)}
+        out = {"warm_batches": float(len(self.judged)), "warm_hoped": float(len(hoped)), "warm_hoped_met": float(met)}
         if hoped:
             out["warm_hoped_predicted"] = statistics.median(g for g, _ in hoped)
             out["warm_hoped_measured"] = statistics.median(m for _, m in hoped)
@@ -243,19 +255,33 @@ class WarmStop:
         return {
             **self.hopes(),
             **({"warm_hope_bias": self.hope_bias()} if len(self.judged) >= HOPE_EVIDENCE else {}),
-            **({"warm_beaten_at": float(self.beaten[0]), "warm_beaten_ratio": self.beaten[1]}
-               if self.beaten is not None else {}),
+            **(
+                {"warm_beaten_at": float(self.beaten[0]), "warm_beaten_ratio": self.beaten[1]}
+                if self.beaten is not None
+                else {}
+            ),
             # Own bests measured beside the old best (for the match or `_beats_history`).
             **({"warm_beside": float(len(self.beside))} if self.beside else {}),
-            **({"warm_side_by_side": float(len(self.side_by_side)),
-                "warm_side_by_side_matched": float(sum(ok for _, ok in self.side_by_side))}
-               if self.side_by_side else {}),
+            **(
+                {
+                    "warm_side_by_side": float(len(self.side_by_side)),
+                    "warm_side_by_side_matched": float(sum(ok for _, ok in self.side_by_side)),
+                }
+                if self.side_by_side
+                else {}
+            ),
         }
 
     # ---- the rule's parts
 
-    def nowhere_near(self, found: tuple[Estimate, Trial] | None, gain: float | None,
-                     band: float, trials: Sequence[Trial], progress: Progress) -> str | None:
+    def nowhere_near(
+        self,
+        found: tuple[Estimate, Trial] | None,
+        gain: float | None,
+        band: float,
+        trials: Sequence[Trial],
+        progress: Progress,
+    ) -> str | None:
         """Why the run stops, in words, when a re-tune with history's search cannot come
         near the old configurations; None when it can (or may yet). Then: WARMUP_SAMPLES
         of its own proposals (the evidence the cold rule asks before it counts a flat
@@ -288,8 +314,7 @@ class WarmStop:
         # before giving up, the nearest own proposal may match the old best after all (a
         # replay measured in a fast stretch raced a softmax seed's 55 proposals against
         # 519 us; its best re-measured at 593 us; run V). Then it is the match.
-        nearest = found[1] if found is not None else min(
-            entries, key=lambda e: e.get("latency_s") or math.inf)
+        nearest = found[1] if found is not None else min(entries, key=lambda e: e.get("latency_s") or math.inf)
         if self._side_by_side(nearest):
             self.matched_at = trials_of_its_own(trials)
             return None
@@ -300,11 +325,15 @@ class WarmStop:
             near = f"all ran more than {o.race:g}x slower than the old configurations' best ({old})"
         else:
             est = found[0]
-            near = (f"came no nearer than {est.value / incumbent.value:.2f}x the old configurations' "
-                    f"best ({old}; its own best {stats.fmt_latency(est.value, est.rel_halfwidth)})")
-        return (f"its own {own} proposals {near}, and the cost model expected its next candidates "
-                f"slower still (its best {gain:+.1%}, beyond the noise of ±{band:.1%}): the old "
-                "configurations stand as the search's best")
+            near = (
+                f"came no nearer than {est.value / incumbent.value:.2f}x the old configurations' "
+                f"best ({old}; its own best {stats.fmt_latency(est.value, est.rel_halfwidth)})"
+            )
+        return (
+            f"its own {own} proposals {near}, and the cost model expected its next candidates "
+            f"slower still (its best {gain:+.1%}, beyond the noise of ±{band:.1%}): the old "
+            "configurations stand as the search's best"
+        )
 
     def _beside(self, entry: Trial) -> tuple[Estimate, Estimate] | None:
         """The own best `entry` and the old best, measured now, interleaved
@@ -334,8 +363,10 @@ class WarmStop:
             self.side_asked.add(key)
             self.side_by_side.append((own.value / old.value, ok))
         if ok:
-            self.match_note = (f" (re-measured beside it: {stats.fmt_latency(own.value, own.rel_halfwidth)} "
-                               f"against {stats.fmt_latency(old.value, old.rel_halfwidth)})")
+            self.match_note = (
+                f" (re-measured beside it: {stats.fmt_latency(own.value, own.rel_halfwidth)} "
+                f"against {stats.fmt_latency(old.value, old.rel_halfwidth)})"
+            )
         return ok
 
     def _beats_history(self, trials: Sequence[Trial]) -> bool:
@@ -368,10 +399,12 @@ class WarmStop:
             return False
         mine, old = pair
         self.beaten = (trials_of_its_own(trials), mine.value / old.value)
-        self.beaten_note = (f"its own best beat the old best by {old.value / mine.value:.2f}x after {self.beaten[0]} "
-                            f"trials of its own ({stats.fmt_latency(mine.value, mine.rel_halfwidth)} "
-                            f"against {stats.fmt_latency(old.value, old.rel_halfwidth)}, side by side), "
-                            "so the old log no longer vouched for the rest of the space")
+        self.beaten_note = (
+            f"its own best beat the old best by {old.value / mine.value:.2f}x after {self.beaten[0]} "
+            f"trials of its own ({stats.fmt_latency(mine.value, mine.rel_halfwidth)} "
+            f"against {stats.fmt_latency(old.value, old.rel_halfwidth)}, side by side), "
+            "so the old log no longer vouched for the rest of the space"
+        )
         return True
 
     def _band(self, a: Estimate) -> float:

@@ -56,17 +56,19 @@ class Workload:
         return self._cache["flops"]
 
 
-def resolve(template: ModuleType, workload: str | Workload,
-            target: Mapping[str, Any] | None = None) -> Workload:
+def resolve(template: ModuleType, workload: str | Workload, target: Mapping[str, Any] | None = None) -> Workload:
     """`workload` itself when it is resolved already (of this template, for this target),
     else the named workload of `template` resolved for `target`."""
     if isinstance(workload, Workload):
         if workload.template is not template:
-            raise TemplateError(f"workload {workload.name!r} was resolved for "
-                                f"{template_name(workload.template)}, not {template_name(template)}")
+            raise TemplateError(
+                f"workload {workload.name!r} was resolved for "
+                f"{template_name(workload.template)}, not {template_name(template)}"
+            )
         if target is not None and workload.target is not None and dict(workload.target) != dict(target):
-            raise TemplateError(f"workload {workload.name!r} was resolved for target "
-                                f"{dict(workload.target)}, not {dict(target)}")
+            raise TemplateError(
+                f"workload {workload.name!r} was resolved for target {dict(workload.target)}, not {dict(target)}"
+            )
         return workload
     return Workload(template, workload, workload_params(template, workload), target)
 

@@ -41,7 +41,6 @@ function that changed, and where it is now (`lines`).
 Nothing here imports or runs template code: files are read as text and parsed.
 """
 
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -66,18 +65,30 @@ from .model import (
 )
 
 __all__ = [
-    "ABSENT", "ALGORITHM", "DATA_QUALNAME", "DIR", "FILE", "MISSING_HASH", "MODULE_QUALNAME",
-    "DependencyChange", "Fingerprint", "SourceCache", "canonical_dump", "compare_dependencies",
-    "digest_of", "fingerprint_template", "path_state", "split_key", "workloads_hash",
+    "ABSENT",
+    "ALGORITHM",
+    "DATA_QUALNAME",
+    "DIR",
+    "FILE",
+    "MISSING_HASH",
+    "MODULE_QUALNAME",
+    "DependencyChange",
+    "Fingerprint",
+    "SourceCache",
+    "canonical_dump",
+    "compare_dependencies",
+    "digest_of",
+    "fingerprint_template",
+    "path_state",
+    "split_key",
+    "workloads_hash",
     "workloads_json",
 ]
 
 # --------------------------------------------------------------------------- API
 
 
-def fingerprint_template(
-    path: Path, root: Path, *, cache: SourceCache | None = None
-) -> Fingerprint:
+def fingerprint_template(path: Path, root: Path, *, cache: SourceCache | None = None) -> Fingerprint:
     """The fingerprint of the template at `path`, in-repo code resolved under `root`.
 
     Raises TemplateError (with file:line) when the template or an in-repo module

@@ -24,11 +24,7 @@ def path_state(path: Path | str) -> str:
 
 
 def is_docstring(stmt: ast.stmt) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 _BODY_OWNERS = frozenset({ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
@@ -105,9 +101,7 @@ class Canon:
             f = node.func  # type: ignore[attr-defined]
             fcls = f.__class__
             name = f.id if fcls is ast.Name else f.attr if fcls is ast.Attribute else None
-            if name in datafiles.CALL_NAMES and (
-                name not in datafiles.MAPPING_METHODS or datafiles.on_mapping(f)
-            ):
+            if name in datafiles.CALL_NAMES and (name not in datafiles.MAPPING_METHODS or datafiles.on_mapping(f)):
                 self.sites.append(node)
         elif cls is ast.Subscript:
             v = node.value  # type: ignore[attr-defined]
@@ -150,11 +144,7 @@ class Canon:
         out.append(")")
 
 
-_LEAVES = frozenset(
-    c
-    for c in vars(ast).values()
-    if isinstance(c, type) and issubclass(c, ast.AST) and not c._fields
-)
+_LEAVES = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.AST) and not c._fields)
 _CHAIN = frozenset({ast.Name, ast.Attribute})
 _FUNCS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef})
 _ELIDED: list[ast.stmt] = [ast.Pass()]

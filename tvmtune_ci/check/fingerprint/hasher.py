@@ -92,8 +92,7 @@ class Hasher:
             d = template.defs.get(name)
             if d is None:
                 raise TemplateError(
-                    f"{path}: {name} is not defined at module level; "
-                    "see `tvmtune_ci.template` for the API"
+                    f"{path}: {name} is not defined at module level; see `tvmtune_ci.template` for the API"
                 )
             queue.append(d)
         done: set[str] = set()
@@ -153,14 +152,17 @@ class Hasher:
                     deps[key], lines[key] = st.digest, (mod.rel, st.line)
         wl_hash = workloads_hash(decl.workloads)
         return Fingerprint(
-            digest_of(deps, wl_hash), dict(sorted(deps.items())), dict(sorted(lines.items())),
-            wl_hash, {k: f"{f}:{n}" for k, (f, n) in sorted(sites.items())}, globs,
+            digest_of(deps, wl_hash),
+            dict(sorted(deps.items())),
+            dict(sorted(lines.items())),
+            wl_hash,
+            {k: f"{f}:{n}" for k, (f, n) in sorted(sites.items())},
+            globs,
             tuple(sorted(notes)),
         )
 
     def _declared_inputs(
-        self, path: Path, deps: dict[str, str], lines: dict[str, tuple[str, int]],
-        sites: dict[str, tuple[str, int]],
+        self, path: Path, deps: dict[str, str], lines: dict[str, tuple[str, int]], sites: dict[str, tuple[str, int]]
     ) -> dict[str, tuple[str, ...]]:
         """The files the template's operator declares (`inputs:` globs) into `deps`, by
         content; the files each glob matched. A glob that matches nothing is an error
@@ -177,7 +179,8 @@ class Hasher:
                 raise TemplateError(
                     f"operators.{path.stem}.inputs: {pattern!r} matches no file under "
                     f"{self.files.root}; fix the glob (relative to the repository root) or remove it",
-                    file=config, line=line,
+                    file=config,
+                    line=line,
                 )
             globs[pattern] = tuple(files)
             for rel in files:
@@ -196,9 +199,7 @@ class Hasher:
             run = self._runs[key] = self._import_time_uncached(mod, bases, is_template)
         return run
 
-    def _import_time_uncached(
-        self, mod: Module, bases: tuple[Path, ...], is_template: bool
-    ) -> ImportRun:
+    def _import_time_uncached(self, mod: Module, bases: tuple[Path, ...], is_template: bool) -> ImportRun:
         assert mod.tree is not None
         workloads = mod.defs.get("WORKLOADS") if is_template else None
         # The roots are hashed whole as definitions anyway (KNOBS can be long).
@@ -239,9 +240,7 @@ class Hasher:
     def _hash_def_uncached(self, d: Def, bases: tuple[Path, ...]) -> tuple[str, list[Target]]:
         return self._hash_code(d.module, d.node, Canon(d.node), bases)
 
-    def _hash_code(
-        self, mod: Module, node: ast.AST, canon: Canon, bases: tuple[Path, ...]
-    ) -> tuple[str, list[Target]]:
+    def _hash_code(self, mod: Module, node: ast.AST, canon: Canon, bases: tuple[Path, ...]) -> tuple[str, list[Target]]:
         """The hash of code written in `mod` and the in-repo things it names or imports."""
         # Imports inside the code (`from tvm import te` in compute) bind too, and
         # running them runs the in-repo modules they import.
@@ -259,9 +258,7 @@ class Hasher:
         for chain in canon.refs:
             if chain[0] in DYNAMIC_NAMES and self._unbound(mod, chain[0], local):
                 targets.append(ModRef(mod))
-            if chain[:2] in STRING_IMPORTS and self._unbound(
-                mod, chain[0], local, STRING_IMPORTS[chain[:2]]
-            ):
+            if chain[:2] in STRING_IMPORTS and self._unbound(mod, chain[0], local, STRING_IMPORTS[chain[:2]]):
                 targets.extend(self._string_imports(node, mod, bases))
             t = self.files.resolve_chain(mod, chain, local, bases)
             if t is None:
@@ -275,9 +272,7 @@ class Hasher:
         extra = "".join(f"\n{e}" for e in sorted(external))
         return sha(canon.text + extra), targets
 
-    def _unbound(
-        self, mod: Module, name: str, local: Mapping[str, ImportRef], module: str | None = None
-    ) -> bool:
+    def _unbound(self, mod: Module, name: str, local: Mapping[str, ImportRef], module: str | None = None) -> bool:
         """`name` is the builtin (or, with `module`, that external module), not a local binding."""
         if name in local:
             imp = local[name]
@@ -289,9 +284,7 @@ class Hasher:
             return module is None
         return module is not None and imp.attr is None and imp.module == module and not imp.level
 
-    def _string_imports(
-        self, node: ast.AST, mod: Module, bases: tuple[Path, ...]
-    ) -> list[Target]:
+    def _string_imports(self, node: ast.AST, mod: Module, bases: tuple[Path, ...]) -> list[Target]:
         """In-repo modules imported by name: `__import__("pkg.m")`, `import_module("pkg.m")`."""
         out: list[Target] = []
         for call in ast.walk(node):
@@ -308,10 +301,15 @@ class Hasher:
                     out += [ExecRef(m), ModRef(m)]  # what it returns is used as a value
         return out
 
+
 def _is_implements(stmt: ast.stmt) -> bool:
     """`IMPLEMENTS = <literal>` (read_template rejects any other value)."""
-    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "IMPLEMENTS")
+    return (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and stmt.targets[0].id == "IMPLEMENTS"
+    )
 
 
 def _constant_value(node: ast.AST) -> ast.expr | None:
@@ -329,9 +327,7 @@ class _CodeScope:
 
     __slots__ = ("_cache", "_mod", "_bases", "_local")
 
-    def __init__(
-        self, cache: Resolver, mod: Module, bases: tuple[Path, ...], local: Mapping[str, ImportRef]
-    ) -> None:
+    def __init__(self, cache: Resolver, mod: Module, bases: tuple[Path, ...], local: Mapping[str, ImportRef]) -> None:
         self._cache, self._mod, self._bases, self._local = cache, mod, bases, local
 
     @property

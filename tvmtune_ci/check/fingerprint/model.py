@@ -34,10 +34,7 @@ MISSING_HASH = "missing"  # a name imported from an in-repo module that defines 
 DYNAMIC_NAMES = frozenset({"globals", "vars", "locals", "eval", "exec", "compile", "__name__"})
 # Calls that import a module named by a string, and the module that has them
 # (None: a builtin): `__import__("m")`, `importlib.import_module("m")`.
-STRING_IMPORTS: dict[tuple[str, ...], str | None] = {
-    ("__import__",): None,
-    ("importlib", "import_module"): "importlib",
-}
+STRING_IMPORTS: dict[tuple[str, ...], str | None] = {("__import__",): None, ("importlib", "import_module"): "importlib"}
 
 
 @dataclass(frozen=True)
@@ -76,9 +73,7 @@ def split_key(key: str) -> tuple[str, str]:
     return file, qualname
 
 
-def compare_dependencies(
-    recorded: Mapping[str, str], current: Fingerprint
-) -> list[DependencyChange]:
+def compare_dependencies(recorded: Mapping[str, str], current: Fingerprint) -> list[DependencyChange]:
     """Which dependencies differ between a manifest and the current fingerprint."""
     out = []
     for key in sorted(set(recorded) | set(current.dependencies)):

@@ -118,9 +118,7 @@ class Module:
 
     def _bind_target(self, target: ast.expr, stmt: ast.stmt) -> None:
         if isinstance(target, ast.Name):
-            rebinds = isinstance(stmt, ast.Assign) or (
-                isinstance(stmt, ast.AnnAssign) and stmt.value is not None
-            )
+            rebinds = isinstance(stmt, ast.Assign) or (isinstance(stmt, ast.AnnAssign) and stmt.value is not None)
             self._bind_def(target.id, stmt, extend=not rebinds)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for e in target.elts:

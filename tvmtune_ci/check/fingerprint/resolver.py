@@ -147,9 +147,7 @@ class Resolver:
         probes = {self.rel(p): s for p, s in self._probes.items()}
         return dict(sorted(blobs.items())), dict(sorted(probes.items()))
 
-    def resolve_import(
-        self, imp: ImportRef, at: Module, bases: tuple[Path, ...], seen: Seen = frozenset()
-    ) -> Target:
+    def resolve_import(self, imp: ImportRef, at: Module, bases: tuple[Path, ...], seen: Seen = frozenset()) -> Target:
         """What `imp`, written in module `at`, binds its name to."""
         if imp.level:
             # Relative: from the importing module's package, up level-1 folders.
@@ -168,9 +166,7 @@ class Resolver:
             return ModRef(mod)
         return self.resolve_attr(mod, imp.attr, bases, seen)
 
-    def executed_modules(
-        self, stmt: ast.Import | ast.ImportFrom, at: Module, bases: tuple[Path, ...]
-    ) -> list[Module]:
+    def executed_modules(self, stmt: ast.Import | ast.ImportFrom, at: Module, bases: tuple[Path, ...]) -> list[Module]:
         """The in-repo modules that running import `stmt` (written in `at`) executes.
 
         Every package on the way (`import a.b.c` runs a, a.b and a.b.c) and, for
@@ -201,9 +197,7 @@ class Resolver:
                         out.append(sub)
         return out
 
-    def module_chain(
-        self, start: Module | None, parts: list[str], bases: tuple[Path, ...]
-    ) -> list[Module]:
+    def module_chain(self, start: Module | None, parts: list[str], bases: tuple[Path, ...]) -> list[Module]:
         """`start.parts[0]`, `start.parts[0].parts[1]`, ... while they are in-repo modules."""
         out: list[Module] = []
         cur = start
@@ -217,7 +211,6 @@ class Resolver:
             cur = found
         return out
 
-
     def forget(self, path: Path) -> Module | None:
         """Drop a file's tree, declarations and module (`SourceCache.forget`); the
         module dropped, if it was loaded, so that what was computed from it can go too."""
@@ -230,9 +223,7 @@ class Resolver:
                 del self._found[key]
         return mod
 
-    def resolve_attr(
-        self, mod: Module, name: str, bases: tuple[Path, ...], seen: Seen = frozenset()
-    ) -> Target:
+    def resolve_attr(self, mod: Module, name: str, bases: tuple[Path, ...], seen: Seen = frozenset()) -> Target:
         """`mod.name`: a definition, a re-export followed to its source, or a submodule."""
         if (id(mod), name) in seen:
             return MissingRef(mod, name)  # an import cycle that defines nothing
@@ -256,11 +247,7 @@ class Resolver:
         return MissingRef(mod, name)
 
     def resolve_chain(
-        self,
-        mod: Module,
-        chain: tuple[str, ...],
-        local: Mapping[str, ImportRef],
-        bases: tuple[Path, ...],
+        self, mod: Module, chain: tuple[str, ...], local: Mapping[str, ImportRef], bases: tuple[Path, ...]
     ) -> Target | None:
         """What `a.b.c` read inside a definition of `mod` is; None: not bound there."""
         if chain[0] in local:

@@ -48,8 +48,23 @@ from .select import parse_date, select_entries
 from .tvmversion import installed_tvm_version, major_minor
 
 __all__ = [
-    "EXPIRED", "FIX_HINT", "LOG_MODIFIED", "MISSING", "ORPHANED", "TARGET_CHANGED",
-    "TEMPLATE_API_CHANGED", "TEMPLATE_CHANGED", "TEMPLATE_INVALID", "TVM_CHANGED",
-    "WORKLOAD_CHANGED", "Entry", "Reason", "Report", "find_stale", "installed_tvm_version",
-    "major_minor", "parse_date", "select_entries",
+    "EXPIRED",
+    "FIX_HINT",
+    "LOG_MODIFIED",
+    "MISSING",
+    "ORPHANED",
+    "TARGET_CHANGED",
+    "TEMPLATE_API_CHANGED",
+    "TEMPLATE_CHANGED",
+    "TEMPLATE_INVALID",
+    "TVM_CHANGED",
+    "WORKLOAD_CHANGED",
+    "Entry",
+    "Reason",
+    "Report",
+    "find_stale",
+    "installed_tvm_version",
+    "major_minor",
+    "parse_date",
+    "select_entries",
 ]

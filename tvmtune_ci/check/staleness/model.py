@@ -25,9 +25,6 @@ ORPHANED = Code.ORPHANED  # a warning (Report.orphans), never a reason
 FIX_HINT = RETUNE
 
 
-
-
-
 @dataclass(frozen=True)
 class Reason:
     """Why an entry is stale: a reason code, the detail in words, and the file:line
@@ -103,5 +100,3 @@ def tuned_on(manifest: Manifest) -> datetime.date | None:
         return datetime.date.fromisoformat(manifest.tuned_on)
     except (TypeError, ValueError):
         return None
-
-

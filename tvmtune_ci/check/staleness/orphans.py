@@ -9,17 +9,13 @@ from pathlib import Path
 
 from ...core.config import Config, TargetConfig
 from ...core.targets import slug
-from ..fingerprint import (
-    Fingerprint,
-    SourceCache,
-)
+from ..fingerprint import Fingerprint, SourceCache
 from .model import ORPHANED, Entry, Reason
 from .pairing import Pairing
 
 
 def find_orphans(
-    config: Config, cache: SourceCache, templates: dict[str, Path], pairing: Pairing,
-    logs: Path, kept: list[str]
+    config: Config, cache: SourceCache, templates: dict[str, Path], pairing: Pairing, logs: Path, kept: list[str]
 ) -> list[Reason]:
     """Log folders of operators without a template or of targets not configured for
     their operator, or of a kind its template does not declare (`pairing`); those that
@@ -28,8 +24,7 @@ def find_orphans(
         return []
     # Slug -> (operator, the targets configured for it whatever their kind, by slug);
     # the pairing reads a kind only for a folder the check's entries did not vouch for.
-    known = {slug(op): (op, {t.slug: t for t in config.targets_for(op, None)})
-             for op in templates}
+    known = {slug(op): (op, {t.slug: t for t in config.targets_for(op, None)}) for op in templates}
     logs_rel = cache.rel(logs)
     out = []
     # scandir's entries know their type (no stat per folder, no Path per name): this
@@ -58,17 +53,16 @@ def find_orphans(
                     kept.append(f"{rel}/{t_name}/")
                     continue
                 if t is None:
-                    why = (f"not configured for {op_name}; "
-                           "delete the folder or add the target to tvmtune.yaml")
+                    why = f"not configured for {op_name}; delete the folder or add the target to tvmtune.yaml"
                 else:  # configured, of a kind the template does not declare
-                    why = (f"a {t.kind} target, and {op_name}'s template schedules for "
-                           f"{' or '.join(pairing.kinds(op) or ())} targets (TARGET_KINDS); "
-                           "delete the folder")
+                    why = (
+                        f"a {t.kind} target, and {op_name}'s template schedules for "
+                        f"{' or '.join(pairing.kinds(op) or ())} targets (TARGET_KINDS); "
+                        "delete the folder"
+                    )
                 out.append(
                     Reason(
-                        ORPHANED,
-                        f"{rel}/{t_name}/ holds logs for target {t_name!r}, which is {why}",
-                        f"{rel}/{t_name}",
+                        ORPHANED, f"{rel}/{t_name}/ holds logs for target {t_name!r}, which is {why}", f"{rel}/{t_name}"
                     )
                 )
     return out
@@ -82,7 +76,10 @@ def _folders(path: str | Path) -> list[tuple[str, str]]:
 
 
 def find_renamed(
-    config: Config, cache: SourceCache, entries: list[Entry], orphans: list[Reason],
+    config: Config,
+    cache: SourceCache,
+    entries: list[Entry],
+    orphans: list[Reason],
     missing: list[tuple[str, TargetConfig, Fingerprint, str]],
 ) -> tuple[list[Entry], list[Reason]]:
     """Entries with no log whose template was renamed from an orphaned folder's operator
@@ -98,9 +95,13 @@ def find_renamed(
         if r is None:
             out.append(e)
             continue
-        first = replace(e.reasons[0], detail=(
-            f"{e.reasons[0].detail.split('; run')[0]}; renamed from {r.old}: its log {r.folder}/ "
-            f"fits this template: `{r.command}` keeps it without re-tuning"))
+        first = replace(
+            e.reasons[0],
+            detail=(
+                f"{e.reasons[0].detail.split('; run')[0]}; renamed from {r.old}: its log {r.folder}/ "
+                f"fits this template: `{r.command}` keeps it without re-tuning"
+            ),
+        )
         out.append(replace(e, reasons=(first, *e.reasons[1:]), renamed_from=r.old))
     by_old = {r.old: r for r in found.values()}
     logs_rel = cache.rel(config.logs_path.resolve())
@@ -109,9 +110,12 @@ def find_renamed(
         old = o.file.removeprefix(f"{logs_rel}/") if o.file else None
         r = by_old.get(old) if old is not None else None
         if r is not None:
-            o = replace(o, detail=(f"{o.file}/ holds logs of operator {r.old!r}, renamed to "
-                                   f"{r.new} (the same template): run `{r.command}`"))
+            o = replace(
+                o,
+                detail=(
+                    f"{o.file}/ holds logs of operator {r.old!r}, renamed to "
+                    f"{r.new} (the same template): run `{r.command}`"
+                ),
+            )
         fixed.append(o)
     return out, fixed
-
-

@@ -9,10 +9,7 @@ from pathlib import Path
 
 from ...core.git import read as git_read
 from ...core.targets import slug
-from ..fingerprint import (
-    SourceCache,
-    split_key,
-)
+from ..fingerprint import SourceCache, split_key
 from .model import Entry
 from .templates import CheckedTemplate
 
@@ -41,7 +38,11 @@ def _module_name(rel: str) -> str:
 
 
 def pr_candidates(
-    root: Path, templates: dict[str, Path], changed: set[str], cache: SourceCache, logs: Path,
+    root: Path,
+    templates: dict[str, Path],
+    changed: set[str],
+    cache: SourceCache,
+    logs: Path,
     declared: dict[str, tuple[tuple[str, int], ...]],
 ) -> set[str] | None:
     """Operators `--changed-since` may concern, found without parsing anything; None: all.
@@ -64,14 +65,13 @@ def pr_candidates(
     if any(not (root / c).exists() for c in changed_py):
         return None  # a deleted module: only the manifests' recorded dependencies know who used it
     logs_rel = cache.rel(logs)
-    out = {
-        op
-        for op in templates
-        if any(c.startswith(f"{logs_rel}/{slug(op)}/") for c in changed)
-    }
+    out = {op for op in templates if any(c.startswith(f"{logs_rel}/{slug(op)}/") for c in changed)}
     data = {c for c in changed if not c.endswith(".py") and not c.startswith(f"{logs_rel}/")}
-    out |= {op for op, globs in declared.items() if op in templates
-            and any(fnmatch.fnmatchcase(c, g) for c in data for g, _ in globs)}
+    out |= {
+        op
+        for op, globs in declared.items()
+        if op in templates and any(fnmatch.fnmatchcase(c, g) for c in data for g, _ in globs)
+    }
     if not changed_py and not data:
         return out
     names = {_module_name(c) for c in changed_py}
@@ -99,10 +99,7 @@ def pr_candidates(
     frontier = names
     while frontier:
         searched |= frontier
-        found = {rel for rel, text in texts.items()
-                 if rel not in affected and any(n in text for n in frontier)}
+        found = {rel for rel, text in texts.items() if rel not in affected and any(n in text for n in frontier)}
         affected |= found
         frontier = {_module_name(rel) for rel in found} - searched
     return out | {op for op, path in templates.items() if cache.rel(path) in affected}
-
-

@@ -25,14 +25,7 @@ from ...core.runs import RUNS_NAME, parse_runs
 from ...core.targetinfo import target_facts
 from ...core.targets import canonical_target, target_json
 from .. import sources
-from ..fingerprint import (
-    DATA_QUALNAME,
-    DependencyChange,
-    Fingerprint,
-    SourceCache,
-    compare_dependencies,
-    split_key,
-)
+from ..fingerprint import DATA_QUALNAME, DependencyChange, Fingerprint, SourceCache, compare_dependencies, split_key
 from .model import (
     EXPIRED,
     FIX_HINT,
@@ -54,7 +47,6 @@ MAX_MANIFEST_BYTES = 16 << 20
 MAX_LOG_BYTES = 512 << 20
 # A log tuned "tomorrow" is a time zone, not a hand edit.
 FUTURE_SLACK = datetime.timedelta(days=1)
-
 
 
 def _symlinked_folder(logset: LogSet) -> Path | None:
@@ -124,8 +116,9 @@ class Checker:
                 self._facts_now[target.name] = None
         return self._facts_now[target.name]
 
-    def recorded(self, manifest: Manifest, template_rel: str, target: TargetConfig,
-                 operator: str) -> CheckedTemplate | None:
+    def recorded(
+        self, manifest: Manifest, template_rel: str, target: TargetConfig, operator: str
+    ) -> CheckedTemplate | None:
         """The template as `manifest` recorded it, when git and the file system vouch
         that nothing its declarations and fingerprint were computed from has changed
         and the target is the one it was tuned for; None: parse it (`read_checked_template`)."""
@@ -140,8 +133,9 @@ class Checker:
             return None
         src = sources.Sources.from_json(manifest.sources)
         declared = [g for g, _ in self.config.operator(operator).inputs]
-        if not sources.unchanged(src, manifest, template_rel, self.cache.root, self.index(),
-                                 self._states, declared, self._matches):
+        if not sources.unchanged(
+            src, manifest, template_rel, self.cache.root, self.index(), self._states, declared, self._matches
+        ):
             return None
         self.templates_trusted += 1
         return recorded_template(template_rel, src)
@@ -166,19 +160,16 @@ class Checker:
             return None, reasons
         try:
             manifest = Manifest.from_json(
-                json.loads(read_regular_file(logset.manifest, MAX_MANIFEST_BYTES)),
-                logset.manifest,
-                lazy_results=True,
+                json.loads(read_regular_file(logset.manifest, MAX_MANIFEST_BYTES)), logset.manifest, lazy_results=True
             )
         except FileNotFoundError:
             reasons.append(
                 Reason(
                     MISSING,
-                    f"no tuned log: {folder}/{logset.manifest.name} does not exist; "
-                    f"run `{FIX_HINT}` to tune it",
+                    f"no tuned log: {folder}/{logset.manifest.name} does not exist; run `{FIX_HINT}` to tune it",
                     folder,
                     None,
-                ),
+                )
             )
             return None, reasons
         except NotRegularFileError as e:
@@ -210,8 +201,7 @@ class Checker:
         return manifest, reasons
 
     def check(
-        self, tpl: CheckedTemplate, target: TargetConfig, logset: LogSet,
-        read: tuple[Manifest | None, list[Reason]],
+        self, tpl: CheckedTemplate, target: TargetConfig, logset: LogSet, read: tuple[Manifest | None, list[Reason]]
     ) -> tuple[Manifest | None, list[Reason]]:
         """Every reason the set is stale, given the template and what `read` found."""
         manifest, problems = read
@@ -272,8 +262,7 @@ class Checker:
     def _data_reason(self, c: DependencyChange, fp: Fingerprint) -> Reason:
         """template_changed naming a data file the template reads (or declares)."""
         site = fp.inputs.get(c.key, "")
-        how = (f"declared at {site} (inputs)" if site.startswith(f"{self.config_rel}:")
-               else f"read at {site}")
+        how = f"declared at {site} (inputs)" if site.startswith(f"{self.config_rel}:") else f"read at {site}"
         detail = {
             "changed": f"{c.file} changed: a data file its template {how}",
             "added": f"{c.file} is read now: a data file its template {how}",
@@ -334,8 +323,7 @@ class Checker:
         return [
             Reason(
                 TVM_CHANGED,
-                f"tuned with TVM {manifest.tvm_version}, expected {self.tvm_expected}.x "
-                f"({self.tvm_source})",
+                f"tuned with TVM {manifest.tvm_version}, expected {self.tvm_expected}.x ({self.tvm_source})",
             )
         ]
 
@@ -366,8 +354,7 @@ class Checker:
         return [
             Reason(
                 EXPIRED,
-                f"tuned on {tuned} ({age} days before {self.as_of}); "
-                f"max_age_days is {self.config.max_age_days}",
+                f"tuned on {tuned} ({age} days before {self.as_of}); max_age_days is {self.config.max_age_days}",
             )
         ]
 
@@ -405,8 +392,7 @@ class Checker:
                 out.append(
                     Reason(
                         LOG_MODIFIED,
-                        f"{rel}, the {what} the manifest names, is missing; restore it from "
-                        f"git or run `{FIX_HINT}`",
+                        f"{rel}, the {what} the manifest names, is missing; restore it from git or run `{FIX_HINT}`",
                         rel,
                     )
                 )
@@ -454,14 +440,20 @@ class Checker:
                 try:
                     (parse_results if name == RESULTS_NAME else parse_runs)(data, path)
                 except CorruptFileError as e:
-                    out.append(Reason(LOG_MODIFIED, str(e).replace(str(path), rel) +
-                                      " (although the manifest records its sha256)", rel))
+                    out.append(
+                        Reason(
+                            LOG_MODIFIED,
+                            str(e).replace(str(path), rel) + " (although the manifest records its sha256)",
+                            rel,
+                        )
+                    )
                     continue
             if blob and git_read.blob_id(data) != blob:
                 # A sha256 re-computed by hand over an edited file leaves the old blob
                 # id: both hashes must agree with the bytes.
-                fields = (("log_sha256", "log_git_blob") if what == "log"
-                          else (f"files.{name}", f"files_git_blob.{name}"))
+                fields = (
+                    ("log_sha256", "log_git_blob") if what == "log" else (f"files.{name}", f"files_git_blob.{name}")
+                )
                 out.append(
                     Reason(
                         LOG_MODIFIED,
@@ -491,5 +483,3 @@ def _log_problem(data: bytes) -> str | None:
     if not (isinstance(fmt, int) and not isinstance(fmt, bool) and 1 <= fmt <= LOG_FORMAT):
         return f"format {fmt!r}, this tvmtune-ci reads formats 1 to {LOG_FORMAT}"
     return None
-
-

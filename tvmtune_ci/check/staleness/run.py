@@ -13,10 +13,7 @@ from ...core.layout import LogSet
 from ...core.targetinfo import scope
 from ...core.template import ADVISED_POINTS, TemplateDecl, discover_templates, space_advice
 from ..datafiles import ENV, Note
-from ..fingerprint import (
-    Fingerprint,
-    SourceCache,
-)
+from ..fingerprint import Fingerprint, SourceCache
 from ..models import ModelProblem, check_models
 from .model import MISSING, Entry, Report
 from .orphans import find_orphans, find_renamed
@@ -52,17 +49,21 @@ def _read_warnings(config: Config, noted: dict[Note, list[str]]) -> list[str]:
     for n, ops in sorted(noted.items()):
         if n.kind == ENV:
             users = _named(ops)
-            out.append(f"{n.file}:{n.line}: reads environment variable {n.what} (run by {users}); "
-                       "its value is the runner's and no log records it: set it alike on every "
-                       "runner, or make it a knob")
+            out.append(
+                f"{n.file}:{n.line}: reads environment variable {n.what} (run by {users}); "
+                "its value is the runner's and no log records it: set it alike on every "
+                "runner, or make it a knob"
+            )
             continue
         undeclared = [op for op in ops if not config.operator(op).inputs]
         if undeclared:
             key = undeclared[0] if len(undeclared) == 1 else "<operator>"
-            out.append(f"{n.file}:{n.line}: reads a file tvmtune-ci cannot follow: declare it "
-                       f"({n.what}; run by {_named(undeclared)}): list the files it reads under "
-                       f"`operators.{key}.inputs` in tvmtune.yaml (globs relative to the "
-                       "repository), so that editing them makes the logs stale")
+            out.append(
+                f"{n.file}:{n.line}: reads a file tvmtune-ci cannot follow: declare it "
+                f"({n.what}; run by {_named(undeclared)}): list the files it reads under "
+                f"`operators.{key}.inputs` in tvmtune.yaml (globs relative to the "
+                "repository), so that editing them makes the logs stale"
+            )
     return out
 
 
@@ -151,13 +152,10 @@ def find_stale(
             'tvm_version in tvmtune.yaml (e.g. tvm_version: "0.27") or install apache-tvm'
         )
 
-    checker = Checker(
-        config, cache, as_of, tvm_expected, tvm_source, None if rehash else cache.root
-    )
+    checker = Checker(config, cache, as_of, tvm_expected, tvm_source, None if rehash else cache.root)
     config_changed = changed is not None and checker.config_rel in changed
     candidates = (
-        pr_candidates(config.root.resolve(), templates, changed, cache, logs_path,
-                    config.declared_inputs())
+        pr_candidates(config.root.resolve(), templates, changed, cache, logs_path, config.declared_inputs())
         if changed is not None and not config_changed
         else None
     )
@@ -203,17 +201,7 @@ def find_stale(
             sizes, invalid = target_space(tpl, target)
             if invalid is not None:
                 reasons.insert(0, invalid)
-            entry = Entry(
-                op,
-                target.name,
-                tpl.rel,
-                tpl.line,
-                tuple(reasons),
-                manifest,
-                logset,
-                sizes,
-                as_of,
-            )
+            entry = Entry(op, target.name, tpl.rel, tpl.line, tuple(reasons), manifest, logset, sizes, as_of)
             if changed is None or config_changed or touched(entry, tpl, changed, cache):
                 entries.append(entry)
                 other = manifest.measured_on_other_cpu() if manifest is not None else None
@@ -222,15 +210,15 @@ def find_stale(
                         f"{cache.rel(logset.manifest)}: measured on "
                         f"{other}, not the target's {target.target['mcpu']}: its timings and ranking are "
                         f"that machine's; re-tune {op}/{target.name} on a runner with that CPU "
-                        "(its runs-on labels in tvmtune.yaml)")
+                        "(its runs-on labels in tvmtune.yaml)"
+                    )
                 if parsed is not None and parsed.decl is not None:
                     advice += _space_advice(entry, target, parsed.decl)
                 for n in tpl.notes:
                     ops = noted.setdefault(n, [])
                     if op not in ops:
                         ops.append(op)
-                if manifest is None and reasons and reasons[0].code == MISSING \
-                        and tpl.fingerprint is not None:
+                if manifest is None and reasons and reasons[0].code == MISSING and tpl.fingerprint is not None:
                     missing.append((op, target, tpl.fingerprint, tpl.rel))
     warnings += list(dict.fromkeys(advice))
     warnings += _read_warnings(config, noted)
@@ -244,5 +232,12 @@ def find_stale(
     if operators is None and targets is None:
         models, model_warnings = check_models(config, checker.index(), templates)
         warnings += model_warnings
-    return Report(tuple(entries), tuple(orphans), tuple(warnings), checker.trusted,
-                  checker.templates_trusted, tuple(kept), models=tuple(models))
+    return Report(
+        tuple(entries),
+        tuple(orphans),
+        tuple(warnings),
+        checker.trusted,
+        checker.templates_trusted,
+        tuple(kept),
+        models=tuple(models),
+    )

@@ -22,14 +22,14 @@ def parse_date(text: str, option: str = "--as-of") -> datetime.date:
         ) from None
 
 
-def select_entries(config: Config, operators: Sequence[str] | None, targets: Sequence[str] | None
-                   ) -> tuple[set[str] | None, set[str] | None]:
+def select_entries(
+    config: Config, operators: Sequence[str] | None, targets: Sequence[str] | None
+) -> tuple[set[str] | None, set[str] | None]:
     """The operators and targets a command asked for (None: all), each checked against
     the templates and the configured targets: UsageError (exit 2) naming an unknown
     one and the closest known name."""
     known_ops = [p.stem for p in discover_templates(config.operators_path.resolve())]
-    return (_select(operators, known_ops, "operator"),
-            _select(targets, [t.name for t in config.targets], "target"))
+    return (_select(operators, known_ops, "operator"), _select(targets, [t.name for t in config.targets], "target"))
 
 
 def _select(wanted: Sequence[str] | None, known: Iterable[str], what: str) -> set[str] | None:
@@ -39,10 +39,6 @@ def _select(wanted: Sequence[str] | None, known: Iterable[str], what: str) -> se
     for name in wanted:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
-            hint = (
-                f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known) or '(none)'}"
-            )
+            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known) or '(none)'}"
             raise UsageError(f"unknown {what} {name!r}; {hint}")
     return set(wanted)
-
-

@@ -16,11 +16,7 @@ from ...core.errors import TemplateError
 from ...core.template import TemplateDecl
 from .. import sources
 from ..datafiles import Note
-from ..fingerprint import (
-    Fingerprint,
-    SourceCache,
-    workloads_json,
-)
+from ..fingerprint import Fingerprint, SourceCache, workloads_json
 from .model import TEMPLATE_INVALID, Reason
 
 
@@ -36,9 +32,7 @@ def _invalid_reason(error: TemplateError, cache: SourceCache, template_rel: str)
 def _assign_line(tree: ast.Module, name: str) -> int | None:
     for stmt in tree.body:
         targets = (
-            stmt.targets
-            if isinstance(stmt, ast.Assign)
-            else ([stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
+            stmt.targets if isinstance(stmt, ast.Assign) else ([stmt.target] if isinstance(stmt, ast.AnnAssign) else [])
         )
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return stmt.lineno
@@ -98,8 +92,7 @@ def read_checked_template(path: Path, cache: SourceCache) -> CheckedTemplate:
     finally:
         cache.forget(path)  # its tree is not needed again; keeps memory flat
     return CheckedTemplate(
-        rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads),
-        fp.files, fp.notes,
+        rel, decl.line, decl, fp, None, workloads_line, decl.space_sizes(), _normal(decl.workloads), fp.files, fp.notes
     )
 
 
@@ -157,13 +150,12 @@ def read_checked_templates(
 def recorded_template(rel: str, src: sources.Sources) -> CheckedTemplate:
     """A template as its manifest recorded it (sources.unchanged said it still is):
     nothing to compare, its line and space sizes to show."""
-    return CheckedTemplate(rel, src.template_line, None, None, None, None, src.space_sizes,
-                     files=frozenset(src.blobs), notes=src.notes)
+    return CheckedTemplate(
+        rel, src.template_line, None, None, None, None, src.space_sizes, files=frozenset(src.blobs), notes=src.notes
+    )
 
 
-def target_space(
-    tpl: CheckedTemplate, target: TargetConfig
-) -> tuple[dict[str, tuple[int, int]], Reason | None]:
+def target_space(tpl: CheckedTemplate, target: TargetConfig) -> tuple[dict[str, tuple[int, int]], Reason | None]:
     """The template's space sizes on this target (KNOBS may name its facts: LANES...),
     or template_invalid when an extent does not evaluate for it."""
     if tpl.decl is None:
@@ -173,10 +165,7 @@ def target_space(
     except TemplateError as e:
         line = e.line if e.file is not None else _assign_line_of(tpl.decl.path, "KNOBS")
         where = f"{tpl.rel}:{line}" if line else tpl.rel
-        return {}, Reason(
-            TEMPLATE_INVALID, f"{where}: KNOBS for target {target.name!r}: {e.message}", tpl.rel,
-            line,
-        )
+        return {}, Reason(TEMPLATE_INVALID, f"{where}: KNOBS for target {target.name!r}: {e.message}", tpl.rel, line)
 
 
 def _assign_line_of(path: Path, name: str) -> int | None:
@@ -184,5 +173,3 @@ def _assign_line_of(path: Path, name: str) -> int | None:
         return _assign_line(ast.parse(path.read_text(encoding="utf-8")), name)
     except (OSError, SyntaxError, ValueError):
         return None
-
-

@@ -22,5 +22,3 @@ def installed_tvm_version() -> str | None:
         return importlib.metadata.version("apache-tvm")
     except importlib.metadata.PackageNotFoundError:
         return None
-
-

@@ -108,8 +108,17 @@ def clean_blobs(folder: Path) -> dict[str, str]:
 
         with ThreadPoolExecutor(2) as pool:
             status_f = pool.submit(
-                run, top, "--no-optional-locks", "status", "--porcelain=v1", "-z",
-                "--untracked-files=no", "--ignore-submodules=all", "--no-renames", "--", str(folder),
+                run,
+                top,
+                "--no-optional-locks",
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--untracked-files=no",
+                "--ignore-submodules=all",
+                "--no-renames",
+                "--",
+                str(folder),
             )
             staged_f = pool.submit(run, top, "ls-files", "--stage", "-v", "-z", "--", str(folder))
             status, staged = status_f.result(), staged_f.result()
@@ -139,8 +148,6 @@ def python_files(root: Path) -> list[str]:
     top = repo_root(root)
     if top is None:
         return []
-    names = _split_z(
-        output(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py")
-    )
+    names = _split_z(output(top, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py"))
     # dict.fromkeys: an unmerged file is listed once per stage; keep it once, in order.
     return list(dict.fromkeys(_under(top, root, names)))

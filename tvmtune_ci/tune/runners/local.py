@@ -96,7 +96,9 @@ def prestart_worker(threads: int | None = None) -> None:
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tvm.exec.popen_worker", str(worker_read), str(worker_write)],
-            pass_fds=(worker_read, worker_write), stderr=subprocess.DEVNULL, env=env,
+            pass_fds=(worker_read, worker_write),
+            stderr=subprocess.DEVNULL,
+            env=env,
         )
     except OSError:  # no process to start: the runner starts its own later
         os.close(main_read)
@@ -105,8 +107,7 @@ def prestart_worker(threads: int | None = None) -> None:
     finally:
         os.close(worker_read)  # the worker's ends: its own now
         os.close(worker_write)
-    _prestarted.append((proc, os.fdopen(main_read, "rb"), os.fdopen(main_write, "wb"),
-                        env.get("TVM_NUM_THREADS")))
+    _prestarted.append((proc, os.fdopen(main_read, "rb"), os.fdopen(main_write, "wb"), env.get("TVM_NUM_THREADS")))
 
 
 def _adopt_prestarted(pool: Any) -> bool:
@@ -126,9 +127,7 @@ def _adopt_prestarted(pool: Any) -> bool:
     worker = PopenWorker(stderr=subprocess.DEVNULL)
     worker._proc, worker._reader, worker._writer = proc, reader, writer
     # The pool keys its workers by the thread that runs its jobs; it has one thread.
-    pool._threadpool.submit(
-        lambda: pool._worker_map.setdefault(threading.get_ident(), worker)
-    ).result()
+    pool._threadpool.submit(lambda: pool._worker_map.setdefault(threading.get_ident(), worker)).result()
     return True
 
 
@@ -142,9 +141,7 @@ def wait_or_kill(pool: Any, future: Any, limit_s: float) -> Any:
     if not done:
         _kill_pool_workers(pool)
         concurrent.futures.wait([future], timeout=WORKER_START_S)
-        raise WorkerHung(
-            f"timeout: the worker gave no answer within {limit_s:g}s (stopped or hung), killed"
-        )
+        raise WorkerHung(f"timeout: the worker gave no answer within {limit_s:g}s (stopped or hung), killed")
     return future.result()
 
 
@@ -171,8 +168,7 @@ def _worker_measure(
 
     def evaluator_for(number: int, repeat: int, min_repeat_ms: int) -> Any:
         return rt_mod.time_evaluator(
-            rt_mod.entry_name or "main", dev, number=number, repeat=repeat,
-            min_repeat_ms=min_repeat_ms, f_preproc=pre,
+            rt_mod.entry_name or "main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, f_preproc=pre
         )
 
     dev.sync()
@@ -198,9 +194,7 @@ def local_runner_class() -> Any:
         def __init__(self, measure: MeasureOptions) -> None:
             super().__init__()
             self.init_controls(measure)
-            self.pool = PopenPoolExecutor(
-                max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL
-            )
+            self.pool = PopenPoolExecutor(max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL)
             self.prestarted = _adopt_prestarted(self.pool)
             # Start the worker (it imports TVM) while we build, or wait for the prestarted
             # one's import; waited on before the first measurement, so that a
@@ -239,9 +233,7 @@ def local_runner_class() -> Any:
                 try:
                     out, load_s, eval_s = wait_or_kill(self.pool, fut, limit_s)
                     res = out["samples"]
-                    self._info[str(inp.artifact_path)] = Sampled(
-                        out["number"], out["raced"], out["converged"]
-                    )
+                    self._info[str(inp.artifact_path)] = Sampled(out["number"], out["raced"], out["converged"])
                     self.timings.append(RunTiming(load_s, eval_s))
                 except WorkerHung as e:
                     err = f"WorkerRunner: {e}"

@@ -20,20 +20,14 @@ from typing import Any
 
 from ...core.config import MeasureOptions, RpcRunner
 from ...core.errors import DeviceError
-from ..rpclimits import (
-    RPC_GRACE_S,
-    SESSION_EXPIRED,
-    last_line,
-    rpc_where,
-)
+from ..rpclimits import RPC_GRACE_S, SESSION_EXPIRED, last_line, rpc_where
 from ..sampling import RunTiming, Sampled, sample_loop
 from .controls import SamplingControls
 from .local import worker_ping
 
 
 def open_session(
-    tracker: tuple[str, int, str], priority: int, timeout_s: float, note_path: str,
-    out: dict[str, Any],
+    tracker: tuple[str, int, str], priority: int, timeout_s: float, note_path: str, out: dict[str, Any]
 ) -> Any:
     """In an RPC worker: a free server of the key from the tracker (bounded: the stock
     TrackerSession.request waits forever for a busy key), its address written to
@@ -58,12 +52,7 @@ def open_session(
 
 
 def _rpc_measure(
-    rpc_config: Any,
-    policy: dict[str, Any],
-    artifact_path: str,
-    device: str,
-    args_info: list[Any],
-    note_path: str,
+    rpc_config: Any, policy: dict[str, Any], artifact_path: str, device: str, args_info: list[Any], note_path: str
 ) -> dict[str, Any]:
     """Runs in one of the RPC runner's worker processes: one measurement in one session.
 
@@ -99,8 +88,7 @@ def _rpc_measure(
 
         def evaluator_for(number: int, repeat: int, min_repeat_ms: int) -> Any:
             return rt_mod.time_evaluator(
-                rt_mod.entry_name, dev, number=number, repeat=repeat,
-                min_repeat_ms=min_repeat_ms, f_preproc=pre,
+                rt_mod.entry_name, dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, f_preproc=pre
             )
 
         # The remote arguments: the first (and only) set default_alloc_argument made.
@@ -199,14 +187,10 @@ def rpc_runner_class() -> Any:
             )
             self.pool_timeout_s = 2 * rpc.session_timeout_s + RPC_GRACE_S
             n = max(1, rpc.devices)
-            self.pool = PopenPoolExecutor(
-                max_workers=n, timeout=self.pool_timeout_s, stderr=subprocess.DEVNULL
-            )
+            self.pool = PopenPoolExecutor(max_workers=n, timeout=self.pool_timeout_s, stderr=subprocess.DEVNULL)
             # One thread per device runs a measurement and its retry, so that a batch
             # left without servers stops taking new ones as soon as one finds out.
-            self.threads = concurrent.futures.ThreadPoolExecutor(
-                max_workers=n, thread_name_prefix="tvmtune-rpc"
-            )
+            self.threads = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="tvmtune-rpc")
             for _ in range(n):  # start the workers (they import TVM) while we build
                 self.pool.submit(worker_ping)
 
@@ -218,8 +202,7 @@ def rpc_runner_class() -> Any:
             self.lost = None  # each batch asks the tracker afresh
             evaluator = self.policy.to_json()
             return [
-                RpcRunnerFuture(self, inp, self.threads.submit(self._measure, inp, evaluator))
-                for inp in runner_inputs
+                RpcRunnerFuture(self, inp, self.threads.submit(self._measure, inp, evaluator)) for inp in runner_inputs
             ]
 
         def _gone(self) -> str | None:
@@ -229,9 +212,7 @@ def rpc_runner_class() -> Any:
 
             try:
                 queue = tracker_summary(
-                    self.rpc.tracker_host,
-                    self.rpc.tracker_port,
-                    timeout_s=min(10.0, self.rpc.session_timeout_s),
+                    self.rpc.tracker_host, self.rpc.tracker_port, timeout_s=min(10.0, self.rpc.session_timeout_s)
                 )
             except DeviceError:
                 return "the tracker does not answer any more"
@@ -309,9 +290,7 @@ def rpc_runner_class() -> Any:
             self.devices_used.add(str(out["device"]))
             sampled = out.get("sampled") or {}
             self._info[str(inp.artifact_path)] = Sampled(
-                int(sampled.get("number", 0)),
-                bool(sampled.get("raced")),
-                bool(sampled.get("converged")),
+                int(sampled.get("number", 0)), bool(sampled.get("raced")), bool(sampled.get("converged"))
             )
             self.timings.append(RunTiming(out["load_s"], out["eval_s"], out["session_s"]))
             return RunnerResult(out["secs"], None)
