@@ -25,8 +25,9 @@ on the unedited templates). For each edit, on the same workload, budget and seed
   apart two cold runs of one edit land.
 
 With `--cross FROM`, no template is edited: each operator is tuned for `--target`
-cold and seeded from target FROM's log of it (what `seed-from: FROM` does), to show
-what configurations of other hardware do to the search.
+cold and seeded from target FROM's log of it (what `seed-from: FROM`, or FROM being
+the nearest configured target, does: the replay and the prior, with the cold stop
+rule), to show what configurations of other hardware do to the search.
 
 Both use tvmtune.yaml's measurement and early stop (the CI re-tune's settings).
 Reported per edit: how many old configurations still map whole and still compute
@@ -368,6 +369,9 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 # old search stands when no program changed.
                 old_knobs=tuple(old_decl) if mode == "prior" and old_decl is not None and mapped else None,
                 old_programs=programs if mode == "prior" else (),
+                # Another target's log sets no warm stop rule (what retune does since
+                # 2026-12-06): its seeds are a head start, the cold rule ends the search.
+                warm_stop=not args.cross,
             )
             mode = arm
             t0 = time.perf_counter()

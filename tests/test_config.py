@@ -229,8 +229,10 @@ def test_the_legacy_target_warning_is_kept_in_the_config() -> None:
         assert parse(MINIMAL).warnings == ()
 
 
-def test_seed_from_is_off_by_default_and_names_another_target() -> None:
-    assert parse(MINIMAL).target("cpu").seed_from is None
+def test_seed_from_is_the_nearest_by_default_names_another_target_or_is_off() -> None:
+    assert parse(MINIMAL).target("cpu").seed_from is None and parse(MINIMAL).target("cpu").seed_nearest
+    off = parse(MINIMAL + "    seed-from: false\n").target("cpu")
+    assert off.seed_from is None and not off.seed_nearest
     c = parse(MINIMAL + "  new:\n    target: {kind: llvm, mcpu: znver5}\n    seed-from: cpu\n")
     assert c.target("new").seed_from == "cpu"
     # A retired target (its logs kept, no longer configured) may seed too.

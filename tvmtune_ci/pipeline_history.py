@@ -6,8 +6,10 @@ model's prior (`old_records`); what `--dry-run` says would be replayed."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +17,14 @@ from .check.renames import renamed_history
 from .check.staleness import Entry, installed_tvm_version, major_minor
 from .core import history, siblings
 from .core.config import Config, TargetConfig
-from .core.errors import TvmtuneError
+from .core.errors import TemplateError, TvmtuneError
 from .core.fsutil import sha256_bytes
 from .core.git.read import last_commit
 from .core.layout import LogSet
 from .core.manifest import Manifest, read_manifest
 from .core.reasons import Code
 from .core.runs import same_machine
+from .core.targetinfo import TargetFacts, target_facts
 from .core.template import read_template
 from .pipeline_job import Say
 from .tune import priors
@@ -88,6 +91,15 @@ def history_source(
         if seeded is not None:
             say(f"history: seeding from the {target.seed_from} log {seeded[0].log} (seed-from)")
             return seeded[0], seeded[1], target.seed_from
+    elif entry.manifest is None and skipped is None and target.seed_nearest:
+        near = nearest_source(config, entry, target, say)
+        if near is not None:
+            say(
+                f"history: a new target: seeding from the nearest configured target's log, {near[2]}'s "
+                f"{near[0].log} (its configurations mapped through this target's facts and replayed "
+                "first, its records the cost model's prior; the cold stop rule ends the search)"
+            )
+            return near
     if skipped is not None:
         say(f"history replay skipped: {skipped}; a cold search")
     return None, entry.logset.manifest, None
@@ -183,6 +195,44 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
         say(f"history: {where}: not seeding, {why}; a cold search")
         return None
     return m, logset.manifest
+
+
+def _facts_distance(a: TargetFacts, b: TargetFacts) -> float:
+    """How far two targets of one architecture are for a template: another ISA counts
+    1, then the log2 ratios of their vector widths and register counts."""
+    return (
+        float(a.isa != b.isa)
+        + abs(math.log2(max(1, a.vector_bits) / max(1, b.vector_bits)))
+        + abs(math.log2(max(1, a.vector_registers) / max(1, b.vector_registers)))
+    )
+
+
+def nearest_source(config: Config, entry: Entry, target: TargetConfig, say: Say) -> tuple[Manifest, Path, str] | None:
+    """The log of the nearest configured target that can seed a new target's first
+    search: the same kind and architecture (x86_64, aarch64, a GPU's), nearest by ISA,
+    vector width and register count (`_facts_distance`), then by the same `mcpu`, then
+    by name; the first whose log `seed_source` accepts. None when there is none."""
+    try:
+        mine = target_facts(target.target)
+    except TemplateError:
+        return None
+    ranked = []
+    for other in config.targets:
+        if other.name == target.name or other.target.get("kind") != target.target.get("kind"):
+            continue
+        try:
+            facts = target_facts(other.target)
+        except TemplateError:
+            continue
+        if facts.arch != mine.arch or not LogSet.of(config.logs_path, entry.operator, other.name).manifest.exists():
+            continue
+        same_cpu = other.target.get("mcpu") == target.target.get("mcpu")
+        ranked.append((_facts_distance(facts, mine), not same_cpu, other.name))
+    for *_, name in sorted(ranked):
+        seeded = seed_source(config, entry, replace(target, seed_from=name), say)
+        if seeded is not None:
+            return seeded[0], seeded[1], name
+    return None
 
 
 def _old_records(

@@ -111,6 +111,8 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
                 if hist is not None
                 else ()
             ),
+            # Another target's log is a weaker prior: a head start, the cold rule ends it.
+            warm_stop=hist is None or hist.from_target is None,
             # A new shape has no old search to stand, nor a region an edit opened.
             old_knobs=(
                 tuple(hist.old_knobs)

@@ -1036,40 +1036,47 @@ def test_an_old_log_of_another_tvm_or_corrupt_is_not_replayed_and_nothing_is_los
     assert manifest_of(after)["results"]["s64"]["history"] is None
 
 
-@pytest.mark.parametrize("seed_from", [True, False])
+@pytest.mark.parametrize("mode", ["named", "nearest", "off"])
 @pytest.mark.slow
-def test_a_new_target_seeds_from_another_targets_log_only_when_asked(
-    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, seed_from: bool
+def test_a_new_target_seeds_from_another_targets_log_unless_told_not_to(
+    tuned: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path, mode: str
 ) -> None:
     """A second target (one core: other hardware, as far as the log knows) has no log.
-    With `seed-from: host` its first search replays host's configurations and learns
-    from host's records, and says so; without it (the default) it starts cold."""
+    Named (`seed-from: host`) or by default (host is the nearest configured target of
+    its architecture), its first search replays host's configurations and learns from
+    host's records, says so, and stops by the cold rule (another target's log is a weaker
+    prior); with `seed-from: false` it starts cold."""
     root = _copy(tuned[0], tmp_path)
     other = {**TARGET, "num-cores": 1}
-    extra = "\n    seed-from: host" if seed_from else ""
+    extra = {"named": "\n    seed-from: host", "nearest": "", "off": "\n    seed-from: false"}[mode]
     (root / "tvmtune.yaml").write_text(
         CONFIG + f"  host1:\n    target: {json.dumps(other)}\n    runs-on: [linux, x64]{extra}\n"
     )
     commit_all(root, "a second target")
     host_set = _set(root)
+    seeded = mode != "off"
     dry = run_cli(root, "retune", "--dry-run", "--target", "host1")
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    assert ("would be replayed first" in dry.stdout) == seed_from
-    r = run_cli(root, "retune", "--target", "host1", "--trials", "8")
+    assert ("would be replayed first" in dry.stdout) == seeded
+    r = run_cli(root, "retune", "--target", "host1", "--trials", "24")
     assert r.returncode == 0, r.stdout + r.stderr
     assert _set(root) == host_set  # the source log is only read
     m = manifest_at(root / "tuning_logs/mm/host1")
     h = m["results"]["s64"]["history"]
     readme = (root / "tuning_logs/mm/host1/README.md").read_text()
-    if not seed_from:
-        assert h is None and "seed-from" not in r.stdout and "### History" not in readme
+    if not seeded:
+        assert h is None and "seeding" not in r.stdout and "### History" not in readme
         return
     host_log = json.loads((root / FOLDER / json.loads(host_set["manifest.json"])["log"]).read_text())
     assert h["from_target"] == "host" and h["offered"] >= 2 and h["correct"] == h["offered"]
     assert h["prior"] == len(host_log["workloads"]["s64"]["records"]) - h["offered"] > 0
-    assert "history: seeding from the host log" in r.stdout
-    assert f"### History: seeded from the host log `{h['source']}` (seed-from)" in readme
+    said = "history: seeding from the host log" if mode == "named" else \
+        "history: a new target: seeding from the nearest configured target's log, host's"
+    assert said in r.stdout, r.stdout
+    assert f"### History: seeded from the host log `{h['source']}` (another target: a weaker prior)" in readme
     assert "the best of the host log on this target" in readme
+    # The cold rule ended it: the warm rule's reasons (matched the old best) never apply.
+    assert m["trials"]["s64"]["stop_reason"] not in ("matched_history", "nowhere_near")
     assert run_cli(root, "check").returncode == 0
 
 

@@ -123,9 +123,13 @@ class TargetConfig:
     rpc: RpcRunner | None = None  # None: measure on this machine
     line: int = 0
     # Another target whose log of the same operator seeds a re-tune of this one that
-    # has no log of its own to replay (e.g. a new CPU of the same family). Off (None)
-    # by default: configurations tuned for other hardware can pull a search off course.
+    # has no log of its own to replay (e.g. a new CPU of the same family). None: the
+    # nearest configured target of the same architecture with such a log
+    # (`pipeline_history.nearest_source`), unless `seed_nearest` is off
+    # (`seed-from: false`). Either is a weaker prior: its configurations are replayed
+    # first and its records teach the cost model, and the cold stop rule ends the search.
     seed_from: str | None = None
+    seed_nearest: bool = True
 
     @property
     def slug(self) -> str:
@@ -633,17 +637,23 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
             )
         t = _mapping(ctx, vnode, f"targets.{name}")
         _check_keys(ctx, t, ["target", "runs-on", "runner", "seed-from"], f"targets.{name}")
-        seed_from = None
+        seed_from, seed_nearest = None, True
         if "seed-from" in t:
             snode = t["seed-from"][1]
             seed_from = _construct(snode)
-            fix = "name the target whose logs should seed this one's first search, e.g. `seed-from: zen4-2c`, or remove the key"
-            if not isinstance(seed_from, str) or not seed_from:
-                raise ctx.error(snode, f"seed-from of target {name!r} must be a target name", fix)
-            if seed_from == name:
+            fix = (
+                "name the target whose logs should seed this one's first search, e.g. `seed-from: zen4-2c`, "
+                "write `seed-from: false` to start it cold, or remove the key (the nearest configured target)"
+            )
+            if seed_from is False:
+                seed_from, seed_nearest = None, False
+            elif not isinstance(seed_from, str) or not seed_from:
+                raise ctx.error(snode, f"seed-from of target {name!r} must be a target name or false", fix)
+            elif seed_from == name:
                 raise ctx.error(snode, f"target {name!r} cannot seed from itself (its own log is replayed anyway)", fix)
             try:
-                slug(seed_from)
+                if seed_from is not None:
+                    slug(seed_from)
             except ValueError:
                 raise ctx.error(
                     snode, f"seed-from {seed_from!r} of target {name!r} cannot name a log folder", fix
@@ -672,7 +682,13 @@ def _parse_targets(ctx: _Ctx, node: yaml.Node) -> tuple[TargetConfig, ...]:
             )
         out.append(
             TargetConfig(
-                name=name, target=target, runs_on=runs_on, rpc=rpc, line=knode.start_mark.line + 1, seed_from=seed_from
+                name=name,
+                target=target,
+                runs_on=runs_on,
+                rpc=rpc,
+                line=knode.start_mark.line + 1,
+                seed_from=seed_from,
+                seed_nearest=seed_nearest,
             )
         )
     return tuple(out)

@@ -355,7 +355,7 @@ class ReplayReport:
     verdict: str | None = None  # this run's best vs the old best: faster/equal/slower
     seeded: bool = False  # the search started from the replayed configurations
     prior: int = 0  # the old log's other records the cost model learned from first
-    from_target: str | None = None  # seeded from this target's log (seed-from), not our own
+    from_target: str | None = None  # seeded from this target's log (seed-from, the nearest), not our own
     probes: int = 0  # points of the region the edit opened, next to the old best, measured
     finals_left_out: int = 0  # search finalists left out: old programs the edit left unchanged
     # A new workload (or one whose parameters changed) seeded from the set's siblings in
@@ -419,7 +419,11 @@ class ReplayReport:
             return self._sibling_sentences()
         out = [f"knobs: {self.knob_diff.sentence()}"]
         if self.from_target:  # not this target's own history: say whose it is
-            out.insert(0, f"seeded from the {self.from_target} log {self.source} (seed-from)")
+            out.insert(
+                0,
+                f"seeded from the {self.from_target} log {self.source} (another target: its configurations "
+                "mapped through this target's facts, a weaker prior; the cold stop rule ends the search)",
+            )
         if not self.offered:
             out.append(f"no configuration of {self.source} could be mapped: a cold search")
             return out

@@ -349,7 +349,7 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
     if r.history is not None:
         seeded = r.history.get("from_target")
         head = (
-            f"seeded from the {seeded} log `{r.history.get('source', '?')}` (seed-from)"
+            f"seeded from the {seeded} log `{r.history.get('source', '?')}` (another target: a weaker prior)"
             if seeded
             else f"a new shape, seeded from its siblings in `{r.history.get('source', '?')}`"
             if r.history.get("siblings")

@@ -60,6 +60,11 @@ class TuneRequest:
     # The KNOBS of the template the old log was tuned with, when known: the region the
     # edit opened is probed next to the old best after the replay (`history.probes`).
     old_knobs: tuple[Any, ...] | None = None
+    # Whether the replayed old best sets the stop rule of a re-tune with history
+    # (`warmstop.WarmStop`). False for another target's log (seed-from, the nearest
+    # target): its configurations are a weaker prior, other hardware ranks them
+    # otherwise, so they give the search a head start and the cold rule alone ends it.
+    warm_stop: bool = True
     # Every record of the old log (this target's own) as (its configuration in this knob
     # space, the key of the program the old template made of it; "" for one the edit
     # repaired): `priors.old_programs`. When this template makes the same programs and
