@@ -1070,8 +1070,11 @@ def test_a_new_target_seeds_from_another_targets_log_unless_told_not_to(
     host_log = json.loads((root / FOLDER / json.loads(host_set["manifest.json"])["log"]).read_text())
     assert h["from_target"] == "host" and h["offered"] >= 2 and h["correct"] == h["offered"]
     assert h["prior"] == len(host_log["workloads"]["s64"]["records"]) - h["offered"] > 0
-    said = "history: seeding from the host log" if mode == "named" else \
-        "history: a new target: seeding from the nearest configured target's log, host's"
+    said = (
+        "history: seeding from the host log"
+        if mode == "named"
+        else "history: a new target: seeding from the nearest configured target's log, host's"
+    )
     assert said in r.stdout, r.stdout
     assert f"### History: seeded from the host log `{h['source']}` (another target: a weaker prior)" in readme
     assert "the best of the host log on this target" in readme
