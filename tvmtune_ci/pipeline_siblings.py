@@ -71,9 +71,11 @@ def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
     with_records = [s for s in order if hist.records.get(s)]
     if with_records:
         try:
+            # The FLOPs of the shape each sibling's records measured: a sibling whose
+            # parameters changed too is resolved again with its old ones.
             flops = {
                 s: job.workloads[s].flops
-                if s in job.workloads and s != wname
+                if s in job.workloads and _normal(tpl.decl.workloads.get(s)) == _normal(shapes[s])
                 else Workload(tpl.module, s, shapes[s], target).flops
                 for s in with_records
             }
