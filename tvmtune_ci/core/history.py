@@ -427,13 +427,8 @@ class ReplayReport:
         if not self.offered:
             out.append(f"no configuration of {self.source} could be mapped: a cold search")
             return out
-        resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
         out.append(
-            f"{self.offered} old configuration(s) of {self.source} replayed: {self.whole} with "
-            f"every knob kept"
-            + (f", repaired or new: {resets}" if resets else "")
-            + f"; {self.built} built, {self.correct} computed the right result"
-            + (f", {self.measured} measured" if self.measured != self.correct else "")
+            self._counts(f"old configuration(s) of {self.source} replayed", "with every knob kept", "repaired or new")
         )
         if self.correct == 0:
             out.append("none still works on the new template: the search started cold")
@@ -474,6 +469,16 @@ class ReplayReport:
             out.append("first failures: " + "; ".join(self.failures))
         return out
 
+    def _counts(self, what: str, kept: str, moved: str) -> str:
+        """How many configurations were offered, kept whole, built, right and measured."""
+        resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
+        return (
+            f"{self.offered} {what}: {self.whole} {kept}"
+            + (f", {moved}: {resets}" if resets else "")
+            + f"; {self.built} built, {self.correct} computed the right result"
+            + (f", {self.measured} measured" if self.measured != self.correct else "")
+        )
+
     def _sibling_sentences(self) -> list[str]:
         """The report of a new shape seeded from its siblings (siblings.py), in words."""
         names = ", ".join(self.siblings)
@@ -481,13 +486,12 @@ class ReplayReport:
         if not self.offered:
             out.append("no sibling configuration mapped onto this shape beyond its default: a cold search")
             return out
-        resets = ", ".join(f"{k} in {n}" for k, n in sorted(self.reset_counts.items()))
         out.append(
-            f"{self.offered} of the siblings' best and top configurations mapped onto this shape's "
-            f"legal knob values: {self.whole} as they were"
-            + (f", moved to the nearest legal value: {resets}" if resets else "")
-            + f"; {self.built} built, {self.correct} computed the right result"
-            + (f", {self.measured} measured" if self.measured != self.correct else "")
+            self._counts(
+                "of the siblings' best and top configurations mapped onto this shape's legal knob values",
+                "as they were",
+                "moved to the nearest legal value",
+            )
             + "; measured before the search"
         )
         if self.correct == 0:
