@@ -445,6 +445,9 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 )
         cold = outs["cold@0"]
         goal = cold.curve[-1][1] / 1.02  # within 2% of the cold run's final search best
+        # Cold's quality: the slowest cold seed's final search best (as bench_transfer
+        # defines it: reaching it is being within cold's own spread between seeds).
+        quality = min(outs[a].curve[-1][1] for a in arms if a.startswith("cold@") and outs[a].curve)
         # Every arm's best side by side, interleaved (drift hits all alike).
         runner, builder = make_runner(config.measure), make_builder()
         try:
@@ -492,6 +495,10 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 verdict = {"equal": "equal within noise", "faster": "faster", "slower": "slower"}[stats.compare(w, c)]
             row["arms"][a] = {
                 "t": trials_to(list(o.curve), goal),
+                # Trials to cold's quality, and the seconds to it pro rata over the run's
+                # wall seconds (the curve has no clock): an estimate.
+                "tq": (tq := trials_to(list(o.curve), quality)),
+                "sq": secs[a] * tq / o.trials.run if tq is not None and o.trials.run else math.nan,
                 "run": o.trials.run,
                 "stop": o.trials.stop_reason,
                 "s": secs[a],
@@ -598,6 +605,29 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
             f"{a}: edits whose median best is slower than cold's beyond cold's own spread: "
             + (", ".join(slower) or "none")
         )
+        # To cold's quality (the slowest cold seed's final best), seed k against cold seed k.
+        q_s = [
+            r["arms"][f"{a}@{k}"]["sq"] / r["arms"][f"cold@{k}"]["sq"]
+            for r in rows
+            for k in range(seeds)
+            if r["arms"][f"{a}@{k}"].get("tq") and r["arms"][f"cold@{k}"].get("tq")
+        ]
+        never = sum(not r["arms"][f"{a}@{k}"].get("tq") for r in rows for k in range(seeds))
+        if q_s:
+            print(
+                f"{a}: to cold's quality (the slowest cold seed's final search best), seconds {a}/cold "
+                f"(pro rata over each run's wall seconds) median {statistics.median(q_s):.2f} (range "
+                f"{min(q_s):.2f}-{max(q_s):.2f}) over {len(q_s)} pairs; {never} run(s) of {a} never reached it"
+            )
+        for r in rows:
+            cells = []
+            for k in range(seeds):
+                x, c = r["arms"][f"{a}@{k}"], r["arms"][f"cold@{k}"]
+                cells.append(
+                    f"seed {k}: {a} {x.get('tq') or '-'} trials / {x.get('sq', math.nan):.0f} s, "
+                    f"cold {c.get('tq') or '-'} / {c.get('sq', math.nan):.0f} s"
+                )
+            print(f"  {r['entry']}: to cold's quality: " + "; ".join(cells))
 
 
 if __name__ == "__main__":
