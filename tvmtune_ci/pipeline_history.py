@@ -5,7 +5,6 @@ model's prior (`old_records`); what `--dry-run` says would be replayed."""
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 from collections.abc import Sequence
@@ -120,10 +119,7 @@ def replay_plan(config: Config, entry: Entry, only: Sequence[str] | None = None)
     for wname, wl in sorted(decl.workloads.items()):
         if only is not None and wname not in only:
             continue
-        if from_target is None and (
-            wname not in hist.results
-            or json.dumps(hist.workloads.get(wname), sort_keys=True) != json.dumps(wl, sort_keys=True)
-        ):
+        if from_target is None and siblings.is_new_shape(hist, wname, wl):
             shapes = {s: dict(hist.workloads[s]) for s in hist.results if isinstance(hist.workloads.get(s), dict)}
             order = siblings.nearest(wl, shapes)
             seeds = siblings.map_siblings(siblings.sibling_configs(hist, order), decl.knobs, wl, target)
@@ -165,10 +161,12 @@ def _git_commit_of(root: Path, path: Path) -> str | None:
         return None
 
 
-def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) -> tuple[Manifest, Path] | None:
+def seed_source(
+    config: Config, entry: Entry, target: TargetConfig, say: Say, then: str = "a cold search"
+) -> tuple[Manifest, Path] | None:
     """The log of `target.seed_from` for this operator, when it can seed this entry's
     search: readable, not edited by hand, tuned with this TVM, for the same template
-    file. None (with a line saying why) otherwise."""
+    file. None (with a line saying why, and `then`: what happens instead) otherwise."""
 
     name = target.seed_from
     assert name is not None
@@ -177,7 +175,7 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
     try:
         m = read_manifest(logset.manifest)
     except (OSError, TvmtuneError) as e:
-        say(f"history: {where} has no readable log ({type(e).__name__}); a cold search")
+        say(f"history: {where} has no readable log ({type(e).__name__}); {then}")
         return None
     try:
         data = (logset.folder / m.log).read_bytes()
@@ -192,7 +190,7 @@ def seed_source(config: Config, entry: Entry, target: TargetConfig, say: Say) ->
     elif m.template_file != entry.template_file:
         why = f"it is a log of {m.template_file}, not {entry.template_file}"
     if why is not None:
-        say(f"history: {where}: not seeding, {why}; a cold search")
+        say(f"history: {where}: not seeding, {why}; {then}")
         return None
     return m, logset.manifest
 
@@ -229,7 +227,7 @@ def nearest_source(config: Config, entry: Entry, target: TargetConfig, say: Say)
         same_cpu = other.target.get("mcpu") == target.target.get("mcpu")
         ranked.append((_facts_distance(facts, mine), not same_cpu, other.name))
     for *_, name in sorted(ranked):
-        seeded = seed_source(config, entry, replace(target, seed_from=name), say)
+        seeded = seed_source(config, entry, replace(target, seed_from=name), say, then="the next nearest target")
         if seeded is not None:
             return seeded[0], seeded[1], name
     return None

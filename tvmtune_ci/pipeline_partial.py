@@ -24,6 +24,7 @@ from .core.errors import CorruptFileError
 from .core.fsutil import sha256_bytes
 from .core.reasons import Code
 from .core.runs import Run, Window, read_runs, same_machine
+from .core.siblings import same_params
 from .core.stats import ESTIMATOR
 from .pipeline_job import Job
 from .tune.hostcheck import host_description
@@ -129,7 +130,7 @@ def plan_partial(
     carried = tuple(
         w
         for w in workloads
-        if w in old_wl and _normal(old_wl[w]) == _normal(workloads[w]) and w in old.results and w in log["workloads"]
+        if w in old_wl and same_params(old_wl[w], workloads[w]) and w in old.results and w in log["workloads"]
     )
     if not carried:
         return "no workload of the previous set is left unchanged"

@@ -11,12 +11,12 @@ re-tune."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from .core import siblings
 from .core.history import Mapped
-from .core.siblings import map_siblings, nearest, scaled_prior, sibling_configs
+from .core.siblings import map_siblings, nearest, same_params, scaled_prior, sibling_configs
 from .pipeline_job import Job
 from .tune.workload import Workload
 
@@ -39,18 +39,13 @@ class SiblingSeed:
         )
 
 
-def _normal(x: Any) -> Any:
-    return json.loads(json.dumps(x, sort_keys=True))
-
-
 def is_new_shape(job: Job, wname: str) -> bool:
     """Whether `wname` has no history of its own shape in the replayed log (this
     target's own): added since, or its parameters changed."""
     hist, tpl = job.history, job.template
     if hist is None or hist.from_target is not None or tpl is None:
         return False
-    old = hist.manifest
-    return wname not in old.results or _normal(old.workloads.get(wname)) != _normal(tpl.decl.workloads[wname])
+    return siblings.is_new_shape(hist.manifest, wname, tpl.decl.workloads[wname])
 
 
 def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
@@ -66,7 +61,7 @@ def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
     order = nearest(params, shapes)
     mapped = map_siblings(sibling_configs(old, order), tpl.decl.knobs, params, target)
     sources = list(dict.fromkeys(s for s, _ in mapped))
-    siblings = (*sources, *(s for s in order if s not in sources))
+    names = (*sources, *(s for s in order if s not in sources))
     prior: tuple[tuple[dict[str, Any], float], ...] = ()
     with_records = [s for s in order if hist.records.get(s)]
     if with_records:
@@ -75,7 +70,7 @@ def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
             # parameters changed too is resolved again with its old ones.
             flops = {
                 s: job.workloads[s].flops
-                if s in job.workloads and _normal(tpl.decl.workloads.get(s)) == _normal(shapes[s])
+                if s in job.workloads and same_params(tpl.decl.workloads.get(s), shapes[s])
                 else Workload(tpl.module, s, shapes[s], target).flops
                 for s in with_records
             }
@@ -90,4 +85,4 @@ def sibling_seed(job: Job, wname: str) -> SiblingSeed | None:
             )
         except Exception as e:  # a prior, never a reason to refuse: say what it cost
             job.say(f"{wname}: the siblings' records do not teach the cost model ({type(e).__name__}: {e})")
-    return SiblingSeed(siblings, tuple(m for _, m in mapped), prior)
+    return SiblingSeed(names, tuple(m for _, m in mapped), prior)

@@ -23,6 +23,7 @@ a new shape finds nothing there; this is where a re-tune can start ahead.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,6 +33,18 @@ from .history import REPLAY_K, Mapped, _valid, old_configs
 from .manifest import Manifest
 from .targetinfo import scope
 from .template import Categorical, Knob, Split, default_value, eval_extent
+
+
+def same_params(a: Any, b: Any) -> bool:
+    """Whether two workloads' parameters are the same, as JSON holds them (a manifest's
+    lists and a template's tuples alike)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def is_new_shape(manifest: Manifest, name: str, params: Mapping[str, Any]) -> bool:
+    """Whether `manifest`'s set has no history of workload `name` at `params`: added
+    since, or its parameters changed (its siblings then seed it)."""
+    return name not in manifest.results or not same_params(manifest.workloads.get(name), params)
 
 
 def _divisors(n: int) -> list[int]:

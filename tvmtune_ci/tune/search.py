@@ -150,8 +150,8 @@ class Search:
         # A re-tune with history: its stop rule, created when the replay measured the old
         # best (None: a cold search, which has only the cold rule).
         self.warm: WarmStop | None = None
-        # The replayed old best when it sets no stop rule (TuneRequest.warm_stop False).
-        self.seed_best: stats.Estimate | None = None
+        # The old best as the replay measured it (with or without the warm rule).
+        self.replayed_best: stats.Estimate | None = None
 
     @property
     def name(self) -> str:
@@ -340,7 +340,7 @@ class Search:
     def old_best(self) -> stats.Estimate | None:
         """The old best on the new template (or another target's, mapped), as the replay
         measured it; None: cold."""
-        return self.warm.old_best if self.warm is not None else self.seed_best
+        return self.replayed_best
 
     def _measure_beside(
         self, knobs: Mapping[str, Any], old_knobs: Mapping[str, Any]
@@ -437,7 +437,7 @@ class Search:
         got = replay.run(configs)
         if replay.old_best is not None:
             est, knobs = replay.old_best
-            self.seed_best = est
+            self.replayed_best = est
             if self.req.warm_stop:
                 self.warm = WarmStop(WarmOptions.of(self.req, WARMUP_SAMPLES), est, knobs, self._measure_beside)
         return got
