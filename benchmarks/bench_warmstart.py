@@ -317,7 +317,9 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         folder = repo / "tuning_logs" / edit.operator / (args.cross or target_name)
         manifest = read_manifest(folder / "manifest.json")
         old = history.old_configs(manifest, edit.workload)
-        mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target)
+        # --cross: the other target's configurations mapped through both targets' facts.
+        source = config.target(args.cross).target if args.cross else None
+        mapped = history.map_all(old, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target, source)
         old_decl = history.old_declaration(repo, manifest)
         diff = history.knob_diff(
             old_decl, tmpl.KNOBS, tmpl.WORKLOADS[edit.workload], target, old_names=sorted({k for c in old for k in c})

@@ -123,3 +123,56 @@ def test_probes_are_the_old_best_with_one_knob_in_the_region_the_edit_opened() -
     # Nothing opened (or the old declaration unknown): no probes.
     assert probes(best, new, new, {"N": 64}, {}, limit=8) == []
     assert probes(best, None, new, {"N": 64}, {}, limit=8) == []
+
+
+# Another target's log (seed-from, the nearest target): a knob counted in the target's
+# facts maps to the same tile in elements, and both readings are replayed.
+AVX512 = {"kind": "llvm", "mcpu": "znver4"}
+GEMM = {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"}
+COLS = define_split("tile_j", "(N + 15)//16*16//LANES", parts=3, max_factor="VREGS//8")
+
+
+def test_a_vector_count_from_another_target_keeps_its_elements() -> None:
+    from tvmtune_ci.core.history import rescale_split
+
+    # AVX-512 16 lanes, 32 registers (max 4) -> AVX2 8 lanes, 16 registers (max 2).
+    src, dst = {"N": 1024, "LANES": 16, "VREGS": 32}, {"N": 1024, "LANES": 8, "VREGS": 16}
+    # The register tile's 16 columns stay 16 (2 vectors of 8), each block's 64 columns
+    # stay 64 (4 x 2 vectors), the 16 parallel tiles stay 16.
+    assert rescale_split(COLS, [16, 4, 1], src, dst) == [16, 4, 2]
+    # 4 vectors of 16 do not fit 2 registers: the innermost within the bound, the
+    # level outside it taking what it gave up (64 x 4 = 256 columns per block).
+    assert rescale_split(COLS, [4, 4, 4], src, dst) == [4, 16, 2]
+    # And back: AVX2's 2 vectors of 8 are 1 of 16.
+    assert rescale_split(COLS, [8, 8, 2], dst, src) == [8, 8, 1]
+    # Not a tiling under the source, or the same extent on both: nothing to rescale.
+    assert rescale_split(COLS, [16, 4, 2], src, dst) is None
+    assert rescale_split(COLS, [16, 4, 1], src, src) is None
+    # A prime extent in vectors (N = 8 x 127: 127 vectors on AVX2, 63 on AVX-512):
+    # every result is still a legal tiling here, the innermost within its bound.
+    acc = define_split("acc", "N//LANES", parts=2, max_factor=8)
+    odd_src, odd_dst = {**src, "N": 1016}, {**dst, "N": 1016}
+    for v in ([9, 7], [63, 1], [1, 63], [21, 3]):
+        assert rescale_split(acc, v, odd_src, odd_dst) == [127, 1]
+    # The element rule where the extent allows it: 3 vectors of 16 are 6 of 8.
+    assert rescale_split(acc, [21, 3], {**src, "N": 1008}, {**dst, "N": 1008}) == [21, 6]
+
+
+def test_another_targets_configs_are_replayed_in_both_readings_best_first() -> None:
+    knobs = [define_split("tile_i", "M", parts=3, max_factor=8), COLS, define_structure("pack", ["tile", "global"])]
+    a = {"tile_i": [2, 128, 4], "tile_j": [16, 4, 1], "pack": "global"}
+    b = {"tile_i": [128, 1, 8], "tile_j": [32, 2, 1], "pack": "tile"}
+    m = map_all([a, b], knobs, GEMM, AVX2, AVX512)
+    # The same elements first, then the same vectors; two configurations, two points.
+    assert [x.knobs["tile_j"] for x in m] == [[16, 4, 2], [32, 4, 1]]
+    assert m[0].reset == ("tile_j",) and m[0].kept == ("tile_i", "pack")
+    # With three configurations' room, the second's element reading follows.
+    assert [x.knobs["tile_j"] for x in map_all([a, b, a], knobs, GEMM, AVX2, AVX512)] == [
+        [16, 4, 2],
+        [32, 4, 1],
+        [32, 2, 2],
+    ]
+    # This target's own log: its factors, as before.
+    assert map_config(a, knobs, GEMM, AVX2).knobs["tile_j"] == [32, 4, 1]
+    # A knob whose extent the facts do not change keeps its value in both readings.
+    assert map_config(a, knobs, GEMM, AVX2, AVX512).knobs["tile_i"] == [2, 128, 4]

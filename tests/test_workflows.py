@@ -366,6 +366,8 @@ def test_monthly_remeasure_records_its_run_and_is_self_hosted(tmp_path: Path) ->
         "zen5 2c",
         "--format",
         "github",
+        "--window-gap",
+        "30",
         "--record",
         "--commit",
         "--push",

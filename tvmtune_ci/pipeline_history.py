@@ -131,7 +131,8 @@ def replay_plan(config: Config, entry: Entry, only: Sequence[str] | None = None)
             )
             continue
         old = history.old_configs(hist, wname)
-        mapped = history.map_all(old, decl.knobs, wl, target)
+        source = config.target(from_target).target if from_target else None
+        mapped = history.map_all(old, decl.knobs, wl, target, source)
         diff = history.knob_diff(old_decl, decl.knobs, wl, target, old_names=sorted({k for c in old for k in c}))
         whole = sum(not m.reset for m in mapped)
         lines.append(

@@ -51,6 +51,8 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
             f"is {machine_words(host_description())}: its search does not stand here, and its programs are "
             "not left out of the finals"
         )
+    # Another target's configurations are mapped through both targets' facts.
+    source = job.config.target(hist.from_target).target if hist is not None and hist.from_target else None
     seed = None
     if hist is not None and is_new_shape(job, wname):
         try:
@@ -63,7 +65,7 @@ def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, Workloa
         say(f"{wname}: {seed.sentence(hist.manifest.log)}")
     elif hist is not None:
         old = history.old_configs(hist.manifest, wname)
-        mapped = history.map_all(old, decl.knobs, wl, target.target)
+        mapped = history.map_all(old, decl.knobs, wl, target.target, source)
         diff = history.knob_diff(
             hist.old_knobs, decl.knobs, wl, target.target, old_names=sorted({k for c in old for k in c})
         )

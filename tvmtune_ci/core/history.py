@@ -21,6 +21,7 @@ and the new KNOBS, scoped by the workload); split, each would rebuild it.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +68,17 @@ def _valid(knob: Knob, value: Any, names: Mapping[str, Any]) -> bool:
     return False
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int) -> list[int]:
+    """n's divisors, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def nearest_factor(want: float, rest: int, bound: int) -> int:
+    """The divisor of `rest` no larger than `bound` nearest to `want` by ratio (the
+    smaller on a tie: a smaller inner tile is the safer guess for registers)."""
+    legal = [d for d in divisors(rest) if d <= bound] or [1]
+    return min(legal, key=lambda d: (abs(math.log(d / max(1.0, want))), d))
 
 
 def _repair_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int] | None:
@@ -89,7 +99,7 @@ def _repair_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int
     for i, f in enumerate(reversed(inner)):
         bound = top if i == 0 else rest
         f = max(1, min(f, bound))
-        f = max(d for d in _divisors(rest) if d <= f)
+        f = max(d for d in divisors(rest) if d <= f)
         out_inner.insert(0, f)
         rest //= f
     return [rest, *out_inner]
@@ -104,18 +114,67 @@ def _repair(knob: Knob, value: Any, names: Mapping[str, Any]) -> Any:
     return None
 
 
+def rescale_split(knob: Split, value: Any, source: Mapping[str, Any], names: Mapping[str, Any]) -> list[int] | None:
+    """Another target's tiling of a knob whose extent counts in the target's facts
+    (`(N + 15)//16*16//LANES`: columns in vectors), mapped so that every level of the
+    tile keeps its size in elements: with half the lanes, each inner level counts
+    twice the vectors, the innermost within this target's `max_factor` (its registers)
+    and each level out taking what the levels inside it gave up, the outermost (the
+    parallel tiles) left as it was. Keeping the factors instead halves every level's
+    columns and doubles the tiles: zen4-2c's matmul m1024 configurations (1 vector of
+    16) then give AVX2 register tiles of 1 vector of 8, where its own log's best has 2;
+    rescaled, zen4-2c's second m1021 configuration is the AVX2 log's best exactly.
+
+    None when `value` is no tiling of the knob's extent under `source` (the scope the
+    configuration was tuned in), or when the extent is the same there as here."""
+    if not isinstance(value, (list, tuple)) or len(value) != knob.parts or knob.parts < 2:
+        return None
+    try:
+        old = [int(x) for x in value]
+        was, now = eval_extent(knob.extent, source), eval_extent(knob.extent, names)
+    except (TypeError, ValueError, TemplateError):
+        return None
+    if was == now or min(old) < 1 or math.prod(old) != was:
+        return None
+    scale, top = now / was, eval_extent(knob.max_factor, names)
+    rest, inner, old_size, new_size = now, list[int](), 1, 1
+    for i, f in enumerate(reversed(old[1:])):
+        old_size *= f  # this level's size, in the source's units
+        f = nearest_factor(old_size * scale / new_size, rest, top if i == 0 else rest)
+        inner.insert(0, f)
+        rest //= f
+        new_size *= f
+    return [rest, *inner]
+
+
 def map_config(
-    old: Mapping[str, Any], knobs: Sequence[Knob], workload: Mapping[str, Any], target: Mapping[str, Any]
+    old: Mapping[str, Any],
+    knobs: Sequence[Knob],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+    source: Mapping[str, Any] | None = None,
 ) -> Mapped:
     """`old` in the space of `knobs`: each knob that still exists with a valid value
     keeps it; one no longer valid is repaired to the nearest valid value (a split
     keeps the inner factors that still fit, an integer knob the closest candidate);
     a new knob, or one with nothing to go by, takes the default. The search then
-    samples from these points on."""
+    samples from these points on.
+
+    `source`: the target `old` was tuned for, when another (seed-from, the nearest
+    target). A split whose extent counts in the targets' facts is then rescaled to
+    keep its tile sizes in elements (`rescale_split`), not its factors."""
     names = scope(workload, target)
+    src = scope(workload, source) if source is not None else None
     out: dict[str, Any] = {}
-    kept, reset = [], []
+    kept: list[str] = []
+    reset: list[str] = []
     for k in knobs:
+        if src is not None and isinstance(k, Split) and k.name in old:
+            scaled = rescale_split(k, old[k.name], src, names)
+            if scaled is not None and _valid(k, scaled, names):
+                out[k.name] = scaled
+                (kept if scaled == [int(x) for x in old[k.name]] else reset).append(k.name)
+                continue
         if k.name in old and _valid(k, old[k.name], names):
             value = old[k.name]
             out[k.name] = [int(x) for x in value] if isinstance(k, Split) else value
@@ -147,22 +206,35 @@ def old_configs(manifest: Manifest, workload: str, k: int = REPLAY_K) -> list[di
 
 
 def map_all(
-    configs: Sequence[Mapping[str, Any]], knobs: Sequence[Knob], workload: Mapping[str, Any], target: Mapping[str, Any]
+    configs: Sequence[Mapping[str, Any]],
+    knobs: Sequence[Knob],
+    workload: Mapping[str, Any],
+    target: Mapping[str, Any],
+    source: Mapping[str, Any] | None = None,
 ) -> list[Mapped]:
     """Every old configuration mapped, distinct in the new space (two old ones that
     differ only in a removed knob are one new point), best first. One that keeps no
-    knob at all is only the default configuration (measured anyway): left out."""
+    knob at all is only the default configuration (measured anyway): left out.
+
+    `source`: the target the configurations were tuned for, when another. A knob that
+    counts in the targets' facts reads two ways (a register tile in vectors: the same
+    elements, or the same vectors and so the same registers), and only the target can
+    say which holds, so each configuration is mapped both ways, the element-preserving
+    one first (`rescale_split`), and as many points are kept as configurations given:
+    the best ones in both readings rather than more of them in one."""
+    readings = [source, None] if source is not None else [None]
     out: list[Mapped] = []
     seen: set[str] = set()
     for c in configs:
-        m = map_config(c, knobs, workload, target)
-        if not m.kept:
-            continue
-        key = repr(sorted(m.knobs.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(m)
-    return out
+        for src in readings:
+            m = map_config(c, knobs, workload, target, src)
+            if not m.kept:
+                continue
+            key = repr(sorted(m.knobs.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append(m)
+    return out[: len(configs)]
 
 
 # --------------------------------------------------------------------------- probes

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import TemplateError
-from .history import REPLAY_K, Mapped, _valid, old_configs
+from .history import REPLAY_K, Mapped, _valid, nearest_factor, old_configs
 from .manifest import Manifest
 from .targetinfo import scope
 from .template import Categorical, Knob, Split, default_value, eval_extent
@@ -47,18 +47,6 @@ def is_new_shape(manifest: Manifest, name: str, params: Mapping[str, Any]) -> bo
     return name not in manifest.results or not same_params(manifest.workloads.get(name), params)
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
-
-
-def _nearest_factor(want: int, rest: int, bound: int) -> int:
-    """The divisor of `rest` no larger than `bound` nearest to `want` by ratio (the
-    smaller on a tie: a smaller inner tile is the safer guess for registers)."""
-    legal = [d for d in _divisors(rest) if d <= bound] or [1]
-    return min(legal, key=lambda d: (abs(math.log(d / max(1, want))), d))
-
-
 def map_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int] | None:
     """A sibling's tiling of the same knob on this workload's extent: each inner factor
     (innermost first) the legal factor nearest to it by ratio, the innermost also within
@@ -74,7 +62,7 @@ def map_split(knob: Split, value: Any, names: Mapping[str, Any]) -> list[int] | 
     extent, top = eval_extent(knob.extent, names), eval_extent(knob.max_factor, names)
     rest, inner = extent, list[int]()
     for i, f in enumerate(reversed(old[1:])):
-        f = _nearest_factor(f, rest, top if i == 0 else rest)
+        f = nearest_factor(f, rest, top if i == 0 else rest)
         inner.insert(0, f)
         rest //= f
     return [rest, *inner]
