@@ -165,7 +165,10 @@ def test_another_targets_configs_are_replayed_in_both_readings_best_first() -> N
     m = map_all([a, b], knobs, GEMM, AVX2, AVX512)
     # The same elements first, then the same vectors; two configurations, two points.
     assert [x.knobs["tile_j"] for x in m] == [[16, 4, 2], [32, 4, 1]]
-    assert m[0].reset == ("tile_j",) and m[0].kept == ("tile_i", "pack")
+    assert m[0].reset == m[0].scaled == ("tile_j",) and m[0].kept == ("tile_i", "pack")
+    # A configuration of nothing but a rescaled split is still replayed (not the default).
+    (only,) = map_all([{"tile_j": [16, 4, 1]}], [COLS], GEMM, AVX2, AVX512)
+    assert only.knobs == {"tile_j": [16, 4, 2]} and only.kept == () and only.scaled == ("tile_j",)
     # With three configurations' room, the second's element reading follows.
     assert [x.knobs["tile_j"] for x in map_all([a, b, a], knobs, GEMM, AVX2, AVX512)] == [
         [16, 4, 2],

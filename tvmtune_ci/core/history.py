@@ -45,6 +45,9 @@ class Mapped:
     knobs: dict[str, Any]  # a full point of the new space
     kept: tuple[str, ...]  # knobs taken from the old configuration as they were
     reset: tuple[str, ...]  # knobs new (the default) or no longer valid (repaired)
+    # Of `reset`, the splits another target's facts rescaled to the same elements
+    # (`rescale_split`): moved, but taken from the old configuration, not the default.
+    scaled: tuple[str, ...] = ()
 
 
 def _valid(knob: Knob, value: Any, names: Mapping[str, Any]) -> bool:
@@ -168,12 +171,17 @@ def map_config(
     out: dict[str, Any] = {}
     kept: list[str] = []
     reset: list[str] = []
+    scaled: list[str] = []
     for k in knobs:
         if src is not None and isinstance(k, Split) and k.name in old:
-            scaled = rescale_split(k, old[k.name], src, names)
-            if scaled is not None and _valid(k, scaled, names):
-                out[k.name] = scaled
-                (kept if scaled == [int(x) for x in old[k.name]] else reset).append(k.name)
+            value = rescale_split(k, old[k.name], src, names)
+            if value is not None and _valid(k, value, names):
+                out[k.name] = value
+                if value == [int(x) for x in old[k.name]]:
+                    kept.append(k.name)
+                else:
+                    reset.append(k.name)
+                    scaled.append(k.name)
                 continue
         if k.name in old and _valid(k, old[k.name], names):
             value = old[k.name]
@@ -183,7 +191,7 @@ def map_config(
         fixed = _repair(k, old[k.name], names) if k.name in old else None
         out[k.name] = fixed if fixed is not None and _valid(k, fixed, names) else default_value(k, names)
         reset.append(k.name)
-    return Mapped(out, tuple(kept), tuple(reset))
+    return Mapped(out, tuple(kept), tuple(reset), tuple(scaled))
 
 
 def old_configs(manifest: Manifest, workload: str, k: int = REPLAY_K) -> list[dict[str, Any]]:
@@ -214,7 +222,8 @@ def map_all(
 ) -> list[Mapped]:
     """Every old configuration mapped, distinct in the new space (two old ones that
     differ only in a removed knob are one new point), best first. One that keeps no
-    knob at all is only the default configuration (measured anyway): left out.
+    knob at all (none rescaled either) is only the default configuration (measured
+    anyway): left out.
 
     `source`: the target the configurations were tuned for, when another. A knob that
     counts in the targets' facts reads two ways (a register tile in vectors: the same
@@ -228,7 +237,7 @@ def map_all(
     for c in configs:
         for src in readings:
             m = map_config(c, knobs, workload, target, src)
-            if not m.kept:
+            if not m.kept and not m.scaled:
                 continue
             key = repr(sorted(m.knobs.items()))
             if key not in seen:
