@@ -291,6 +291,29 @@ def load_edited(edit: Edit, repo: Path, scratch: Path) -> Any:
     return import_template(scratch / "operators" / f"{edit.operator}.py", scratch)
 
 
+def incumbents(o: Any, within: float = 1.10, top: int = 5) -> list[tuple[int, dict[str, Any]]]:
+    """(trial, knobs): each time the run's best so far changed by the search's own
+    figures, within `within` of its final one (earlier ones are too slow to be anyone's
+    quality, and would only lengthen the finals), and its final best and top `top`
+    configurations with the trial that first measured them (the search's figures are
+    noisy: the finals can crown one the search had ranked lower). By trial."""
+    steps: list[tuple[int, dict[str, Any], float]] = []
+    first: dict[str, int] = {}
+    for t in sorted(o.records, key=lambda t: t["trial"]):
+        if t["trial"] < 1:
+            continue
+        first.setdefault(json.dumps(t["knobs"], sort_keys=True), t["trial"])
+        secs = t.get("measured_s", t["latency_s"])
+        if secs and (not steps or secs < steps[-1][2]):
+            steps.append((t["trial"], dict(t["knobs"]), secs))
+    out = {json.dumps(k, sort_keys=True): (trial, k) for trial, k, secs in steps if secs <= within * steps[-1][2]}
+    for m in [o.best, *o.top[:top]]:
+        key = json.dumps(m.knobs, sort_keys=True)
+        if m.knobs and key not in out:  # a finalist the search never measured counts at the end
+            out[key] = (first.get(key, o.trials.run), dict(m.knobs))
+    return sorted(out.values(), key=lambda x: x[0])
+
+
 def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
     for trial, g in curve:
         if g >= gflops:
@@ -450,14 +473,19 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         # Cold's quality: the slowest cold seed's final search best (as bench_transfer
         # defines it: reaching it is being within cold's own spread between seeds).
         quality = min(outs[a].curve[-1][1] for a in arms if a.startswith("cold@") and outs[a].curve)
-        # Every arm's best side by side, interleaved (drift hits all alike).
+        # Every arm's best side by side, interleaved (drift hits all alike), and with them
+        # each run's late incumbents and top: cold's quality taken side by side too (the search's
+        # own figures of two runs are two stretches of the runner, minutes apart).
+        steps = {a: incumbents(outs[a]) for a in arms}
+        extra = {json.dumps(k, sort_keys=True): k for a in arms for _, k in steps[a]}
         runner, builder = make_runner(config.measure), make_builder()
         try:
             fin = finals(
                 tmpl,
                 edit.workload,
                 target,
-                [Finalist("search", dict(outs[a].best.knobs), a) for a in arms],
+                [Finalist("search", dict(outs[a].best.knobs), a) for a in arms]
+                + [Finalist("search", dict(k), key) for key, k in extra.items()],
                 config.measure,
                 runner=runner,
                 builder=builder,
@@ -466,6 +494,18 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
             runner.close()
             builder.close()
         est = {r.finalist.key: r.estimate for r in fin}
+        # Cold's quality side by side: the slowest cold seed's final best as re-measured here.
+        q_side = max((est[a].value for a in arms if a.startswith("cold@") and est.get(a) is not None), default=math.nan)
+
+        def side_to(a: str) -> int | None:
+            """The first trial by which run `a` had measured a configuration that runs, side
+            by side, at cold's quality (found by then, whatever the search made of it)."""
+            for trial, k in steps[a]:
+                e = est.get(json.dumps(k, sort_keys=True))
+                if e is not None and e.value <= q_side:
+                    return trial
+            return None
+
         print(
             "  re-measured side by side: "
             + ", ".join(
@@ -501,6 +541,10 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 # wall seconds (the curve has no clock): an estimate.
                 "tq": (tq := trials_to(list(o.curve), quality)),
                 "sq": secs[a] * tq / o.trials.run if tq is not None and o.trials.run else math.nan,
+                # The same with cold's quality and every incumbent measured side by side.
+                "tq2": (tq2 := side_to(a)),
+                "sq2": secs[a] * tq2 / o.trials.run if tq2 is not None and o.trials.run else math.nan,
+                "incumbents": len(steps[a]),
                 "run": o.trials.run,
                 "stop": o.trials.stop_reason,
                 "s": secs[a],
@@ -630,6 +674,29 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
                     f"cold {c.get('tq') or '-'} / {c.get('sq', math.nan):.0f} s"
                 )
             print(f"  {r['entry']}: to cold's quality: " + "; ".join(cells))
+        # Side by side: every pair counted, a run that never reached it as slower than any.
+        pairs = [
+            (r["arms"][f"{a}@{k}"]["sq2"] / r["arms"][f"cold@{k}"]["sq2"] if r["arms"][f"{a}@{k}"]["tq2"] else math.inf)
+            for r in rows
+            for k in range(seeds)
+            if r["arms"][f"cold@{k}"]["tq2"]
+        ]
+        if pairs:
+            print(
+                f"{a}: to cold's quality side by side (the slowest cold seed's final best, and each run's "
+                f"late incumbents and top configurations, re-measured in turns), seconds {a}/cold median {statistics.median(pairs):.2f} "
+                f"over {len(pairs)} pairs, a run that never reached it counted as slower than any; "
+                f"{sum(p == math.inf for p in pairs)} never did"
+            )
+        for r in rows:
+            cells = []
+            for k in range(seeds):
+                x, c = r["arms"][f"{a}@{k}"], r["arms"][f"cold@{k}"]
+                cells.append(
+                    f"seed {k}: {a} {x['tq2'] or '-'} trials / {x['sq2']:.0f} s ({x['incumbents']} candidates), "
+                    f"cold {c['tq2'] or '-'} / {c['sq2']:.0f} s ({c['incumbents']})"
+                )
+            print(f"  {r['entry']}: to cold's quality, side by side: " + "; ".join(cells))
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def history_source(
         if near is not None:
             say(
                 f"history: a new target: seeding from the nearest configured target's log, {near[2]}'s "
-                f"{near[0].log} (its configurations mapped through this target's facts and replayed "
+                f"{near[0].log} (its configurations mapped through both targets' facts and replayed "
                 "first, its records the cost model's prior; the cold stop rule ends the search)"
             )
             return near

@@ -503,7 +503,8 @@ class ReplayReport:
             out.insert(
                 0,
                 f"seeded from the {self.from_target} log {self.source} (another target: its configurations "
-                "mapped through this target's facts, a weaker prior; the cold stop rule ends the search)",
+                "mapped through both targets' facts, a split counted in vectors read both as the same elements "
+                "and as the same vectors; a weaker prior; the cold stop rule ends the search)",
             )
         if not self.offered:
             out.append(f"no configuration of {self.source} could be mapped: a cold search")
