@@ -477,15 +477,18 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         # each run's late incumbents and top: cold's quality taken side by side too (the search's
         # own figures of two runs are two stretches of the runner, minutes apart).
         steps = {a: incumbents(outs[a]) for a in arms}
-        extra = {json.dumps(k, sort_keys=True): k for a in arms for _, k in steps[a]}
+        # Keyed by the knobs: an arm's best is among its incumbents, and two seeds may
+        # share one; each configuration is measured once.
+        best_key = {a: json.dumps(outs[a].best.knobs, sort_keys=True) for a in arms}
+        cands = {best_key[a]: dict(outs[a].best.knobs) for a in arms}
+        cands.update((json.dumps(k, sort_keys=True), dict(k)) for a in arms for _, k in steps[a])
         runner, builder = make_runner(config.measure), make_builder()
         try:
             fin = finals(
                 tmpl,
                 edit.workload,
                 target,
-                [Finalist("search", dict(outs[a].best.knobs), a) for a in arms]
-                + [Finalist("search", dict(k), key) for key, k in extra.items()],
+                [Finalist("search", k, key) for key, k in cands.items()],
                 config.measure,
                 runner=runner,
                 builder=builder,
@@ -493,7 +496,8 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         finally:
             runner.close()
             builder.close()
-        est = {r.finalist.key: r.estimate for r in fin}
+        by_knobs = {r.finalist.key: r.estimate for r in fin}
+        est = {**by_knobs, **{a: by_knobs.get(best_key[a]) for a in arms}}
         # Cold's quality side by side: the slowest cold seed's final best as re-measured here.
         q_side = max((est[a].value for a in arms if a.startswith("cold@") and est.get(a) is not None), default=math.nan)
 
@@ -603,6 +607,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def per_seed(
+    rows: list[dict[str, Any]], a: str, seeds: int, trials: str, secs: str, what: str, candidates: bool = False
+) -> None:
+    """One line per edit: each seed's trials and seconds to a quality, arm `a` beside cold."""
+    for r in rows:
+        cells = []
+        for k in range(seeds):
+            x, c = r["arms"][f"{a}@{k}"], r["arms"][f"cold@{k}"]
+            xn, cn = (f" ({x['incumbents']} candidates)", f" ({c['incumbents']})") if candidates else ("", "")
+            cells.append(
+                f"seed {k}: {a} {x.get(trials) or '-'} trials / {x.get(secs, math.nan):.0f} s{xn}, "
+                f"cold {c.get(trials) or '-'} / {c.get(secs, math.nan):.0f} s{cn}"
+            )
+        print(f"  {r['entry']}: {what}: " + "; ".join(cells))
+
+
 def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
     """Per edit and arm: seconds, trials and the final best (re-measured in one
     interleaved run), the median over seeds; each arm against cold's own spread."""
@@ -665,15 +685,7 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
                 f"(pro rata over each run's wall seconds) median {statistics.median(q_s):.2f} (range "
                 f"{min(q_s):.2f}-{max(q_s):.2f}) over {len(q_s)} pairs; {never} run(s) of {a} never reached it"
             )
-        for r in rows:
-            cells = []
-            for k in range(seeds):
-                x, c = r["arms"][f"{a}@{k}"], r["arms"][f"cold@{k}"]
-                cells.append(
-                    f"seed {k}: {a} {x.get('tq') or '-'} trials / {x.get('sq', math.nan):.0f} s, "
-                    f"cold {c.get('tq') or '-'} / {c.get('sq', math.nan):.0f} s"
-                )
-            print(f"  {r['entry']}: to cold's quality: " + "; ".join(cells))
+        per_seed(rows, a, seeds, "tq", "sq", "to cold's quality")
         # Side by side: every pair counted, a run that never reached it as slower than any.
         pairs = [
             (r["arms"][f"{a}@{k}"]["sq2"] / r["arms"][f"cold@{k}"]["sq2"] if r["arms"][f"{a}@{k}"]["tq2"] else math.inf)
@@ -688,15 +700,7 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
                 f"over {len(pairs)} pairs, a run that never reached it counted as slower than any; "
                 f"{sum(p == math.inf for p in pairs)} never did"
             )
-        for r in rows:
-            cells = []
-            for k in range(seeds):
-                x, c = r["arms"][f"{a}@{k}"], r["arms"][f"cold@{k}"]
-                cells.append(
-                    f"seed {k}: {a} {x['tq2'] or '-'} trials / {x['sq2']:.0f} s ({x['incumbents']} candidates), "
-                    f"cold {c['tq2'] or '-'} / {c['sq2']:.0f} s ({c['incumbents']})"
-                )
-            print(f"  {r['entry']}: to cold's quality, side by side: " + "; ".join(cells))
+        per_seed(rows, a, seeds, "tq2", "sq2", "to cold's quality, side by side", candidates=True)
 
 
 if __name__ == "__main__":
