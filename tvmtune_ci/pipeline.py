@@ -68,7 +68,7 @@ from .pipeline_history import (
     replay_skipped,
 )
 from .pipeline_job import History, Job, RetuneResult, Say, Template
-from .pipeline_partial import kept_runs, partial_step
+from .pipeline_partial import kept_runs, partial_step, removal_only
 from .pipeline_request import tune_one
 from .pipeline_words import commit_message, previous_sentence, replay_report
 from .publish.readme import render_curve, render_readme
@@ -104,6 +104,7 @@ __all__ = [
     "may_carry",
     "measure_threads",
     "previous_sentence",
+    "removal_only",
     "replay_plan",
     "replay_report",
     "replay_skipped",
@@ -129,16 +130,19 @@ def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Pu
 
 
 def _refuse_unless_carried(job: Job, err: TvmtuneError) -> Job:
-    if not may_carry(job.entry, job.carry):
+    if may_carry(job.entry, job.carry):
+        job.say(f"{err}; only the template changed: trying to carry the set forward first, which measures nothing")
+    elif removal_only(job.config, job.entry, job.carry):
+        job.say(f"{err}; only workloads were removed: archiving their records measures nothing")
+    else:
         raise err
-    job.say(f"{err}; only the template changed: trying to carry the set forward first, which measures nothing")
     return replace(job, refusal=err)
 
 
 def check_host_step(job: Job) -> Job:
     """A target this machine cannot measure is refused before anything else, unless
-    only its template changed: a carry forward measures nothing, so any machine that
-    can schedule the template for the target can carry the set (another CPU's)."""
+    only its template changed or only workloads were removed: a carry forward and an
+    archive measure nothing, so any machine that can read the template can make them."""
     try:
         check_host(job.target.target, remote=job.target.rpc is not None)
     except HostError as err:
@@ -158,10 +162,16 @@ def preflight_step(job: Job) -> Job:
 
 
 def refused_step(job: Job) -> Job:
-    """Not carried forward: the host check's or the tracker's refusal stands."""
-    if job.refusal is not None and job.carried is None:
+    """Something to measure after all (not carried forward, or not only removals): the
+    host check's or the tracker's refusal stands."""
+    if job.refusal is not None and job.carried is None and not _measures_nothing(job):
         raise job.refusal
     return job
+
+
+def _measures_nothing(job: Job) -> bool:
+    """Only workloads were removed: the set is published from what was measured."""
+    return job.partial is not None and not job.partial.tuned
 
 
 def recheck_step(job: Job) -> Job:
@@ -226,7 +236,7 @@ def history_step(job: Job) -> Job:
 def tune_step(job: Job) -> Job:
     """Tune every workload (the tuner's steps: correctness, baseline, search with the
     history replay, finals), with the target's thread count."""
-    if job.carried is not None:
+    if job.carried is not None or _measures_nothing(job):
         return job
     outcomes, results = {}, {}
     assert job.template is not None
@@ -241,8 +251,6 @@ def tune_step(job: Job) -> Job:
     names = list(job.template.decl.workloads)
     if job.partial is not None:  # the carried ones keep what they measured
         names = [w for w in names if w in job.partial.tuned]
-        if not names:  # only removals: no worker to start
-            return job
     if job.budget is not None:  # the lightest first, as the budget orders every item
         order = job.budget.order()
         names.sort(
@@ -333,14 +341,21 @@ def manifest_step(job: Job) -> Job:
         trials = {w: old.trials[w] if w in job.partial.carried else trials[w] for w in tpl.decl.workloads}
         tuned_on, partial = old.tuned_on, job.partial.to_json(date)
     data = render_log(log).encode()
-    host = host_description()
-    host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
-    if target.rpc is None and target.target.get("kind") == "llvm":
-        from .tune.tvmsetup import host_cpu
+    measure = {**vars(job.config.measure), "estimator": ESTIMATOR, "threads": job.threads or "TVM default"}
+    seed = job.seed
+    if _measures_nothing(job):
+        # Every figure is the old set's: so are the machine, settings and seed that made them.
+        assert entry.manifest is not None
+        host, measure, seed = dict(entry.manifest.host), dict(entry.manifest.measure), entry.manifest.seed
+    else:
+        host = host_description()
+        host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
+        if target.rpc is None and target.target.get("kind") == "llvm":
+            from .tune.tvmsetup import host_cpu
 
-        host["llvm_cpu"] = host_cpu()  # beside the target's mcpu: the README shows a mismatch
-    # Who measured the trials: "local", or each RPC server's "host:port".
-    host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})
+            host["llvm_cpu"] = host_cpu()  # beside the target's mcpu: the README shows a mismatch
+        # Who measured the trials: "local", or each RPC server's "host:port".
+        host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})
     manifest = Manifest(
         operator=entry.operator,
         target_name=target.name,
@@ -353,11 +368,11 @@ def manifest_step(job: Job) -> Job:
         workloads=tpl.decl.workloads,
         tvm_version=installed_tvm_version() or "unknown",
         tuned_on=tuned_on,
-        seed=job.seed,
+        seed=seed,
         trials=trials,
         results=results,
         partial=partial,
-        measure={**vars(job.config.measure), "estimator": ESTIMATOR, "threads": job.threads or "TVM default"},
+        measure=measure,
         template_file=entry.template_file,
         template_commit=_git_commit_of(job.config.root, tpl.path),
         host=host,

@@ -9,6 +9,8 @@ The carried figures and the new ones must be one runner's, measured the same way
 the set would publish two kinds of number side by side: so a set measured on another
 machine, with other measurement settings, or from before format 2 is re-tuned whole
 (`plan_partial` says why). `retune --no-carry` (and `--all`) re-tune it whole too.
+A set that only lost workloads measures nothing (`removal_only`): any machine may
+publish it, and its manifest keeps the host and settings that measured every figure.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from typing import Any
 
 from .check.staleness import Entry
 from .core.config import Config, TargetConfig
-from .core.errors import CorruptFileError
+from .core.errors import CorruptFileError, TvmtuneError
 from .core.fsutil import sha256_bytes
+from .core.manifest import Manifest
 from .core.reasons import Code
 from .core.runs import Run, Window, read_runs, same_machine
 from .core.siblings import same_params
 from .core.stats import ESTIMATOR
+from .core.template import read_template
 from .pipeline_job import Job
 from .tune.hostcheck import host_description
 
@@ -89,6 +93,21 @@ def _settings(measure: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in measure.items() if k != "threads"}
 
 
+def _measured_unlike(config: Config, target: TargetConfig, old: Manifest, threads: int | None) -> str | None:
+    """Why this run's figures would not be of the kind `old`'s are (None: they would)."""
+    if target.rpc is None and not same_machine(host_description(), old.host):
+        return "the set was measured on another machine: its figures and this run's would not be one runner's"
+    now = _settings({**vars(config.measure), "estimator": ESTIMATOR})
+    if _normal(_settings(old.measure)) != _normal(now):
+        keys = sorted(
+            k for k in set(now) | set(_settings(old.measure)) if _normal(now.get(k)) != _normal(old.measure.get(k))
+        )
+        return f"the measurement settings changed since it was tuned ({', '.join(keys)})"
+    if old.measure.get("threads") != (threads or "TVM default"):
+        return "it was measured with another thread count"
+    return None
+
+
 def plan_partial(
     config: Config,
     entry: Entry,
@@ -109,16 +128,6 @@ def plan_partial(
     old = entry.manifest
     if old is None or old.format < 2:
         return "the previous set's manifest is of format 1 (fixed-repeat means)" if old else None
-    if target.rpc is None and not same_machine(host_description(), old.host):
-        return "the set was measured on another machine: its figures and this run's would not be one runner's"
-    now = _settings({**vars(config.measure), "estimator": ESTIMATOR})
-    if _normal(_settings(old.measure)) != _normal(now):
-        keys = sorted(
-            k for k in set(now) | set(_settings(old.measure)) if _normal(now.get(k)) != _normal(old.measure.get(k))
-        )
-        return f"the measurement settings changed since it was tuned ({', '.join(keys)})"
-    if old.measure.get("threads") != (threads or "TVM default"):
-        return "it was measured with another thread count"
     try:
         data = (entry.logset.folder / old.log).read_bytes()
         log = json.loads(data) if sha256_bytes(data) == old.log_sha256 else None
@@ -135,6 +144,10 @@ def plan_partial(
     if not carried:
         return "no workload of the previous set is left unchanged"
     tuned = tuple(w for w in workloads if w not in carried)
+    # What this run measures must be of the carried figures' runner and settings; a set
+    # that only lost workloads measures nothing, on any machine.
+    if tuned and (unlike := _measured_unlike(config, target, old, threads)):
+        return unlike
     return Partial(
         tuned=tuned,
         changed=tuple(w for w in tuned if w in old_wl),
@@ -143,6 +156,25 @@ def plan_partial(
         old_log=old.log,
         old_date=old.tuned_on,
         entries={w: log["workloads"][w] for w in carried},
+    )
+
+
+def removal_only(config: Config, entry: Entry, carry: bool = True) -> bool:
+    """Whether a run would only archive workloads the template no longer declares (a
+    `Partial` with nothing to tune), from what is known before the lock and without TVM:
+    such a run measures nothing, so a host that cannot run the target may make it
+    (`plan_partial` decides the rest under the lock)."""
+    old = entry.manifest
+    if not carry or old is None or old.format < 2 or {r.code for r in entry.reasons} != {Code.WORKLOAD_CHANGED}:
+        return False
+    try:
+        now = read_template(config.root / entry.template_file).workloads
+    except TvmtuneError:
+        return False
+    return (
+        bool(now)
+        and set(now) < set(old.workloads)
+        and all(same_params(old.workloads[w], now[w]) and w in old.results for w in now)
     )
 
 

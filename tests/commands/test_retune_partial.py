@@ -18,7 +18,7 @@ from small_mm import SMALL_MM
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
+from tvmtune_ci.tune.hostcheck import HOST_ENV, host_target  # noqa: E402
 
 TARGET = host_target(2)
 CONFIG = f"""\
@@ -167,8 +167,15 @@ def test_a_removed_workload_is_archived_and_a_changed_one_tuned_again(tuned: Pat
     runs = [json.loads(x) for x in (root / FOLDER / "runs.jsonl").read_text().splitlines()]
     assert all("s64" not in x["workloads"] for x in runs[:-1])  # the old 64^3 kernel's figures left
     assert set(runs[-1]["workloads"]) == {"s64", "s32"}
-    # Now remove s48: nothing to tune; its records are archived, not re-tuned.
+    # Now remove s48: nothing to tune; its records are archived, not re-tuned. Nothing is
+    # measured, so neither a host that cannot run the target (core2: no AVX) nor a set
+    # measured on another machine stops it, and the manifest keeps the machine and the
+    # settings that measured every figure it holds.
     commit_all(root, "partial")
+    m = manifest_at(root / FOLDER)
+    m["host"]["cpu_id"] = "AuthenticAMD family 0 model 0"
+    (root / FOLDER / "manifest.json").write_text(json.dumps(m))
+    commit_all(root, "the set as another generation of CPU measured it")
     before = {p.name for p in (root / FOLDER).iterdir()}
     _set_workloads(
         root,
@@ -176,11 +183,17 @@ def test_a_removed_workload_is_archived_and_a_changed_one_tuned_again(tuned: Pat
         '"s32": {"M": 32, "N": 32, "K": 32, "dtype": "float32"}}',
     )
     prev, prev_text = _log(root)
-    r = run_cli(root, "retune")
+    cannot = {HOST_ENV: "core2"}
+    dry = run_cli(root, "retune", "--dry-run", env=cannot)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "only workloads were removed: archiving their records measures nothing" in dry.stdout, dry.stdout
+    r = run_cli(root, "retune", env=cannot)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "core2 (TVMTUNE_TEST_HOST_CPU) lacks" in r.stdout  # refused, and the refusal did not stand
     assert "(removed s48)" in r.stdout and "a run of the history" not in r.stdout
     m, text = _log(root)
     assert set(m["results"]) == {"s64", "s32"} and '"s48"' not in text
+    assert (m["host"], m["measure"], m["seed"]) == (prev["host"], prev["measure"], prev["seed"])
     for w in ("s64", "s32"):
         assert _block(text, w) == _block(prev_text, w)
     new_baks = {p.name for p in (root / FOLDER).iterdir()} - before

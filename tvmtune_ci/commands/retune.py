@@ -108,7 +108,7 @@ def recover_interrupted(config: Config, operators: list[str], *, dry_run: bool =
 def run(args: argparse.Namespace) -> int:
     from ..check.staleness import find_stale, parse_date, select_entries
     from ..core.template import discover_templates
-    from ..pipeline import commit_message, may_carry, retune_entry
+    from ..pipeline import commit_message, may_carry, removal_only, retune_entry
     from ..progress import Progress
 
     config = load_config(Path(args.config) if args.config else None)
@@ -179,7 +179,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     carry = not (args.no_carry or args.all)
-    local = [e for e in entries if config.target(e.target_name).rpc is None and not may_carry(e, carry)]
+    local = [
+        e
+        for e in entries
+        if config.target(e.target_name).rpc is None and not may_carry(e, carry) and not removal_only(config, e, carry)
+    ]
     if local:
         # Its TVM import (2 s) runs beside ours, not after it: the first trial comes sooner.
         # With the threads the first such entry measures with: its environment is fixed now.
@@ -349,8 +353,14 @@ def dry_run_verdict(config: Config, entries: Sequence[Entry], *, carry: bool = T
                     f"target's {target.target['mcpu']} (a warning, not a refusal)"
                 )
         except HostError as err:
-            from ..pipeline import may_carry
+            from ..pipeline import may_carry, removal_only
 
+            if removal_only(config, e, carry):
+                print(
+                    f"  {e.operator}/{e.target_name}: only workloads were removed: archiving their records "
+                    f"measures nothing, so this host need not run the target ({err})"
+                )
+                continue
             if may_carry(e, carry):
                 # The run tries a carry forward first (it measures nothing): only the
                 # programs tell, which a dry run does not build.
