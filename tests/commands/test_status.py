@@ -202,3 +202,39 @@ operators:
         "  a100 (cuda): none: no template's TARGET_KINDS include cuda, and no "
         "operators.NAME.targets in tvmtune.yaml lists a100"
     ) in out.splitlines()
+
+
+def test_a_young_history_shows_the_runner_band_its_readme_names(tmp_path: Path, status) -> None:  # noqa: ANN001
+    """Two runs are too few for a set's own band: RUN TO RUN shows the runner band the
+    latest run was judged against (the one its README names), then the run count."""
+    root = make_repo(tmp_path)
+    workloads = list(read_template(root / "operators/matmul.py").workloads)
+
+    def kf(s: float) -> runs.KernelFigure:
+        return runs.KernelFigure(s, s * 0.99, s * 1.01, 33, s * 0.98, s * 1.3)
+
+    band = {"label": "linux-x64", "halfwidth": 0.081, "pairs": 40, "series": 6, "sets": 3}
+    history = [
+        runs.Run(
+            f"2026-12-01T{i:02d}:00:00Z",
+            "remeasure",
+            {"cpu": "Test CPU", "cores": 2},
+            "0.27.0",
+            90.0,
+            {w: kf(0.002) for w in workloads},
+            {"compute": kf(0.3), "memory": kf(3.0)},
+            1,
+            band=band if i else None,
+        )
+        for i in range(2)
+    ]
+    m = write_fresh(root, "matmul", "avx512", extra_files={runs.RUNS_NAME: runs.encode_runs(history)})
+    assert "the runner band of `linux-x64`: ±8.1%" in render_readme(m, history)
+    code, rows, _ = status(root, "--target", "avx512", "--operator", "matmul")
+    assert code == 0
+    (entry,) = [r for r in rows if r[0] == "matmul/avx512"]
+    assert entry[rows[0].index("RUN TO RUN")] == "±8.1% (runner; 2 runs)"
+    # The earlier run alone was judged on no runner band: the count only.
+    m = write_fresh(root, "matmul", "avx512", extra_files={runs.RUNS_NAME: runs.encode_runs(history[:1])})
+    (entry,) = [r for r in status(root, "--target", "avx512", "--operator", "matmul")[1] if r[0] == "matmul/avx512"]
+    assert entry[rows[0].index("RUN TO RUN")] == "1 run"

@@ -3,9 +3,10 @@
 Columns: state, age in days, trials run/requested (summed over workloads), the best
 latency per workload as its README states it (the figure that holds over the run
 history, `runs.headline`; this re-tune's finals while there is no run), its run-to-run
-band, config-space size (all workloads and design spaces), and the stale reasons. Below the table, the templates each target covers (a target
-pairs with the templates whose TARGET_KINDS include its kind, unless an operator
-lists its targets). Exit 0; 2 on a config or usage error.
+band (the runner band while the set's own history is young), config-space size (all
+workloads and design spaces), and the stale reasons. Below the table, the templates
+each target covers (a target pairs with the templates whose TARGET_KINDS include its
+kind, unless an operator lists its targets). Exit 0; 2 on a config or usage error.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def read_histories(report: Report) -> list[History]:
 
 def band_cell(e: Entry, history: History) -> str:
     """The widest run-to-run band of the entry's workloads' headline figure, as their
-    README states it (runs.py), or how many runs the history has while it is too short
-    for one."""
+    README states it (runs.py); while the history is too short for one, how many runs it
+    has, after the runner band its latest run was judged against if it was (the band
+    the README names for its drift verdicts)."""
     from ..core.runs import MIN_REF, PERSIST, band_of, headline_series
 
     if e.manifest is None or history is None:
@@ -68,7 +70,9 @@ def band_cell(e: Entry, history: History) -> str:
     counts = [b.runs if b else 0 for b in bands]
     if not counts or min(counts) < MIN_REF + PERSIST:
         n = min(counts, default=0)
-        return f"{n} run{'s' if n != 1 else ''}"
+        runs = f"{n} run{'s' if n != 1 else ''}"
+        runner = history[-1].band if history else None
+        return f"±{float(runner.get('halfwidth', 0)):.1%} (runner; {runs})" if runner else runs
     return f"±{max(b.halfwidth for b in bands if b):.1%} ({min(counts)})"
 
 
