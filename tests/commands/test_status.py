@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import make_repo, run_cli, tuned_on, write_fresh
@@ -29,6 +30,26 @@ def status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], 
         return code, [re.split(r"\s{2,}", line) for line in out.splitlines()], out
 
     return run
+
+
+def _run(i: int, workloads: dict[str, float], compute: float, band: dict[str, Any] | None = None) -> runs.Run:
+    """The i-th hourly `remeasure` run: each workload's best at its seconds, the compute
+    calibration kernel at `compute` s and the memory one at 3 s; judged on `band`."""
+
+    def kf(s: float) -> runs.KernelFigure:
+        return runs.KernelFigure(s, s * 0.99, s * 1.01, 33, s * 0.98, s * 1.3)
+
+    return runs.Run(
+        f"2026-12-01T{i:02d}:00:00Z",
+        "remeasure",
+        {"cpu": "Test CPU", "cores": 2},
+        "0.27.0",
+        90.0,
+        {w: kf(s) for w, s in workloads.items()},
+        {"compute": kf(compute), "memory": kf(3.0)},
+        1,
+        band=band,
+    )
 
 
 def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # noqa: ANN001
@@ -72,23 +93,10 @@ def test_the_best_is_the_figure_the_readme_states(tmp_path: Path, status) -> Non
     (the median over the runs, `runs.headline`), not this re-tune's finals figure."""
     root = make_repo(tmp_path)
     workloads = list(read_template(root / "operators/matmul.py").workloads)
-
-    def kf(s: float) -> runs.KernelFigure:
-        return runs.KernelFigure(s, s * 0.99, s * 1.01, 33, s * 0.98, s * 1.3)
-
     # Ten runs at 2-3 ms (the finals write_fresh records: 1.25 ms x position), the compute
     # calibration kernel in each: the headline at the runner's usual speed.
     history = [
-        runs.Run(
-            f"2026-12-01T{i:02d}:00:00Z",
-            "remeasure",
-            {"cpu": "Test CPU", "cores": 2},
-            "0.27.0",
-            90.0,
-            {w: kf(0.002 + 0.0001 * (i % 4) + 0.0004 * j) for j, w in enumerate(workloads)},
-            {"compute": kf(0.3 + 0.01 * (i % 3)), "memory": kf(3.0)},
-            1,
-        )
+        _run(i, {w: 0.002 + 0.0001 * (i % 4) + 0.0004 * j for j, w in enumerate(workloads)}, 0.3 + 0.01 * (i % 3))
         for i in range(10)
     ]
     m = write_fresh(root, "matmul", "avx512", extra_files={runs.RUNS_NAME: runs.encode_runs(history)})
@@ -209,25 +217,8 @@ def test_a_young_history_shows_the_runner_band_its_readme_names(tmp_path: Path, 
     latest run was judged against (the one its README names), then the run count."""
     root = make_repo(tmp_path)
     workloads = list(read_template(root / "operators/matmul.py").workloads)
-
-    def kf(s: float) -> runs.KernelFigure:
-        return runs.KernelFigure(s, s * 0.99, s * 1.01, 33, s * 0.98, s * 1.3)
-
     band = {"label": "linux-x64", "halfwidth": 0.081, "pairs": 40, "series": 6, "sets": 3}
-    history = [
-        runs.Run(
-            f"2026-12-01T{i:02d}:00:00Z",
-            "remeasure",
-            {"cpu": "Test CPU", "cores": 2},
-            "0.27.0",
-            90.0,
-            {w: kf(0.002) for w in workloads},
-            {"compute": kf(0.3), "memory": kf(3.0)},
-            1,
-            band=band if i else None,
-        )
-        for i in range(2)
-    ]
+    history = [_run(i, dict.fromkeys(workloads, 0.002), 0.3, band=band if i else None) for i in range(2)]
     m = write_fresh(root, "matmul", "avx512", extra_files={runs.RUNS_NAME: runs.encode_runs(history)})
     assert "the runner band of `linux-x64`: ±8.1%" in render_readme(m, history)
     code, rows, _ = status(root, "--target", "avx512", "--operator", "matmul")
