@@ -160,22 +160,18 @@ def plan_partial(
 
 
 def removal_only(config: Config, entry: Entry, carry: bool = True) -> bool:
-    """Whether a run would only archive workloads the template no longer declares (a
-    `Partial` with nothing to tune), from what is known before the lock and without TVM:
-    such a run measures nothing, so a host that cannot run the target may make it
-    (`plan_partial` decides the rest under the lock)."""
-    old = entry.manifest
-    if not carry or old is None or old.format < 2 or {r.code for r in entry.reasons} != {Code.WORKLOAD_CHANGED}:
-        return False
+    """Whether a run would only archive workloads the template no longer declares (the
+    `plan_partial` of its template has nothing to tune), known before the lock and
+    without TVM: such a run measures nothing, so a host that cannot run the target may
+    make it (`plan_partial` decides again under the lock)."""
+    if {r.code for r in entry.reasons} != {Code.WORKLOAD_CHANGED}:
+        return False  # no template to read: plan_partial would say None
     try:
         now = read_template(config.root / entry.template_file).workloads
     except TvmtuneError:
         return False
-    return (
-        bool(now)
-        and set(now) < set(old.workloads)
-        and all(same_params(old.workloads[w], now[w]) and w in old.results for w in now)
-    )
+    plan = plan_partial(config, entry, config.target(entry.target_name), now, carry=carry)
+    return isinstance(plan, Partial) and not plan.tuned
 
 
 def partial_step(job: Job) -> Job:
