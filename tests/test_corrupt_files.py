@@ -185,6 +185,7 @@ EDITS = {
     "curve": (lambda r: first_result(r).update(curve=[[1]]), "curve[0] is [1], expected [trial, gflops]"),
     "latency": (lambda r: first_result(r)["best"].update(latency_s="abc"), "best.latency_s is 'abc'"),
     "negative-latency": (lambda r: first_result(r)["best"].update(latency_s=-1.0), "a positive number"),
+    "trial": (lambda r: first_result(r)["best"].update(trial=0), "best.trial is 0, expected a trial number >= 1"),
     "dependencies": (lambda d: d.update(dependencies=["x"]), "dependencies is ['x'], expected an object"),
     "trials": (lambda d: next(iter(d["trials"].values())).update(run="many"), ".run is 'many'"),
     "target-float": (lambda d: d["target"].update({"num-cores": 2.0}), "target.num-cores is 2.0"),
@@ -202,7 +203,7 @@ EDITS = {
         "carried.sentence is None, expected a string",
     ),
 }
-RESULTS_EDITS = ("curve", "latency", "negative-latency")
+RESULTS_EDITS = ("curve", "latency", "negative-latency", "trial")
 
 
 def apply_edit(root: Path, edit: str) -> str:

@@ -228,6 +228,9 @@ def test_outcome_is_complete_and_best_beats_baseline(tuned, default_samples: lis
     assert out.design_spaces == 2 and out.space_size > 24
     assert 1 <= len(out.top) <= 10 and out.top[0] == out.best
     assert len({json.dumps(m.knobs, sort_keys=True) for m in out.top}) == len(out.top)
+    # Each row names the trial that measured it (the search measured every row here).
+    trial_of = {json.dumps(r["knobs"], sort_keys=True): r["trial"] for r in out.records}
+    assert [m.trial for m in out.top] == [trial_of[json.dumps(m.knobs, sort_keys=True)] for m in out.top]
     # The curve is per trial and never gets worse.
     assert [i for i, _ in out.curve] == list(range(1, 25))
     assert all(b >= a for (_, a), (_, b) in zip(out.curve, out.curve[1:], strict=False))
@@ -1628,6 +1631,30 @@ def test_assembling_a_search_win_puts_every_trial_on_the_finals_scale() -> None:
     assert a.top[-1].search_s == 2.0 and a.top[-1].stage == "search"
     assert [f["role"] for f in a.final_results] == ["search", "search", "default"]
     assert len(a.records) == 4  # the winner was searched: nothing added
+
+
+def test_the_top_table_says_which_trial_first_measured_each_configuration(tmp_path: Path) -> None:
+    """Each configuration the search measured carries the first trial that measured it
+    (a configuration measured twice keeps the earlier); the default, never a trial, has
+    none. results.json keeps it, and leaves the key out where it is unset, so a
+    results.json written before it re-reads and re-writes byte for byte."""
+    import json
+
+    from tvmtune_ci.core.manifest import Measured, WorkloadResult, _result_json, parse_results
+    from tvmtune_ci.tune.finals import assemble
+
+    entries = [_trial(1, 3, 2.0), _trial(2, 1, 1.0), _trial(3, 2, 1.1), _trial(4, 3, 2.1)]
+    fin = _fin_of([_finalist("search", 1, 0.9), _finalist("search", 2, 1.05), _finalist("default", None, 3.0)])
+    a = assemble(entries, fin, {}, 2e9, Measured({}, 3.2, None), full=lambda k: dict(k or {}))
+    # Configuration 3's two records, both first measured at trial 1.
+    assert [(m.knobs.get("a"), m.trial) for m in a.top] == [(1, 2), (2, 3), (3, 1), (3, 1)]
+    assert a.best.trial == 2 and a.baseline.trial is None
+    r = WorkloadResult(best=a.best, baseline=a.baseline, top=tuple(a.top))
+    d = _result_json(r)
+    assert [m.get("trial") for m in d["top"]] == [2, 3, 1, 1] and "trial" not in d["baseline"]
+    text = json.dumps({"format": 1, "operator": "o", "target_name": "t", "results": {"w": d}})
+    back = parse_results(text.encode(), tmp_path / "results.json")
+    assert back["w"].top == r.top and back["w"].baseline.trial is None
 
 
 def test_assembling_never_logs_a_record_left_out_of_the_finals_below_the_winner() -> None:

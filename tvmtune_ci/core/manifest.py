@@ -67,6 +67,10 @@ class Measured:
     # "separated" (out of the race: slower than the leader beyond the noise) or
     # "time_cap" (the finals' time was spent first); None when not recorded.
     stopped: str | None = None
+    # The search trial that first measured it (1-based, in measuring order, a replayed
+    # or seeded configuration included); None when the search never did (the default,
+    # a previous best) or when not recorded (before 2026-12-06). Written only when set.
+    trial: int | None = None
 
     @property
     def rel_halfwidth(self) -> float | None:
@@ -197,6 +201,8 @@ class Manifest:
         """manifest.json's content; from format 4 without the results (results_json)."""
         if self.format < 4:
             d = asdict(replace(self, results=dict(self.results)))
+            for r in d["results"].values():
+                _drop_unset_trials(r)
         else:
             d = asdict(replace(self, results={}))
             del d["results"]
@@ -264,6 +270,15 @@ def _result_json(r: WorkloadResult) -> dict[str, Any]:
     d = asdict(r)
     if d.get("gpu") is None:  # a CPU's results keep the keys they always had
         d.pop("gpu", None)
+    return _drop_unset_trials(d)
+
+
+def _drop_unset_trials(d: dict[str, Any]) -> dict[str, Any]:
+    """A result's measured entries without a `trial` key where none was recorded: a
+    results.json written before it had one re-reads and re-writes byte for byte."""
+    for m in [d.get(k) for k in ("best", "baseline", "previous_best", "noise_check")] + list(d.get("top", ())):
+        if isinstance(m, dict) and m.get("trial") is None:
+            m.pop("trial", None)
     return d
 
 
@@ -474,6 +489,8 @@ def _measured(data: Any, where: str) -> None:
     _need(_is_number(lat) and lat > 0, f"{where}.latency_s", lat, "a positive number of seconds")
     g = m.get("gflops")
     _need(g is None or _is_number(g), f"{where}.gflops", g, "a number or null")
+    t = m.get("trial")
+    _need(t is None or (_is_int(t) and t >= 1), f"{where}.trial", t, "a trial number >= 1, or absent")
 
 
 def _result(data: Any, where: str) -> None:

@@ -7,7 +7,7 @@ the top table and the verdict on the previous best (`assemble`: plain data work)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core import stats
@@ -202,6 +202,12 @@ def assemble(
     this run's best against the previous best. `full` fills a configuration's defaults."""
     records = [e.copy() for e in entries]
     rec_by_key = {knobs_key(e["knobs"]): e for e in records}
+    # The trial that first measured each configuration: the top table says when the
+    # search found it (bench_transfer reads a run's time to a quality from it).
+    first_trial: dict[str, int] = {}
+    for e in sorted(records, key=lambda e: e["trial"]):
+        if e["trial"] >= 1:
+            first_trial.setdefault(knobs_key(e["knobs"]), e["trial"])
     # The search's numbers and the finals' come from different minutes of a machine
     # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
     # left out of the finals is logged on the finals' scale: its search estimate x
@@ -240,7 +246,7 @@ def assemble(
         )
         if r.estimate is None:
             continue
-        m = measured(knobs, r.estimate, flop, "finals", r.stopped)
+        m = replace(measured(knobs, r.estimate, flop, "finals", r.stopped), trial=first_trial.get(f.key))
         if f.role == "default":
             baseline = m
         elif f.role == "previous":
@@ -298,6 +304,7 @@ def assemble(
             n=int(e.get("n", 0)),
             stage=e.get("stage") or "search",
             search_s=e["latency_s"],
+            trial=first_trial.get(knobs_key(e["knobs"])),
         )
         for e in _valid_sorted(records)
         if not str(e.get("stage", "")).startswith("finals")
