@@ -45,7 +45,12 @@ curve's last point): a run that reaches it is within cold's own spread between
 seeds. Per case: the trials and seconds each transfer run needed to reach it; every
 arm's and seed's best re-measured side by side in ONE interleaved `measure.finals`
 run (machine drift hits all alike), transfer / cold against cold's own spread
-(slowest / fastest of its seeds there); and the cost of adding w to the set (the
+(slowest / fastest of its seeds there); in the same run each transfer run's top
+configurations (results.json's top rows within 10% of its best, with the trial that
+first measured each), for a second reading of cold's quality taken side by side: the
+first trial by which a transfer run had measured a configuration as fast as cold's
+slowest seed's best, both re-measured here, and the seconds of its progress line
+(an upper bound); and the cost of adding w to the set (the
 transfer retune's seconds) against tuning w alone (the cold retune's seconds).
 Last, the medians over the cases against the issue's targets: seconds to cold's
 quality <= 1/4 of cold's seconds; adding a workload <= tuning it alone + 10 s.
@@ -276,6 +281,10 @@ class Arm:
     curve: list[tuple[int, float]]
     progress: list[tuple[int, float]]  # (trials done, seconds since the retune started)
     readme: list[str] = field(default_factory=list)
+    # (the trial that first measured it, knobs) of its published best and top table,
+    # by trial (results.json names the trial since 2026-12-06); the best's trial is the
+    # run's last when the search never measured it (a default or previous best won).
+    found: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
 
 def scratch_config(src: Path, target: dict[str, Any], args: argparse.Namespace, seed: int) -> str:
@@ -365,7 +374,37 @@ def read_arm(repo: Path, op: str, w: str, run: Retune) -> Arm:
         curve=[(int(a), float(b)) for a, b in r.get("curve", [])],
         progress=progress_points(run.lines, f"{op}/{TARGET_NAME}/{w}"),
         readme=readme,
+        found=found_by_trial(r, int(t["run"])),
     )
+
+
+def found_by_trial(
+    result: dict[str, Any], run: int, within: float = 1.10, top: int = 5
+) -> list[tuple[int, dict[str, Any]]]:
+    """(trial, knobs) of a published result's best and of its top table's rows within
+    `within` of the best as published (at most `top`; slower ones are nobody's quality and
+    would only lengthen the side-by-side run), each configuration once, by trial. A row
+    with no trial (the default, a previous best, a results.json older than the field)
+    counts at the run's end, `run`: the reading stays an upper bound."""
+    best = result["best"]
+    rows = [best] + [m for m in result.get("top", []) if m["latency_s"] <= within * best["latency_s"]][:top]
+    out: dict[str, tuple[int, dict[str, Any]]] = {}
+    for m in rows:
+        key = json.dumps(m["knobs"], sort_keys=True)
+        if key not in out:
+            out[key] = (m.get("trial") or run, dict(m["knobs"]))
+    return sorted(out.values(), key=lambda x: x[0])
+
+
+def side_trials_to(found: Sequence[tuple[int, dict[str, Any]]], est: dict[str, Any], quality_s: float) -> int | None:
+    """The first trial by which a run had measured a configuration that runs, side by
+    side, at `quality_s` or faster (found by then, whatever its search made of it);
+    None if none of `found` did."""
+    for trial, knobs in found:
+        e = est.get(json.dumps(knobs, sort_keys=True))
+        if e is not None and e.value <= quality_s:
+            return trial
+    return None
 
 
 class Sets:
@@ -435,7 +474,9 @@ def fmt_s(x: float | None) -> str:
 def side_by_side(
     case: Case, arms: dict[str, list[Arm]], target: dict[str, Any], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Every arm's and seed's best in one interleaved finals run: key -> Estimate."""
+    """Every arm's and seed's best, and the transfer runs' top rows (`Arm.found`), in one
+    interleaved finals run, each configuration once: knobs key -> Estimate, and
+    "ARM@K" -> that run's best's Estimate."""
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.template import import_template
     from tvmtune_ci.tune.builder import make_builder
@@ -449,20 +490,26 @@ def side_by_side(
     sys.path[:] = [p for p in sys.path if not Path(p).name.startswith("transfer-")]
     tmpl = import_template(repo / "operators" / f"{case.operator}.py", repo)
     measure = replace(load_config(repo / "tvmtune.yaml").measure, time_cap_s=args.side_cap_s)
-    fs = []
+    best_key: dict[str, str] = {}
+    cands: dict[str, dict[str, Any]] = {}
     for a in ARMS:
         for k, arm in enumerate(arms[a]):
             best = json.loads((arm.repo / "tuning_logs" / case.operator / TARGET_NAME / "results.json").read_text())[
                 "results"
             ][case.workload]["best"]["knobs"]
-            fs.append(Finalist("search", dict(best), f"{a}@{k}"))
+            best_key[f"{a}@{k}"] = json.dumps(best, sort_keys=True)
+            cands[best_key[f"{a}@{k}"]] = dict(best)
+            if a == "transfer":
+                cands.update((json.dumps(kn, sort_keys=True), kn) for _, kn in arm.found)
+    fs = [Finalist("search", kn, key) for key, kn in cands.items()]
     runner, builder = make_runner(measure), make_builder()
     try:
         res = finals(tmpl, resolve(tmpl, case.workload, target), target, fs, measure, runner=runner, builder=builder)
     finally:
         runner.close()
         builder.close()
-    return {r.finalist.key: r.estimate for r in res if r.estimate is not None}
+    by_knobs = {r.finalist.key: r.estimate for r in res if r.estimate is not None}
+    return {**by_knobs, **{a: by_knobs[key] for a, key in best_key.items() if key in by_knobs}}
 
 
 def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
@@ -477,6 +524,14 @@ def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], see
         + ", ".join(f"{g:.1f}" for g in finals_g)
         + ")"
     )
+    # Cold's quality side by side: the slowest cold seed's best as re-measured there (the
+    # curves' figures of two runs come from two stretches of the runner, minutes apart).
+    cold_side = [e.value for k in range(len(cold)) if (e := est.get(f"cold@{k}")) is not None]
+    q_side = max(cold_side) if cold_side else math.nan
+    print(
+        "cold's quality side by side: "
+        + (f"{q_side * 1e3:.4g} ms (the slowest of cold's seeds' bests, re-measured)" if cold_side else "not measured")
+    )
     row: dict[str, Any] = {"case": case, "arms": {}}
     for a in ARMS:
         for k, arm in enumerate(arms[a]):
@@ -484,20 +539,33 @@ def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], see
             s = seconds_at(arm.progress, t)
             e = est.get(f"{a}@{k}")
             side = stats.fmt_latency(e.value, e.rel_halfwidth) if e is not None else "not measured"
+            t2 = side_trials_to(arm.found, est, q_side) if a == "transfer" and cold_side else None
+            s2 = seconds_at(arm.progress, t2)
             row["arms"][f"{a}@{k}"] = {
                 "s": arm.retune.seconds,
                 "run": arm.trials,
                 "t_goal": t,
                 "s_goal": s if s is not None else math.inf,
+                "t_side": t2,
+                "s_side": s2 if s2 is not None else math.inf,
                 "best": e.value if e is not None else math.nan,
             }
             curve = " ".join(f"{n}:{g:.0f}" for n, g in arm.curve)
+            side_q = f"; side by side at trial {t2 if t2 is not None else '-'} ({fmt_s(s2)})" if a == "transfer" else ""
             print(
                 f"  {a} seed {seeds[k]}: {arm.retune.seconds:.0f} s wall, {arm.trials} trials ({arm.stop}); "
-                f"cold's quality at trial {t if t is not None else '-'} ({fmt_s(s)} into the retune); "
-                f"best {arm.best_s * 1e3:.4g} ms as published, {side} side by side",
+                f"cold's quality on its curve at trial {t if t is not None else '-'} ({fmt_s(s)} into the "
+                f"retune){side_q}; best {arm.best_s * 1e3:.4g} ms as published, {side} side by side",
                 flush=True,
             )
+            if a == "transfer":
+                print(
+                    "    found (trial: side by side): "
+                    + " ".join(
+                        f"{n}:{stats.fmt_latency(x.value, x.rel_halfwidth) if (x := est.get(json.dumps(kn, sort_keys=True))) else '-'}"
+                        for n, kn in arm.found
+                    )
+                )
             print(f"    curve (trial:GFLOPS): {curve}")
             print("    progress (trials@s): " + " ".join(f"{n}@{x:.0f}" for n, x in arm.progress))
     seen: set[str] = set()
@@ -550,11 +618,12 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
     print(f"\n## summary (medians over {seeds} seed(s) per case)\n")
     print(
         "| case | kind | cold: s, trials | cold to its quality: s | transfer: s, trials "
-        "| transfer to cold's quality: trials, s | s to quality / cold s | add cost - alone "
+        "| transfer to cold's quality: trials, s | s to quality / cold s "
+        "| side by side: trials, s | side s / cold s | add cost - alone "
         "| transfer / cold best (side by side) | cold's spread |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    q_ratio, t_ratio, add_diff, add_ratio, slower = [], [], [], [], []
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    q_ratio, q2_ratio, t_ratio, t2_ratio, add_diff, add_ratio, slower = [], [], [], [], [], [], []
     for r in rows:
         c = r["case"]
         cs, ts = m(r, "cold", "s"), m(r, "transfer", "s")
@@ -567,8 +636,14 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
                 for k in range(seeds)
             ]
         )
+        tg2 = m(r, "transfer", "s_side")
+        tt2 = med(
+            [float(x) if (x := r["arms"][f"transfer@{k}"]["t_side"]) is not None else math.inf for k in range(seeds)]
+        )
         q_ratio.append(tg / cs)
+        q2_ratio.append(tg2 / cs)
         t_ratio.append(tt / m(r, "cold", "run"))
+        t2_ratio.append(tt2 / m(r, "cold", "run"))
         add_diff.append(ts - cs)
         add_ratio.append(ts / cs)
         if r["slower"]:
@@ -576,6 +651,7 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
         print(
             f"| {c.operator}/{c.workload} | {c.kind} | {cs:.0f} s, {m(r, 'cold', 'run'):.0f} | "
             f"{fmt_s(m(r, 'cold', 's_goal'))} | {ts:.0f} s, {m(r, 'transfer', 'run'):.0f} | {tt:.0f}, {fmt_s(tg)} | {tg / cs:.2f} | "
+            f"{tt2:.0f}, {fmt_s(tg2)} | {tg2 / cs:.2f} | "
             f"{ts - cs:+.0f} s | {r['ratio']:.3f} | {r['spread']:.3f} |"
         )
     print()
@@ -584,6 +660,12 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
         f"case(s) (range {min(q_ratio):.2f}-{max(q_ratio):.2f}); target <= 0.25"
     )
     print(f"transfer's trials to cold's quality / cold's trials: median {med(t_ratio):.2f}")
+    print(
+        f"side by side (each run's top configurations and cold's bests in one interleaved run, "
+        f"by the trial that found them): seconds to cold's quality / cold's seconds: median "
+        f"{med(q2_ratio):.2f} (range {min(q2_ratio):.2f}-{max(q2_ratio):.2f}), trials "
+        f"{med(t2_ratio):.2f}; target <= 0.25"
+    )
     print(
         f"adding the workload to its set / tuning it alone: median {med(add_ratio):.2f} "
         f"({med(add_diff):+.0f} s; range {min(add_diff):+.0f} to {max(add_diff):+.0f} s); target <= +10 s"
@@ -706,6 +788,7 @@ def run(
                                     "best_s": x.best_s,
                                     "curve": x.curve,
                                     "progress": x.progress,
+                                    "found": x.found,
                                     "lines": x.retune.lines,
                                 }
                             )

@@ -87,3 +87,25 @@ def test_progress_points_and_seconds() -> None:
 
 def test_goal_is_the_slowest_cold_seed() -> None:
     assert bt.goal_of([200.0, 180.0, 210.0]) == 180.0
+
+
+def test_the_side_by_side_reading_takes_the_first_trial_that_found_cold_s_quality() -> None:
+    """A run's best and top rows within 10% of it, by the trial that found them; the first
+    whose side-by-side figure is at cold's quality or faster gives the trial. A row with no
+    trial (the default won, or an older results.json) counts at the run's end."""
+    from types import SimpleNamespace
+
+    def row(a: int, lat: float, trial: int | None = None) -> dict:
+        return {"knobs": {"a": a}, "latency_s": lat, **({"trial": trial} if trial else {})}
+
+    result = {"best": row(1, 1.0, 20), "top": [row(1, 1.0, 20), row(2, 1.05, 7), row(3, 1.08), row(4, 1.2, 2)]}
+    found = bt.found_by_trial(result, run=32)
+    assert found == [(7, {"a": 2}), (20, {"a": 1}), (32, {"a": 3})]  # 4 is 20% slower: left out
+
+    def est(**v: float) -> dict:
+        return {f'{{"a": {k[1:]}}}': SimpleNamespace(value=x) for k, x in v.items()}
+
+    assert bt.side_trials_to(found, est(a1=0.9, a2=0.95, a3=0.8), quality_s=1.0) == 7
+    assert bt.side_trials_to(found, est(a1=0.9, a2=1.1, a3=0.8), quality_s=1.0) == 20
+    assert bt.side_trials_to(found, est(a1=1.2, a2=1.1, a3=0.99), quality_s=1.0) == 32
+    assert bt.side_trials_to(found, est(a1=1.2, a2=1.1), quality_s=1.0) is None
