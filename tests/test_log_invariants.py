@@ -113,6 +113,10 @@ def problems(folder: Path, configured: set[str]) -> list[str]:
             out.append(f"{where}: the README's headline is not {head}")
         if f"| {shown} |" not in readme:
             out.append(f"{where}: the README does not show this run's finals best as {shown}")
+        run = m.trials[w].run if w in m.trials else 0
+        for label, x in everyone:
+            if x.trial is not None and not 1 <= x.trial <= run:
+                out.append(f"{where}: {label} names trial {x.trial}, the run had {run}")
         top = list(res.top)
         if not top or top[0] != res.best:
             out.append(f"{where}: the top table does not start with the best")
@@ -193,6 +197,7 @@ INCONSISTENT = [
     (lambda d: _first(d)["baseline"].update(gflops=_first(d)["baseline"]["gflops"] * 1.5), "different FLOP counts"),
     (lambda d: _first(d)["best"].update(ci_lo_s=None), "has no interval"),
     (lambda d: d.update(format=1), "fixed-repeat layer"),
+    (lambda d: _first(d)["top"][-1].update(trial=10_000), "names trial 10000, the run had"),
 ]
 
 

@@ -112,6 +112,24 @@ def test_the_readme_says_how_far_the_runner_moved_during_the_run() -> None:
     assert _drift(first, [default, None, m(4e-4)], default) == ""  # not a finalist
 
 
+def test_the_readme_says_at_which_trial_the_search_found_its_best() -> None:
+    """Where results.json names the best's trial, the trials line says it (the trials
+    after it found nothing faster); where it does not (written before, or the default
+    won), the line is what it always was: an older set's README re-renders unchanged."""
+    from types import SimpleNamespace
+
+    from tvmtune_ci.core.manifest import Measured, Trials, WorkloadResult
+    from tvmtune_ci.publish.readme import _workload_section
+
+    def trials_line(trial: int | None) -> str:
+        r = WorkloadResult(best=Measured({"a": 1}, 0.001, trial=trial), baseline=Measured({}, 0.004))
+        m = SimpleNamespace(results={"w": r}, trials={"w": Trials(32, 32, 32, 0, "budget")}, workloads={"w": {}})
+        return next(x for x in _workload_section(m, "w") if x.startswith("- trials:"))  # type: ignore[arg-type]
+
+    assert trials_line(18).endswith("; the best was first measured at trial 18 of 32")
+    assert trials_line(None).endswith("failed; stopped because the trial budget was spent")
+
+
 # `import matplotlib` fails as it does on the light install (`pip install tvmtune-ci`,
 # without [tune]): a finder ahead of the others says the module does not exist.
 WITHOUT_MATPLOTLIB = """

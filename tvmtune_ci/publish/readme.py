@@ -309,7 +309,9 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
             else ""
         ),
         f"- trials: {t.requested} requested, {t.run} run, {t.valid} valid, {t.failed} failed; "
-        f"stopped because {t.stop_detail or _STOP.get(t.stop_reason, t.stop_reason)}",
+        f"stopped because {t.stop_detail or _STOP.get(t.stop_reason, t.stop_reason)}"
+        # When the search found its best: the trials after it found nothing faster.
+        + (f"; the best was first measured at trial {r.best.trial} of {t.run}" if r.best.trial else ""),
     ]
     if t.budget_note:
         lines.append(f"- budget: {t.budget_note}")
