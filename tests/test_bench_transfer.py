@@ -78,6 +78,9 @@ def test_progress_points_and_seconds() -> None:
     curve = [(1, 10.0), (2, 10.0), (3, 12.0), (4, 12.0), (5, 15.0), (6, 15.0), (7, 15.0), (8, 15.0)]
     assert bt.trials_to(curve, 12.0) == 3
     assert bt.seconds_at(points, 3) == 6.0  # the end of the batch holding trial 3
+    # The search stopped after its last progress line: the retune's end bounds it.
+    assert bt.seconds_at(points, 9) is None and bt.seconds_at(points, 9, end=14.0) == 14.0
+    assert bt.seconds_at(points, None, end=14.0) is None
     assert bt.trials_to(curve, 14.0) == 5
     assert bt.seconds_at(points, 5) == 10.0
     assert bt.trials_to(curve, 16.0) is None
@@ -109,3 +112,21 @@ def test_the_side_by_side_reading_takes_the_first_trial_that_found_cold_s_qualit
     assert bt.side_trials_to(found, est(a1=0.9, a2=1.1, a3=0.8), quality_s=1.0) == 20
     assert bt.side_trials_to(found, est(a1=1.2, a2=1.1, a3=0.99), quality_s=1.0) == 32
     assert bt.side_trials_to(found, est(a1=1.2, a2=1.1), quality_s=1.0) is None
+
+
+def test_within_the_noise_a_configuration_as_fast_as_cold_s_quality_reaches_it() -> None:
+    """Strictly, a configuration 0.5% slower than cold's slowest best has not reached it;
+    judged as the finals judge, equal within the noise, it has. One slower beyond the
+    noise has not either way."""
+    from tvmtune_ci.core.stats import Estimate
+
+    found = [(2, {"a": 1}), (9, {"a": 2})]
+    q = Estimate(1.0, 0.98, 1.02, 40)
+    est = {
+        '{"a": 1}': Estimate(1.005, 0.985, 1.025, 40),  # equal within the noise
+        '{"a": 2}': Estimate(0.97, 0.96, 0.98, 40),  # faster
+    }
+    assert bt.side_trials_to(found, est, quality_s=1.0) == 9
+    assert bt.side_trials_to(found, est, quality_s=1.0, noise=q) == 2
+    est['{"a": 1}'] = Estimate(1.1, 1.08, 1.12, 40)  # slower beyond the noise
+    assert bt.side_trials_to(found, est, quality_s=1.0, noise=q) == 9
