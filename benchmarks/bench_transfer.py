@@ -660,12 +660,13 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
             med([float(x) if (x := r["arms"][f"transfer@{k}"][key]) is not None else math.inf for k in range(seeds)])
             for key in ("t_side", "t_noise")
         )
-        q_ratio.append(tg / cs)
-        q2_ratio.append(tg2 / cs)
-        q3_ratio.append(tg3 / cs)
-        t3_ratio.append(tt3 / m(r, "cold", "run"))
-        t_ratio.append(tt / m(r, "cold", "run"))
-        t2_ratio.append(tt2 / m(r, "cold", "run"))
+        for qs, ts_, secs, trials in (
+            (q_ratio, t_ratio, tg, tt),
+            (q2_ratio, t2_ratio, tg2, tt2),
+            (q3_ratio, t3_ratio, tg3, tt3),
+        ):
+            qs.append(secs / cs)
+            ts_.append(trials / m(r, "cold", "run"))
         add_diff.append(ts - cs)
         add_ratio.append(ts / cs)
         if r["slower"]:

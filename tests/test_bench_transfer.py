@@ -3,6 +3,7 @@ shapes, and the curve and progress readings its figures come from."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -130,3 +131,43 @@ def test_within_the_noise_a_configuration_as_fast_as_cold_s_quality_reaches_it()
     assert bt.side_trials_to(found, est, quality_s=1.0, noise=q) == 2
     est['{"a": 1}'] = Estimate(1.1, 1.08, 1.12, 40)  # slower beyond the noise
     assert bt.side_trials_to(found, est, quality_s=1.0, noise=q) == 9
+
+
+def test_the_summary_gives_each_reading_its_own_median(capsys: pytest.CaptureFixture[str]) -> None:
+    def arm(
+        s: float,
+        t_goal: int | None,
+        s_goal: float,
+        t_side: int | None,
+        s_side: float,
+        t_noise: int | None,
+        s_noise: float,
+    ) -> dict:
+        return {
+            "s": s,
+            "run": 32,
+            "t_goal": t_goal,
+            "s_goal": s_goal,
+            "t_side": t_side,
+            "s_side": s_side,
+            "t_noise": t_noise,
+            "s_noise": s_noise,
+            "best": 1.0,
+        }
+
+    rows = [
+        {
+            "case": bt.Case("matmul", w, ("x",), "left out"),
+            "arms": {"cold@0": arm(40.0, 3, 5.0, None, math.inf, None, math.inf), "transfer@0": tr},
+            "ratio": 1.0,
+            "spread": 1.1,
+            "slower": False,
+        }
+        for w, tr in (("a", arm(44.0, 1, 8.0, 8, 12.0, 1, 8.0)), ("b", arm(38.0, None, math.inf, 16, 20.0, 4, 10.0)))
+    ]
+    bt.summary(rows, 1)
+    out = capsys.readouterr().out
+    assert "cold's seconds: median inf over 2 case(s) (range 0.20-inf)" in out  # the curves: b never
+    assert "median 0.40 (range 0.30-0.50), trials 0.38; target <= 0.25" in out  # side by side
+    assert "counted as reaching it: median 0.23 (range 0.20-0.25), trials 0.08" in out  # within the noise
+    assert "median 1.02 (+1 s; range -2 to +4 s)" in out  # adding a workload
