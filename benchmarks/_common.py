@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,24 @@ def git_commit(repo: Path, message: str, *, init: bool = False, paths: list[str]
     cmds = [["git", "init", "-q"]] if init else []
     for cmd in (*cmds, ["git", "add", *(["--", *paths] if paths else ["-A"])], ["git", "commit", "-qm", message]):
         subprocess.run(cmd, cwd=repo, env=env, check=True)
+
+
+def side_trials_to(
+    found: Sequence[tuple[int, dict[str, Any]]], est: Mapping[str, Any], quality_s: float, noise: Any = None
+) -> int | None:
+    """The first trial by which a run had measured a configuration (`found`: (trial,
+    knobs), by trial) that runs, side by side (`est`: knobs' JSON, sorted keys ->
+    Estimate), at `quality_s` or faster, found by then whatever its search made of it;
+    with `noise` (the quality's own Estimate) also one equal to it within the noise, as
+    the finals judge (as fast as cold's slowest seed's best is otherwise a coin flip).
+    None if none of `found` did. bench_transfer and bench_warmstart read it alike."""
+    from tvmtune_ci.core import stats
+
+    for trial, knobs in found:
+        e = est.get(json.dumps(knobs, sort_keys=True))
+        if e is not None and (e.value <= quality_s or (noise is not None and stats.compare(e, noise) != "slower")):
+            return trial
+    return None
 
 
 def wait_idle(limit_s: float) -> float:

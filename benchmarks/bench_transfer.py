@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import GIT_ENV, git_commit, snapshot, wait_idle  # benchmarks/ is the script's folder
+from _common import GIT_ENV, git_commit, side_trials_to, snapshot, wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_NAME = "this-cpu"
@@ -395,23 +395,6 @@ def found_by_trial(
         if key not in out:
             out[key] = (m.get("trial") or run, dict(m["knobs"]))
     return sorted(out.values(), key=lambda x: x[0])
-
-
-def side_trials_to(
-    found: Sequence[tuple[int, dict[str, Any]]], est: dict[str, Any], quality_s: float, noise: Any = None
-) -> int | None:
-    """The first trial by which a run had measured a configuration that runs, side by
-    side, at `quality_s` or faster (found by then, whatever its search made of it);
-    with `noise` (the quality's own Estimate) also one equal to it within the noise,
-    as the finals judge (a configuration as fast as cold's slowest seed's best is
-    otherwise a coin flip). None if none of `found` did."""
-    from tvmtune_ci.core import stats
-
-    for trial, knobs in found:
-        e = est.get(json.dumps(knobs, sort_keys=True))
-        if e is not None and (e.value <= quality_s or (noise is not None and stats.compare(e, noise) != "slower")):
-            return trial
-    return None
 
 
 class Sets:

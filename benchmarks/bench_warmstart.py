@@ -36,6 +36,9 @@ final search best (the curves are each run's own search numbers); the trials eac
 ran before stopping; and the final bests re-measured side by side in one
 interleaved `measure.finals` run (so machine drift hits all alike), warm / cold
 and prior / cold with their 95% intervals. The anchor is the cold run; ratios come from this one run.
+With them, each run's late incumbents and top configurations: the trials (and seconds,
+pro rata) to cold's quality (the slowest cold seed's best) side by side, strictly and
+with a configuration equal to it within the noise counted (`_common.side_trials_to`).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import wait_idle  # benchmarks/ is the script's folder
+from _common import side_trials_to, wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -499,16 +502,9 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         by_knobs = {r.finalist.key: r.estimate for r in fin}
         est = {**by_knobs, **{a: by_knobs.get(best_key[a]) for a in arms}}
         # Cold's quality side by side: the slowest cold seed's final best as re-measured here.
-        q_side = max((est[a].value for a in arms if a.startswith("cold@") and est.get(a) is not None), default=math.nan)
-
-        def side_to(a: str) -> int | None:
-            """The first trial by which run `a` had measured a configuration that runs, side
-            by side, at cold's quality (found by then, whatever the search made of it)."""
-            for trial, k in steps[a]:
-                e = est.get(json.dumps(k, sort_keys=True))
-                if e is not None and e.value <= q_side:
-                    return trial
-            return None
+        colds = [e for a in arms if a.startswith("cold@") and (e := est.get(a)) is not None]
+        q_est = max(colds, key=lambda e: e.value) if colds else None
+        q_side = q_est.value if q_est is not None else math.nan
 
         print(
             "  re-measured side by side: "
@@ -546,8 +542,11 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 "tq": (tq := trials_to(list(o.curve), quality)),
                 "sq": secs[a] * tq / o.trials.run if tq is not None and o.trials.run else math.nan,
                 # The same with cold's quality and every incumbent measured side by side.
-                "tq2": (tq2 := side_to(a)),
+                "tq2": (tq2 := side_trials_to(steps[a], est, q_side)),
                 "sq2": secs[a] * tq2 / o.trials.run if tq2 is not None and o.trials.run else math.nan,
+                # The same, a configuration equal to cold's quality within the noise counted.
+                "tq3": (tq3 := side_trials_to(steps[a], est, q_side, q_est)),
+                "sq3": secs[a] * tq3 / o.trials.run if tq3 is not None and o.trials.run else math.nan,
                 "incumbents": len(steps[a]),
                 "run": o.trials.run,
                 "stop": o.trials.stop_reason,
@@ -687,20 +686,24 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
             )
         per_seed(rows, a, seeds, "tq", "sq", "to cold's quality")
         # Side by side: every pair counted, a run that never reached it as slower than any.
-        pairs = [
-            (r["arms"][f"{a}@{k}"]["sq2"] / r["arms"][f"cold@{k}"]["sq2"] if r["arms"][f"{a}@{k}"]["tq2"] else math.inf)
-            for r in rows
-            for k in range(seeds)
-            if r["arms"][f"cold@{k}"]["tq2"]
-        ]
-        if pairs:
-            print(
-                f"{a}: to cold's quality side by side (the slowest cold seed's final best, and each run's "
-                f"late incumbents and top configurations, re-measured in turns), seconds {a}/cold median {statistics.median(pairs):.2f} "
-                f"over {len(pairs)} pairs, a run that never reached it counted as slower than any; "
-                f"{sum(p == math.inf for p in pairs)} never did"
-            )
-        per_seed(rows, a, seeds, "tq2", "sq2", "to cold's quality, side by side", candidates=True)
+        for tq, sq, how in (
+            ("tq2", "sq2", "side by side"),
+            ("tq3", "sq3", "side by side, equal within the noise counted"),
+        ):
+            pairs = [
+                (r["arms"][f"{a}@{k}"][sq] / r["arms"][f"cold@{k}"][sq] if r["arms"][f"{a}@{k}"][tq] else math.inf)
+                for r in rows
+                for k in range(seeds)
+                if r["arms"][f"cold@{k}"][tq]
+            ]
+            if pairs:
+                print(
+                    f"{a}: to cold's quality {how} (the slowest cold seed's final best, and each run's late "
+                    f"incumbents and top configurations, re-measured in turns), seconds {a}/cold median "
+                    f"{statistics.median(pairs):.2f} over {len(pairs)} pairs, a run that never reached it "
+                    f"counted as slower than any; {sum(p == math.inf for p in pairs)} never did"
+                )
+            per_seed(rows, a, seeds, tq, sq, f"to cold's quality, {how}", candidates=True)
 
 
 if __name__ == "__main__":
