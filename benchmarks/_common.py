@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -57,6 +60,56 @@ def side_trials_to(
         if e is not None and (e.value <= quality_s or (noise is not None and stats.compare(e, noise) != "slower")):
             return trial
     return None
+
+
+@dataclass(frozen=True)
+class AgainstSpread:
+    """One arm's bests against cold's, side by side, over seeds: the ratio of the
+    medians, its interval (the medians of the arm's 95% bounds over those of cold's
+    other bound), and cold's own spread (slowest / fastest of its seeds)."""
+
+    ratio: float
+    lo: float
+    hi: float
+    spread: float
+
+    @property
+    def verdict(self) -> str:
+        """ "slower": the whole interval beyond cold's spread; "point": the ratio beyond it
+        but not its interval, so the noise of the measurement could make it; "within": the
+        ratio within it, or faster; "not measured"."""
+        if not all(math.isfinite(x) for x in (self.ratio, self.lo, self.spread)):
+            return "not measured"
+        if self.lo > self.spread:
+            return "slower"
+        return "point" if self.ratio > self.spread else "within"
+
+    def words(self) -> str:
+        return {
+            "slower": "slower beyond it, and beyond the noise",
+            "point": "beyond it on the point figure, not beyond the noise",
+            "within": "within it or faster",
+            "not measured": "not measured",
+        }[self.verdict]
+
+
+def against_spread(arm: Sequence[Any], cold: Sequence[Any]) -> AgainstSpread:
+    """`arm` and `cold`: each seed's best, side by side (Estimates: value, lo, hi; None
+    when not measured). A best slower than cold's by more than cold's seeds differ
+    among themselves is a regression only when the measurement's own noise cannot
+    explain it: the one side-by-side run had a noisy stretch (a best at +-6.4%) and
+    cold's seeds agreed within 0.7%."""
+    a = [e for e in arm if e is not None]
+    c = [e for e in cold if e is not None]
+    if not a or not c or len(c) < len(cold):
+        return AgainstSpread(math.nan, math.nan, math.nan, math.nan)
+    med = statistics.median
+    return AgainstSpread(
+        ratio=med(e.value for e in a) / med(e.value for e in c),
+        lo=med(e.lo for e in a) / med(e.hi for e in c),
+        hi=med(e.hi for e in a) / med(e.lo for e in c),
+        spread=max(e.value for e in c) / min(e.value for e in c),
+    )
 
 
 def wait_idle(limit_s: float) -> float:

@@ -165,9 +165,18 @@ def test_the_summary_gives_each_reading_its_own_median(capsys: pytest.CaptureFix
         }
         for w, tr in (("a", arm(44.0, 1, 8.0, 8, 12.0, 1, 8.0)), ("b", arm(38.0, None, math.inf, 16, 20.0, 4, 10.0)))
     ]
+    rows[1].update(verdict="point", ratio=1.2, ratio_lo=0.95, ratio_hi=1.4)  # beyond 1.1, not its noise
     bt.summary(rows, 1)
     out = capsys.readouterr().out
     assert "cold's seconds: median inf over 2 case(s) (range 0.20-inf)" in out  # the curves: b never
     assert "median 0.40 (range 0.30-0.50), trials 0.38; target <= 0.25" in out  # side by side
     assert "counted as reaching it: median 0.23 (range 0.20-0.25), trials 0.08" in out  # within the noise
     assert "median 1.02 (+1 s; range -2 to +4 s)" in out  # adding a workload
+    assert "cold's own spread, and beyond the noise: none" in out
+    assert "the interval reaches within it): matmul/b (1.200, 0.950-1.400 > 1.100)" in out
+    # The stricter denominator, cold's own 5 s to its quality: 8/5 and never; 12/5 and
+    # 20/5; 8/5 and 10/5.
+    assert (
+        "its quality (on its curves; not the target's denominator, cold's whole retune): curves median inf, side by side 3.20, within the noise 1.80"
+        in out
+    )

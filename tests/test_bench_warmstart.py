@@ -11,12 +11,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_warmstart as bw  # noqa: E402 - benchmarks/ is not a package
+from _common import against_spread  # noqa: E402
+
+from tvmtune_ci.core.stats import Estimate  # noqa: E402
+
+
+def _e(ms: float, rel: float) -> Estimate:
+    """An estimate of `ms` milliseconds with a 95% half-width of `rel`."""
+    return Estimate(ms * 1e-3, ms * 1e-3 * (1 - rel), ms * 1e-3 * (1 + rel), 40)
 
 
 def _arm(s: float, **t: float | None) -> dict:
     """One run: wall seconds `s`, 32 trials, and its trials to cold's quality per reading
     (tq on the curves, tq2 side by side, tq3 within the noise), their seconds pro rata."""
-    out: dict = {"s": s, "run": 32, "best": 1.0, "correct": 10, "incumbents": 4}
+    out: dict = {"s": s, "run": 32, "best": 1.0, "best_lo": 0.99, "best_hi": 1.01, "correct": 10, "incumbents": 4}
     for key in ("tq", "tq2", "tq3"):
         trial = t.get(key)
         out[key] = trial
@@ -48,9 +56,59 @@ def test_the_report_gives_each_side_by_side_reading_its_own_median(capsys: pytes
         "seconds prior/cold median inf over 2 pairs, a run that never reached it counted as slower than any; 1 never did"
         in out
     )
-    # Within the noise: 2/8 and 2/4.
+    # Within the noise: 2/8 and 2/4; over cold's whole runs' 40 s, 2.5/40 both.
     assert "to cold's quality side by side, equal within the noise counted (the slowest" in out
     assert (
-        "seconds prior/cold median 0.38 over 2 pairs, a run that never reached it counted as slower than any; 0 never did"
+        "seconds prior/cold median 0.38 over 2 pairs, a run that never reached it counted as slower than any; "
+        "0 never did; over cold's whole run's seconds, median 0.06" in out
+    )
+    # Side by side over the whole runs: 5/40, and never.
+    assert "1 never did; over cold's whole run's seconds, median inf" in out
+
+
+def test_a_best_beyond_cold_s_spread_only_on_its_point_figure_is_not_a_regression() -> None:
+    """The second side-by-side pass: cold's seeds agreed within 0.7%, the seeded runs'
+    one best measured 1.025x cold's at +-6.4% in a noisy stretch. That is beyond cold's
+    spread on the point figure, not beyond the noise; the same best at +-0.5% is."""
+    cold = [_e(10.6, 0.008), _e(10.52, 0.009), _e(10.53, 0.009)]
+    wide = against_spread([_e(10.79, 0.064)] * 3, cold)
+    assert wide.spread == pytest.approx(10.6 / 10.52)
+    assert wide.ratio == pytest.approx(10.79 / 10.53)
+    assert wide.lo == pytest.approx(10.79 * 0.936 / (10.53 * 1.009))
+    assert wide.verdict == "point"
+    assert against_spread([_e(10.79, 0.005)] * 3, cold).verdict == "slower"
+    assert against_spread([_e(10.55, 0.005)] * 3, cold).verdict == "within"
+    assert against_spread([_e(10.0, 0.005)] * 3, cold).verdict == "within"  # faster
+    assert against_spread([_e(10.79, 0.005)] * 3, [*cold[:2], None]).verdict == "not measured"
+
+
+def test_the_report_lists_point_only_regressions_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    def arm(ms: float, rel: float) -> dict:
+        e = _e(ms, rel)
+        return {**_arm(40.0, tq=4, tq2=4, tq3=4), "best": e.value, "best_lo": e.lo, "best_hi": e.hi}
+
+    def row(n: int, edit: str, rel: float) -> dict:
+        return {
+            "n": n,
+            "edit": edit,
+            "what": "no edit",
+            "entry": f"matmul/{edit}",
+            "mapped": 10,
+            "whole": 0,
+            "prior": 75,
+            "arms": {
+                "cold@0": arm(10.6, 0.008),
+                "cold@1": arm(10.52, 0.009),
+                "prior@0": arm(10.79, rel),
+                "prior@1": arm(10.79, rel),
+            },
+        }
+
+    bw.report([row(3, "noisy", 0.064), row(4, "tight", 0.002)], ["cold", "prior"], 2)
+    out = capsys.readouterr().out
+    assert (
+        "prior: edits whose median best is slower than cold's beyond cold's own spread, and beyond the noise: tight (1.022)"
         in out
     )
+    assert "prior: edits beyond it on the point figure only (the interval reaches within it): noisy (1.022, " in out
+    assert "| 1.022 (0.948-1.096; beyond it on the point figure, not beyond the noise) |" in out
