@@ -37,7 +37,7 @@ ran before stopping; and the final bests re-measured side by side in one
 interleaved `measure.finals` run (so machine drift hits all alike), warm / cold
 and prior / cold with their 95% intervals. The anchor is the cold run; ratios come from this one run.
 With them, each run's late incumbents and top configurations: the trials (and seconds,
-pro rata) to cold's quality (the slowest cold seed's best) side by side, strictly and
+`seconds_to`) to cold's quality (the slowest cold seed's best) side by side, strictly and
 with a configuration equal to it within the noise counted (`_common.side_trials_to`),
 over cold's own seconds to that quality and over cold's whole run (bench_transfer's
 denominator). An arm's best is slower than cold's beyond cold's own spread only when
@@ -336,10 +336,33 @@ def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
     return None
 
 
+def seconds_to(o: Any, trial: int | None, read_s: float = 0.0) -> float:
+    """Seconds from a run's start to its trial `trial` (nan for None): what comes before
+    the first trial in full (the old log's read `read_s`, the correctness check, the
+    baseline, setup, the prior's training), then the replay's seconds whole when
+    `trial` is among the replayed configurations (their results come together: an upper
+    bound), and the search's seconds pro rata over its own trials after them. The finals
+    come after every trial and count for none (pro rata over the run's wall seconds
+    charged them to early trials and charged no replay before the first)."""
+    if trial is None:
+        return math.nan
+    st = o.stats
+    fixed = read_s + sum(st.get(k) or 0.0 for k in ("correctness_s", "baseline_s", "setup_s", "prior_s"))
+    replayed = o.replay.measured if o.replay is not None else 0
+    if replayed:
+        fixed += st.get("replay_s") or 0.0
+        if trial <= replayed:
+            return fixed
+    own = max(o.trials.run - replayed, 1)
+    return fixed + (st.get("search_s") or 0.0) * min(trial - replayed, own) / own
+
+
 def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, target: dict[str, Any]) -> dict[str, Any]:
+    from tvmtune_ci.check.fingerprint import SourceCache
     from tvmtune_ci.core import history, stats
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.manifest import read_manifest
+    from tvmtune_ci.pipeline_history import tuned_with
     from tvmtune_ci.tune import priors
     from tvmtune_ci.tune.builder import make_builder
     from tvmtune_ci.tune.measure import Finalist, finals
@@ -364,12 +387,22 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         )
         prior: tuple[tuple[dict[str, Any], float], ...] = ()
         programs: tuple[tuple[dict[str, Any], str], ...] = ()
-        decode_s = 0.0  # what retune pays before the tuner: the old log read in a child process
+        decode_s = 0.0  # what retune pays before the tuner: the old log read
         if any(a.startswith("prior") for a in arms):  # the unedited template is this checkout's
             t0 = time.perf_counter()
-            recs = priors.decode_records(
-                repo, manifest.template_file, folder / manifest.log, manifest.target, [edit.workload]
-            )  # as it was tuned
+            if args.cross and tuned_with(
+                manifest,
+                manifest.template_file,
+                SourceCache(repo, inputs=config.declared_inputs(), config_file=config.path)
+                .fingerprint(repo / manifest.template_file)
+                .dependencies,
+                tmpl.WORKLOADS,
+            ):  # no edit: read in this process with the template as imported, as retune does
+                recs = priors.records_here(tmpl, folder / "manifest.json", manifest, [edit.workload])
+            else:  # as it was tuned, in a child process
+                recs = priors.decode_records(
+                    repo, manifest.template_file, folder / manifest.log, manifest.target, [edit.workload]
+                )
             prior = priors.prior_for(
                 recs.get(edit.workload, []),
                 tmpl.KNOBS,
@@ -549,16 +582,16 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 verdict = {"equal": "equal within noise", "faster": "faster", "slower": "slower"}[stats.compare(w, c)]
             row["arms"][a] = {
                 "t": trials_to(list(o.curve), goal),
-                # Trials to cold's quality, and the seconds to it pro rata over the run's
-                # wall seconds (the curve has no clock): an estimate.
+                # Trials to cold's quality, and the seconds to it (`seconds_to`: what comes
+                # before the first trial in full, the search pro rata over its trials).
                 "tq": (tq := trials_to(list(o.curve), quality)),
-                "sq": secs[a] * tq / o.trials.run if tq is not None and o.trials.run else math.nan,
+                "sq": seconds_to(o, tq, decode_s if a.startswith("prior") else 0.0),
                 # The same with cold's quality and every incumbent measured side by side.
                 "tq2": (tq2 := side_trials_to(steps[a], est, q_side)),
-                "sq2": secs[a] * tq2 / o.trials.run if tq2 is not None and o.trials.run else math.nan,
+                "sq2": seconds_to(o, tq2, decode_s if a.startswith("prior") else 0.0),
                 # The same, a configuration equal to cold's quality within the noise counted.
                 "tq3": (tq3 := side_trials_to(steps[a], est, q_side, q_est)),
-                "sq3": secs[a] * tq3 / o.trials.run if tq3 is not None and o.trials.run else math.nan,
+                "sq3": seconds_to(o, tq3, decode_s if a.startswith("prior") else 0.0),
                 "incumbents": len(steps[a]),
                 "run": o.trials.run,
                 "stop": o.trials.stop_reason,
@@ -713,7 +746,7 @@ def report(rows: list[dict[str, Any]], arms: list[str], seeds: int) -> None:
         if q_s:
             print(
                 f"{a}: to cold's quality (the slowest cold seed's final search best), seconds {a}/cold "
-                f"(pro rata over each run's wall seconds) median {statistics.median(q_s):.2f} (range "
+                f"(before the first trial in full, the search pro rata: `seconds_to`) median {statistics.median(q_s):.2f} (range "
                 f"{min(q_s):.2f}-{max(q_s):.2f}) over {len(q_s)} pairs; {never} run(s) of {a} never reached it"
             )
         per_seed(rows, a, seeds, "tq", "sq", "to cold's quality")

@@ -1,5 +1,6 @@
-"""The old log's records as the cost model's prior (TVM-free parts; the child process
-and the training run in tests/test_tuner.py and tests/commands/test_retune.py)."""
+"""The old log's records as the cost model's prior (mostly TVM-free parts; the training
+runs in tests/test_tuner.py and tests/commands/test_retune*.py), and which process
+decodes them: this one when the template is the one the log was tuned with."""
 
 from __future__ import annotations
 
@@ -56,3 +57,65 @@ def test_a_log_git_cannot_read_costs_the_prior_with_a_reason(tmp_path: Path) -> 
         priors.old_records(
             tmp_path, tmp_path / "manifest.json", manifest, list(manifest.workloads), tmp_path / "scratch"
         )
+
+
+def test_a_log_is_decoded_here_only_when_tuned_with_the_template_as_it_is() -> None:
+    """`tuned_with`: the same template file and fingerprint dependencies, and every workload both
+    declare at the same parameters. A changed shape's records decode against its old
+    shape, which only the old template's WORKLOADS (the child's checkout) resolves."""
+    from tvmtune_ci.pipeline_history import tuned_with
+
+    root = Path(__file__).resolve().parents[1]
+    manifest = read_manifest(root / "tuning_logs/softmax/zen4-2c/manifest.json")
+    shapes = {w: dict(p) for w, p in manifest.workloads.items()}
+    fp, file = dict(manifest.dependencies), manifest.template_file
+    assert tuned_with(manifest, file, fp, shapes)
+    assert tuned_with(manifest, file, fp, {**shapes, "new": {"rows": 7, "cols": 9}})  # an added one
+    assert tuned_with(manifest, file, fp, {w: p for w, p in shapes.items() if w != "vocab_32k"})  # removed
+    first = next(iter(shapes))
+    changed = {**shapes, first: {**shapes[first], next(iter(shapes[first])): 12345}}
+    assert not tuned_with(manifest, file, fp, changed)
+    helper = next(iter(fp))
+    assert not tuned_with(manifest, file, {**fp, helper: "0" * 64}, shapes)  # a definition changed
+    assert not tuned_with(manifest, file, {**fp, "operators/_new.py:f": "0" * 64}, shapes)  # a helper added
+    assert not tuned_with(manifest, "operators/other.py", fp, shapes)
+
+
+def test_the_decode_here_reads_what_the_child_process_reads() -> None:
+    """The committed softmax log decoded with the template as imported, in this process,
+    and in the child process from the same tree: the same records, latencies and program
+    keys, in the same order and types."""
+    pytest.importorskip("tvm")
+    from tvmtune_ci.core.template import import_template
+
+    root = Path(__file__).resolve().parents[1]
+    mpath = root / "tuning_logs/softmax/zen4-2c/manifest.json"
+    manifest = read_manifest(mpath)
+    wanted = ["attn_512"]
+    here = priors.records_here(import_template(root / manifest.template_file, root), mpath, manifest, wanted)
+    child = priors.decode_records(
+        root,
+        manifest.template_file,
+        mpath.parent / manifest.log,
+        manifest.target,
+        wanted,
+        published=priors.published_configs(manifest, wanted),
+    )
+    assert here == child
+    rows = here["attn_512"]
+    assert len(rows) > 10 and all(p for _, secs, p in rows if secs > 0)  # every record keyed by its program
+
+
+def test_a_decode_here_that_fails_costs_the_prior_with_a_reason() -> None:
+    """In this process, whatever goes wrong decoding (here a template module that no
+    longer resolves its workload) is a PriorError naming the log, as the child's
+    failure is: the re-tune goes on without the prior."""
+    from types import SimpleNamespace
+
+    pytest.importorskip("tvm")
+    root = Path(__file__).resolve().parents[1]
+    mpath = root / "tuning_logs/softmax/zen4-2c/manifest.json"
+    manifest = read_manifest(mpath)
+    broken = SimpleNamespace(WORKLOADS={"attn_512": {}}, KNOBS=[])  # no compute()
+    with pytest.raises(priors.PriorError, match=f"decoding {manifest.log}"):
+        priors.records_here(broken, mpath, manifest, ["attn_512"])

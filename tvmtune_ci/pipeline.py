@@ -66,6 +66,7 @@ from .pipeline_history import (
     history_source,
     replay_plan,
     replay_skipped,
+    tuned_with,
 )
 from .pipeline_job import History, Job, RetuneResult, Say, Template
 from .pipeline_partial import kept_runs, partial_step, removal_only
@@ -229,7 +230,12 @@ def history_step(job: Job) -> Job:
         return job
     assert job.template is not None
     root = job.config.root
-    records = _old_records(root, hist_path, hist, list(job.template.decl.workloads), job.say)
+    tpl = job.template
+    here = None
+    if tuned_with(hist, job.entry.template_file, tpl.fingerprint.dependencies, tpl.decl.workloads):
+        # The template as imported is the one the log was tuned with: decoded here.
+        here = (tpl.module, job.workloads if dict(hist.target) == dict(job.target.target) else None)
+    records = _old_records(root, hist_path, hist, list(tpl.decl.workloads), job.say, here)
     return replace(job, history=History(hist, hist_path, hist_from, history.old_declaration(root, hist), records))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,13 +234,41 @@ def nearest_source(config: Config, entry: Entry, target: TargetConfig, say: Say)
     return None
 
 
+def tuned_with(
+    manifest: Manifest, template_file: str, dependencies: Mapping[str, str], workloads: Mapping[str, Any]
+) -> bool:
+    """Whether `manifest`'s log was tuned with the template as it is now: the same file,
+    every dependency of its fingerprint (the template's definitions, its in-repo helpers,
+    its data files) hashed the same, and every workload both declare at the same
+    parameters (a record decodes against its own shape's spaces). The fingerprint's
+    digest itself also hashes WORKLOADS, so an added shape changes it."""
+    return (
+        manifest.template_file == template_file
+        and dict(manifest.dependencies) == dict(dependencies)
+        and all(
+            siblings.same_params(manifest.workloads.get(w), params)
+            for w, params in workloads.items()
+            if w in manifest.workloads
+        )
+    )
+
+
 def _old_records(
-    root: Path, manifest_path: Path, manifest: Manifest, workloads: list[str], say: Say
+    root: Path,
+    manifest_path: Path,
+    manifest: Manifest,
+    workloads: list[str],
+    say: Say,
+    here: tuple[Any, dict[str, Any] | None] | None = None,
 ) -> dict[str, list[Any]]:
     """The replayed log's records as (knobs, latency, program key) per workload, for the
     cost model's prior and the check whether the old search stands (`priors.py`); {} with
-    a line saying why when they cannot be read."""
+    a line saying why when they cannot be read. `here`: (the template's module, its
+    resolved workloads or None) when the template is the one the log was tuned with: no
+    checkout and no child process then."""
     try:
+        if here is not None:
+            return priors.records_here(here[0], manifest_path, manifest, workloads, here[1])
         with tempfile.TemporaryDirectory(prefix="tvmtune-prior-") as scratch:
             return priors.old_records(root, manifest_path, manifest, workloads, Path(scratch))
     except priors.PriorError as e:

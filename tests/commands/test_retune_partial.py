@@ -204,11 +204,13 @@ def test_a_removed_workload_is_archived_and_a_changed_one_tuned_again(tuned: Pat
 
 @pytest.mark.slow
 def test_a_broken_sibling_prior_costs_the_prior_not_the_re_tune(tuned: Path, tmp_path: Path) -> None:
-    """The old log's records cannot be decoded: its set was never committed here and the
-    commit its manifest names for the template does not exist (the repository was
-    re-created from an export). s96 is
-    still seeded from the manifest's bests, its prior is empty, and the re-tune
-    publishes."""
+    """The old log's records cannot be decoded: s64's parameters changed, so its old
+    shape's records decode only with the template as it was committed with the log, and
+    that commit is gone (the repository was re-created from an export, the set never
+    committed here). s64 is still seeded from the manifest's bests (its own old shape's
+    and s48's), its prior is empty, and the re-tune publishes. (An added shape's records
+    decode in this process with the template as imported, and need no commit:
+    test_priors.py holds what that path does when it fails.)"""
     root = _copy(tuned, tmp_path)
     shutil.rmtree(root / ".git")  # a repository re-created from an export: no history
     git(root, "init", "-q", "-b", "main")
@@ -217,11 +219,14 @@ def test_a_broken_sibling_prior_costs_the_prior_not_the_re_tune(tuned: Path, tmp
     m = json.loads(mpath.read_text())
     m["template_commit"] = "0123456789abcdef0123456789abcdef01234567"
     mpath.write_text(json.dumps(m))
-    _set_workloads(root, TWO[:-1] + ', "s96": {"M": 96, "N": 96, "K": 96, "dtype": "float32"}}')
+    _set_workloads(
+        root,
+        '{"s64": {"M": 80, "N": 80, "K": 80, "dtype": "float32"}, "s48": {"M": 48, "N": 48, "K": 48, "dtype": "float32"}}',
+    )
     r = run_cli(root, "retune")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the cost model is not trained on the previous log's other records" in r.stdout, r.stdout
     m = manifest_at(root / FOLDER)
-    h = m["results"]["s96"]["history"]
-    assert h["siblings"] == ["s64", "s48"] and h["prior"] == 0 and h["offered"] >= 1
-    assert m["partial"]["carried"] == ["s64", "s48"]
+    h = m["results"]["s64"]["history"]
+    assert set(h["siblings"]) == {"s64", "s48"} and h["prior"] == 0 and h["offered"] >= 1
+    assert m["partial"]["changed"] == ["s64"] and m["partial"]["carried"] == ["s48"]

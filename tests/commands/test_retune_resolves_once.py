@@ -153,6 +153,35 @@ def test_a_warm_retune_whose_carry_is_refused_computes_each_workload_once(tmp_pa
     assert counts.get("target " + json.dumps(TARGET, sort_keys=True)) == 1, counts
 
 
+@pytest.mark.slow
+def test_a_new_shape_s_siblings_are_decoded_in_this_process_from_their_own_workloads(tmp_path: Path) -> None:
+    """One workload added and the template otherwise as tuned: the log's records are
+    decoded with the template as imported (no checkout, no child process that imports
+    TVM and computes each sibling again), from the workloads this re-tune resolved. Each
+    workload is computed once in all: the siblings for their records and FLOPs, the new
+    one for its search. A child process's decode would compute s64 and s32 again."""
+    root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
+    count_file = tmp_path / "compute.txt"
+    _run(root, count_file)
+    commit_all(root, "tuned")
+    path = root / "operators/mm.py"
+    text = path.read_text()
+    added = '             "s32": {"M": 32, "N": 64, "K": 32, "dtype": "float32"}}'
+    assert added in text
+    path.write_text(
+        text.replace(added, added[:-1] + ',\n             "s48": {"M": 48, "N": 48, "K": 48, "dtype": "float32"}}')
+    )
+    commit_all(root, "a new shape")
+    counts, out = _run(root, count_file)
+    assert "partial re-tune: only workloads changed (added s48): tuned s48" in out, out[-3000:]
+    assert "s48: a new shape: seeded from its siblings" in out, out[-3000:]
+    assert "the cost model also learned from" in out, out[-3000:]  # the siblings' records were read
+    assert "not trained on the previous log's other records" not in out, out[-3000:]
+    calls = count_file.read_text().split()
+    assert sorted(calls) == ["32x64x32", "48x48x48", "64x64x64"], calls
+    assert counts.get("target " + json.dumps(TARGET, sort_keys=True)) == 1, counts
+
+
 GPU_CONFIG = """\
 format: 1
 tvm_version: "0.27"

@@ -235,34 +235,39 @@ def old_programs(
     return tuple(out.values())
 
 
-def _main(argv: Sequence[str]) -> int:
-    """Child process: decode a log's records with the template under `root`."""
-    args = json.loads(argv[0])
-    root = Path(args["root"])
+def decode(
+    template: Any,
+    log_path: Path,
+    target: Mapping[str, Any],
+    workloads: Sequence[str],
+    published: Mapping[str, Sequence[Mapping[str, Any]]],
+    resolved: dict[str, Any] | None = None,
+) -> dict[str, list[OldRecord]]:
+    """{workload: [(knobs, latency_s, program key), ...]} of the log's valid records,
+    decoded with `template` (the module), then `published`'s configurations as records
+    with latency 0; as JSON would carry them (lists, not tuples). `resolved`: workloads
+    already resolved for `target` (one compute() per workload, here too)."""
     from ..core.records import read_log, record_is_valid
-    from ..core.template import import_template
     from .builder import program_key, schedule_config
     from .measure import full_knobs
     from .space import decode_knobs, design_space_infos
     from .workload import Workload, resolve
 
-    template = import_template(root / args["template"], root)
-    log = read_log(Path(args["log"]))
-    target = args["target"]
+    log = read_log(log_path)
     out: dict[str, list[OldRecord]] = {}
-    resolved: dict[str, Workload] = {}  # one compute() per workload for all its records
+    known: dict[str, Workload] = dict(resolved or {})
 
     def wl_of(name: str) -> Workload:
-        if name not in resolved:
-            resolved[name] = resolve(template, name, target)
-        return resolved[name]
+        if name not in known:
+            known[name] = resolve(template, name, dict(target))
+        return known[name]
 
-    for w in args["workloads"]:
+    for w in workloads:
         entry = log["workloads"].get(w)
         if entry is None or w not in getattr(template, "WORKLOADS", {}):
             continue
         wl = wl_of(w)
-        spaces = design_space_infos(template, wl, target)
+        spaces = design_space_infos(template, wl, dict(target))
         rows = out.setdefault(w, [])
         for rec in entry["records"]:
             if not record_is_valid(rec):
@@ -271,25 +276,73 @@ def _main(argv: Sequence[str]) -> int:
                 _, kv = decode_knobs(rec[0], spaces, template.KNOBS)
             except TvmtuneError:  # a record of another design space: skipped
                 continue
-            knobs = full_knobs(template, wl, kv, target)
+            knobs = full_knobs(template, wl, kv, dict(target))
             try:
-                program = program_key(schedule_config(template, wl, knobs, target))
+                program = program_key(schedule_config(template, wl, knobs, dict(target)))
             except Exception:  # noqa: BLE001 - no program to compare; the prior still has the record
                 program = ""
             rows.append((knobs, float(rec[1][0]), program))
-    for w, configs in args.get("published", {}).items():
+    for w, configs in published.items():
         if w not in getattr(template, "WORKLOADS", {}):
             continue
         rows = out.setdefault(w, [])
         pwl = wl_of(w)
-        for kv in configs:
-            knobs = dict(kv)
+        for published_kv in configs:
+            knobs = dict(published_kv)
             try:
-                knobs = full_knobs(template, pwl, kv, target)
-                program = program_key(schedule_config(template, pwl, knobs, target))
+                knobs = full_knobs(template, pwl, published_kv, dict(target))
+                program = program_key(schedule_config(template, pwl, knobs, dict(target)))
             except Exception:  # noqa: BLE001 - no program: the set cannot be carried forward
                 program = ""
             rows.append((knobs, 0.0, program))
+    # One shape whichever process decoded it (the child's result comes as JSON).
+    back: dict[str, list[list[Any]]] = json.loads(json.dumps(out))
+    return {w: [(dict(k), float(secs), str(prog)) for k, secs, prog in rows] for w, rows in back.items()}
+
+
+def records_here(
+    template: Any,
+    manifest_path: Path,
+    manifest: Manifest,
+    workloads: Sequence[str],
+    resolved: dict[str, Any] | None = None,
+) -> dict[str, list[OldRecord]]:
+    """`old_records` when the template was not changed since the log (the same semantic
+    fingerprint: only its workloads, or nothing of it, changed): decoded in this process
+    with the template as imported, with no checkout and no child process (a TVM import,
+    about 2 s before a new shape's first trial). PriorError when a record cannot be read
+    (the prior is optional here too)."""
+    from ..core.templateapi import TEMPLATE_API
+
+    if manifest.template_api != TEMPLATE_API:
+        raise PriorError(
+            f"{manifest_path.parent / manifest.log} was decoded with template API "
+            f"{manifest.template_api} and this tvmtune-ci decodes template API {TEMPLATE_API}: "
+            "its records are not read with other rules than they were written with"
+        )
+    try:
+        return decode(
+            template,
+            manifest_path.parent / manifest.log,
+            manifest.target,
+            workloads,
+            published_configs(manifest, workloads),
+            resolved,
+        )
+    except TvmtuneError as e:
+        raise PriorError(f"decoding {manifest.log}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - as the child's failure: the prior, never the re-tune
+        raise PriorError(f"decoding {manifest.log} failed: {type(e).__name__}: {e}") from e
+
+
+def _main(argv: Sequence[str]) -> int:
+    """Child process: decode a log's records with the template under `root`."""
+    args = json.loads(argv[0])
+    root = Path(args["root"])
+    from ..core.template import import_template
+
+    template = import_template(root / args["template"], root)
+    out = decode(template, Path(args["log"]), args["target"], args["workloads"], args.get("published", {}))
     print(json.dumps(out))
     return 0
 
