@@ -336,14 +336,15 @@ def trials_to(curve: list[tuple[int, float]], gflops: float) -> int | None:
     return None
 
 
-def seconds_to(o: Any, trial: int | None, read_s: float = 0.0) -> float:
-    """Seconds from a run's start to its trial `trial` (nan for None): what comes before
-    the first trial in full (the old log's read `read_s`, the correctness check, the
-    baseline, setup, the prior's training), then the replay's seconds whole when
-    `trial` is among the replayed configurations (their results come together: an upper
-    bound), and the search's seconds pro rata over its own trials after them. The finals
-    come after every trial and count for none (pro rata over the run's wall seconds
-    charged them to early trials and charged no replay before the first)."""
+def seconds_to(o: Any, trial: int | None, read_s: float = 0.0, batch: int = 1) -> float:
+    """Seconds from a run's start to the end of the batch that measured its trial `trial`
+    (nan for None), when the search knew its figure: what comes before the first trial in
+    full (the old log's read `read_s`, the correctness check, the baseline, setup, the
+    prior's training); the replay's seconds whole when `trial` is among the replayed
+    configurations (measured as one batch); and the search's seconds pro rata over its
+    own trials, up to the end of `trial`'s batch of `batch`. The finals come after every
+    trial and count for none. (Pro rata over the run's wall seconds, as before, charged
+    the finals to early trials and no replay before the first.)"""
     if trial is None:
         return math.nan
     st = o.stats
@@ -354,7 +355,8 @@ def seconds_to(o: Any, trial: int | None, read_s: float = 0.0) -> float:
         if trial <= replayed:
             return fixed
     own = max(o.trials.run - replayed, 1)
-    return fixed + (st.get("search_s") or 0.0) * min(trial - replayed, own) / own
+    done = min(-(-(trial - replayed) // max(batch, 1)) * max(batch, 1), own)
+    return fixed + (st.get("search_s") or 0.0) * done / own
 
 
 def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, target: dict[str, Any]) -> dict[str, Any]:
@@ -585,13 +587,13 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
                 # Trials to cold's quality, and the seconds to it (`seconds_to`: what comes
                 # before the first trial in full, the search pro rata over its trials).
                 "tq": (tq := trials_to(list(o.curve), quality)),
-                "sq": seconds_to(o, tq, decode_s if a.startswith("prior") else 0.0),
+                "sq": seconds_to(o, tq, decode_s if a.startswith("prior") else 0.0, config.batch_size),
                 # The same with cold's quality and every incumbent measured side by side.
                 "tq2": (tq2 := side_trials_to(steps[a], est, q_side)),
-                "sq2": seconds_to(o, tq2, decode_s if a.startswith("prior") else 0.0),
+                "sq2": seconds_to(o, tq2, decode_s if a.startswith("prior") else 0.0, config.batch_size),
                 # The same, a configuration equal to cold's quality within the noise counted.
                 "tq3": (tq3 := side_trials_to(steps[a], est, q_side, q_est)),
-                "sq3": seconds_to(o, tq3, decode_s if a.startswith("prior") else 0.0),
+                "sq3": seconds_to(o, tq3, decode_s if a.startswith("prior") else 0.0, config.batch_size),
                 "incumbents": len(steps[a]),
                 "run": o.trials.run,
                 "stop": o.trials.stop_reason,

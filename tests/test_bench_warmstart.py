@@ -116,8 +116,9 @@ def test_the_report_lists_point_only_regressions_apart(capsys: pytest.CaptureFix
 
 def test_seconds_to_a_trial_charge_what_comes_before_it_and_no_finals() -> None:
     """A seeded run: its old log's read, checks, prior and whole replay come before its
-    first trial's figure; its search's seconds spread over its own trials; its finals
-    over none. A cold run: its checks, then its search pro rata."""
+    first trial's figure; its search's seconds spread over its own trials, a trial's
+    figure known at its batch's end; its finals count for none. A cold run: its checks,
+    then its search the same way."""
     from types import SimpleNamespace
 
     stats = {"correctness_s": 0.5, "prior_s": 0.25, "replay_s": 4.0, "search_s": 20.0, "finals_s": 9.0}
@@ -125,7 +126,9 @@ def test_seconds_to_a_trial_charge_what_comes_before_it_and_no_finals() -> None:
     assert bw.seconds_to(seeded, 1, read_s=2.0) == 6.75  # 2 + 0.5 + 0.25 + 4
     assert bw.seconds_to(seeded, 10, read_s=2.0) == 6.75  # the replay's results come together
     assert bw.seconds_to(seeded, 50, read_s=2.0) == 6.75 + 20.0 * 40 / 80
-    assert bw.seconds_to(seeded, 90, read_s=2.0) == 26.75  # no finals
+    assert bw.seconds_to(seeded, 50, read_s=2.0, batch=16) == 6.75 + 20.0 * 48 / 80  # its batch: 43-58
+    assert bw.seconds_to(seeded, 90, read_s=2.0, batch=16) == 26.75  # the last batch is short; no finals
     assert math.isnan(bw.seconds_to(seeded, None))
     cold = SimpleNamespace(stats={"correctness_s": 0.5, "search_s": 32.0}, replay=None, trials=SimpleNamespace(run=96))
     assert bw.seconds_to(cold, 3) == 0.5 + 32.0 * 3 / 96
+    assert bw.seconds_to(cold, 3, batch=16) == 0.5 + 32.0 * 16 / 96  # known when its first batch is
