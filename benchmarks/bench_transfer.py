@@ -43,8 +43,9 @@ retune's start to the first line of w at or past that trial, an upper bound.
 Cold's quality (the goal) is the slowest of cold's seeds' final search bests (their
 curve's last point): a run that reaches it is within cold's own spread between
 seeds. Per case: the trials and seconds each transfer run needed to reach it; every
-arm's and seed's best re-measured side by side in ONE interleaved `measure.finals`
-run (machine drift hits all alike), transfer / cold against cold's own spread
+arm's and seed's best re-measured side by side in interleaved `measure.finals`
+runs (machine drift hits all alike; --side-passes of them, every other in reverse
+order, each configuration's fastest kept: `_common.side_passes`), transfer / cold against cold's own spread
 (slowest / fastest of its seeds there), slower beyond it only when the ratio's 95%
 interval is (`_common.against_spread`); in the same run each transfer run's top
 configurations (results.json's top rows within 10% of its best, with the trial that
@@ -84,6 +85,7 @@ from _common import (  # benchmarks/ is the script's folder
     GIT_ENV,
     against_spread,
     git_commit,
+    side_passes,
     side_trials_to,
     snapshot,
     wait_idle,
@@ -133,6 +135,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=6.0,
         help="the side-by-side run's time cap per finalist (6 s; the finals' own is measure.time_cap_s)",
+    )
+    p.add_argument(
+        "--side-passes",
+        type=int,
+        default=2,
+        help="side-by-side runs, every other one in reverse order; each configuration keeps "
+        "its fastest (2: a slow mode of the runner lasting one configuration's turn is not its speed)",
     )
     p.add_argument(
         "--wait-idle", type=float, default=120.0, help="seconds to wait at most for a quiet machine first (120)"
@@ -482,6 +491,7 @@ def side_by_side(
     """Every arm's and seed's best, and the transfer runs' top rows (`Arm.found`), in one
     interleaved finals run, each configuration once: knobs key -> Estimate, and
     "ARM@K" -> that run's best's Estimate."""
+    from tvmtune_ci.core import stats
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.template import import_template
     from tvmtune_ci.tune.builder import make_builder
@@ -506,14 +516,26 @@ def side_by_side(
             cands[best_key[f"{a}@{k}"]] = dict(best)
             if a == "transfer":
                 cands.update((json.dumps(kn, sort_keys=True), kn) for _, kn in arm.found)
-    fs = [Finalist("search", kn, key) for key, kn in cands.items()]
+    wl = resolve(tmpl, case.workload, target)
     runner, builder = make_runner(measure), make_builder()
+
+    def one_run(order: list[str]) -> dict[str, Any]:
+        fs = [Finalist("search", cands[key], key) for key in order]
+        res = finals(tmpl, wl, target, fs, measure, runner=runner, builder=builder)
+        return {r.finalist.key: r.estimate for r in res if r.estimate is not None}
+
     try:
-        res = finals(tmpl, resolve(tmpl, case.workload, target), target, fs, measure, runner=runner, builder=builder)
+        by_knobs, runs = side_passes(one_run, list(cands), args.side_passes)
     finally:
         runner.close()
         builder.close()
-    by_knobs = {r.finalist.key: r.estimate for r in res if r.estimate is not None}
+    if len(runs) > 1:
+        for a, key in best_key.items():
+            print(
+                f"  {a}'s best in each side-by-side run: "
+                + ", ".join(stats.fmt_latency(r[key]) if r.get(key) is not None else "-" for r in runs),
+                flush=True,
+            )
     return {**by_knobs, **{a: by_knobs[key] for a, key in best_key.items() if key in by_knobs}}
 
 
@@ -614,7 +636,7 @@ def case_report(case: Case, arms: dict[str, list[Arm]], est: dict[str, Any], see
         slower=sp.verdict == "slower" if sp.verdict != "not measured" else None,
     )
     print(
-        f"  side by side (one interleaved run): transfer / cold {sp.ratio:.3f} ({sp.lo:.3f}-{sp.hi:.3f}, the "
+        f"  side by side (interleaved, each configuration's fastest run): transfer / cold {sp.ratio:.3f} ({sp.lo:.3f}-{sp.hi:.3f}, the "
         f"medians over seeds and their 95% bounds); cold's own spread {sp.spread:.3f} (slowest / fastest of its "
         f"seeds): {sp.words()}",
         flush=True,
@@ -684,7 +706,7 @@ def summary(rows: list[dict[str, Any]], seeds: int) -> None:
     )
     print(f"transfer's trials to cold's quality / cold's trials: median {med(t_ratio):.2f}")
     print(
-        f"side by side (each run's top configurations and cold's bests in one interleaved run, "
+        f"side by side (each run's top configurations and cold's bests, interleaved, "
         f"by the trial that found them): seconds to cold's quality / cold's seconds: median "
         f"{med(q2_ratio):.2f} (range {min(q2_ratio):.2f}-{max(q2_ratio):.2f}), trials "
         f"{med(t2_ratio):.2f}; target <= 0.25"

@@ -33,9 +33,11 @@ Both use tvmtune.yaml's measurement and early stop (the CI re-tune's settings).
 Reported per edit: how many old configurations still map whole and still compute
 right; trials (and seconds) each run needed to come within 2% of the cold run's
 final search best (the curves are each run's own search numbers); the trials each
-ran before stopping; and the final bests re-measured side by side in one
-interleaved `measure.finals` run (so machine drift hits all alike), warm / cold
-and prior / cold with their 95% intervals. The anchor is the cold run; ratios come from this one run.
+ran before stopping; and the final bests re-measured side by side in interleaved
+`measure.finals` runs (so machine drift hits all alike; --side-passes of them, every
+other in reverse order, each configuration's fastest kept: `_common.side_passes`),
+warm / cold and prior / cold with their 95% intervals. The anchor is the cold run;
+ratios come from this one invocation.
 With them, each run's late incumbents and top configurations: the trials (and seconds,
 `seconds_to`) to cold's quality (the slowest cold seed's best) side by side, strictly and
 with a configuration equal to it within the noise counted (`_common.side_trials_to`),
@@ -61,7 +63,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from _common import against_spread, side_trials_to, wait_idle  # benchmarks/ is the script's folder
+from _common import against_spread, side_passes, side_trials_to, wait_idle  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -255,6 +257,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=6.0,
         help="the side-by-side run's time cap per configuration (6 s, as bench_transfer's; the "
         "finals' own is measure.time_cap_s): a noisy stretch within a 2 s cap left a best at +-6.4%%",
+    )
+    p.add_argument(
+        "--side-passes",
+        type=int,
+        default=2,
+        help="side-by-side runs, every other one in reverse order; each configuration keeps "
+        "its fastest (2: a slow mode of the runner lasting one configuration's turn is not its speed)",
     )
     p.add_argument(
         "--wait-idle",
@@ -533,20 +542,33 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
         cands = {best_key[a]: dict(outs[a].best.knobs) for a in arms}
         cands.update((json.dumps(k, sort_keys=True), dict(k)) for a in arms for _, k in steps[a])
         runner, builder = make_runner(config.measure), make_builder()
-        try:
+
+        def one_run(order: list[str]) -> dict[str, Any]:
             fin = finals(
                 tmpl,
                 edit.workload,
                 target,
-                [Finalist("search", k, key) for key, k in cands.items()],
+                [Finalist("search", cands[key], key) for key in order],
                 replace(config.measure, time_cap_s=args.side_cap_s),
                 runner=runner,
                 builder=builder,
             )
+            return {r.finalist.key: r.estimate for r in fin}
+
+        try:
+            by_knobs, side_runs = side_passes(one_run, list(cands), args.side_passes)
         finally:
             runner.close()
             builder.close()
-        by_knobs = {r.finalist.key: r.estimate for r in fin}
+        if len(side_runs) > 1:  # each run's figures, before the fastest of each is kept
+            for a in arms:
+                print(
+                    f"  {a}'s best in each side-by-side run: "
+                    + ", ".join(
+                        stats.fmt_latency(r[best_key[a]]) if r.get(best_key[a]) is not None else "-" for r in side_runs
+                    ),
+                    flush=True,
+                )
         est = {**by_knobs, **{a: by_knobs.get(best_key[a]) for a in arms}}
         # Cold's quality side by side: the slowest cold seed's final best as re-measured here.
         colds = [e for a in arms if a.startswith("cold@") and (e := est.get(a)) is not None]

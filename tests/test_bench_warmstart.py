@@ -132,3 +132,28 @@ def test_seconds_to_a_trial_charge_what_comes_before_it_and_no_finals() -> None:
     cold = SimpleNamespace(stats={"correctness_s": 0.5, "search_s": 32.0}, replay=None, trials=SimpleNamespace(run=96))
     assert bw.seconds_to(cold, 3) == 0.5 + 32.0 * 3 / 96
     assert bw.seconds_to(cold, 3, batch=16) == 0.5 + 32.0 * 16 / 96  # known when its first batch is
+
+
+def test_side_by_side_runs_keep_each_configuration_s_fastest_and_reverse_every_other() -> None:
+    """A slow mode of the runner lasting one configuration's turn in one run (2x) is not
+    its speed: the second run, in reverse order, measures it again, and its faster
+    figure is kept; a configuration one run failed to measure keeps the other's."""
+    from _common import side_passes
+
+    orders: list[list[str]] = []
+    figures = iter(
+        [
+            {"a": _e(1.0, 0.01), "b": _e(2.2, 0.1), "c": None},
+            {"a": _e(1.1, 0.01), "b": _e(1.1, 0.01), "c": _e(3.0, 0.01)},
+        ]
+    )
+
+    def measure(order: list[str]) -> dict:
+        orders.append(order)
+        return next(figures)
+
+    best, runs = side_passes(measure, ["a", "b", "c"], 2)
+    assert orders == [["a", "b", "c"], ["c", "b", "a"]]
+    assert best["a"].value == pytest.approx(1.0e-3) and best["b"].value == pytest.approx(1.1e-3)
+    assert best["c"].value == pytest.approx(3.0e-3) and len(runs) == 2
+    assert side_passes(lambda o: {k: _e(1.0, 0.01) for k in o}, ["a"], 1)[1] == [{"a": _e(1.0, 0.01)}]
