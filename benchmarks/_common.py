@@ -62,6 +62,24 @@ def side_trials_to(
     return None
 
 
+def add_side_args(p: argparse.ArgumentParser) -> None:
+    """--side-cap-s and --side-passes: how the bests are re-measured side by side."""
+    p.add_argument(
+        "--side-cap-s",
+        type=float,
+        default=6.0,
+        help="the side-by-side runs' time cap per configuration (6 s; the finals' own is "
+        "measure.time_cap_s: a noisy stretch within a 2 s cap left a best at +-6.4%%)",
+    )
+    p.add_argument(
+        "--side-passes",
+        type=int,
+        default=2,
+        help="side-by-side runs, every other one in reverse order; each configuration keeps "
+        "its fastest (2: a slow mode of the runner lasting one configuration's turn is not its speed)",
+    )
+
+
 def side_passes(
     measure: Callable[[list[str]], Mapping[str, Any]], keys: Sequence[str], passes: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -83,6 +83,7 @@ from typing import Any
 import yaml
 from _common import (  # benchmarks/ is the script's folder
     GIT_ENV,
+    add_side_args,
     against_spread,
     git_commit,
     side_passes,
@@ -130,19 +131,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="measure.usable_precision in the scratch repos (default: this repo's); raise it "
         "on a loaded machine, where retune refuses a runner too noisy, and say so",
     )
-    p.add_argument(
-        "--side-cap-s",
-        type=float,
-        default=6.0,
-        help="the side-by-side run's time cap per finalist (6 s; the finals' own is measure.time_cap_s)",
-    )
-    p.add_argument(
-        "--side-passes",
-        type=int,
-        default=2,
-        help="side-by-side runs, every other one in reverse order; each configuration keeps "
-        "its fastest (2: a slow mode of the runner lasting one configuration's turn is not its speed)",
-    )
+    add_side_args(p)
     p.add_argument(
         "--wait-idle", type=float, default=120.0, help="seconds to wait at most for a quiet machine first (120)"
     )

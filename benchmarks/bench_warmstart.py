@@ -63,7 +63,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from _common import against_spread, side_passes, side_trials_to, wait_idle  # benchmarks/ is the script's folder
+from _common import (  # benchmarks/ is the script's folder
+    add_side_args,
+    against_spread,
+    side_passes,
+    side_trials_to,
+    wait_idle,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -251,20 +257,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "one whose logs were tuned on this CPU: only there do the warm arms' old "
         "rankings hold",
     )
-    p.add_argument(
-        "--side-cap-s",
-        type=float,
-        default=6.0,
-        help="the side-by-side run's time cap per configuration (6 s, as bench_transfer's; the "
-        "finals' own is measure.time_cap_s): a noisy stretch within a 2 s cap left a best at +-6.4%%",
-    )
-    p.add_argument(
-        "--side-passes",
-        type=int,
-        default=2,
-        help="side-by-side runs, every other one in reverse order; each configuration keeps "
-        "its fastest (2: a slow mode of the runner lasting one configuration's turn is not its speed)",
-    )
+    add_side_args(p)
     p.add_argument(
         "--wait-idle",
         type=float,

@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,22 @@ def _run(root: Path, count_file: Path, *argv: str) -> tuple[dict[str, int], str]
     return json.loads(next(x for x in r.stdout.splitlines() if x.startswith("COUNTS "))[7:]), r.stdout
 
 
+def _retune_after(tmp_path: Path, change: Callable[[str], str], message: str) -> tuple[dict[str, int], str, list[str]]:
+    """COUNTING_MM tuned and committed, then `change`d (it must change it) and committed:
+    the second retune's counts, what it printed, and its compute() calls."""
+    root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
+    count_file = tmp_path / "compute.txt"
+    _run(root, count_file)
+    commit_all(root, "tuned")
+    path = root / "operators/mm.py"
+    text = path.read_text()
+    assert change(text) != text
+    path.write_text(change(text))
+    commit_all(root, message)
+    counts, out = _run(root, count_file)
+    return counts, out, count_file.read_text().split()
+
+
 def test_one_retune_computes_each_workload_fact_once(tmp_path: Path) -> None:
     assert COUNTING_MM.count("COUNT_COMPUTE") == 1 and '"s32"' in COUNTING_MM
     root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
@@ -132,19 +149,11 @@ def test_a_warm_retune_whose_carry_is_refused_computes_each_workload_once(tmp_pa
     replay, the search, the finals and the history run share one Workload here; the
     priors' child process, which decodes the old log with the old template, computes
     each workload once more there (its own process), not once per old record."""
-    root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
-    count_file = tmp_path / "compute.txt"
-    _run(root, count_file)
-    commit_all(root, "tuned")
-    path = root / "operators/mm.py"
-    text = path.read_text()
-    assert "    sch.parallel(i0)\n" in text
-    path.write_text(text.replace("    sch.parallel(i0)\n", ""))
-    commit_all(root, "edit: no parallel loop")
-    counts, out = _run(root, count_file)
+    counts, out, calls = _retune_after(
+        tmp_path, lambda text: text.replace("    sch.parallel(i0)\n", ""), "edit: no parallel loop"
+    )
     assert "not carried forward: the edit changed a program" in out, out[-3000:]
     assert "replaying" in out, out[-3000:]
-    calls = count_file.read_text().split()
     # Each workload: once in this process, once in the priors' child.
     assert sorted(calls) == ["32x64x32", "32x64x32", "64x64x64", "64x64x64"], calls
     assert sorted(v for k, v in counts.items() if k.startswith("compute ")) == [1, 1], counts
@@ -160,24 +169,18 @@ def test_a_new_shape_s_siblings_are_decoded_in_this_process_from_their_own_workl
     TVM and computes each sibling again), from the workloads this re-tune resolved. Each
     workload is computed once in all: the siblings for their records and FLOPs, the new
     one for its search. A child process's decode would compute s64 and s32 again."""
-    root = make_repo(tmp_path, config=CONFIG, files={"operators/mm.py": COUNTING_MM}, operators=False)
-    count_file = tmp_path / "compute.txt"
-    _run(root, count_file)
-    commit_all(root, "tuned")
-    path = root / "operators/mm.py"
-    text = path.read_text()
     added = '             "s32": {"M": 32, "N": 64, "K": 32, "dtype": "float32"}}'
-    assert added in text
-    path.write_text(
-        text.replace(added, added[:-1] + ',\n             "s48": {"M": 48, "N": 48, "K": 48, "dtype": "float32"}}')
+    counts, out, calls = _retune_after(
+        tmp_path,
+        lambda text: text.replace(
+            added, added[:-1] + ',\n             "s48": {"M": 48, "N": 48, "K": 48, "dtype": "float32"}}'
+        ),
+        "a new shape",
     )
-    commit_all(root, "a new shape")
-    counts, out = _run(root, count_file)
     assert "partial re-tune: only workloads changed (added s48): tuned s48" in out, out[-3000:]
     assert "s48: a new shape: seeded from its siblings" in out, out[-3000:]
     assert "the cost model also learned from" in out, out[-3000:]  # the siblings' records were read
     assert "not trained on the previous log's other records" not in out, out[-3000:]
-    calls = count_file.read_text().split()
     assert sorted(calls) == ["32x64x32", "48x48x48", "64x64x64"], calls
     assert counts.get("target " + json.dumps(TARGET, sort_keys=True)) == 1, counts
 
