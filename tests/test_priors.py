@@ -119,3 +119,11 @@ def test_a_decode_here_that_fails_costs_the_prior_with_a_reason() -> None:
     broken = SimpleNamespace(WORKLOADS={"attn_512": {}}, KNOBS=[])  # no compute()
     with pytest.raises(priors.PriorError, match=f"decoding {manifest.log}"):
         priors.records_here(broken, mpath, manifest, ["attn_512"])
+    # A log of other decoding rules is refused here as in the child's path, never decoded.
+    from dataclasses import replace
+
+    from tvmtune_ci.core.template import import_template
+
+    template = import_template(root / manifest.template_file, root)
+    with pytest.raises(priors.PriorError, match="this tvmtune-ci decodes template API"):
+        priors.records_here(template, mpath, replace(manifest, template_api=manifest.template_api + 1), ["attn_512"])

@@ -152,14 +152,7 @@ def old_records(
     Only a log decoded with this tvmtune-ci's template API: its traces name knobs by
     the rules they were written with (templateapi.py), and these are the only rules
     here; any other is refused (PriorError), never decoded with the wrong ones."""
-    from ..core.templateapi import TEMPLATE_API
-
-    if manifest.template_api != TEMPLATE_API:
-        raise PriorError(
-            f"{manifest_path.parent / manifest.log} was decoded with template API "
-            f"{manifest.template_api} and this tvmtune-ci decodes template API {TEMPLATE_API}: "
-            "its records are not read with other rules than they were written with"
-        )
+    _same_api(manifest_path, manifest)
     commit = old_commit(root, manifest_path, manifest)
     if not commit:
         raise PriorError(f"{manifest_path}: no commit holds it or its template")
@@ -172,6 +165,20 @@ def old_records(
         workloads,
         published=published_configs(manifest, workloads),
     )
+
+
+def _same_api(manifest_path: Path, manifest: Manifest) -> None:
+    """PriorError unless the log was decoded with this tvmtune-ci's template API: its
+    traces name knobs by the rules they were written with (templateapi.py), and these
+    are the only rules here."""
+    from ..core.templateapi import TEMPLATE_API
+
+    if manifest.template_api != TEMPLATE_API:
+        raise PriorError(
+            f"{manifest_path.parent / manifest.log} was decoded with template API "
+            f"{manifest.template_api} and this tvmtune-ci decodes template API {TEMPLATE_API}: "
+            "its records are not read with other rules than they were written with"
+        )
 
 
 def published_configs(manifest: Manifest, workloads: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -307,19 +314,13 @@ def records_here(
     workloads: Sequence[str],
     resolved: dict[str, Any] | None = None,
 ) -> dict[str, list[OldRecord]]:
-    """`old_records` when the template was not changed since the log (the same semantic
-    fingerprint: only its workloads, or nothing of it, changed): decoded in this process
-    with the template as imported, with no checkout and no child process (a TVM import,
-    about 2 s before a new shape's first trial). PriorError when a record cannot be read
-    (the prior is optional here too)."""
-    from ..core.templateapi import TEMPLATE_API
-
-    if manifest.template_api != TEMPLATE_API:
-        raise PriorError(
-            f"{manifest_path.parent / manifest.log} was decoded with template API "
-            f"{manifest.template_api} and this tvmtune-ci decodes template API {TEMPLATE_API}: "
-            "its records are not read with other rules than they were written with"
-        )
+    """`old_records` when the template is the one the log was tuned with (every
+    dependency of its fingerprint the same: `pipeline_history.tuned_with`; only its
+    workloads, or nothing of it, changed): decoded in this process with the template as
+    imported, with no checkout and no child process (a TVM import and each workload
+    computed again: 2-3 s before a new shape's first trial, bench_prior_read). PriorError
+    when the records cannot be read (the prior is optional here too)."""
+    _same_api(manifest_path, manifest)
     try:
         return decode(
             template,
