@@ -68,7 +68,7 @@ def main() -> int:
         os.environ["TVM_NUM_THREADS"] = str(threads)  # before TVM starts its pool
 
     from tvmtune_ci.tune import tvmsetup
-    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.builder import build_config
     from tvmtune_ci.tune.workload import resolve
 
     tvm = tvmsetup.load()
@@ -77,10 +77,10 @@ def main() -> int:
 
     tpl = import_template(ROOT / m.template_file, ROOT)
     wl = resolve(tpl, workload, m.target)
-    sch = schedule_config(tpl, wl, best.knobs, m.target)
-    lib = tvm.compile(sch.mod, target=tvmsetup.make_target(dict(m.target)))
+    lib = build_config(tpl, wl, m.target, best.knobs)
     dev = tvm.runtime.device("cpu", 0)
-    info = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+    # The workload's signature: a schedule changes the loops, not the arguments.
+    info = ms.arg_info.ArgInfo.from_entry_func(wl.mod, remove_preproc=True)
     sets = default_alloc_argument(dev, [a.as_json() for a in info], args.sets)
     rt = lib.mod  # the runtime module, as the runner loads it
     f = rt.time_evaluator(rt.entry_name or "main", dev, number=1, repeat=args.repeat, min_repeat_ms=args.min_ms)
