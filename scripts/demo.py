@@ -5,8 +5,9 @@
 Copies operators/ into a new git repo under a temp folder, writes a tvmtune.yaml
 whose one target is this CPU (its LLVM name, all cores), then runs
 `tvmtune-ci retune`, then `models` and `profile` on this repo's models (built with
-the logs just tuned, timed per call here), `status` and `check` there, and prints
-where the generated READMEs are. This repository's own logs are not touched.
+the logs just tuned, timed per call here), prints where the generated READMEs are,
+then `status` and `check` there: the screen ends with check's verdict, the warnings
+status printed not repeated. This repository's own logs are not touched.
 """
 
 from __future__ import annotations
@@ -97,13 +98,27 @@ def main() -> int:
                 cwd=work,
                 env=env,
             ).returncode
-    subprocess.run([*cli, "status"], cwd=work, env=env)
-    subprocess.run([*cli, "check"], cwd=work, env=env)
     for readme in sorted((work / "tuning_logs").glob("*/*/README.md")):
         print(f"generated: {readme}")
     for readme in sorted((work / "models").glob("*.md")):
         print(f"generated: {readme}")
+    # `check` last, so that the screen ends with its verdict; the warnings `status`
+    # just printed (the models' coverage line) are not printed again under it.
+    shown = show(cli, "status", work, env)
+    show(cli, "check", work, env, seen=frozenset(line for line in shown if line.startswith("warning: ")))
     return rc
+
+
+def show(cli: list[str], verb: str, cwd: Path, env: dict[str, str], seen: frozenset[str] = frozenset()) -> list[str]:
+    """Run `tvmtune-ci VERB` under a `$` heading; print its output but the lines in `seen`."""
+    print(f"\n$ tvmtune-ci {verb}", flush=True)
+    r = subprocess.run([*cli, verb], cwd=cwd, env=env, capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    for line in lines:
+        if line not in seen:
+            print(line)
+    print(r.stderr, end="", file=sys.stderr, flush=True)
+    return lines
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@ TVM on a small nn.Module), the coverage file, and what `check` says about it."""
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import commit_all, freshen_all, make_repo, run_cli, write
+from conftest import commit_all, freshen_all, git_env, make_repo, run_cli, write
 
 from tvmtune_ci.check.fingerprint import SourceCache
 from tvmtune_ci.check.models import COVERAGE_CHANGED, MODEL_CHANGED, MODEL_MISSING, MODEL_UNREADABLE
@@ -214,6 +217,58 @@ def test_check_reads_the_coverage_file_and_warns_of_uncovered_shapes(tmp_path: P
     assert any("no template implements relax.nn.gelu (1x), relax.permute_dims (1x)" in w for w in report.warnings)
     r = run_cli(root, "check")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_check_and_status_say_the_coverage_warnings_in_one_line_and_each_with_verbose(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    _generate(root)
+    commit_all(root)
+    each = [f"warning: {w}" for w in find_stale(load_config(root / CONFIG_NAME)).warnings if "model tiny" in w]
+    assert len(each) == 3  # fc2's and softmax's shapes, then the ops no template implements
+    one = (
+        "warning: model coverage of 1 model (tiny): 2 call shapes that a template implements but no "
+        "workload declares; 2 ops that no template implements (TVM's own kernels run them). "
+        "Run with `--verbose` to list each, with the workload to add"
+    )
+    for verb in ("check", "status"):
+        r = run_cli(root, verb)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [line for line in r.stdout.splitlines() if "model" in line] == [one], verb
+        assert r.stdout.splitlines()[-1] == "all 4 entries fresh"
+        r = run_cli(root, verb, "--verbose")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [line for line in r.stdout.splitlines() if "model" in line] == each, verb
+    # GitHub: one annotation per model, at its coverage file, holding each call; the
+    # step summary lists each; the log says the one line. JSON keeps each warning.
+    summary = tmp_path / "summary.md"
+    r = run_cli(root, "check", env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    notes = [line for line in r.stdout.splitlines() if line.startswith("::") and "tiny" in line]
+    assert len(notes) == 1 and notes[0].startswith("::warning file=models/tiny.coverage.json,line=1,")
+    assert notes[0].count("no workload of it declares") == 2 and "relax.nn.gelu" in notes[0]
+    assert one in r.stdout.splitlines()
+    assert summary.read_text().count("no workload of it declares") == 2
+    r = run_cli(root, "check", "--format", "json")
+    assert r.returncode == 0 and [f"warning: {w}" for w in json.loads(r.stdout)["warnings"]] == each
+
+
+def test_the_demo_says_the_coverage_line_once_and_ends_with_checks_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _repo(tmp_path)
+    _generate(root)
+    commit_all(root)
+    spec = importlib.util.spec_from_file_location("demo", PROJECT / "scripts" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    cli, env = [sys.executable, "-m", "tvmtune_ci"], git_env()
+    env.pop("GITHUB_ACTIONS", None)
+    shown = demo.show(cli, "status", root, env)
+    demo.show(cli, "check", root, env, seen=frozenset(line for line in shown if line.startswith("warning: ")))
+    out = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("warning: model coverage of 1 model (tiny)") for line in out) == 1
+    assert out[-1] == "all 4 entries fresh" and "$ tvmtune-ci check" in out
 
 
 def test_a_changed_model_source_makes_its_file_stale(tmp_path: Path) -> None:

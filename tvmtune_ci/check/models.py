@@ -7,7 +7,9 @@ its bytes); one whose coverage no longer holds because a template's IMPLEMENTS,
 WORKLOADS or TARGET_KINDS changed (the recorded calls are matched again with today's
 contracts: the matching is TVM-free). Warns: each call whose shape a template
 implements but no workload declares (naming the model, the call, the template and the
-params to add), and per model the ops no template implements.
+params to add), and per model the ops no template implements. Those warnings are
+`CoverageWarning`s: `check` and `status` print them as one summary line
+(`coverage_summary`), each only with `--verbose`.
 
 Cost: nothing without `models:`. With models, one read of each coverage file and one
 index lookup per template: a template git vouches for (tracked, unmodified, the blob
@@ -16,7 +18,7 @@ the file recorded) is not parsed; only an edited, new or removed one is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +48,74 @@ class ModelProblem:
     @property
     def hint(self) -> str:
         return REGENERATE.format(name=self.model, file=self.file)
+
+
+class CoverageWarning(str):
+    """One warning about a model's calls: its text, and what the one-line summary needs.
+    A str, so that `Report.warnings` stays text for JSON and every other reader."""
+
+    model: str
+    kind: str  # UNCOVERED_SHAPE (one call) or UNCOVERED_OP (all of a model's)
+    ops: tuple[str, ...]
+    coverage_file: str
+
+    def __new__(
+        cls, text: str, model: str, kind: str, coverage_file: str, ops: tuple[str, ...] = ()
+    ) -> CoverageWarning:
+        self = super().__new__(cls, text)
+        self.model, self.kind, self.coverage_file, self.ops = model, kind, coverage_file, ops
+        return self
+
+
+def split_warnings(warnings: Iterable[str]) -> tuple[list[str], list[CoverageWarning]]:
+    """(the other warnings, the models' coverage warnings), each in order."""
+    other: list[str] = []
+    coverage: list[CoverageWarning] = []
+    for w in warnings:
+        if isinstance(w, CoverageWarning):
+            coverage.append(w)
+        else:
+            other.append(w)
+    return other, coverage
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def coverage_summary(warnings: Sequence[CoverageWarning]) -> str:
+    """The models' coverage warnings in one line: on this repository's main they are
+    facts about its models, not broken files, and seven of them buried the verdict."""
+    models = list(dict.fromkeys(w.model for w in warnings))
+    shapes = sum(1 for w in warnings if w.kind == UNCOVERED_SHAPE)
+    ops = dict.fromkeys(op for w in warnings if w.kind == UNCOVERED_OP for op in w.ops)
+    parts = []
+    if shapes:
+        parts.append(f"{_plural(shapes, 'call shape')} that a template implements but no workload declares")
+    if ops:
+        parts.append(f"{_plural(len(ops), 'op')} that no template implements (TVM's own kernels run them)")
+    return (
+        f"model coverage of {_plural(len(models), 'model')} ({', '.join(models)}): {'; '.join(parts)}. "
+        # The same line from `check` and `status`: `make demo` prints it once.
+        "Run with `--verbose` to list each" + (", with the workload to add" if shapes else "")
+    )
+
+
+def warning_lines(warnings: Iterable[str], verbose: bool) -> list[str]:
+    """The warnings to print, the models' coverage ones as one summary line (after the
+    others) unless `verbose`."""
+    other, coverage = split_warnings(warnings)
+    if verbose or not coverage:
+        return list(warnings)
+    return [*other, coverage_summary(coverage)]
+
+
+def coverage_by_model(warnings: Iterable[str]) -> dict[str, list[CoverageWarning]]:
+    """The models' coverage warnings by model, in order (one GitHub annotation each)."""
+    out: dict[str, list[CoverageWarning]] = {}
+    for w in split_warnings(warnings)[1]:
+        out.setdefault(w.model, []).append(w)
+    return out
 
 
 def check_models(
@@ -184,23 +254,34 @@ def _status(c: object) -> str:
 
 
 def _uncovered(f: CoverageFile, m: ModelConfig) -> list[str]:
-    out = []
+    out: list[str] = []
     ops: dict[str, int] = {}
     for sig, cov, n in f.calls:
         if cov.status == UNCOVERED_SHAPE:
             c = f.contracts.get(cov.template or "")
             where = c.file if c is not None else cov.template
             out.append(
-                f"{m.coverage_file}: model {m.name} calls {sig.describe()} ({n}x), which "
-                f"{where} implements but no workload of it declares: add "
-                f"{dict(cov.params)} to its WORKLOADS and tune it, or leave the call to TVM"
+                CoverageWarning(
+                    f"{m.coverage_file}: model {m.name} calls {sig.describe()} ({n}x), which "
+                    f"{where} implements but no workload of it declares: add "
+                    f"{dict(cov.params)} to its WORKLOADS and tune it, or leave the call to TVM",
+                    m.name,
+                    UNCOVERED_SHAPE,
+                    m.coverage_file,
+                )
             )
         elif cov.status == UNCOVERED_OP:
             ops[sig.op] = ops.get(sig.op, 0) + n
     if ops:
         listed = ", ".join(f"{op} ({n}x)" for op, n in sorted(ops.items(), key=lambda x: -x[1]))
         out.append(
-            f"{m.coverage_file}: model {m.name}: no template implements {listed}; they run "
-            "TVM's own kernels (docs/models.md)"
+            CoverageWarning(
+                f"{m.coverage_file}: model {m.name}: no template implements {listed}; they run "
+                "TVM's own kernels (docs/models.md)",
+                m.name,
+                UNCOVERED_OP,
+                m.coverage_file,
+                tuple(ops),
+            )
         )
     return out

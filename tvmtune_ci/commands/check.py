@@ -18,7 +18,7 @@ import sys
 from typing import Any, TextIO
 
 from .. import ci
-from ..check.models import ModelProblem
+from ..check.models import ModelProblem, coverage_by_model, split_warnings, warning_lines
 from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..check.staleness import FIX_HINT, TEMPLATE_API_CHANGED, TEMPLATE_CHANGED, TEMPLATE_INVALID, Entry, Reason, Report
 from ..ci import md_escape
@@ -56,14 +56,15 @@ def model_line(p: ModelProblem) -> str:
     return f"STALE model {p.model}: {p.code} ({p.detail}); {p.hint}"
 
 
-def render_text(report: Report, out: TextIO) -> None:
+def render_text(report: Report, out: TextIO, verbose: bool = False) -> None:
     for e in report.entries:
         print(entry_line(e), file=out)
     for p in report.models:
         print(model_line(p), file=out)
     for line in orphan_lines(report):
         print(f"warning: {line}", file=out)
-    for w in report.warnings:
+    # The models' coverage warnings are one line unless --verbose (check/models.py).
+    for w in warning_lines(report.warnings, verbose):
         print(f"warning: {w}", file=out)
     print(summary_line(report), file=out)
     if report.models:
@@ -165,8 +166,21 @@ def render_github(report: Report, level: str) -> list[str]:
             )
         )
     # Orphaned folders go to the step summary only: one annotation each drowned the
-    # stale entries' annotations after a target switch.
-    for w in report.warnings:
+    # stale entries' annotations after a target switch. The models' coverage warnings
+    # are one annotation per model, at its coverage file, holding each call: the same
+    # on every PR, one per call spent GitHub's ten warnings a step.
+    other, _ = split_warnings(report.warnings)
+    for model, ws in coverage_by_model(report.warnings).items():
+        lines.append(
+            ci.annotation(
+                "warning",
+                "\n".join(w.removeprefix(f"{w.coverage_file}: ") for w in ws),
+                file=ws[0].coverage_file,
+                line=1,
+                title=f"model coverage: {model}",
+            )
+        )
+    for w in other:
         # "tvmtune.yaml:7: ..." warnings are shown at that line.
         m = _WHERE.match(w)
         if m:
@@ -185,8 +199,21 @@ def step_summary(report: Report) -> str:
         rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
     for p in report.models:
         rows.append(f"| model {p.model} | **stale** | `{p.code}` {md_escape(p.detail)} |")
+    rows += coverage_summary_rows(report)
     rows += history_summary(report)
     return "\n".join(rows) + "\n"
+
+
+def coverage_summary_rows(report: Report) -> list[str]:
+    """The models' coverage warnings, each (the log shows them as one line)."""
+    out: list[str] = []
+    for model, ws in coverage_by_model(report.warnings).items():
+        if not out:
+            out += ["", "#### Model coverage", ""]
+        out += [
+            f"- **{model}**: " + md_escape(w.removeprefix(f"{w.coverage_file}: model {model}").lstrip(": ")) for w in ws
+        ]
+    return out
 
 
 def history_summary(report: Report) -> list[str]:
@@ -233,6 +260,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="also compile each GPU entry's default and committed best to a cubin for its "
         "arch (needs TVM and the [cuda] extra, no GPU; runs the templates' code); "
         "exit 1 when one does not build",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="each model coverage warning on its own line (uncovered call shapes, ops no "
+        "template implements), not one summary line",
     )
 
 
@@ -298,7 +331,7 @@ def _run(args: argparse.Namespace) -> int:
         for line in render_github(report, "error" if code else "warning"):
             print(line)
         ci.append_step_summary(step_summary(report))
-    render_text(report, sys.stdout)
+    render_text(report, sys.stdout, verbose=getattr(args, "verbose", False))
     for line in build_lines:
         print(line)
     if (report.stale or report.models) and code == 0:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ..check.models import warning_lines
 from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..check.staleness import TEMPLATE_INVALID, Entry, Report
 from ..ci import md_escape
@@ -169,7 +170,7 @@ def coverage_line(c: Coverage) -> str:
     return f"{c.target} ({c.kind}): {ops}"
 
 
-def render_text(report: Report, out: TextIO, covered: Sequence[Coverage] = ()) -> None:
+def render_text(report: Report, out: TextIO, covered: Sequence[Coverage] = (), verbose: bool = False) -> None:
     histories = read_histories(report)
     table = rows(report, histories)
     widths = {c: max([len(c), *(len(r[c]) for r in table)]) for c in COLUMNS}
@@ -182,7 +183,8 @@ def render_text(report: Report, out: TextIO, covered: Sequence[Coverage] = ()) -
         print(f"  {coverage_line(c)}", file=out)
     for line in orphan_lines(report):
         print(f"warning: {line}", file=out)
-    for w in report.warnings:
+    # The models' coverage warnings are one line unless --verbose, as in `check`.
+    for w in warning_lines(report.warnings, verbose):
         print(f"warning: {w}", file=out)
     for w in noise_lines(report, histories):
         print(f"warning: {w}", file=out)
@@ -210,6 +212,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "those kept on purpose (`keep:` in tvmtune.yaml), instead of the table",
     )
     add_selection_options(parser)
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="each model coverage warning on its own line (uncovered call shapes, ops no "
+        "template implements), not one summary line",
+    )
 
 
 def render_orphans(report: Report, out: TextIO) -> None:
@@ -228,5 +236,5 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         print(render_markdown(report), end="")
     else:
-        render_text(report, sys.stdout, coverage(config, args.target))
+        render_text(report, sys.stdout, coverage(config, args.target), verbose=args.verbose)
     return 0
