@@ -228,3 +228,104 @@ def test_a_run_records_its_windows_and_the_band_it_was_judged_on(tmp_path: Path)
     bad = data.replace(b'"w":1.1', b'"w":-1', 1)
     with pytest.raises(CorruptFileError, match="windows"):
         runs.parse_runs(bad, path)
+
+
+# --------------------------------------------------------------------------- a new runner label
+
+
+def _record(tmp_path: Path, label: str, history: list[runs.Run]) -> runnerband.RunnerBand | None:
+    """What `remeasure --record` does around one run, on real files: the label's pool
+    (its file, with this set's series as its runs.jsonl holds it before the run) gives
+    the band; then the history with the run is written and the pool grown with it."""
+    path = tmp_path / "runs.jsonl"
+    before = runs.parse_runs(path.read_bytes(), path)
+    pool = runnerband.read_pool(runnerband.pool_path(tmp_path, label), label)
+    if (s := runnerband.series_of("op", "t", "znver4", before, "w")) is not None:
+        pool = pool.merged([s])
+    band, _ = pool.band(ZEN4)
+    path.write_bytes(runs.encode_runs(history))
+    grown = runnerband.series_of("op", "t", "znver4", history, "w")
+    assert grown is not None
+    runnerband.write_pool(runnerband.pool_path(tmp_path, label), pool.merged([grown]))
+    return band
+
+
+def test_a_fresh_runner_label_gives_a_verdict_by_its_third_recorded_run(tmp_path: Path) -> None:
+    """Issue 67, 5: a label with no pooled band and one set of one best (the pooled band
+    needs 20 pairs of runs from 2 bests: months of monthly runs). The re-tune's run has
+    3 windows; its moves between them give the early band, so the first `remeasure
+    --record` (the history's 2nd run) already gives a verdict, and so does the 3rd, not
+    "6 more runs needed". A 25% slowdown in every window of the 3rd run is drift."""
+    from tvmtune_ci.remeasure import judge_history
+
+    label = "linux,x64,new"
+    history = [run(0, 1.0, windows=(1.0, 1.01, 0.995))]  # the re-tune's run
+    (tmp_path / "runs.jsonl").write_bytes(runs.encode_runs(history))
+    assert not runnerband.pool_path(tmp_path, label).exists()  # a fresh label
+    verdicts = []
+    for i, wins in ((1, (1.01, 1.0, 1.02)), (2, (1.25, 1.26, 1.24))):
+        history = [*history, run(i, min(wins), windows=wins)]
+        band = _record(tmp_path, label, history)
+        assert band is not None and band.early is not None and band.pairs < runnerband.MIN_PAIRS, band
+        verdicts.append(judge_history(history, "w", band))
+    second, third = verdicts
+    assert second.state == "stable" and "more runs needed" not in second.sentence, second
+    assert "within the early band" in second.sentence and "weaker than a pooled band" in second.sentence
+    assert third.state == "drift" and third.direction == "slower" and "early band of `linux,x64,new`" in third.sentence
+    # Without the early band (the pooled band alone) the same runs wait for 6 more.
+    assert "6 more runs needed" in judge_history(history[:2], "w", None).sentence
+    # The pool file keeps each run's windows (format 2), for the next runs and sets.
+    obj = json.loads(runnerband.pool_path(tmp_path, label).read_text())
+    assert obj["format"] == 2 and [len(w[1]) for w in obj["series"][0]["windows"]] == [3, 3, 3]
+
+
+def test_the_early_band_is_widened_never_under_its_floor_and_gives_way_to_the_pooled_band() -> None:
+    """Moves within a run are seconds apart: the early band is twice their 95th
+    percentile, at least the largest move between runs so far and at least ±20% (what a
+    first week cannot show); a 10% change is not drift on it. Once the label has 20
+    pairs of runs from 2 bests, the pooled band as before."""
+    from tvmtune_ci.remeasure import judge_history
+
+    def one(key: str, values: list[float], wins: tuple[float, ...]) -> runnerband.Series:
+        base = series(key, values)
+        return runnerband.Series(key, base.host, base.mcpu, base.points, ((base.points[0][0], wins),))
+
+    quiet = runnerband.Pool("x", {"a": one("a", [1.0], (1.0, 1.01, 0.99))}).band(ZEN4)[0]
+    assert quiet is not None and quiet.early is not None
+    assert quiet.halfwidth == runnerband.EARLY_FLOOR and quiet.early.within == 3 and quiet.pairs == 0
+    noisy = runnerband.Pool("x", {"a": one("a", [1.0], (1.0, 1.15, 1.0))}).band(ZEN4)[0]
+    assert noisy is not None and noisy.halfwidth == pytest.approx(2 * 0.15)
+    moved = runnerband.Pool("x", {"a": one("a", [1.0, 1.35], (1.0, 1.01, 0.99))}).band(ZEN4)[0]
+    assert moved is not None and moved.halfwidth == pytest.approx(0.35) and moved.pairs == 1
+    # Fewer than 3 moves within runs: no early band either.
+    assert runnerband.Pool("x", {"a": one("a", [1.0], (1.0, 1.01))}).band(ZEN4)[0] is None
+    ten = [run(0, 1.0, windows=(1.0, 1.01, 0.99)), run(1, 1.1, windows=(1.1, 1.11, 1.1))]
+    assert judge_history(ten, "w", quiet).state == "stable"
+    # The pooled band once it has its pairs: the early one's windows change nothing.
+    full = pool(**{"c": one("c", [1.0], (1.0, 1.5, 1.0))}).band(ZEN4)[0]
+    assert full is not None and full.early is None and full == pool().band(ZEN4)[0]
+    assert "basis" not in full.to_json() and full.to_json() == pool().band(ZEN4)[0].to_json()
+    # What a run records of an early band, and the README's words for it.
+    rec = quiet.to_json()
+    assert rec["basis"] == "early" and rec["within"] == 3
+    assert runnerband.describe(rec).startswith("the early band of `x`: ±20.0%, weaker than a pooled band")
+    h = [runs.Run(**{**r.__dict__, "band": rec}) for r in ten]
+    assert "the early band of `x`" in runnerband.verdict_basis(h, ["w"], rec)
+
+
+def test_a_format_1_pool_is_read_and_written_back_as_format_2(tmp_path: Path) -> None:
+    label = "linux,x64,avx512,znver4"
+    path = runnerband.pool_path(tmp_path, label)
+    old = pool(label).to_json()
+    old["format"] = 1
+    for s in old["series"]:
+        del s["windows"]
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    back = runnerband.read_pool(path, label)
+    assert back == pool(label) and all(s.windows == () for s in back.series.values())
+    runnerband.write_pool(path, back)
+    assert json.loads(path.read_text())["format"] == runnerband.POOL_FORMAT == 2
+    path.write_text(json.dumps({**old, "format": 3}))
+    with pytest.raises(CorruptFileError, match="format 3, this tvmtune-ci reads 1 and 2"):
+        runnerband.read_pool(path, label)

@@ -10,7 +10,10 @@ stretch (`runs.KernelFigure`). A re-tune records the first run of a new set;
 
 A run is taken as WINDOWS separate windows, each with the calibration kernels in
 turns (`runs.Window`): at the first runs of a history a change must last through all of
-them, against the band pooled over every set of the runner label (`runnerband`); from
+them, against the band pooled over every set of the runner label (`runnerband`), or,
+on a new label without one, its early band: the moves between the windows of one run
+(the re-tune's run has WINDOWS of them) widened, and never under ±20%, so a new runner
+gives a verdict at its first remeasure, weaker than a pooled band and saying so; from
 8 runs on the history's own band and three-runs rule decide (`runs.judge`). Either way
 the verdict is never one stretch's: the README's figure against how far it moved
 between runs on this runner. A run joins a history, and a history a pooled band, only

@@ -9,7 +9,9 @@ latest run lies beyond it for fewer runs than a change must last, "stable" insid
 README (the monthly workflow commits them with `--commit --push`), and writes the runner
 band of the target's runner label (`<logs_dir>/.runners/`, pooled over its sets). A
 young history (under 8 runs) is judged against that band: a change must show in every
-one of the run's `--windows` (docs/run-history.md).
+one of the run's `--windows` (docs/run-history.md). A new label without a pooled band
+yet uses its early band (the moves between a run's windows, widened, at least ±20%):
+a verdict from the first remeasure after the re-tune, weaker and labelled so.
 
 Exit 0 when nothing drifted (stable or inconclusive), 1 when a best drifted or could not
 be measured, 2 on a config or usage error, 5 when this host cannot run a target or is

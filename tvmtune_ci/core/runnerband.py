@@ -9,9 +9,32 @@ gives evidence about it. So the runner keeps a **pool** beside the logs
 (`<logs_dir>/.runners/<label>.json`, versioned, written atomically by `remeasure
 --record`): per best and history, its figure in each run over the compute calibration
 kernel measured in turns with it (the runner's speed in that run divided out; the runs
-the runner disturbed left out). The **runner band** is the 95th percentile of how far
-two runs of one best moved apart, over every such pair in the pool. A series kept there
-outlives the history it came from: a re-tune starts a new history, not a new pool.
+the runner disturbed left out), and the figure in each of that run's windows. The **runner
+band** is the 95th percentile of how far two runs of one best moved apart, over every
+such pair in the pool. A series kept there outlives the history it came from: a re-tune
+starts a new history, not a new pool.
+
+The **early band**, while a label has no pooled band (fewer than MIN_PAIRS pairs of
+runs or MIN_SERIES bests: a new runner label, whose first pairs come one remeasure at
+a time): so that a team's first runner gives a verdict at its first `remeasure`, not
+months later. It rests on what the first runs show, and is labelled as such wherever a
+verdict quotes it (`basis: "early"`): the widest of
+- EARLY_WIDEN x the 95th percentile of the moves between the windows of one run (the
+  figure over the compute calibration kernel of the same window; every pair of windows
+  of every run in the pool). The re-tune's own run has 3 windows, so a best gives 3
+  moves before its first remeasure. Within a run is seconds apart, not days: on the
+  quiet Zen 4 (`bench_drift_young_zen4_quiet_raw.jsonl`, 20 runs back to back) runs
+  moved 1.7x as far as the windows within one (95th percentiles ±2.2% and ±1.3%);
+- the largest move between two runs of one best seen so far (95th percentile from 20);
+- EARLY_FLOOR, for what a first week cannot show: the runner's mode mix over weeks. The
+  pooled bands of the committed labels are ±8.1% (Zen 4, 5,863 pairs) and ±26.8% (Xeon
+  EMR, 306 pairs, its calibration kernel changing mode), while over their 388 pairs of
+  consecutive runs none moved more than 20% (7 beyond 15%).
+So it is never narrower than ±20%, where a pooled band is typically ±8% on a quiet
+runner: a first verdict sees a change of 20% or more that lasts every window, and says
+"stable" of smaller ones it cannot see. It is weaker than a pooled band, and said so;
+the pooled band replaces it as soon as the label has MIN_PAIRS pairs from MIN_SERIES
+bests, and a set's own band from its 8th run, as before.
 
 Never mixed across machines: a pool is read only for the label it names, and a series
 joins the band only when its runner identity matches this machine's
@@ -23,6 +46,9 @@ each with the calibration kernels in turns. At the first runs of a history the v
 by the set's own runs once it has two) and beyond `runs.MIN_CHANGE` on one side: one of
 the runner's slow stretches (seconds, up to minutes under load) spoils one window, not
 all of them. Pure Python, no TVM.
+
+Over 400 lines: the pooled band, the early band of a new label and the pool file are one
+statistic, read and written in one format; apart, their thresholds would drift.
 """
 
 from __future__ import annotations
@@ -41,7 +67,10 @@ from .fsutil import NotRegularFileError, atomic_write_json, read_regular_file
 from .targets import slug
 
 RUNNERS_DIR = ".runners"
-POOL_FORMAT = 1
+# 2: each series keeps its runs' window figures (the early band); a format-1 file is
+# read (its series have none) and written back as 2.
+POOL_FORMAT = 2
+READ_FORMATS = (1, 2)
 MAX_POOL_BYTES = 16 << 20
 # A runner band rests on at least this many pairs of runs, from at least MIN_SERIES
 # series (one best's history): fewer say more about one kernel than about the runner.
@@ -51,6 +80,13 @@ MIN_SERIES = 2
 # with the pool and is one odd run; the windows (all of them beyond) carry the rest.
 QUANTILE = 0.95
 FIGURE = "fast_vs_compute"
+# The early band (the module's docstring): the widest of EARLY_WIDEN x the 95th
+# percentile of the moves between windows within a run, the largest move between runs
+# so far, and EARLY_FLOOR; it needs at least EARLY_MIN_MOVES moves within runs (one
+# best's 3 windows).
+EARLY_WIDEN = 2.0
+EARLY_FLOOR = 0.20
+EARLY_MIN_MOVES = 3
 
 
 def runner_label(runs_on: Sequence[str], rpc_key: str | None = None) -> str | None:
@@ -74,36 +110,74 @@ class Series:
     host: dict[str, Any]
     mcpu: str | None  # the set's target CPU (matches a history recorded before cpu_id)
     points: tuple[tuple[str, float], ...]
+    # Per run with 2 windows or more: its windows' figures (over the compute calibration
+    # kernel of the same window), for the early band's moves within a run.
+    windows: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "host": self.host, "mcpu": self.mcpu, "points": [[at, v] for at, v in self.points]}
+        return {
+            "key": self.key,
+            "host": self.host,
+            "mcpu": self.mcpu,
+            "points": [[at, v] for at, v in self.points],
+            "windows": [[at, list(vs)] for at, vs in self.windows],
+        }
+
+
+@dataclass(frozen=True)
+class EarlyBasis:
+    """What an early band rests on (the module's docstring)."""
+
+    within: int  # moves between windows of one run
+    within_q: float  # their 95th percentile (relative)
+    between_q: float  # the 95th percentile of the moves between runs (the largest under 20); 0 with none
+
+    def to_json(self) -> dict[str, Any]:
+        return {"within": self.within, "within_q": self.within_q, "between_q": self.between_q}
 
 
 @dataclass(frozen=True)
 class RunnerBand:
-    """The pooled band of one runner label, on this machine's identity."""
+    """The pooled band of one runner label, on this machine's identity; or, while it has
+    none, its early band (`early` says what that rests on)."""
 
     label: str
     halfwidth: float  # relative: 0.042 is ±4.2%
     pairs: int
     series: int
     sets: int
+    # The early band (no pooled band yet): the moves within runs it rests on, their 95th
+    # percentile, and the largest move between runs; None for a pooled band.
+    early: EarlyBasis | None = None
 
     def describe(self) -> str:
         return describe(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "label": self.label,
             "halfwidth": self.halfwidth,
             "pairs": self.pairs,
             "series": self.series,
             "sets": self.sets,
         }
+        if self.early is not None:  # a pooled band is recorded as before
+            out.update(basis="early", **self.early.to_json())
+        return out
 
 
 def describe(band: Mapping[str, Any]) -> str:
     """A runner band (as a run records it) in words."""
+    if band.get("basis") == "early":
+        return (
+            f"the early band of `{band.get('label')}`: ±{float(band.get('halfwidth', 0)):.1%}, "
+            f"weaker than a pooled band (none yet: {band.get('pairs')} of the {MIN_PAIRS} pairs of runs "
+            f"from {MIN_SERIES} bests it needs); the widest of {EARLY_WIDEN:g}x the moves between the "
+            f"windows of one run (±{float(band.get('within_q', 0)):.1%}, {QUANTILE:.0%} of "
+            f"{band.get('within')}), the moves between runs so far "
+            f"(±{float(band.get('between_q', 0)):.1%}) and ±{EARLY_FLOOR:.0%} for what a first week "
+            f"cannot show; over the compute calibration kernel"
+        )
     return (
         f"the runner band of `{band.get('label')}`: ±{float(band.get('halfwidth', 0)):.1%} "
         f"({QUANTILE:.0%} of the moves between {band.get('pairs')} pairs of runs of {band.get('series')} "
@@ -135,26 +209,49 @@ class Pool:
     def band(self, here: Mapping[str, Any]) -> tuple[RunnerBand | None, list[str]]:
         """The runner band over the series measured on this machine's identity, and in
         words each series left out (another machine, or one the stored fields cannot
-        tell); None while it rests on fewer than MIN_PAIRS pairs or MIN_SERIES series."""
+        tell). While that rests on fewer than MIN_PAIRS pairs or MIN_SERIES series, the
+        early band (the module's docstring); None while there are fewer than
+        EARLY_MIN_MOVES moves between windows of a run too."""
         moves: list[float] = []
+        within: list[float] = []
         used, sets, left = 0, set(), []
+        early_used, early_sets = 0, set()
         for key in sorted(self.series):
             s = self.series[key]
             ok, why = runs.match_machine(here, s.host, s.mcpu)
             if not ok:
                 left.append(f"{key}: {why}")
                 continue
-            vals = [v for _, v in s.points]
-            pairs = [max(a / b, b / a) - 1 for i, a in enumerate(vals) for b in vals[i + 1 :]]
+            pairs = _moves([v for _, v in s.points])
+            inside = [m for _, vs in s.windows for m in _moves(vs)]
             if pairs:
                 used += 1
                 sets.add(key.rsplit("/", 1)[0])
                 moves += pairs
-        if len(moves) < MIN_PAIRS or used < MIN_SERIES:
+            if pairs or inside:
+                early_used += 1
+                early_sets.add(key.rsplit("/", 1)[0])
+                within += inside
+        if len(moves) >= MIN_PAIRS and used >= MIN_SERIES:
+            return RunnerBand(self.label, _quantile(moves), len(moves), used, len(sets)), left
+        if len(within) < EARLY_MIN_MOVES:
             return None, left
-        moves.sort()
-        half = moves[min(len(moves) - 1, math.ceil(QUANTILE * len(moves)) - 1)]
-        return RunnerBand(self.label, half, len(moves), used, len(sets)), left
+        # No pooled band yet: the early band, wider than what the first runs showed
+        # (the module's docstring says why each term).
+        basis = EarlyBasis(len(within), _quantile(within), _quantile(moves) if moves else 0.0)
+        half = max(EARLY_WIDEN * basis.within_q, basis.between_q, EARLY_FLOOR)
+        return RunnerBand(self.label, half, len(moves), early_used, len(early_sets), basis), left
+
+
+def _moves(vals: Sequence[float]) -> list[float]:
+    """How far each pair of figures moved apart, relative."""
+    return [max(a / b, b / a) - 1 for i, a in enumerate(vals) for b in vals[i + 1 :]]
+
+
+def _quantile(moves: Sequence[float]) -> float:
+    """The QUANTILE of `moves` (the largest of fewer than 20)."""
+    ordered = sorted(moves)
+    return ordered[min(len(ordered) - 1, math.ceil(QUANTILE * len(ordered)) - 1)]
 
 
 def run_figure(run: runs.Run, workload: str) -> float | None:
@@ -170,33 +267,52 @@ def series_of(
     operator: str, target_name: str, mcpu: str | None, history: Sequence[runs.Run], workload: str
 ) -> Series | None:
     """A best's series from its set's history, the runs the runner disturbed left out
-    (None without two runs to pair or without the compute calibration kernel)."""
+    (None without two runs to pair nor a run of 2 windows, or without the compute
+    calibration kernel). A one-run history (the re-tune's) gives its windows to the
+    early band."""
     skip = runs.disturbed(history, workload)
-    pts = [(r.at, v) for r in history if r.at not in skip and (v := run_figure(r, workload))]
-    if not history or len(pts) < 2:
+    kept = [r for r in history if r.at not in skip]
+    pts = [(r.at, v) for r in kept if (v := run_figure(r, workload))]
+    wins = [(r.at, vs) for r in kept if len(vs := window_figures(r, workload)) >= 2]
+    if not history or (len(pts) < 2 and not wins):
         return None
-    return Series(f"{operator}/{target_name}/{workload}@{history[0].at}", dict(history[-1].host), mcpu, tuple(pts))
+    key = f"{operator}/{target_name}/{workload}@{history[0].at}"
+    return Series(key, dict(history[-1].host), mcpu, tuple(pts), tuple(wins))
+
+
+def window_figures(run: runs.Run, workload: str) -> tuple[float, ...]:
+    """A run's figure of one best in each of its windows, over the compute calibration
+    kernel of the same window (the windows that measured both)."""
+    return tuple(v for w in run.windows if (v := _normalised(w.workloads.get(workload), w.calibration.get("compute"))))
 
 
 def _series(d: Any, where: str) -> Series:
     if not isinstance(d, dict) or not isinstance(d.get("key"), str) or not isinstance(d.get("host"), dict):
         raise ValueError(f"{where}: key and host expected")
-    mcpu, pts = d.get("mcpu"), d.get("points")
-    if mcpu is not None and not isinstance(mcpu, str) or not isinstance(pts, list):
-        raise ValueError(f"{where}: mcpu a string or null, points a list")
+    mcpu, pts, wins = d.get("mcpu"), d.get("points"), d.get("windows", [])
+    if mcpu is not None and not isinstance(mcpu, str) or not isinstance(pts, list) or not isinstance(wins, list):
+        raise ValueError(f"{where}: mcpu a string or null, points and windows lists")
     out = []
     for p in pts:
-        if (
-            not isinstance(p, list)
-            or len(p) != 2
-            or not isinstance(p[0], str)
-            or not isinstance(p[1], (int, float))
-            or isinstance(p[1], bool)
-            or not p[1] > 0
-        ):
+        if not isinstance(p, list) or len(p) != 2 or not isinstance(p[0], str) or not _positive(p[1]):
             raise ValueError(f"{where}: a point is {p!r}, expected [date, positive figure]")
         out.append((p[0], float(p[1])))
-    return Series(d["key"], dict(d["host"]), mcpu, tuple(out))
+    runs_w = []
+    for w in wins:
+        if (
+            not isinstance(w, list)
+            or len(w) != 2
+            or not isinstance(w[0], str)
+            or not isinstance(w[1], list)
+            or not all(_positive(v) for v in w[1])
+        ):
+            raise ValueError(f"{where}: a run's windows are {w!r}, expected [date, [positive figures]]")
+        runs_w.append((w[0], tuple(float(v) for v in w[1])))
+    return Series(d["key"], dict(d["host"]), mcpu, tuple(out), tuple(runs_w))
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
 
 def read_pool(path: Path, label: str) -> Pool:
@@ -211,9 +327,10 @@ def read_pool(path: Path, label: str) -> Pool:
         raise CorruptFileError(f"{path}: cannot read the runner band ({e})") from None
     try:
         obj = json.loads(data)
-        if not isinstance(obj, dict) or obj.get("format") != POOL_FORMAT:
+        if not isinstance(obj, dict) or obj.get("format") not in READ_FORMATS:
             raise ValueError(
-                f"format {obj.get('format') if isinstance(obj, dict) else None!r}, this tvmtune-ci reads {POOL_FORMAT}"
+                f"format {obj.get('format') if isinstance(obj, dict) else None!r}, this tvmtune-ci reads "
+                + " and ".join(map(str, READ_FORMATS))
             )
         if not isinstance(obj.get("series"), list):
             raise ValueError("series must be a list")
@@ -338,7 +455,7 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run, ban
     return runs.Verdict(
         workload,
         "stable",
-        f"within the runner band: this run's {len(ratios)} windows are {shown} the {rest} (over "
+        f"within the {'early' if band.early else 'runner'} band: this run's {len(ratios)} windows are {shown} the {rest} (over "
         f"the compute calibration kernel), within ±{edge:.1%}: {used}",
         None,
         whole,
