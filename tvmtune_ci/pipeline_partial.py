@@ -7,17 +7,20 @@ log, archived as `.bak` like every replaced set.
 
 The carried figures and the new ones must be one runner's, measured the same way, or
 the set would publish two kinds of number side by side: so a set measured on another
-machine, with other measurement settings, or from before format 2 is re-tuned whole
-(`plan_partial` says why). `retune --no-carry` (and `--all`) re-tune it whole too.
-A set that only lost workloads measures nothing (`removal_only`): any machine may
-publish it, and its manifest keeps the host and settings that measured every figure.
+machine, with another setting that changes what a figure means (`MEANING`; one this
+module does not know counts as one), or from before format 2 is re-tuned whole
+(`plan_partial` says why). Settings that do not (`NEUTRAL`: the search's, the runner's
+gates, the length of a run of the history) may differ: the partial records their old
+values. `retune --no-carry` (and `--all`) re-tune it whole too. A set that only lost
+workloads measures nothing (`removal_only`): any machine may publish it, and its
+manifest keeps the host and settings that measured every figure.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .check.staleness import Entry
@@ -46,6 +49,9 @@ class Partial:
     old_log: str  # the previous set's log file
     old_date: str  # when the previous set was tuned
     entries: dict[str, Any]  # carried workload -> its entry in the old log, as parsed
+    # Settings the carried ones were tuned with that differ from this run's and leave a
+    # figure's meaning alone (`NEUTRAL`): key -> the old value (None: not recorded then).
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def sentence(self) -> str:
         """What the re-tune did with each workload, in words (README, commit, console)."""
@@ -65,6 +71,12 @@ class Partial:
             f"{', '.join(self.carried)}, whose template, target, TVM and parameters did not "
             "change (their records, figures and run history are kept)"
         )
+        if self.settings:
+            out += (
+                "; the carried ones were tuned with other settings that do not change what a figure means ("
+                + ", ".join(f"{k} {_word(v)}" for k, v in sorted(self.settings.items()))
+                + ")"
+            )
         if self.removed:
             out += (
                 f"; the records of {', '.join(self.removed)} stay in {self.old_log}, archived "
@@ -82,30 +94,91 @@ class Partial:
             "from_log": self.old_log,
             "from_date": self.old_date,
             "sentence": self.sentence(),
+            **({"carried_settings": dict(self.settings)} if self.settings else {}),
         }
+
+
+def _word(v: Any) -> str:
+    return "not recorded" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _normal(x: Any) -> Any:
     return json.loads(json.dumps(x, sort_keys=True))
 
 
-def _settings(measure: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in measure.items() if k != "threads"}
+# Which recorded measurement settings (the manifest's `measure`: MeasureOptions, plus
+# the estimator and the threads) change what a measured figure means. The carried
+# figures and this run's must agree on every one of these, or the whole set is re-tuned.
+# The published figures are the finals' best and baseline (`results`: p25 to
+# `precision` within `time_cap_s`) and the run history's (the fastest 1-s stretch
+# of each kernel's visits, docs/measurement.md): what makes either one another number.
+MEANING: Mapping[str, str] = {
+    "estimator": "the statistic every figure is (the lower quartile, stats.ESTIMATOR)",
+    "sample_ms": "the length of one sample: each sample is the mean of the runs that fill it, so it sets "
+    "how much of the noise one sample averages, in the finals and in the history alike",
+    "precision": "where the finals and the baseline stop sampling: the interval a published figure holds",
+    "time_cap_s": "the other half of the finals' stopping rule: how many samples an unconverged figure "
+    "comes from (the finals' time is time_cap_s per finalist)",
+    "enable_cpu_cache_flush": "cold caches or warm: another latency of the same kernel",
+    "threads": "the thread pool the kernels ran on: another latency of the same kernel",
+}
+
+# The settings that leave a figure's meaning alone: each changes how the search looks
+# for a best, which runner may measure, or how long a run of the history lasts, but
+# the figures that are published are measured by the rules above either way. A carried
+# workload whose best another search found keeps that best and its figures, as when a
+# re-tune keeps a previous best the search did not beat.
+NEUTRAL: Mapping[str, str] = {
+    "history_s": "the length of a run of the history, not how a figure is taken from it: every run "
+    "records its own length (window_s), each workload's band comes from its own runs, and "
+    "remeasure already extends a history at the current length",
+    "search_precision": "search only: where a contender's sampling stops while the search ranks it (and "
+    "the noise check, a search diagnostic recorded with its own interval); the finals re-measure",
+    "search_cap_s": "search only: the seconds one contender is sampled; the finals re-measure",
+    "race": "search only: when a contender is dropped as slower; the finals re-measure the best",
+    "probe": "search only: the samples a contender gets before it may be raced",
+    "finalists": "how many contenders the finals compare, each sampled by the same rule "
+    "(precision within time_cap_s per finalist): which best wins, not what its figure is",
+    "usable_precision": "a gate on the runner: a baseline that cannot reach it refuses the run; "
+    "the figures of a run that goes on are taken by the same rule and state their own interval",
+    "timeout_s": "a kill limit for a hung measurement, and at 0.6x how long a very slow kernel may "
+    "sample on to reach the samples an interval needs: whether a figure is taken, not which statistic "
+    "it is (a figure states the interval it reached, or none)",
+}
 
 
-def _measured_unlike(config: Config, target: TargetConfig, old: Manifest, threads: int | None) -> str | None:
-    """Why this run's figures would not be of the kind `old`'s are (None: they would)."""
+def _recorded(config: Config, threads: int | None) -> dict[str, Any]:
+    """The `measure` a manifest written by this run would record (pipeline.manifest_step)."""
+    return _normal({**vars(config.measure), "estimator": ESTIMATOR, "threads": threads or "TVM default"})
+
+
+def settings_unlike(old: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The recorded measurement settings that differ between `old` and `now` (a key one
+    lacks differs): (those that refuse the carry, those that leave a figure's meaning
+    alone). A setting in neither table refuses: what it does is not known here."""
+    keys = sorted(k for k in set(old) | set(now) if _normal(old.get(k)) != _normal(now.get(k)))
+    return [k for k in keys if k not in NEUTRAL], [k for k in keys if k in NEUTRAL]
+
+
+def _measured_unlike(
+    config: Config, target: TargetConfig, old: Manifest, threads: int | None
+) -> tuple[str | None, dict[str, Any]]:
+    """Why this run's figures would not be of the kind `old`'s are (None: they would), and
+    the settings that differ without changing what a figure means (key -> the value
+    `old` recorded; None where it recorded none)."""
     if target.rpc is None and not same_machine(host_description(), old.host):
-        return "the set was measured on another machine: its figures and this run's would not be one runner's"
-    now = _settings({**vars(config.measure), "estimator": ESTIMATOR})
-    if _normal(_settings(old.measure)) != _normal(now):
-        keys = sorted(
-            k for k in set(now) | set(_settings(old.measure)) if _normal(now.get(k)) != _normal(old.measure.get(k))
+        return "the set was measured on another machine: its figures and this run's would not be one runner's", {}
+    now, was = _recorded(config, threads), _normal(dict(old.measure))
+    refuse, neutral = settings_unlike(was, now)
+    if refuse == ["threads"]:
+        return "it was measured with another thread count", {}
+    if refuse:
+        known, unknown = [k for k in refuse if k in MEANING], [k for k in refuse if k not in MEANING]
+        parts = ([", ".join(known)] if known else []) + (
+            [f"{', '.join(unknown)}: not known to leave a figure's meaning alone"] if unknown else []
         )
-        return f"the measurement settings changed since it was tuned ({', '.join(keys)})"
-    if old.measure.get("threads") != (threads or "TVM default"):
-        return "it was measured with another thread count"
-    return None
+        return f"the measurement settings changed since it was tuned ({'; '.join(parts)})", {}
+    return None, {k: was.get(k) for k in neutral}
 
 
 def plan_partial(
@@ -146,8 +219,11 @@ def plan_partial(
     tuned = tuple(w for w in workloads if w not in carried)
     # What this run measures must be of the carried figures' runner and settings; a set
     # that only lost workloads measures nothing, on any machine.
-    if tuned and (unlike := _measured_unlike(config, target, old, threads)):
-        return unlike
+    settings: dict[str, Any] = {}
+    if tuned:
+        unlike, settings = _measured_unlike(config, target, old, threads)
+        if unlike:
+            return unlike
     return Partial(
         tuned=tuned,
         changed=tuple(w for w in tuned if w in old_wl),
@@ -156,6 +232,7 @@ def plan_partial(
         old_log=old.log,
         old_date=old.tuned_on,
         entries={w: log["workloads"][w] for w in carried},
+        settings=settings,
     )
 
 

@@ -230,3 +230,30 @@ def test_a_broken_sibling_prior_costs_the_prior_not_the_re_tune(tuned: Path, tmp
     h = m["results"]["s64"]["history"]
     assert set(h["siblings"]) == {"s64", "s48"} and h["prior"] == 0 and h["offered"] >= 1
     assert m["partial"]["changed"] == ["s64"] and m["partial"]["carried"] == ["s48"]
+
+
+@pytest.mark.slow
+def test_a_set_tuned_under_another_history_s_tunes_only_the_added_workload(tuned: Path, tmp_path: Path) -> None:
+    """measure.history_s raised since the set was tuned (issue 67): the length of a run
+    of the history does not change what a figure means, so s96 alone is tuned and s64
+    and s48 are carried; the manifest records this run's settings and, in its partial,
+    the history_s the carried ones were tuned with."""
+    root = _copy(tuned, tmp_path)
+    old, old_text = _log(root)
+    assert old["measure"]["history_s"] == 2
+    config = (root / "tvmtune.yaml").read_text()
+    (root / "tvmtune.yaml").write_text(config.replace("history_s: 2}", "history_s: 3}"))
+    _set_workloads(root, TWO[:-1] + ', "s96": {"M": 96, "N": 96, "K": 96, "dtype": "float32"}}')
+    r = run_cli(root, "retune")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "partial re-tune: only workloads changed (added s96): tuned s96; carried unmeasured" in r.stdout, r.stdout
+    assert "(history_s 2)" in r.stdout
+    m, text = _log(root)
+    assert m["partial"]["tuned"] == ["s96"] and m["partial"]["carried"] == ["s64", "s48"]
+    assert m["partial"]["carried_settings"] == {"history_s": 2}
+    assert m["measure"]["history_s"] == 3
+    for w in ("s64", "s48"):
+        assert _block(text, w) == _block(old_text, w)
+        assert m["results"][w] == old["results"][w]
+    assert "of the 3 s a run of all" in r.stdout
+    assert run_cli(root, "check").returncode == 0
