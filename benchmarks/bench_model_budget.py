@@ -19,7 +19,7 @@ no hand weights:
 Then each model is built with each arm's logs (`build_model`, the calls no template
 covers left at TVM's loops, shapes no workload declares on the nearest workload's best:
 what `make demo` builds) and every build of a model is timed in turns with the others,
-the order rotating (tune/modelprofile.interleaved). Printed per model: each arm's median
+the order rotating, in a fresh process on the target's num-cores (tune/modelprofile.time_builds). Printed per model: each arm's median
 latency; budget / equal per seed (median of the per-round ratios, min-max); and the
 yardstick a difference must exceed: one arm's seeds against each other.
 
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], seconds: dict[str, float]) -> None:
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.loader import build_model
-    from tvmtune_ci.tune.modelprofile import interleaved, random_inputs
+    from tvmtune_ci.tune.modelprofile import entry_function, random_inputs, time_builds
 
     names = list(repos)
     models = [m.name for m in load_config(repos[names[0]] / "tvmtune.yaml").models]
@@ -223,8 +223,17 @@ def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], se
                 )
                 for a in names
             }
-        arrays = random_inputs(builds[names[0]].module)
-        samples = interleaved(builds, arrays, rounds=args.rounds)
+        function = entry_function(builds[names[0]].module)
+        arrays = random_inputs(builds[names[0]].module, function)
+        # In a fresh process on the target's cores, as `profile` times (modelprofile.time_builds).
+        samples = time_builds(
+            builds,
+            arrays,
+            threads=int(target.target.get("num-cores", 2)),
+            work_dir=repos[names[0]] / ".tvmtune-cache" / f"bench-{name}",
+            function=function,
+            runs=args.rounds,
+        ).samples
         print(f"\n## {name}: end to end, every arm's build timed in turns ({args.rounds} rounds)\n")
         for a in names:
             print(

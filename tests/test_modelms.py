@@ -145,47 +145,176 @@ def test_profile_times_metaschedule_and_onnxruntime_in_turns_with_the_build(tmp_
         "3",
         "--metaschedule-seconds",
         "1",
+        "--metaschedule-searches",
+        "2",
     )
     assert r.returncode == 0, r.stdout + r.stderr
     run = read_profile(root / "models/two_mm.profile.json", "two_mm").latest("host")
-    assert run is not None
-    assert [a.name for a in run.anchors] == ["metaschedule", "onnxruntime"]
-    ms, ort = run.anchors
-    assert ms.detail.startswith("MetaSchedule over the whole model, 1 s of this runner asked")
+    assert run is not None and run.threads == 2  # host_target(2): the target's num-cores
+    assert [a.name for a in run.anchors] == ["metaschedule", "metaschedule", "onnxruntime"]
+    *searches, ort = run.anchors
+    assert [a.search["seed"] for a in searches if a.search] == [42, 43]  # independent searches
+    for a in searches:
+        assert a.detail.startswith("MetaSchedule over the whole model, 1 s of this runner asked")
+        s = a.search or {}
+        assert "load" in s and s["trials"] >= 0
+        # withheld exactly when a function is untuned or the runner was disturbed
+        disturbed = s["load"]["foreign"] + s["load"]["steal"] > 0.10
+        assert (a.withheld is not None) == (bool(s["untuned"]) or disturbed), a
     assert ort.detail.startswith("ONNX Runtime ") and "2 intra-op thread(s)" in ort.detail
     for a in run.anchors:
         assert a.ratio_range[0] <= a.ratio <= a.ratio_range[1] and a.latency_s > 0
     readme = (root / "models/two_mm.host.md").read_text()
-    for a in run.anchors:
-        assert f"| {a.detail} |" in readme and f"{a.ratio_range[0]:.2f}-{a.ratio_range[1]:.2f}x" in readme
+    assert f"| {ort.detail} |" in readme and f"{ort.ratio_range[0]:.2f}-{ort.ratio_range[1]:.2f}x" in readme
+    assert "### The MetaSchedule searches" in readme and "Every TVM build timed on 2 thread(s)" in readme
     mm = next(c for c in run.calls if c.template == "mm")
     assert mm.default_seconds is not None and mm.default_seconds > 0
     assert "its tuning, end to end" in readme
 
 
-def test_the_readme_band_of_an_anchor_is_over_the_runs_that_timed_the_same_thing() -> None:
-    from tvmtune_ci.core.profiles import Anchor, CallTime, Profile, ProfileRun
+def _ms_anchor(ratio: float, seconds: float = 600, seed: int = 42, **search: object) -> object:
+    from tvmtune_ci.core.profiles import Anchor
+    from tvmtune_ci.tune.modelms import Load, SearchSpent
+
+    spent = SearchSpent(
+        seconds,
+        seconds + 5,
+        400,
+        14,
+        tuple(search.get("untuned", ())),  # type: ignore[arg-type]
+        False,
+        seed,
+        search.get("load", Load(0.02, 0.0, 0.05, 10)),  # type: ignore[arg-type]
+        ("fused_conv2d_add_relu", "fused_reshape_add", "matmul"),
+    )
+    return Anchor(
+        "metaschedule",
+        ratio * 1e-3,
+        ratio,
+        (ratio - 0.1, ratio + 0.1),
+        spent.words(),
+        search=spent.conditions(),
+        withheld=spent.withheld(),
+    )
+
+
+def _profile_run(*anchors: object, threads: int | None = 2) -> object:
+    from tvmtune_ci.core.profiles import CallTime, ProfileRun
+
+    return ProfileRun(
+        "2026-12-06",
+        {},
+        "none",
+        1e-3,
+        0.1,
+        3,
+        (CallTime("mm_s64", 2, 6e-4, "mm", "s64", default_seconds=2.6e-3),),
+        default_latency_s=3e-3,
+        speedup=3.0,
+        speedup_range=(2.9, 3.1),
+        anchors=tuple(anchors),  # type: ignore[arg-type]
+        threads=threads,
+    )
+
+
+def test_the_readme_s_metaschedule_ratio_is_the_median_over_independent_searches_with_their_spread() -> None:
+    from tvmtune_ci.core.profiles import Profile
     from tvmtune_ci.publish.modelreadme import render
 
-    def run(ratio: float, detail: str) -> ProfileRun:
-        return ProfileRun(
-            "2026-12-06",
-            {},
-            "none",
-            1e-3,
-            0.1,
-            3,
-            (CallTime("mm_s64", 2, 6e-4, "mm", "s64", default_seconds=2.6e-3),),
-            default_latency_s=3e-3,
-            speedup=3.0,
-            speedup_range=(2.9, 3.1),
-            anchors=(Anchor("metaschedule", ratio * 1e-3, ratio, (ratio - 0.1, ratio + 0.1), detail),),
-        )
+    run = _profile_run(_ms_anchor(1.5, seed=42), _ms_anchor(1.2, seed=43), _ms_anchor(1.3, seed=44))
+    text = render(Profile("m", {"t": (run,)}), "t", "m.png")
+    assert (
+        "| MetaSchedule alone, 3 independent search(es) of 600 s of this runner each | 1.3 ms | "
+        "**1.30x faster** (median of 3 search(es)) | 1.20-1.50x over the searches | one run so far |"
+    ) in text
+    # each search's conditions, and what MetaSchedule fused that the templates did not
+    assert text.count("| 400 | 600 / 605 s | 0 of 14 | 2% of the cores busy outside it, 0% stolen |") == 3
+    assert "`fused_conv2d_add_relu`" in text and "`fused_reshape_add`" not in text
+    assert "Every TVM build timed on 2 thread(s)" in text
+    # the band across runs: the runs whose searches had the same seconds
+    other = _profile_run(_ms_anchor(4.0, seconds=60))
+    again = _profile_run(_ms_anchor(1.6), _ms_anchor(1.7, seed=43), _ms_anchor(1.8, seed=44))
+    text = render(Profile("m", {"t": (run, other, again)}), "t", "m.png")
+    assert "| 1.30-1.70x over 2 runs |" in text
+    slower = render(Profile("m", {"t": (_profile_run(_ms_anchor(0.5)),)}), "t", "m.png")
+    assert "**2.00x slower** (median of 1 search(es))" in slower
 
-    same, other = "MetaSchedule, 600 s asked", "MetaSchedule, 60 s asked"
-    text = render(Profile("m", {"t": (run(1.5, same), run(4.0, other), run(1.3, same))}), "t", "m.png")
-    assert f"| {same} | 1.3 ms | **1.30x faster** | 1.20-1.40x | 1.30-1.50x over 2 runs |" in text
-    # mm_s64 at its default took 2.6 ms of the defaults' 3 ms; tuned, 0.6 ms: 2 ms saved
-    assert "| 2.6 ms | -66.7% of the model's time at the defaults |" in text
-    slower = render(Profile("m", {"t": (run(0.5, same),)}), "t", "m.png")
-    assert "**2.00x slower** |" in slower and "one run so far" in slower
+
+def test_a_disturbed_or_incomplete_search_is_not_published_as_a_ratio() -> None:
+    from tvmtune_ci.core.profiles import Anchor, Profile
+    from tvmtune_ci.publish.modelreadme import render
+    from tvmtune_ci.tune.modelms import Load
+
+    loaded = _ms_anchor(21.7, load=Load(0.45, 0.05, 0.9, 30))
+    untuned = _ms_anchor(18.0, seed=43, untuned=("fused_matmul_add", "conv2d"))
+    quiet = _ms_anchor(1.2, seed=44)
+    assert "disturbed" in (loaded.withheld or "")  # type: ignore[attr-defined]
+    assert "2 of its 14 functions got no valid record" in (untuned.withheld or "")  # type: ignore[attr-defined]
+    text = render(Profile("m", {"t": (_profile_run(loaded, untuned, quiet),)}), "t", "m.png")
+    assert "21.70x" not in text.split("### The MetaSchedule searches")[0]
+    assert "**1.20x faster** (median of 1 search(es))" in text
+    assert "| no: the runner was disturbed during the search (runner DISTURBED: 45%" in text
+    none = render(Profile("m", {"t": (_profile_run(loaded, untuned),)}), "t", "m.png")
+    head = none.split("### The MetaSchedule searches")[0]
+    row = next(line for line in head.splitlines() if line.startswith("| MetaSchedule alone"))
+    assert "not published: no search ran undisturbed" in row and "faster" not in row and "x" not in row.split("|")[3]
+    # A search recorded before its conditions were (one search, re-timed run after run).
+    old = Anchor.from_json({"name": "metaschedule", "latency_s": 0.36, "ratio": 21.7, "ratio_range": [20, 22]})
+    assert old.withheld == "the search's conditions were not recorded"
+
+
+class _Watch:
+    """The load watch's boundary: what a loaded runner would have shown."""
+
+    def __init__(self, load: object) -> None:
+        self._load = load
+
+    def __enter__(self) -> _Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def load(self) -> object:
+        return self._load
+
+
+@pytest.mark.slow
+def test_a_disturbed_search_is_recorded_so_and_searched_again_by_the_next_call(tmp_path: Path) -> None:
+    import json
+
+    from tvmtune_ci.tune.modelms import Load
+
+    root = _repo(tmp_path)
+    busy = Load(0.5, 0.0, 0.8, 3)
+    kw = dict(target=TARGET, seconds=10, work_dir=tmp_path / "c", root=root)
+    b = metaschedule_model("two_mm", **kw, clock=Clock(visits=1), watch=lambda: _Watch(busy))  # type: ignore[arg-type]
+    assert b.search.load == busy and "disturbed" in (b.search.withheld() or "")
+    done = json.loads(next((tmp_path / "c").glob("metaschedule-*-seed42/done.json")).read_text())
+    assert done["publishable"] is False and done["load"]["foreign"] == 0.5
+    quiet = Load(0.01, 0.0, 0.02, 3)
+    again = metaschedule_model("two_mm", **kw, clock=Clock(visits=2), watch=lambda: _Watch(quiet))  # type: ignore[arg-type]
+    assert not again.search.reused and again.search.load == quiet and again.search.withheld() is None
+    third = metaschedule_model("two_mm", **kw)  # type: ignore[arg-type]
+    assert third.search.reused and third.search.load == quiet
+
+
+def test_the_load_watch_sees_a_process_outside_the_search_s_tree() -> None:
+    """A busy loop that is not this process's descendant (orphaned through a shell) is
+    the runner's load; the watch reports about one core of it."""
+    import subprocess
+    import sys
+
+    from tvmtune_ci.tune.modelms import LoadWatch
+
+    loop = "import time; t = time.monotonic()\nwhile time.monotonic() - t < 4: pass"
+    subprocess.run(["sh", "-c", f"{sys.executable} -c '{loop}' >/dev/null 2>&1 &"], check=True)
+    time.sleep(0.3)
+    with LoadWatch(interval=0.5) as w:
+        time.sleep(2.5)
+    import psutil
+
+    load = w.load()
+    assert load.windows >= 3
+    # one busy core of the machine's, whatever their number (other load only adds)
+    assert (load.foreign + load.steal) * (psutil.cpu_count() or 1) >= 0.6, load

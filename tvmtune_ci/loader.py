@@ -337,12 +337,15 @@ def metaschedule_model(
     root: Path | str | None = None,
     seed: int = 42,
     clock: Any = None,
+    watch: Any = None,
 ) -> Any:
     """Build `model` with MetaSchedule alone, given `seconds` of this runner for the
     whole model (tune/modelms.py): no template, no log. The anchor a model's README sets
     beside `build_model` (`profile --metaschedule-seconds`). Returns a `ModelBuild`
     whose `untemplated` says what the search spent; `search` is its SearchSpent.
-    `clock` (seconds, time.monotonic by default) decides the deadline: a test's hook."""
+    `clock` (seconds, time.monotonic by default) decides the deadline, and `watch` makes
+    the load watch (modelms.LoadWatch by default): tests' hooks. Each `seed` is an
+    independent search, kept under `work_dir` apart from the others'."""
     from .tune import modelbuild, modelms
     from .tune.modelcalls import load_model
 
@@ -360,9 +363,8 @@ def metaschedule_model(
     tvm_target = tvmsetup.make_target(want)
     mod = load_model(config.root, spec)
     fused = modelbuild.fuse(mod, tvm_target)
-    scheduled, spent = modelms.tune_model(
-        fused, tvm_target, seconds, Path(work_dir), seed=seed, **({"clock": clock} if clock is not None else {})
-    )
+    hooks = {k: v for k, v in (("clock", clock), ("watch", watch)) if v is not None}
+    scheduled, spent = modelms.tune_model(fused, tvm_target, seconds, Path(work_dir), seed=seed, **hooks)
     return modelbuild.ModelBuild(
         modelbuild.compile_model(scheduled, tvm_target), mod, (), spent.words(), spent.untuned, search=spent
     )

@@ -10,16 +10,30 @@ import datetime as _dt
 import importlib.util
 import statistics
 import warnings
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .core.errors import ConfigError
 from .core.profiles import Anchor, ProfileRun
 from .loader import build_model, metaschedule_model
 from .tune.hostcheck import host_description
 from .tune.modelcalls import onnx_form
-from .tune.modelprofile import interleaved, ort_sampler, profile_calls, random_inputs
+from .tune.modelms import SEED
+from .tune.modelprofile import entry_function, ort_description, random_inputs, time_builds
+from .tune.runners.threads import tvm_threads
+
+
+def timing_threads(target: Any) -> int:
+    """The threads every build of a profile is timed on: the target's num-cores (TVM
+    defaults to half the cores it sees on x86, ONNX Runtime to all of them)."""
+    cores = target.target.get("num-cores")
+    if not isinstance(cores, int) or cores < 1:
+        raise ConfigError(
+            f"target {target.name}: a model is profiled on the target's num-cores, and it has none; "
+            'add "num-cores": N (the runner\'s cores) to its target in tvmtune.yaml'
+        )
+    return cores
 
 
 def profile_model(
@@ -33,13 +47,19 @@ def profile_model(
     runs: int,
     work_dir: Path,
     metaschedule_s: float | None = None,
+    metaschedule_searches: int = 3,
     onnxruntime: bool = True,
+    watch: Any = None,
 ) -> ProfileRun:
     """One profile run of `model` (a ModelConfig) on `target` (a TargetConfig), here:
     the build with the committed logs, instrumented per call and timed end to end in
     turns with the same model at the templates' default configurations, MetaSchedule
-    given `metaschedule_s` seconds (None: left out), and ONNX Runtime where it is
-    installed and the model has an ONNX form (modelcalls.onnx_form)."""
+    given `metaschedule_s` seconds in `metaschedule_searches` independent searches
+    (None: left out), and ONNX Runtime where it is installed and the model has an ONNX
+    form (modelcalls.onnx_form). Every arm is timed on the target's num-cores, in one
+    fresh process (modelprofile.time_builds). `watch`: the searches' load watch (a
+    test's hook)."""
+    threads = timing_threads(target)
     common = dict(
         target=target.target,
         root=config.root,
@@ -48,33 +68,55 @@ def profile_model(
         work_dir=work_dir,
         uncovered_shapes=uncovered_shapes,
     )
-    with warnings.catch_warnings():  # the mapped shapes: the README lists them per kernel
-        warnings.simplefilter("ignore")
+    # The searches' measuring workers start with this environment.
+    with tvm_threads(threads), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the mapped shapes: the README lists them per kernel
         tuned = build_model(model.name, **common)
         default = build_model(model.name, configs="default", **common)
-    arrays = random_inputs(tuned.module)
-    at_default = {c.symbol: c.seconds for c in profile_calls(default, arrays, runs=runs)}
-    calls = tuple(
-        replace(c, default_seconds=at_default.get(c.symbol)) if c.template else c
-        for c in profile_calls(tuned, arrays, runs=runs)
-    )
+        n_searches = max(1, metaschedule_searches) if metaschedule_s is not None else 0
+        searches = [
+            metaschedule_model(
+                model.name,
+                target=target.target,
+                seconds=float(metaschedule_s or 0),
+                work_dir=work_dir,
+                root=config.root,
+                seed=SEED + i,
+                watch=watch,
+            )
+            for i in range(n_searches)
+        ]
+    function = entry_function(tuned.module)
+    arrays = random_inputs(tuned.module, function)
     builds = {"tuned": tuned, "default": default}
-    details: dict[str, str] = {}
-    if metaschedule_s is not None:
-        ms = metaschedule_model(
-            model.name, target=target.target, seconds=metaschedule_s, work_dir=work_dir, root=config.root
-        )
-        builds["metaschedule"], details["metaschedule"] = ms, ms.untemplated
-    others: dict[str, Callable[[], float]] = {}
+    builds.update({f"metaschedule-{ms.search.seed}": ms for ms in searches})
+    onnx = None
     if onnxruntime and all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
-        names = [p.name for p in tuned.module["forward"].params]
+        names = [p.name for p in tuned.module[function].params]
         weights = dict(zip(names, arrays, strict=True))
         work_dir.mkdir(parents=True, exist_ok=True)
         path = onnx_form(config.root, model, weights, work_dir / f"{model.name}.onnx")
         if path is not None:
-            threads = int(target.target.get("num-cores", 1))
-            others["onnxruntime"], details["onnxruntime"] = ort_sampler(path, weights, threads)
-    samples = interleaved(builds, arrays, rounds=runs, others=others)
+            onnx = (path, weights)
+    timing = time_builds(
+        builds,
+        arrays,
+        threads=threads,
+        work_dir=work_dir,
+        function=function,
+        runs=runs,
+        instrument=("tuned", "default"),
+        onnx=onnx,
+    )
+    samples = timing.samples
+    by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in tuned.swaps}
+    at_default = {c.symbol: c.seconds for c in timing.calls["default"]}
+    calls = []
+    for c in timing.calls["tuned"]:
+        owner = by_kernel.get(c.symbol, (None, None, None))
+        calls.append(replace(c, template=owner[0], workload=owner[1], mapped_from=owner[2]))
+        if owner[0] is not None:
+            calls[-1] = replace(calls[-1], default_seconds=at_default.get(c.symbol))
     tuned_s = samples["tuned"]
     med = statistics.median(tuned_s)
 
@@ -83,11 +125,26 @@ def profile_model(
         return statistics.median(rs), (rs[0], rs[-1])
 
     speedup, speedup_range = ratio("default")
-    anchors = tuple(
-        Anchor(name, statistics.median(samples[name]), *ratio(name), details[name])
-        for name in ("metaschedule", "onnxruntime")
-        if name in samples
-    )
+    anchors = [
+        Anchor(
+            "metaschedule",
+            statistics.median(samples[f"metaschedule-{ms.search.seed}"]),
+            *ratio(f"metaschedule-{ms.search.seed}"),
+            f"{ms.untemplated}, {threads} thread(s)",
+            search=ms.search.conditions(),
+            withheld=ms.search.withheld(),
+        )
+        for ms in searches
+    ]
+    if "onnxruntime" in samples:
+        anchors.append(
+            Anchor(
+                "onnxruntime",
+                statistics.median(samples["onnxruntime"]),
+                *ratio("onnxruntime"),
+                ort_description(int(timing.ort_threads or threads)),
+            )
+        )
     return ProfileRun(
         date=_dt.date.today().isoformat(),
         host=host_description(),
@@ -95,9 +152,10 @@ def profile_model(
         latency_s=med,
         latency_spread=(max(tuned_s) - min(tuned_s)) / med,
         samples=len(tuned_s),
-        calls=calls,
+        calls=tuple(sorted(calls, key=lambda c: -c.seconds)),
         default_latency_s=statistics.median(samples["default"]),
         speedup=speedup,
         speedup_range=speedup_range,
-        anchors=anchors,
+        anchors=tuple(anchors),
+        threads=timing.threads,
     )

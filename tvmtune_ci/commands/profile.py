@@ -11,8 +11,14 @@ as workloads worth declaring). The calls no template covers get MetaSchedule (`-
 with `--untemplated none`, TVM's naive loops. Its shares are `retune --budget`'s
 weights for the workloads the model calls (docs/models.md).
 
+Every build, and ONNX Runtime, is timed on the target's num-cores, in one fresh process
+(a TVM thread pool cannot grow once it has started). A MetaSchedule comparison is the
+median over independent searches; one that a load disturbed, or that left a function
+without a valid record, is listed with its conditions but not published as a ratio.
+
 Exit codes: 0 written, 2 config or usage, 3 an unreadable profile, 4 a stale or missing
-log (as build_best), 5 a target this machine cannot run.
+log (as build_best), 5 a target this machine cannot run, or a timing whose thread pool
+was not the target's num-cores.
 """
 
 from __future__ import annotations
@@ -57,8 +63,16 @@ def register(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="also build the model with MetaSchedule alone, given S seconds of this runner "
-        "(the seconds the committed logs' re-tunes took), and time it in turns with the "
-        "build; its search is kept under .tvmtune-cache/ and reused by the next run",
+        "(the seconds the committed logs' re-tunes took) in each of --metaschedule-searches "
+        "independent searches, and time them in turns with the build; a search is kept under "
+        ".tvmtune-cache/ and reused by the next run unless it was disturbed or incomplete",
+    )
+    p.add_argument(
+        "--metaschedule-searches",
+        type=int,
+        default=3,
+        metavar="N",
+        help="independent MetaSchedule searches (seeds) the ratio is the median of (default 3)",
     )
     p.add_argument(
         "--no-onnxruntime",
@@ -93,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             runs=args.runs,
             work_dir=work,
             metaschedule_s=args.metaschedule_seconds,
+            metaschedule_searches=args.metaschedule_searches,
             onnxruntime=not args.no_onnxruntime,
         )
         ratios = run_.speedup_range or (0.0, 0.0)
@@ -108,11 +123,13 @@ def run(args: argparse.Namespace) -> int:
             f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
             f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {args.runs} rounds)"
         )
+        print(f"  every build timed on {run_.threads} thread(s) (the target's num-cores)")
         for a in run_.anchors:
             lo, hi = a.ratio_range
             print(
                 f"  beside {a.detail}: {a.latency_s * 1e3:.3g} ms, {a.ratio:.2f}x the committed logs' "
                 f"latency ({lo:.2f}-{hi:.2f}x over the rounds)"
+                + (f"; NOT PUBLISHED: {a.withheld}" if a.withheld else "")
             )
         for label, sec, _n, owner in breakdown(run_)[:8]:
             print(f"  {sec / run_.kernel_seconds() * 100:5.1f}%  {label} ({owner or 'no template'})")

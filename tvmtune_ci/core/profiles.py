@@ -24,6 +24,11 @@ from .fsutil import atomic_write_json
 
 FORMAT = 1
 KEEP_RUNS = 50  # the history kept per target: enough for a band across runs
+# A MetaSchedule search whose runner had more than this share of its cores busy outside
+# the search (or stolen by the hypervisor) is disturbed: its trials ranked configurations
+# on another machine than the one its build is timed on, so its ratio is not published.
+# A 2-core VM at rest shows 1-3% (the watch itself, the kernel's housekeeping).
+DISTURBED_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -75,21 +80,40 @@ class Anchor:
     ratio: float  # median over the rounds of its latency / the committed logs' (>1: ours faster)
     ratio_range: tuple[float, float]  # min and max over the rounds
     detail: str  # what it was: seconds asked and spent, trials; version and threads
+    # A search's conditions (MetaSchedule: seed, seconds, trials, untuned functions, the
+    # runner's load, what it fused); None: not a search.
+    search: Mapping[str, Any] | None = None
+    # Why its ratio is not published (a disturbed or incomplete search); None: it is.
+    withheld: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "latency_s": self.latency_s,
             "ratio": self.ratio,
             "ratio_range": list(self.ratio_range),
             "detail": self.detail,
         }
+        if self.search is not None:
+            out["search"] = dict(self.search)
+        if self.withheld is not None:
+            out["withheld"] = self.withheld
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Anchor:
         lo, hi = d["ratio_range"]
+        # A MetaSchedule anchor written before its conditions were recorded: one search
+        # of unknown load, re-timed run after run, so not a published ratio.
+        unrecorded = d["name"] == "metaschedule" and "search" not in d
         return cls(
-            str(d["name"]), float(d["latency_s"]), float(d["ratio"]), (float(lo), float(hi)), str(d.get("detail", ""))
+            str(d["name"]),
+            float(d["latency_s"]),
+            float(d["ratio"]),
+            (float(lo), float(hi)),
+            str(d.get("detail", "")),
+            d.get("search"),
+            d.get("withheld") or ("the search's conditions were not recorded" if unrecorded else None),
         )
 
 
@@ -110,6 +134,9 @@ class ProfileRun:
     speedup: float | None = None  # median over the rounds of default / tuned
     speedup_range: tuple[float, float] | None = None  # its min and max over the rounds
     anchors: tuple[Anchor, ...] = ()  # timed in turns with it (profile --metaschedule-seconds, ORT)
+    # TVM's thread pool every build was timed on, read back on the timing thread (None:
+    # a run recorded before it was: TVM's default pool, half the cores on x86).
+    threads: int | None = None
 
     def anchor(self, name: str) -> Anchor | None:
         return next((a for a in self.anchors if a.name == name), None)
@@ -148,6 +175,8 @@ class ProfileRun:
             out["speedup_range"] = list(self.speedup_range or ())
         if self.anchors:
             out["anchors"] = [a.to_json() for a in self.anchors]
+        if self.threads is not None:
+            out["threads"] = self.threads
         return out
 
     @classmethod
@@ -165,6 +194,7 @@ class ProfileRun:
             d.get("speedup"),
             (float(rng[0]), float(rng[1])) if rng else None,
             tuple(Anchor.from_json(a) for a in d.get("anchors", ())),
+            d.get("threads"),
         )
 
 

@@ -8,8 +8,9 @@ band across runs is the profile's history on that target.
 from __future__ import annotations
 
 import io
+import statistics
 
-from ..core.profiles import Profile, ProfileRun, breakdown, spread
+from ..core.profiles import DISTURBED_SHARE, Profile, ProfileRun, breakdown, spread
 
 
 def _ms(s: float) -> str:
@@ -47,6 +48,7 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
         lines.append(f"Across the {len(runs)} profile runs of this target: {lo:.2f}-{hi:.2f}x their median latency.")
     else:
         lines.append("One profile run so far: no band across runs yet.")
+    lines += ["", _threads(run) + "."]
     lines += [
         "",
         f"Measured on {run.host.get('cpu', '?')} ({run.host.get('cpu_id', 'no cpu_id')}), "
@@ -62,33 +64,135 @@ def _times(r: float) -> str:
     return f"{r:.2f}x faster" if r >= 1 else f"{1 / r:.2f}x slower"
 
 
+def _threads(run: ProfileRun) -> str:
+    if run.threads is None:
+        return (
+            "Timed on TVM's default thread pool (not recorded: half the cores it sees on "
+            "x86), which may differ from the other builds' threads"
+        )
+    return f"Every TVM build timed on {run.threads} thread(s) of TVM's pool, read back in the timing process"
+
+
+def _ms_summary(run: ProfileRun) -> tuple[float, float, float, float, int, int] | None:
+    """(median latency, median ratio, min ratio, max ratio, published, searches) of the
+    run's MetaSchedule searches whose ratios may be published; None: no search ran."""
+    searches = [a for a in run.anchors if a.name == "metaschedule"]
+    if not searches:
+        return None
+    ok = [a for a in searches if a.withheld is None]
+    if not ok:
+        return (0.0, 0.0, 0.0, 0.0, 0, len(searches))
+    ratios = [a.ratio for a in ok]
+    return (
+        statistics.median(a.latency_s for a in ok),
+        statistics.median(ratios),
+        min(ratios),
+        max(ratios),
+        len(ok),
+        len(searches),
+    )
+
+
+def _ms_seconds(run: ProfileRun) -> float | None:
+    s = next((a.search for a in run.anchors if a.name == "metaschedule" and a.search), None)
+    return float(s["seconds"]) if s else None
+
+
 def _anchors(runs: tuple[ProfileRun, ...]) -> list[str]:
     """The other builds timed in turns with it in the newest run, and the band of their
     ratio across the runs that timed the same thing (the same words: a MetaSchedule
-    given other seconds is another anchor)."""
+    given other seconds is another anchor). MetaSchedule's ratio is the median over its
+    independent searches that were neither disturbed nor incomplete (`withheld`)."""
     run = runs[-1]
     if not run.anchors:
         return []
     out = [
         "",
         "| beside it, in the same rounds | per inference | the committed logs are | its latency / "
-        "ours, over the rounds | the same, across runs |",
+        "ours | the same, across runs |",
         "|---|---|---|---|---|",
     ]
+    summary = _ms_summary(run)
+    if summary is not None:
+        lat, ratio, lo, hi, ok, n = summary
+        seconds = _ms_seconds(run)
+        what = f"MetaSchedule alone, {n} independent search(es) of {seconds or 0:.0f} s of this runner each"
+        if ok:
+            same = [m[1] for r in runs if _ms_seconds(r) == seconds and (m := _ms_summary(r)) is not None and m[4] > 0]
+            band = f"{min(same):.2f}-{max(same):.2f}x over {len(same)} runs" if len(same) > 1 else "one run so far"
+            out.append(
+                f"| {what} | {_ms(lat)} | **{_times(ratio)}** (median of {ok} search(es)) | "
+                f"{lo:.2f}-{hi:.2f}x over the searches | {band} |"
+            )
+        else:
+            out.append(
+                f"| {what} | | not published: no search ran undisturbed with a record for every function (below) | | |"
+            )
     for a in run.anchors:
-        same = [x for r in runs if (x := r.anchor(a.name)) is not None and x.detail == a.detail]
+        if a.name == "metaschedule":
+            continue
+        peers = [x for r in runs if (x := r.anchor(a.name)) is not None and x.detail == a.detail]
         band = (
-            f"{min(x.ratio for x in same):.2f}-{max(x.ratio for x in same):.2f}x over {len(same)} runs"
-            if len(same) > 1
+            f"{min(x.ratio for x in peers):.2f}-{max(x.ratio for x in peers):.2f}x over {len(peers)} runs"
+            if len(peers) > 1
             else "one run so far"
         )
         lo, hi = a.ratio_range
-        out.append(f"| {a.detail} | {_ms(a.latency_s)} | **{_times(a.ratio)}** | {lo:.2f}-{hi:.2f}x | {band} |")
+        out.append(
+            f"| {a.detail} | {_ms(a.latency_s)} | **{_times(a.ratio)}** | {lo:.2f}-{hi:.2f}x over the rounds | {band} |"
+        )
     out += [
         "",
         "A ratio is the other build's latency over the committed logs' build, per round "
         "(median; above 1: the committed logs' build is faster).",
     ]
+    if summary is not None:
+        out += _searches(run)
+    return out
+
+
+def _searches(run: ProfileRun) -> list[str]:
+    """Each MetaSchedule search's conditions, and what it fused that the templates do not."""
+    out = [
+        "",
+        "### The MetaSchedule searches",
+        "",
+        "| seed | trials | seconds asked / spent | functions with no valid record | the runner during it "
+        "| its latency / ours, over the rounds | published |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    fused: set[str] = set()
+    for a in run.anchors:
+        if a.name != "metaschedule":
+            continue
+        s = dict(a.search or {})
+        fused.update(s.get("fused", ()))
+        load = s.get("load")
+        runner = (
+            f"{load['foreign'] * 100:.0f}% of the cores busy outside it, {load['steal'] * 100:.0f}% stolen"
+            if isinstance(load, dict)
+            else "not recorded"
+        )
+        untuned = s.get("untuned") or []
+        lo, hi = a.ratio_range
+        out.append(
+            f"| {s.get('seed', '?')} | {s.get('trials', '?')} | {s.get('seconds', 0):.0f} / {s.get('spent_s', 0):.0f} s "
+            f"| {len(untuned)} of {s.get('tasks', '?')} | {runner} | {a.ratio:.2f}x ({lo:.2f}-{hi:.2f}x) "
+            f"| {'yes' if a.withheld is None else 'no: ' + a.withheld} |"
+        )
+    out += [
+        "",
+        f"A search is published only when every function got a valid record and the runner was quiet "
+        f"during it (at most {DISTURBED_SHARE * 100:.0f}% of its cores busy outside the search or "
+        "stolen); a withheld one is searched again by the next profile run.",
+    ]
+    if fused:
+        out += [
+            "",
+            "What MetaSchedule did that the templates did not: it fused elementwise work into its "
+            f"heavy kernels ({', '.join(f'`{f}`' for f in sorted(fused))}); a template kernel is "
+            "opaque to fusion, so the committed logs' build runs those epilogues as separate passes.",
+        ]
     return out
 
 

@@ -12,10 +12,16 @@ finished, so the search can overrun by one batch; and the builder's and runner's
 timeouts are 120 s, not 30 (TIMEOUT_S). The seconds count from the call: task
 extraction and the search spaces' generation are runner time too.
 
-The database is kept in `work_dir`; a later call with the same module and seconds
-reuses it without searching again (`done.json`), so a profile run after the first
-re-times the same MetaSchedule build: the band across runs is then the band of its
-measurement, not of its search.
+The database is kept in `work_dir`, one per seed; a later call with the same module,
+seconds and seed reuses it without searching again (`done.json`). Independent searches
+are different seeds (`profile --metaschedule-searches`): the band of the comparison is
+over those, never over one search re-timed.
+
+A search records its conditions (`SearchSpent`): trials, seconds, the functions left
+without a valid record, and the runner's load while it ran (`LoadWatch`: the share of
+the cores busy outside the search's own processes, and the hypervisor's steal). A search
+that a load disturbed, or that left a function on TVM's naive loops, is not published as
+a ratio (`withheld`), and is searched again by the next call rather than reused.
 """
 
 from __future__ import annotations
@@ -23,14 +29,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.fsutil import atomic_write_text
+from ..core.profiles import DISTURBED_SHARE
 from . import tvmsetup
 
 BATCH = 16  # trials per task visit: the product's batch_size, so both search alike
@@ -39,12 +48,45 @@ BATCH = 16  # trials per task visit: the product's batch_size, so both search al
 # matmul's whole batch timed out, leaving no valid record. A timeout is a failed
 # candidate, not a slow one, so a longer one costs nothing where builds are quick.
 TIMEOUT_S = 120.0
-DONE_FORMAT = 1
+DONE_FORMAT = 2  # 2: the seed is in the folder's name; the load and the functions recorded
+SEED = 42
+# The operators a template kernel computes; a MetaSchedule function named for one of
+# them and another op fuses that op into it (TVM's FuseOps names a fused function by its
+# ops in order: fused_conv2d_add_relu).
+HEAVY_OPS = ("conv2d", "matmul", "dense", "batch_matmul")
+
+
+@dataclass(frozen=True)
+class Load:
+    """The runner's load while a search ran, as shares of its cores (0-1)."""
+
+    foreign: float  # mean share busy outside the search's processes
+    steal: float  # mean share the hypervisor took
+    peak: float  # the busiest window's foreign + steal share
+    windows: int
+
+    def disturbed(self) -> bool:
+        return self.foreign + self.steal > DISTURBED_SHARE
+
+    def words(self) -> str:
+        return (
+            f"runner {'DISTURBED' if self.disturbed() else 'quiet'}: {self.foreign * 100:.0f}% of its cores "
+            f"busy outside the search, {self.steal * 100:.0f}% stolen (busiest window {self.peak * 100:.0f}%)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"foreign": self.foreign, "steal": self.steal, "peak": self.peak, "windows": self.windows}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Load | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(float(d["foreign"]), float(d["steal"]), float(d["peak"]), int(d["windows"]))
 
 
 @dataclass(frozen=True)
 class SearchSpent:
-    """What the MetaSchedule search cost and covered."""
+    """What the MetaSchedule search cost and covered, and under which conditions."""
 
     seconds: float  # asked for
     spent_s: float  # wall seconds the search took (reused: the first call's)
@@ -52,6 +94,9 @@ class SearchSpent:
     tasks: int  # functions MetaSchedule extracted
     untuned: tuple[str, ...]  # functions left without a valid record (TVM's naive loops)
     reused: bool
+    seed: int = SEED
+    load: Load | None = None  # None: not watched (a search recorded before format 2)
+    functions: tuple[str, ...] = field(default=())  # the model's PrimFuncs as it searched them
 
     def words(self) -> str:
         s = (
@@ -61,6 +106,113 @@ class SearchSpent:
         if self.untuned:
             s += f"; {len(self.untuned)} got no valid record and run TVM's default loops"
         return s
+
+    def withheld(self) -> str | None:
+        """Why this search's build must not be published as a ratio (None: it may)."""
+        if self.untuned:
+            return (
+                f"{len(self.untuned)} of its {self.tasks} functions got no valid record in "
+                f"{self.trials} trials ({', '.join(self.untuned)}): they ran TVM's naive loops"
+            )
+        if self.load is None:
+            return "the runner's load during the search was not recorded"
+        if self.load.disturbed():
+            return f"the runner was disturbed during the search ({self.load.words()})"
+        return None
+
+    def fused(self) -> tuple[str, ...]:
+        """Its functions that fuse another op into a heavy one (what a template kernel,
+        opaque to fusion, leaves to separate passes)."""
+        out = []
+        for f in self.functions:
+            ops = [re.sub(r"\d+$", "", o) for o in f.split("_")[1:]]  # reshape1 -> reshape
+            if f.startswith("fused_") and any(o in HEAVY_OPS for o in ops) and len(ops) > 1:
+                out.append(f)
+        return tuple(sorted(set(out)))
+
+    def conditions(self) -> dict[str, Any]:
+        """The search's conditions as the profile file keeps them."""
+        out: dict[str, Any] = {
+            "seed": self.seed,
+            "seconds": self.seconds,
+            "spent_s": self.spent_s,
+            "trials": self.trials,
+            "tasks": self.tasks,
+            "untuned": list(self.untuned),
+            "fused": list(self.fused()),
+        }
+        if self.load is not None:
+            out["load"] = self.load.to_json()
+        return out
+
+
+def _cpu_of_tree(proc: Any) -> float:
+    """CPU seconds of `proc` and every live descendant, their reaped children included."""
+    import psutil
+
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+class LoadWatch:
+    """Samples, every `interval` seconds on a thread, how busy the runner's cores are
+    outside this process tree (and what the hypervisor steals) while a search runs."""
+
+    def __init__(self, interval: float = 5.0) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._windows: list[tuple[float, float, float]] = []  # (seconds, foreign, steal) core-seconds
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LoadWatch:
+        self._thread = threading.Thread(target=self._run, name="tvmtune-loadwatch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+
+        def read() -> tuple[float, float, float, float]:
+            c = psutil.cpu_times()
+            # guest time is inside user already
+            busy = c.user + c.nice + c.system + getattr(c, "irq", 0.0) + getattr(c, "softirq", 0.0)
+            return time.monotonic(), busy, getattr(c, "steal", 0.0), _cpu_of_tree(me)
+
+        last = read()
+        while True:
+            done = self._stop.wait(self.interval)
+            now = read()
+            dt = now[0] - last[0]
+            if dt > 0.5 or (done and dt > 0):
+                foreign = max(0.0, (now[1] - last[1]) - (now[3] - last[3]))
+                self._windows.append((dt, foreign, max(0.0, now[2] - last[2])))
+                last = now
+            if done:
+                return
+
+    def load(self, cores: int | None = None) -> Load:
+        import psutil
+
+        n = cores or psutil.cpu_count() or 1
+        seconds = sum(w[0] for w in self._windows) or 1.0
+        peak = max(((w[1] + w[2]) / (w[0] * n) for w in self._windows), default=0.0)
+        return Load(
+            sum(w[1] for w in self._windows) / (seconds * n),
+            sum(w[2] for w in self._windows) / (seconds * n),
+            min(1.0, peak),
+            len(self._windows),
+        )
 
 
 def deadline_scheduler(deadline: float, clock: Callable[[], float] = time.monotonic) -> Any:
@@ -117,28 +269,36 @@ def tune_model(
     seconds: float,
     work_dir: Path,
     *,
-    seed: int = 42,
+    seed: int = SEED,
     clock: Callable[[], float] = time.monotonic,
+    watch: Callable[[], Any] = LoadWatch,
 ) -> tuple[Any, SearchSpent]:
     """Schedule every PrimFunc of `mod` (legalized and fused) with MetaSchedule within
-    `seconds` of `clock`; returns the scheduled module and what the search spent."""
+    `seconds` of `clock`; returns the scheduled module and what the search spent.
+    `watch()` makes the context manager that watches the runner's load during the
+    search (its `load()` read after it): a test's hook."""
     import tvm_ffi
     from tvm import relax, tirx
 
     ms = tvmsetup.ms()
     key = f"{int(tvm_ffi.structural_hash(mod)) & 0xFFFFFFFFFFFF:012x}"
-    work = work_dir / f"metaschedule-{seconds:.0f}s-{key}"
+    work = work_dir / f"metaschedule-{seconds:.0f}s-{key}-seed{seed}"
     done_path = work / "done.json"
     done = json.loads(done_path.read_text()) if done_path.is_file() else None
-    reused = done is not None and done.get("format") == DONE_FORMAT
+    # A search that was disturbed or left a function untuned is searched again.
+    reused = done is not None and done.get("format") == DONE_FORMAT and done.get("publishable") is True
+    if done is not None and not reused:
+        for f in work.glob("*.json"):
+            f.unlink()
     work.mkdir(parents=True, exist_ok=True)
+    load: Load | None = Load.from_json(done.get("load")) if reused and done else None
     t0 = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if reused:
             db = ms.database.JSONDatabase(work_dir=str(work), allow_missing=False)
         else:
-            with _foreign_handlers_detached():
+            with _foreign_handlers_detached(), watch() as watching:
                 db = ms.relax_integration.tune_relax(
                     mod=mod,
                     params={},
@@ -151,6 +311,7 @@ def tune_model(
                     runner=ms.runner.LocalRunner(timeout_sec=TIMEOUT_S),
                     task_scheduler=deadline_scheduler(clock() + seconds, clock),
                 )
+            load = watching.load()
         with target, db:
             scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
     funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
@@ -162,11 +323,9 @@ def tune_model(
         )
     )
     trials = sum(1 for r in db.get_all_tuning_records() if r.run_secs and all(float(s) < 1e9 for s in r.run_secs))
-    if done is not None and reused:
-        spent = float(done["spent_s"])
-    else:
-        spent = time.monotonic() - t0
-        atomic_write_text(
-            done_path, json.dumps({"format": DONE_FORMAT, "seconds": seconds, "spent_s": spent, "seed": seed}) + "\n"
-        )
-    return scheduled, SearchSpent(seconds, spent, trials, len(funcs), untuned, reused)
+    spent = float(done["spent_s"]) if done is not None and reused else time.monotonic() - t0
+    out = SearchSpent(seconds, spent, trials, len(funcs), untuned, reused, seed, load, tuple(sorted(funcs)))
+    if not reused:
+        record = {"format": DONE_FORMAT, **out.conditions(), "publishable": out.withheld() is None}
+        atomic_write_text(done_path, json.dumps(record) + "\n")
+    return scheduled, out

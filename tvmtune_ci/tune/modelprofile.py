@@ -7,20 +7,60 @@ this size). An inference's seconds per kernel are summed over its calls, and the
 median over `runs` inferences is kept, so one slow stretch of a noisy runner does not
 decide a share. The end-to-end latency is timed apart, on VMs without the
 instrument, each build in turns with the others (`interleaved`).
+
+Every timing runs in a fresh child process (`time_builds`) whose TVM_NUM_THREADS is the
+target's num-cores from its start. TVM sizes a thread's pool once, at its first
+parallel call, from that variable, else half the cores it sees on x86, and
+`runtime.config_threadpool` can shrink a pool but never grow it: in the profiling
+process the pool is whatever ran first left it (a 2-core runner timed one build on
+one thread and ONNX Runtime on two). The child reads the pool back on the thread that
+times (`tvm.runtime.num_threads`), and the parent refuses a timing whose pool is not
+the one asked for (`ThreadPoolError`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ..core.errors import HostError
 from ..core.profiles import CallTime
 from .modelbuild import ModelBuild
 
+TIMING_FORMAT = 1
 
-def random_inputs(mod: Any, function: str = "forward", seed: int = 0) -> list[Any]:
+
+class ThreadPoolError(HostError):
+    """A timing ran on another thread count than the target's num-cores."""
+
+
+def entry_function(mod: Any) -> str:
+    """The Relax function a model's inference calls: its only one, else "forward"
+    (export_tvm's name) or "main" (TVM's ONNX frontend's)."""
+    from tvm import relax
+
+    names = sorted(gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function))
+    if len(names) == 1:
+        return names[0]
+    for name in ("forward", "main"):
+        if name in names:
+            return name
+    raise HostError(
+        f"the model has {len(names)} Relax functions ({', '.join(names) or 'none'}) and none is "
+        "named forward or main: say which one runs an inference by naming it forward"
+    )
+
+
+def random_inputs(mod: Any, function: str | None = None, seed: int = 0) -> list[Any]:
     """numpy arrays for every parameter of `function` (inputs, then weights), small
     random values: a profile measures time, and these kernels' time does not depend on
     the values."""
@@ -28,7 +68,7 @@ def random_inputs(mod: Any, function: str = "forward", seed: int = 0) -> list[An
 
     rng = np.random.default_rng(seed)
     out = []
-    for p in mod[function].params:
+    for p in mod[function or entry_function(mod)].params:
         shape = tuple(int(d) for d in p.ty.shape.values)
         dtype = str(p.ty.dtype)
         if dtype.startswith("float"):
@@ -41,15 +81,26 @@ def random_inputs(mod: Any, function: str = "forward", seed: int = 0) -> list[An
 def profile_calls(
     build: ModelBuild, arrays: Sequence[Any], *, function: str = "forward", runs: int = 10
 ) -> tuple[CallTime, ...]:
-    """Seconds per inference of every kernel (median over `runs`), the slowest first."""
+    """Seconds per inference of every kernel (median over `runs`), the slowest first,
+    timed in this process (on whatever thread pool it has: `time_builds` times on the
+    target's)."""
+    by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in build.swaps}
+    return tuple(
+        CallTime(sym, n, sec, *by_kernel.get(sym, (None, None, None)))
+        for sym, n, sec in call_seconds(build.executable, arrays, function=function, runs=runs)
+    )
+
+
+def call_seconds(executable: Any, arrays: Sequence[Any], *, function: str, runs: int) -> list[tuple[str, int, float]]:
+    """(kernel symbol, calls per inference, seconds per inference: the median over
+    `runs` instrumented inferences), the slowest first."""
     import tvm
     from tvm import relax
     from tvm.runtime.vm import VMInstrumentReturnKind
 
     dev = tvm.cpu()
-    vm = relax.VirtualMachine(build.executable, dev)
+    vm = relax.VirtualMachine(executable, dev)
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in build.swaps}
     started: dict[str, float] = {}
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -75,20 +126,12 @@ def profile_calls(
         vm[function](*args)
         per_run.append(dict(seconds))
         calls = dict(counts)
-    out = [
-        CallTime(
-            sym,
-            calls[sym],
-            statistics.median(r.get(sym, 0.0) for r in per_run),
-            *by_kernel.get(sym, (None, None, None)),
-        )
-        for sym in calls
-    ]
-    return tuple(sorted(out, key=lambda c: -c.seconds))
+    out = [(sym, calls[sym], statistics.median(r.get(sym, 0.0) for r in per_run)) for sym in calls]
+    return sorted(out, key=lambda c: -c[2])
 
 
 def interleaved(
-    builds: dict[str, ModelBuild],
+    builds: Mapping[str, Any],
     arrays: Sequence[Any],
     *,
     function: str = "forward",
@@ -96,18 +139,19 @@ def interleaved(
     min_sample_ms: int = 100,
     others: Mapping[str, Callable[[], float]] | None = None,
 ) -> dict[str, list[float]]:
-    """Seconds per inference of each build, `rounds` samples each, taken in turns (the
-    order rotating each round): a slow stretch of the runner lands on every build
-    alike, so their ratio holds where each figure alone would not. A sample is the mean
-    of as many inferences as fill `min_sample_ms`. `others`: more arms that are not TVM
-    builds (ONNX Runtime), each a callable returning one such sample."""
+    """Seconds per inference of each build (a ModelBuild, or an executable the Relax VM
+    takes), `rounds` samples each, taken in turns (the order rotating each round): a
+    slow stretch of the runner lands on every build alike, so their ratio holds where
+    each figure alone would not. A sample is the mean of as many inferences as fill
+    `min_sample_ms`. `others`: more arms that are not TVM builds (ONNX Runtime), each a
+    callable returning one such sample. In this process: see `time_builds`."""
     import tvm
     from tvm import relax
 
     dev = tvm.cpu()
     timers: dict[str, Callable[[], float]] = {}
     for label, b in builds.items():
-        vm = relax.VirtualMachine(b.executable, dev)
+        vm = relax.VirtualMachine(getattr(b, "executable", b), dev)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         vm[function](*args)  # warm-up
         timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
@@ -127,9 +171,137 @@ def _vm_sample(timer: Any, args: Sequence[Any]) -> Callable[[], float]:
     return lambda: float(timer(*args).mean)
 
 
-def ort_sampler(
+@dataclass(frozen=True)
+class Timing:
+    """What one timing child measured, and on which threads."""
+
+    samples: Mapping[str, list[float]]  # arm -> seconds per inference, one per round
+    calls: Mapping[str, tuple[CallTime, ...]]  # instrumented builds -> per kernel
+    threads: int  # TVM's pool, read back on the thread that timed
+    ort_threads: int | None  # ONNX Runtime's intra-op threads, read back (None: not run)
+
+
+def time_builds(
+    builds: Mapping[str, ModelBuild],
+    arrays: Sequence[Any],
+    *,
+    threads: int,
+    work_dir: Path,
+    function: str,
+    runs: int,
+    instrument: Sequence[str] = (),
+    onnx: tuple[Path, Mapping[str, Any]] | None = None,
+    min_sample_ms: int = 100,
+    timeout_s: float = 3600.0,
+) -> Timing:
+    """Time `builds` in turns (and ONNX Runtime on the graph `onnx` = (path, its inputs
+    by name), on `threads` intra-op threads) in a fresh process whose TVM pool has
+    `threads` threads, and instrument the builds named in `instrument` per call.
+    Raises ThreadPoolError when the pool read back there is another size."""
+    import numpy as np
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    libs = {}
+    for label, b in builds.items():
+        libs[label] = str(work_dir / f"timing-{label}.so")
+        b.executable.export_library(libs[label])
+    np.savez(work_dir / "timing-inputs.npz", *arrays)
+    spec: dict[str, Any] = {
+        "format": TIMING_FORMAT,
+        "libs": libs,
+        "inputs": str(work_dir / "timing-inputs.npz"),
+        "function": function,
+        "runs": runs,
+        "instrument": list(instrument),
+        "min_sample_ms": min_sample_ms,
+        "threads": threads,
+        "result": str(work_dir / "timing-result.json"),
+    }
+    if onnx is not None:
+        names = list(onnx[1])
+        np.savez(work_dir / "timing-ort.npz", *[onnx[1][n] for n in names])
+        spec["onnx"] = {"path": str(onnx[0]), "names": names, "inputs": str(work_dir / "timing-ort.npz")}
+    spec_path = work_dir / "timing-spec.json"
+    spec_path.write_text(json.dumps(spec))
+    # Set before the child's first parallel call, so its pool is sized by it.
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
+    r = subprocess.run(
+        [sys.executable, "-m", "tvmtune_ci.tune.modelprofile", str(spec_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if r.returncode != 0:
+        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-8:])
+        raise HostError(f"the timing process failed (exit {r.returncode}):\n{tail}")
+    out = json.loads(Path(spec["result"]).read_text())
+    check_pool(out["threads"], threads, "TVM's thread pool")
+    if onnx is not None:
+        check_pool(out["ort_threads"], threads, "ONNX Runtime's intra-op threads")
+    return Timing(
+        {k: [float(x) for x in v] for k, v in out["samples"].items()},
+        {
+            label: tuple(CallTime(sym, int(n), float(sec)) for sym, n, sec in rows)
+            for label, rows in out["calls"].items()
+        },
+        int(out["threads"]),
+        out.get("ort_threads"),
+    )
+
+
+def check_pool(got: Any, want: int, what: str) -> None:
+    if got != want:
+        raise ThreadPoolError(
+            f"{what} had {got} thread(s) where the target's num-cores is {want}: the timing "
+            "would compare builds on unequal cores; set num-cores to the runner's cores, or "
+            "report this as a bug if TVM_NUM_THREADS was set"
+        )
+
+
+def _child(spec_path: str) -> None:
+    """The timing process (`time_builds`): read the pool back on this thread, time, write."""
+    import numpy as np
+    import tvm
+
+    spec = json.loads(Path(spec_path).read_text())
+    if spec.get("format") != TIMING_FORMAT:
+        raise SystemExit(f"{spec_path}: timing spec format {spec.get('format')!r}, not {TIMING_FORMAT}")
+    with np.load(spec["inputs"]) as z:
+        arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+    exes = {label: tvm.runtime.load_module(path) for label, path in spec["libs"].items()}
+    function, runs = spec["function"], int(spec["runs"])
+    pool = tvm.runtime.num_threads()
+    calls = {label: call_seconds(exes[label], arrays, function=function, runs=runs) for label in spec["instrument"]}
+    others: dict[str, Callable[[], float]] = {}
+    ort_threads = None
+    if "onnx" in spec:
+        o = spec["onnx"]
+        with np.load(o["inputs"]) as z:
+            feed = {n: z[f"arr_{i}"] for i, n in enumerate(o["names"])}
+        others["onnxruntime"], _, ort_threads = ort_session(
+            o["path"], feed, int(spec["threads"]), spec["min_sample_ms"]
+        )
+    samples = interleaved(
+        exes, arrays, function=function, rounds=runs, min_sample_ms=spec["min_sample_ms"], others=others
+    )
+    if tvm.runtime.num_threads() != pool:  # nothing in between may resize it
+        pool = -1
+    Path(spec["result"]).write_text(
+        json.dumps({"threads": pool, "ort_threads": ort_threads, "samples": samples, "calls": calls})
+    )
+
+
+def ort_description(threads: int) -> str:
+    import onnxruntime as ort
+
+    return f"ONNX Runtime {ort.__version__}, CPU, {threads} intra-op thread(s)"
+
+
+def ort_session(
     onnx_path: Any, arrays: Mapping[str, Any], threads: int, min_sample_ms: int = 100
-) -> tuple[Callable[[], float], str]:
+) -> tuple[Callable[[], float], str, int]:
     """One ONNX Runtime sample (seconds per inference, the mean over `min_sample_ms`) of
     the graph at `onnx_path` fed `arrays` (its input names -> numpy), on `threads`
     intra-op threads, one inter-op: the deployment a team would compare with."""
@@ -139,7 +311,7 @@ def ort_sampler(
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    feed = {i.name: arrays[i.name] for i in sess.get_inputs()}
+    feed = {i.name: _ort_input(arrays, i.name) for i in sess.get_inputs()}
 
     def sample() -> float:
         n, t0 = 0, time.perf_counter()
@@ -150,4 +322,17 @@ def ort_sampler(
             if elapsed >= min_sample_ms / 1e3:
                 return elapsed / n
 
-    return sample, f"ONNX Runtime {ort.__version__}, CPU, {threads} intra-op thread(s)"
+    got = int(sess.get_session_options().intra_op_num_threads)
+    return sample, ort_description(got), got
+
+
+def _ort_input(arrays: Mapping[str, Any], name: str) -> Any:
+    """The array for ONNX input `name`: by its name, else by the name TVM's ONNX
+    frontend gave the parameter (characters outside [A-Za-z0-9_] become _)."""
+    if name in arrays:
+        return arrays[name]
+    return arrays[re.sub(r"[^A-Za-z0-9_]", "_", name)]
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
