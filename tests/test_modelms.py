@@ -234,8 +234,11 @@ def test_the_readme_s_metaschedule_ratio_is_the_median_over_independent_searches
     # the band across runs: the runs whose searches had the same seconds
     other = _profile_run(_ms_anchor(4.0, seconds=60))
     again = _profile_run(_ms_anchor(1.6), _ms_anchor(1.7, seed=43), _ms_anchor(1.8, seed=44))
-    text = render(Profile("m", {"t": (run, other, again)}), "t", "m.png")
+    one_thread = _profile_run(_ms_anchor(9.0), threads=None)  # TVM's default pool: another figure
+    text = render(Profile("m", {"t": (one_thread, run, other, again)}), "t", "m.png")
     assert "| 1.30-1.70x over 2 runs |" in text
+    assert "Across the 3 profile runs of this target on these threads" in text
+    assert "(1 earlier run(s) on another thread pool are in the profile file" in text
     slower = render(Profile("m", {"t": (_profile_run(_ms_anchor(0.5)),)}), "t", "m.png")
     assert "**2.00x slower** (median of 1 search(es))" in slower
 
@@ -288,7 +291,7 @@ def test_a_disturbed_search_is_recorded_so_and_searched_again_by_the_next_call(t
     root = _repo(tmp_path)
     busy = Load(0.5, 0.0, 0.8, 3)
     kw = dict(target=TARGET, seconds=10, work_dir=tmp_path / "c", root=root)
-    b = metaschedule_model("two_mm", **kw, clock=Clock(visits=1), watch=lambda: _Watch(busy))  # type: ignore[arg-type]
+    b = metaschedule_model("two_mm", **kw, clock=Clock(visits=2), watch=lambda: _Watch(busy))  # type: ignore[arg-type]
     assert b.search.load == busy and "disturbed" in (b.search.withheld() or "")
     done = json.loads(next((tmp_path / "c").glob("metaschedule-*-seed42/done.json")).read_text())
     assert done["publishable"] is False and done["load"]["foreign"] == 0.5

@@ -20,10 +20,13 @@ def _ms(s: float) -> str:
 
 
 def render(profile: Profile, target: str, chart_name: str) -> str:
-    runs = profile.runs.get(target, ())
-    if not runs:
+    every = profile.runs.get(target, ())
+    if not every:
         raise ValueError(f"no profile of {profile.model} on {target}")
-    run = runs[-1]
+    run = every[-1]
+    # A band across runs is over the runs timed on the same threads as the newest: a run
+    # on another pool is another figure.
+    runs = tuple(r for r in every if r.threads == run.threads)
     lines = [
         f"# {profile.model} on {target}",
         "",
@@ -45,9 +48,17 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     lines += _anchors(runs)
     if len(runs) > 1:
         lo, hi = spread([r.latency_s for r in runs])
-        lines.append(f"Across the {len(runs)} profile runs of this target: {lo:.2f}-{hi:.2f}x their median latency.")
+        lines.append(
+            f"Across the {len(runs)} profile runs of this target on these threads: {lo:.2f}-{hi:.2f}x "
+            "their median latency."
+        )
     else:
-        lines.append("One profile run so far: no band across runs yet.")
+        lines.append("One profile run so far on these threads: no band across runs yet.")
+    if len(every) > len(runs):
+        lines.append(
+            f"({len(every) - len(runs)} earlier run(s) on another thread pool are in the profile file, "
+            "outside every band here.)"
+        )
     lines += ["", _threads(run) + "."]
     lines += [
         "",
