@@ -61,6 +61,8 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
             "outside every band here.)"
         )
     lines += ["", _threads(run) + "."]
+    if any(a.name == "metaschedule" for a in run.anchors):
+        lines += _searches(run)
     lines += [
         "",
         f"Measured on {run.host.get('cpu', '?')} ({run.host.get('cpu_id', 'no cpu_id')}), "
@@ -159,8 +161,6 @@ def _anchors(runs: tuple[ProfileRun, ...]) -> list[str]:
         "fastest quartile (p25) of its samples (above 1: the committed logs' build is "
         "faster); the range beside it is the ratio round by round.",
     ]
-    if summary is not None:
-        out += _searches(run)
     return out
 
 
