@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_config import parse
 
-from tvmtune_ci import budget
+from tvmtune_ci.pipeline import budget
 from tvmtune_ci.core.errors import UsageError
 
 

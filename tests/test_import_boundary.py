@@ -195,12 +195,12 @@ def test_the_retune_and_the_history_run_share_the_thread_policy_without_a_cycle(
     history run (remeasure) never reaches the re-tune (pipeline, which imports it in a
     step), and the pipeline's parts never reach the module that assembles them."""
     graph = _graph()
-    assert _path(graph, "tune.runners.threads", {"pipeline", "remeasure"}) is None
-    assert _path(graph, "remeasure", {"pipeline"}) is None
-    parts = sorted(m for m in graph if m.startswith("pipeline_"))
-    assert len(parts) >= 5, parts
+    assert _path(graph, "tune.runners.threads", {"pipeline.steps", "pipeline.remeasure"}) is None
+    assert _path(graph, "pipeline.remeasure", {"pipeline.steps", "pipeline"}) is None
+    parts = sorted(m for m in graph if m.startswith("pipeline.") and m != "pipeline.steps")
+    assert len(parts) >= 8, parts
     for m in parts:
-        assert _path(graph, m, {"pipeline"}) is None, m
+        assert _path(graph, m, {"pipeline.steps", "pipeline"}) is None, m
 
 
 def test_the_tracker_module_does_not_import_the_rpc_runner() -> None:

@@ -258,7 +258,7 @@ def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fix
 def test_a_run_the_runner_disturbed_is_left_out_of_the_band_and_the_verdict() -> None:
     """The re-tune measured while other jobs shared the runner: every kernel 2x slow, the
     calibration kernel too. It says how busy the runner was, not how fast the kernel is."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     def with_cal(i: int, best: float, cal: float) -> runs.Run:
         r = run(i, best)
@@ -285,7 +285,7 @@ def test_a_disturbed_latest_run_still_reports_a_far_change_its_calibration_does_
     When that whole run was left out as disturbed, the swap went unseen. A faster runner
     does not explain a slower kernel: the kernel's figure stays in, reported at once. The
     same run with the kernel unchanged stays in too (the runner's move did not touch it)."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     def with_mem(i: int, best: float, mem: float) -> runs.Run:
         r = run(i, best)

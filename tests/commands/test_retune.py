@@ -28,7 +28,7 @@ from tvmtune_ci.core.manifest import MANIFEST_FORMAT
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.pipeline_words import previous_sentence  # noqa: E402
+from tvmtune_ci.pipeline.words import previous_sentence  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
@@ -663,7 +663,7 @@ def test_remeasure_judges_the_first_run_on_its_runner_s_band_and_never_another_s
     another label beside it is never used. --record adds this set's series to the pool
     and the README says which band the verdict used."""
     from tvmtune_ci.core import runnerband
-    from tvmtune_ci.remeasure import runner_identity
+    from tvmtune_ci.pipeline.remeasure import runner_identity
 
     root = _copy(tuned[0], tmp_path)
     here = runner_identity()
@@ -715,7 +715,7 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     re-recorded, so check still vouches for the set) is drift, annotated on GitHub."""
     from tvmtune_ci.check.staleness import find_stale
     from tvmtune_ci.core.config import load_config
-    from tvmtune_ci.remeasure import remeasure_target
+    from tvmtune_ci.pipeline.remeasure import remeasure_target
 
     # Its own 128^3 matmul, not the session's 64^3: on a runner whose other tenant takes
     # a core, every call of a parallel kernel waits ~0.1 ms at its barrier, and CI saw

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import ci
-from ..budget import parse_duration, split
+from ..pipeline.budget import parse_duration, split
 from ..core.config import Config
 from ..core.errors import UsageError
 

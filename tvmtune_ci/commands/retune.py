@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import ci
-from ..budget import Budget, floor_estimate, fmt_duration, parse_duration
+from ..pipeline.budget import Budget, floor_estimate, fmt_duration, parse_duration
 from ..core.config import Config, load_config
 from ..core.errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
 from ..core.template import read_template
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {e.operator}/{e.target_name}: {why}")
         if args.dry_run:
             from ..pipeline import replay_plan
-            from ..pipeline_partial import plan_partial
+            from ..pipeline.partial import plan_partial
             from ..tune.runners.threads import measure_threads
 
             target = config.target(e.target_name)

@@ -23,18 +23,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .check.staleness import Entry
-from .core.config import Config, TargetConfig
-from .core.errors import CorruptFileError, TvmtuneError
-from .core.fsutil import sha256_bytes
-from .core.manifest import Manifest
-from .core.reasons import Code
-from .core.runs import Run, Window, read_runs, same_machine
-from .core.siblings import same_params
-from .core.stats import ESTIMATOR
-from .core.template import read_template
-from .pipeline_job import Job
-from .tune.hostcheck import host_description
+from ..check.staleness import Entry
+from ..core.config import Config, TargetConfig
+from ..core.errors import CorruptFileError, TvmtuneError
+from ..core.fsutil import sha256_bytes
+from ..core.manifest import Manifest
+from ..core.reasons import Code
+from ..core.runs import Run, Window, read_runs, same_machine
+from ..core.siblings import same_params
+from ..core.stats import ESTIMATOR
+from ..core.template import read_template
+from .job import Job
+from ..tune.hostcheck import host_description
 
 
 @dataclass(frozen=True)

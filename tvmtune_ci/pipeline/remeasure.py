@@ -33,22 +33,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .check.staleness import installed_tvm_version
-from .core import lock, runnerband, runs, stats
-from .core.config import Config, TargetConfig
-from .core.errors import HostError, LockError, TvmtuneError
-from .core.fsutil import canonical_json
-from .core.manifest import Manifest, read_manifest, seal_files
-from .core.template import import_template
-from .publish.readme import render_readme
-from .publish.swap import publish, recover
-from .tune import calibration
-from .tune.builder import make_builder, schedule_config
-from .tune.devices import preflight
-from .tune.hostcheck import Host, check_host, host_description, this_host
-from .tune.measure import interleave
-from .tune.runners import make_runner
-from .tune.runners.threads import measure_threads, tvm_threads
+from ..check.staleness import installed_tvm_version
+from ..core import lock, runnerband, runs, stats
+from ..core.config import Config, TargetConfig
+from ..core.errors import HostError, LockError, TvmtuneError
+from ..core.fsutil import canonical_json
+from ..core.manifest import Manifest, read_manifest, seal_files
+from ..core.template import import_template
+from ..publish.readme import render_readme
+from ..publish.swap import publish, recover
+from ..tune import calibration
+from ..tune.builder import make_builder, schedule_config
+from ..tune.devices import preflight
+from ..tune.hostcheck import Host, check_host, host_description, this_host
+from ..tune.measure import interleave
+from ..tune.runners import make_runner
+from ..tune.runners.threads import measure_threads, tvm_threads
 
 Say = Callable[[str], None]
 

@@ -9,16 +9,16 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .check.staleness import Entry
-from .core import history
-from .core.fsutil import sha256_bytes
-from .core.git.read import blob_id
-from .core.manifest import MANIFEST_FORMAT, encode
-from .core.reasons import Code
-from .pipeline_history import _git_commit_of
-from .pipeline_job import Job
-from .tune import priors
-from .tune.runners.threads import tvm_threads
+from ..check.staleness import Entry
+from ..core import history
+from ..core.fsutil import sha256_bytes
+from ..core.git.read import blob_id
+from ..core.manifest import MANIFEST_FORMAT, encode
+from ..core.reasons import Code
+from .history import _git_commit_of
+from .job import Job
+from ..tune import priors
+from ..tune.runners.threads import tvm_threads
 
 if TYPE_CHECKING:
     pass
@@ -82,8 +82,8 @@ def carry_step(job: Job) -> Job:
         if refusal is not None and refusal != "--no-carry" and job.history is not None:
             job.say(f"not carried forward: {refusal}")
         return job
-    from .tune.measure import full_knobs
-    from .tune.programs import programs_unchanged
+    from ..tune.measure import full_knobs
+    from ..tune.programs import programs_unchanged
 
     entry, target, tpl, hist = job.entry, job.target, job.template, job.history
     old = entry.manifest

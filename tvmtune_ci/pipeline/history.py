@@ -12,22 +12,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .check.renames import renamed_history
-from .check.staleness import Entry, installed_tvm_version, major_minor
-from .core import history, siblings
-from .core.config import Config, TargetConfig
-from .core.errors import TemplateError, TvmtuneError
-from .core.fsutil import sha256_bytes
-from .core.git.read import last_commit
-from .core.layout import LogSet
-from .core.manifest import Manifest, read_manifest
-from .core.reasons import Code
-from .core.runs import same_machine
-from .core.targetinfo import TargetFacts, target_facts
-from .core.template import read_template
-from .pipeline_job import Say
-from .tune import priors
-from .tune.hostcheck import host_description
+from ..check.renames import renamed_history
+from ..check.staleness import Entry, installed_tvm_version, major_minor
+from ..core import history, siblings
+from ..core.config import Config, TargetConfig
+from ..core.errors import TemplateError, TvmtuneError
+from ..core.fsutil import sha256_bytes
+from ..core.git.read import last_commit
+from ..core.layout import LogSet
+from ..core.manifest import Manifest, read_manifest
+from ..core.reasons import Code
+from ..core.runs import same_machine
+from ..core.targetinfo import TargetFacts, target_facts
+from ..core.template import read_template
+from .job import Say
+from ..tune import priors
+from ..tune.hostcheck import host_description
 
 if TYPE_CHECKING:
     pass

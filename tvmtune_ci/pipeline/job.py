@@ -9,20 +9,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .check.fingerprint import Fingerprint
-from .check.sources import Sources
-from .check.staleness import Entry
-from .core.config import Config, TargetConfig
-from .core.errors import TvmtuneError
-from .core.manifest import Manifest, WorkloadResult
-from .core.template import Knob, TemplateDecl
-from .publish.swap import Published
+from ..check.fingerprint import Fingerprint
+from ..check.sources import Sources
+from ..check.staleness import Entry
+from ..core.config import Config, TargetConfig
+from ..core.errors import TvmtuneError
+from ..core.manifest import Manifest, WorkloadResult
+from ..core.template import Knob, TemplateDecl
+from ..publish.swap import Published
 
 if TYPE_CHECKING:
     from .budget import Budget
-    from .pipeline_partial import Partial
-    from .tune.tuner import TuneOutcome
-    from .tune.workload import Workload
+    from .partial import Partial
+    from ..tune.tuner import TuneOutcome
+    from ..tune.workload import Workload
 
 
 Say = Callable[[str], None]
