@@ -474,6 +474,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
     """Two entries; committing the first fails (its new files are git-ignored): the
     second is still re-tuned, committed and pushed, and the exit status is git's (8)."""
     from tvmtune_ci import cli, pipeline
+    from tvmtune_ci.pipeline.job import RetuneResult
     from tvmtune_ci.publish.swap import publish
 
     origin = tmp_path / "origin.git"
@@ -495,7 +496,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
             "manifest.json": json.dumps(data, sort_keys=True).encode(),
         }
         files["results.json"] = (entry.logset.folder / "results.json").read_bytes()
-        return pipeline.RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
+        return RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
 
     monkeypatch.setattr(pipeline, "retune_entry", fake_retune_entry)
     for k, v in GIT_ENV.items():

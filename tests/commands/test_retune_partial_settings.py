@@ -24,7 +24,8 @@ from tvmtune_ci.core.config import MeasureOptions, load_config
 from tvmtune_ci.core.layout import LogSet
 from tvmtune_ci.core.manifest import read_manifest, write_manifest
 from tvmtune_ci.core.template import read_template
-from tvmtune_ci.pipeline.partial import MEANING, NEUTRAL, Partial, _recorded, plan_partial, settings_unlike
+from tvmtune_ci.pipeline.job import Partial
+from tvmtune_ci.pipeline.partial import MEANING, NEUTRAL, _recorded, plan_partial, settings_unlike
 from tvmtune_ci.tune.hostcheck import host_description
 
 # Recorded in the manifest's `measure` beside MeasureOptions (pipeline.manifest_step).

@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {e.operator}/{e.target_name}: {why}")
         if args.dry_run:
             from ..pipeline import replay_plan
-            from ..pipeline.partial import plan_partial
+            from ..pipeline import plan_partial
             from ..tune.runners.threads import measure_threads
 
             target = config.target(e.target_name)

@@ -15,7 +15,7 @@ from ..core.fsutil import sha256_bytes
 from ..core.git.read import blob_id
 from ..core.manifest import MANIFEST_FORMAT, encode
 from ..core.reasons import Code
-from .history import _git_commit_of
+from .history import git_commit_of
 from .job import Job
 from ..tune import priors
 from ..tune.runners.threads import tvm_threads
@@ -125,7 +125,7 @@ def carry_step(job: Job) -> Job:
         log_git_blob=blob_id(log),  # a set from before format 3 had none
         fingerprint=tpl.fingerprint.digest,
         dependencies=dict(tpl.fingerprint.dependencies),
-        template_commit=_git_commit_of(job.config.root, tpl.path),
+        template_commit=git_commit_of(job.config.root, tpl.path),
         sources=tpl.sources.to_json(),
         results=dict(old.results),
         format=MANIFEST_FORMAT,

@@ -57,10 +57,10 @@ from ..core.targetinfo import target_facts
 from ..core.template import check_imported_agrees, import_template
 from .carry import carry_refusal, carry_step, may_carry
 from .history import (
-    _REPLAY_BLOCKERS,
-    _SAME_TEMPLATE_BLOCKERS,
-    _git_commit_of,
-    _old_records,
+    REPLAY_BLOCKERS,
+    SAME_TEMPLATE_BLOCKERS,
+    git_commit_of,
+    old_records,
     can_replay,
     can_reuse_previous,
     history_source,
@@ -84,36 +84,6 @@ from ..tune.workload import resolve
 if TYPE_CHECKING:
     from .budget import Budget
 
-# What callers import from here: the steps' modules are this module's parts, and
-# benchmarks/ take the thread policy from here (it is tune/runners/threads.py's).
-__all__ = [
-    "BEFORE_LOCK",
-    "UNDER_LOCK",
-    "History",
-    "Job",
-    "RetuneResult",
-    "Say",
-    "Template",
-    "_REPLAY_BLOCKERS",
-    "_SAME_TEMPLATE_BLOCKERS",
-    "can_replay",
-    "can_reuse_previous",
-    "carry_refusal",
-    "carry_step",
-    "commit_message",
-    "history_source",
-    "may_carry",
-    "measure_threads",
-    "previous_sentence",
-    "removal_only",
-    "replay_plan",
-    "replay_report",
-    "replay_skipped",
-    "retune_entry",
-    "tune_one",
-    "tvm_threads",
-    "write_set",
-]
 
 
 def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:
@@ -235,7 +205,7 @@ def history_step(job: Job) -> Job:
     if tuned_with(hist, job.entry.template_file, tpl.fingerprint.dependencies, tpl.decl.workloads):
         # The template as imported is the one the log was tuned with: decoded here.
         here = (tpl.module, job.workloads if dict(hist.target) == dict(job.target.target) else None)
-    records = _old_records(root, hist_path, hist, list(tpl.decl.workloads), job.say, here)
+    records = old_records(root, hist_path, hist, list(tpl.decl.workloads), job.say, here)
     return replace(job, history=History(hist, hist_path, hist_from, history.old_declaration(root, hist), records))
 
 
@@ -380,7 +350,7 @@ def manifest_step(job: Job) -> Job:
         partial=partial,
         measure=measure,
         template_file=entry.template_file,
-        template_commit=_git_commit_of(job.config.root, tpl.path),
+        template_commit=git_commit_of(job.config.root, tpl.path),
         host=host,
         target_facts=target_facts(target.target).to_json(),
         sources=tpl.sources.to_json(),
