@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core.errors import HostError
 from ..core.profiles import CallTime
-from .modelbuild import ModelBuild
+from .build import ModelBuild
 
 TIMING_FORMAT = 1
 
@@ -226,7 +226,7 @@ def time_builds(
     # Set before the child's first parallel call, so its pool is sized by it.
     env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
     r = subprocess.run(
-        [sys.executable, "-m", "tvmtune_ci.tune.modelprofile", str(spec_path)],
+        [sys.executable, "-m", "tvmtune_ci.model.timing", str(spec_path)],
         env=env,
         capture_output=True,
         text=True,

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..core.fsutil import atomic_write_text
 from ..core.profiles import DISTURBED_SHARE
-from . import tvmsetup
+from ..tune import tvmsetup
 
 BATCH = 16  # trials per task visit: the product's batch_size, so both search alike
 # MetaSchedule's builder starts fresh worker processes for every batch, and its 30-s
