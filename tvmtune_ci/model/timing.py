@@ -20,8 +20,10 @@ the one asked for (`ThreadPoolError`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -36,7 +38,7 @@ from ..core.errors import HostError
 from ..core.profiles import CallTime
 from .build import ModelBuild
 
-TIMING_FORMAT = 1
+TIMING_FORMAT = 2
 
 
 class ThreadPoolError(HostError):
@@ -161,8 +163,13 @@ def interleaved(
         timers[label] = sample
     labels = list(timers)
     out: dict[str, list[float]] = {k: [] for k in labels}
-    for r in range(max(1, rounds)):
-        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+    rng = random.Random(0)
+    for _ in range(max(1, rounds)):
+        # A shuffled order, not a rotation: in a rotation each arm always follows the
+        # same one, whose threads may still be spinning on the cores.
+        order = list(labels)
+        rng.shuffle(order)
+        for label in order:
             out[label].append(timers[label]())
     return out
 
@@ -195,9 +202,13 @@ def time_builds(
     timeout_s: float = 3600.0,
 ) -> Timing:
     """Time `builds` in turns (and ONNX Runtime on the graph `onnx` = (path, its inputs
-    by name), on `threads` intra-op threads) in a fresh process whose TVM pool has
-    `threads` threads, and instrument the builds named in `instrument` per call.
-    Raises ThreadPoolError when the pool read back there is another size."""
+    by name), on `threads` intra-op threads), and instrument the builds named in
+    `instrument` per call. The TVM builds run in one fresh process whose pool has
+    `threads` threads, ONNX Runtime in another; this process asks each for one sample
+    at a time, in a shuffled order each round, so one runtime's threads are asleep
+    while the other's are timed (in one process, the pool that ran last still spins on
+    the cores: ONNX Runtime's samples spread 6-25 ms beside TVM's). Raises
+    ThreadPoolError when a pool read back there is another size."""
     import numpy as np
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -215,7 +226,6 @@ def time_builds(
         "instrument": list(instrument),
         "min_sample_ms": min_sample_ms,
         "threads": threads,
-        "result": str(work_dir / "timing-result.json"),
     }
     if onnx is not None:
         names = list(onnx[1])
@@ -223,32 +233,73 @@ def time_builds(
         spec["onnx"] = {"path": str(onnx[0]), "names": names, "inputs": str(work_dir / "timing-ort.npz")}
     spec_path = work_dir / "timing-spec.json"
     spec_path.write_text(json.dumps(spec))
-    # Set before the child's first parallel call, so its pool is sized by it.
+    # Set before the children's first parallel call, so their pools are sized by it.
     env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
-    r = subprocess.run(
-        [sys.executable, "-m", "tvmtune_ci.model.timing", str(spec_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    if r.returncode != 0:
-        tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-8:])
-        raise HostError(f"the timing process failed (exit {r.returncode}):\n{tail}")
-    out = json.loads(Path(spec["result"]).read_text())
-    check_pool(out["threads"], threads, "TVM's thread pool")
-    if onnx is not None:
-        check_pool(out["ort_threads"], threads, "ONNX Runtime's intra-op threads")
+    sides = ["tvm", *(["onnxruntime"] if onnx is not None else [])]
+    procs: dict[str, subprocess.Popen[str]] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        for side in sides:
+            procs[side] = subprocess.Popen(
+                [sys.executable, "-m", "tvmtune_ci.model.timing", str(spec_path), side],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        ready = {side: json.loads(_reply(procs[side], side)) for side in sides}
+        check_pool(ready["tvm"]["threads"], threads, "TVM's thread pool")
+        if onnx is not None:
+            check_pool(ready["onnxruntime"]["threads"], threads, "ONNX Runtime's intra-op threads")
+        arms = [(label, "tvm") for label in builds] + ([("onnxruntime", "onnxruntime")] if onnx is not None else [])
+        samples: dict[str, list[float]] = {label: [] for label, _ in arms}
+        rng = random.Random(0)
+        for _ in range(max(1, runs)):
+            order = list(arms)
+            rng.shuffle(order)
+            for label, side in order:
+                if time.monotonic() > deadline:
+                    raise HostError(f"the timing took over {timeout_s:.0f} s")
+                samples[label].append(float(_ask(procs[side], side, f"sample {label}")))
+        check_pool(int(_ask(procs["tvm"], "tvm", "threads")), threads, "TVM's thread pool, after the rounds,")
+    finally:
+        for p in procs.values():
+            with contextlib.suppress(OSError, ValueError):
+                if p.stdin is not None:
+                    p.stdin.close()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
     return Timing(
-        {k: [float(x) for x in v] for k, v in out["samples"].items()},
+        samples,
         {
             label: tuple(CallTime(sym, int(n), float(sec)) for sym, n, sec in rows)
-            for label, rows in out["calls"].items()
+            for label, rows in ready["tvm"]["calls"].items()
         },
-        int(out["threads"]),
-        out.get("ort_threads"),
+        int(ready["tvm"]["threads"]),
+        ready["onnxruntime"]["threads"] if onnx is not None else None,
     )
+
+
+def _ask(proc: subprocess.Popen[str], side: str, line: str) -> str:
+    stdin = proc.stdin
+    assert stdin is not None
+    stdin.write(line + "\n")
+    stdin.flush()
+    return _reply(proc, side)
+
+
+def _reply(proc: subprocess.Popen[str], side: str) -> str:
+    """The next line a timing process says; its stderr's tail if it died instead."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        err = proc.stderr.read() if proc.stderr is not None else ""
+        tail = "\n".join(err.strip().splitlines()[-8:])
+        raise HostError(f"the {side} timing process failed (exit {proc.wait()}):\n{tail}")
+    return line.strip()
 
 
 def check_pool(got: Any, want: int, what: str) -> None:
@@ -260,37 +311,63 @@ def check_pool(got: Any, want: int, what: str) -> None:
         )
 
 
-def _child(spec_path: str) -> None:
-    """The timing process (`time_builds`): read the pool back on this thread, time, write."""
+def _serve(spec_path: str, side: str) -> None:
+    """A timing process (`time_builds`): load its arms, say the pool it has read back on
+    this thread (and, for TVM, the instrumented per-call times), then answer
+    `sample LABEL` with one sample's seconds and `threads` with the pool, until stdin ends."""
     import numpy as np
-    import tvm
 
     spec = json.loads(Path(spec_path).read_text())
     if spec.get("format") != TIMING_FORMAT:
         raise SystemExit(f"{spec_path}: timing spec format {spec.get('format')!r}, not {TIMING_FORMAT}")
-    with np.load(spec["inputs"]) as z:
-        arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
-    exes = {label: tvm.runtime.load_module(path) for label, path in spec["libs"].items()}
-    function, runs = spec["function"], int(spec["runs"])
-    pool = tvm.runtime.num_threads()
-    calls = {label: call_seconds(exes[label], arrays, function=function, runs=runs) for label in spec["instrument"]}
-    others: dict[str, Callable[[], float]] = {}
-    ort_threads = None
-    if "onnx" in spec:
+    samplers: dict[str, Callable[[], float]] = {}
+    ready: dict[str, Any] = {}
+    pool: Callable[[], int]
+    if side == "tvm":
+        import tvm
+
+        with np.load(spec["inputs"]) as z:
+            arrays = [z[f"arr_{i}"] for i in range(len(z.files))]
+        exes = {label: tvm.runtime.load_module(path) for label, path in spec["libs"].items()}
+        function, runs = spec["function"], int(spec["runs"])
+        pool = tvm.runtime.num_threads
+        ready["calls"] = {
+            label: call_seconds(exes[label], arrays, function=function, runs=runs) for label in spec["instrument"]
+        }
+        samplers = _vm_samplers(exes, arrays, function, spec["min_sample_ms"])
+    else:
         o = spec["onnx"]
         with np.load(o["inputs"]) as z:
             feed = {n: z[f"arr_{i}"] for i, n in enumerate(o["names"])}
-        others["onnxruntime"], _, ort_threads = ort_session(
-            o["path"], feed, int(spec["threads"]), spec["min_sample_ms"]
-        )
-    samples = interleaved(
-        exes, arrays, function=function, rounds=runs, min_sample_ms=spec["min_sample_ms"], others=others
-    )
-    if tvm.runtime.num_threads() != pool:  # nothing in between may resize it
-        pool = -1
-    Path(spec["result"]).write_text(
-        json.dumps({"threads": pool, "ort_threads": ort_threads, "samples": samples, "calls": calls})
-    )
+        sample, _, got = ort_session(o["path"], feed, int(spec["threads"]), spec["min_sample_ms"])
+        sample()  # warm-up
+        samplers["onnxruntime"] = sample
+        pool = lambda: got  # noqa: E731
+    ready["threads"] = pool()
+    print(json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        cmd, _, label = line.strip().partition(" ")
+        if cmd == "sample":
+            print(repr(samplers[label]()), flush=True)
+        elif cmd == "threads":
+            print(pool(), flush=True)
+
+
+def _vm_samplers(
+    exes: Mapping[str, Any], arrays: Sequence[Any], function: str, min_sample_ms: int
+) -> dict[str, Callable[[], float]]:
+    import tvm
+    from tvm import relax
+
+    dev = tvm.cpu()
+    out = {}
+    for label, exe in exes.items():
+        vm = relax.VirtualMachine(exe, dev)
+        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        vm[function](*args)  # warm-up
+        timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
+        out[label] = _vm_sample(timer, args)
+    return out
 
 
 def ort_description(threads: int) -> str:
@@ -335,4 +412,4 @@ def _ort_input(arrays: Mapping[str, Any], name: str) -> Any:
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    _serve(sys.argv[1], sys.argv[2])
