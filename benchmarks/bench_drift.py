@@ -553,11 +553,11 @@ def side_by_side(
 ) -> dict[tuple[str, int], float]:
     """The fast figure (as the history records it) of each schedule, measured in one
     interleaved run of `seconds`."""
-    from tvmtune_ci.tune.runners.threads import measure_threads, tvm_threads
     from tvmtune_ci.pipeline.remeasure import kernel_figure
     from tvmtune_ci.tune.builder import make_builder
     from tvmtune_ci.tune.measure import interleave
     from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.runners.threads import measure_threads, tvm_threads
 
     print(f"# measuring {len(schs)} configurations side by side for {seconds:g} s", flush=True)
     with tvm_threads(measure_threads(target)):

@@ -54,9 +54,9 @@ def main() -> int:
 
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.model.build import build_model
-    from tvmtune_ci.tune.hostcheck import host_description
     from tvmtune_ci.model.calls import onnx_form
     from tvmtune_ci.model.timing import random_inputs
+    from tvmtune_ci.tune.hostcheck import host_description
 
     config = load_config(ROOT)
     target = config.target(args.target)

@@ -16,8 +16,8 @@ tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.core.errors import UsageError  # noqa: E402
 from tvmtune_ci.model.build import metaschedule_model  # noqa: E402
-from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 from tvmtune_ci.model.metaschedule import BATCH  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
 
@@ -245,8 +245,8 @@ def test_the_readme_s_metaschedule_ratio_is_the_median_over_independent_searches
 
 def test_a_disturbed_or_incomplete_search_is_not_published_as_a_ratio() -> None:
     from tvmtune_ci.core.profiles import Anchor, Profile
-    from tvmtune_ci.publish.modelreadme import render
     from tvmtune_ci.model.metaschedule import Load
+    from tvmtune_ci.publish.modelreadme import render
 
     loaded = _ms_anchor(21.7, load=Load(0.45, 0.05, 0.9, 30))
     untuned = _ms_anchor(18.0, seed=43, untuned=("fused_matmul_add", "conv2d"))

@@ -16,8 +16,8 @@ from test_modelbuild import BEST, MM
 tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.core.errors import HostError  # noqa: E402
-from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 from tvmtune_ci.model.timing import ThreadPoolError, check_pool, entry_function, time_builds  # noqa: E402
+from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 
 def _tiny_build() -> SimpleNamespace:

@@ -26,9 +26,9 @@ from .core.records import read_log
 from .core.targets import canonical_target, parse_legacy_string
 from .core.template import import_template, read_template
 from .tune import tvmsetup
-from .tune.builder import build_config, schedule_config
+from .tune.builder import build_config
 from .tune.hostcheck import check_host
-from .tune.workload import Workload, resolve
+from .tune.workload import resolve
 
 
 class FallbackWarning(UserWarning):

@@ -17,6 +17,9 @@ an unscheduled call runs as a naive single-threaded loop nest, which would swamp
 figure, so the calls no template covers get MetaSchedule (`tune_relax`, a small budget,
 its database kept in `work_dir` so a rebuild reuses it) unless the caller asks for the
 naive loops (`untemplated="none"`). `ModelBuild.untemplated` says which.
+
+Over 400 lines: the build's pieces (swaps, fusion, the untemplated functions) and the two builds that
+assemble them read one `ModelBuild`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..core.config import load_config
 from ..core.contract import (
     COVERED,
     PERMUTE,
@@ -35,10 +39,9 @@ from ..core.contract import (
     UNCOVERED_SHAPE,
     Contract,
     Coverage,
-    covering_entry,
     coverage_of,
+    covering_entry,
 )
-from ..core.config import load_config
 from ..core.errors import UsageError
 from ..core.history import map_config
 from ..core.template import import_template, read_template
@@ -259,7 +262,6 @@ def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int, work_d
     returns the module and how, in words."""
     from tvm import relax, tirx
 
-
     if how not in UNTEMPLATED:
         raise UsageError(f"untemplated={how!r}: use one of {', '.join(UNTEMPLATED)}")
     pending = [
@@ -442,9 +444,7 @@ def build_model(
     )
     swapped_calls = {(s.function, s.binding) for s in swaps}
     uncovered = tuple(
-        c.sig.describe()
-        for c in calls
-        if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
+        c.sig.describe() for c in calls if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
     )
     return ModelBuild(compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered)
 
@@ -484,6 +484,4 @@ def metaschedule_model(
     fused = fuse(mod, tvm_target)
     hooks = {k: v for k, v in (("clock", clock), ("watch", watch)) if v is not None}
     scheduled, spent = tune_model(fused, tvm_target, seconds, Path(work_dir), seed=seed, **hooks)
-    return ModelBuild(
-        compile_model(scheduled, tvm_target), mod, (), spent.words(), spent.untuned, search=spent
-    )
+    return ModelBuild(compile_model(scheduled, tvm_target), mod, (), spent.words(), spent.untuned, search=spent)

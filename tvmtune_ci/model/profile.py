@@ -16,12 +16,12 @@ from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.profiles import Anchor, ProfileRun
-from .build import build_model, metaschedule_model
 from ..tune.hostcheck import host_description
+from ..tune.runners.threads import tvm_threads
+from .build import build_model, metaschedule_model
 from .calls import onnx_form
 from .metaschedule import SEED
 from .timing import entry_function, ort_description, random_inputs, time_builds
-from ..tune.runners.threads import tvm_threads
 
 
 def timing_threads(target: Any) -> int:

@@ -16,6 +16,9 @@ process the pool is whatever ran first left it (a 2-core runner timed one build 
 one thread and ONNX Runtime on two). The child reads the pool back on the thread that
 times (`tvm.runtime.num_threads`), and the parent refuses a timing whose pool is not
 the one asked for (`ThreadPoolError`).
+
+Over 400 lines: the timing's parent and its two child processes speak one protocol; apart, a
+change to one side would not show in the other.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from ..core.fsutil import sha256_bytes
 from ..core.git.read import blob_id
 from ..core.manifest import MANIFEST_FORMAT, encode
 from ..core.reasons import Code
-from .history import git_commit_of
-from .job import Job
 from ..tune import priors
 from ..tune.runners.threads import tvm_threads
+from .history import git_commit_of
+from .job import Job
 
 if TYPE_CHECKING:
     pass

@@ -25,9 +25,9 @@ from ..core.reasons import Code
 from ..core.runs import same_machine
 from ..core.targetinfo import TargetFacts, target_facts
 from ..core.template import read_template
-from .job import Say
 from ..tune import priors
 from ..tune.hostcheck import host_description
+from .job import Say
 
 if TYPE_CHECKING:
     pass

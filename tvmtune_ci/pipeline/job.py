@@ -20,9 +20,9 @@ from ..core.template import Knob, TemplateDecl
 from ..publish.swap import Published
 
 if TYPE_CHECKING:
-    from .budget import Budget
     from ..tune.tuner import TuneOutcome
     from ..tune.workload import Workload
+    from .budget import Budget
 
 
 Say = Callable[[str], None]

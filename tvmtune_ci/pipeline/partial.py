@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..check.staleness import Entry
@@ -33,8 +33,8 @@ from ..core.runs import Run, Window, read_runs, same_machine
 from ..core.siblings import same_params
 from ..core.stats import ESTIMATOR
 from ..core.template import read_template
-from .job import Job, Partial
 from ..tune.hostcheck import host_description
+from .job import Job, Partial
 
 
 def _normal(x: Any) -> Any:

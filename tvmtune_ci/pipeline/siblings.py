@@ -17,8 +17,8 @@ from typing import Any
 from ..core import siblings
 from ..core.history import Mapped
 from ..core.siblings import map_siblings, nearest, same_params, scaled_prior, sibling_configs
-from .job import Job
 from ..tune.workload import Workload
+from .job import Job
 
 
 @dataclass(frozen=True)

@@ -55,23 +55,6 @@ from ..core.runs import RUNS_NAME, encode_runs, machine_words, parse_runs, read_
 from ..core.stats import ESTIMATOR
 from ..core.targetinfo import target_facts
 from ..core.template import check_imported_agrees, import_template
-from .carry import carry_refusal, carry_step, may_carry
-from .history import (
-    REPLAY_BLOCKERS,
-    SAME_TEMPLATE_BLOCKERS,
-    git_commit_of,
-    old_records,
-    can_replay,
-    can_reuse_previous,
-    history_source,
-    replay_plan,
-    replay_skipped,
-    tuned_with,
-)
-from .job import History, Job, RetuneResult, Say, Template
-from .partial import kept_runs, partial_step, removal_only
-from .request import tune_one
-from .words import commit_message, previous_sentence, replay_report
 from ..publish.readme import render_curve, render_readme
 from ..publish.swap import Published, check_publishable, publish
 from ..tune.builder import make_builder
@@ -80,10 +63,14 @@ from ..tune.hostcheck import check_host, host_description, other_cpu
 from ..tune.runners import make_runner
 from ..tune.runners.threads import measure_threads, tvm_threads
 from ..tune.workload import resolve
+from .carry import carry_step, may_carry
+from .history import git_commit_of, history_source, old_records, tuned_with
+from .job import History, Job, RetuneResult, Say, Template
+from .partial import kept_runs, partial_step, removal_only
+from .request import tune_one
 
 if TYPE_CHECKING:
     from .budget import Budget
-
 
 
 def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:
