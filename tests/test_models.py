@@ -359,3 +359,25 @@ def test_an_onnx_model_is_read_through_tvms_frontend(tmp_path: Path) -> None:
         ("relax.matmul", UNCOVERED_SHAPE, "matmul"): {"M": 4, "N": 8, "K": 16, "dtype": "float32"},
         ("relax.nn.softmax", UNCOVERED_SHAPE, "softmax"): {"R": 4, "N": 8, "dtype": "float32"},
     }
+
+
+def test_this_repository_s_model_readmes_agree_with_their_profiles() -> None:
+    """Every committed `models/<name>.<target>.md` is what its profile file renders to:
+    a README that disagrees with its own profile is a bug (regenerate: `tvmtune-ci
+    profile`)."""
+    from tvmtune_ci.core.config import load_config
+    from tvmtune_ci.core.profiles import profile_path, read_profile
+    from tvmtune_ci.core.targets import slug
+    from tvmtune_ci.publish.modelreadme import render
+
+    root = Path(__file__).resolve().parents[1]
+    config = load_config(root / "tvmtune.yaml")
+    checked = 0
+    for m in config.models:
+        src = root / m.source
+        profile = read_profile(profile_path(src, m.name), m.name)
+        for target in profile.runs:
+            stem = f"{m.name}.{slug(target)}"
+            assert (src.parent / f"{stem}.md").read_text() == render(profile, target, f"{stem}.png"), stem
+            checked += 1
+    assert checked >= 2

@@ -76,8 +76,8 @@ class Anchor:
     build with the committed logs: MetaSchedule at given runner seconds, ONNX Runtime."""
 
     name: str  # "metaschedule", "onnxruntime"
-    latency_s: float  # median of its samples
-    ratio: float  # median over the rounds of its latency / the committed logs' (>1: ours faster)
+    latency_s: float  # its samples' fastest quartile (p25; runs before 2026-12-07: median)
+    ratio: float  # its latency / the committed logs' latency (>1: ours faster)
     ratio_range: tuple[float, float]  # min and max over the rounds
     detail: str  # what it was: seconds asked and spent, trials; version and threads
     # A search's conditions (MetaSchedule: seed, seconds, trials, untuned functions, the
@@ -124,14 +124,14 @@ class ProfileRun:
     date: str
     host: Mapping[str, Any]
     untemplated: str  # how the calls no template covers were scheduled
-    latency_s: float  # end to end, median of `samples` timed inferences (no instrument)
+    latency_s: float  # end to end, the fastest quartile (p25) of `samples` timed inferences (no instrument)
     latency_spread: float  # (max - min) / median of those samples
     samples: int
     calls: tuple[CallTime, ...]
     # The same model with every template kernel at its default configuration, timed in
     # turns with the tuned build: what tuning did end to end (None: not measured).
     default_latency_s: float | None = None
-    speedup: float | None = None  # median over the rounds of default / tuned
+    speedup: float | None = None  # default / tuned, each its p25
     speedup_range: tuple[float, float] | None = None  # its min and max over the rounds
     anchors: tuple[Anchor, ...] = ()  # timed in turns with it (profile --metaschedule-seconds, ORT)
     # TVM's thread pool every build was timed on, read back on the timing thread (None:

@@ -35,15 +35,16 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     ]
     lines.append(
         f"**End to end with the committed logs: {_ms(run.latency_s)}** per inference "
-        f"(median of {run.samples} samples taken in turns with the other build; "
-        f"they spread {run.latency_spread * 100:.0f}% (max - min) / median in this run)."
+        f"(the fastest quartile, p25, of {run.samples} samples taken in turns with the other builds; "
+        f"they spread {run.latency_spread * 100:.0f}% (max - min) / p25 in this run: a 2-core VM runs "
+        "in slow modes for stretches of seconds)."
     )
     if run.speedup is not None and run.default_latency_s is not None and run.speedup_range:
         lo, hi = run.speedup_range
         lines.append(
             f"With every template kernel at its default configuration instead: "
             f"{_ms(run.default_latency_s)}. **Tuning made the model {run.speedup:.2f}x "
-            f"faster** (median of the per-round ratios; {lo:.2f}-{hi:.2f}x over the rounds)."
+            f"faster** (the p25s' ratio; {lo:.2f}-{hi:.2f}x round by round)."
         )
     lines += _anchors(runs)
     if len(runs) > 1:
@@ -60,6 +61,8 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
             "outside every band here.)"
         )
     lines += ["", _threads(run) + "."]
+    if any(a.name == "metaschedule" for a in run.anchors):
+        lines += _searches(run)
     lines += [
         "",
         f"Measured on {run.host.get('cpu', '?')} ({run.host.get('cpu_id', 'no cpu_id')}), "
@@ -154,11 +157,10 @@ def _anchors(runs: tuple[ProfileRun, ...]) -> list[str]:
         )
     out += [
         "",
-        "A ratio is the other build's latency over the committed logs' build, per round "
-        "(median; above 1: the committed logs' build is faster).",
+        "A ratio is the other build's latency over the committed logs' build, each the "
+        "fastest quartile (p25) of its samples (above 1: the committed logs' build is "
+        "faster); the range beside it is the ratio round by round.",
     ]
-    if summary is not None:
-        out += _searches(run)
     return out
 
 
