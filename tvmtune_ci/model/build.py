@@ -50,7 +50,7 @@ from ..tune import tvmsetup
 from ..tune.builder import schedule_config
 from ..tune.workload import Workload
 from .calls import ModelCall, load_model, model_calls, read_contracts
-from .metaschedule import tune_model
+from .metaschedule import apply, search, tune_model, unscheduled
 
 UNTEMPLATED = ("metaschedule", "none")
 # Calls that are not kernels of their own once the build is done: views, and the
@@ -260,49 +260,34 @@ def fuse(mod: Any, target: Any) -> Any:
 def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int, work_dir: Path | None) -> tuple[Any, str]:
     """Schedule the PrimFuncs no template made (`how`: "metaschedule" or "none");
     returns the module and how, in words."""
-    from tvm import relax, tirx
-
     if how not in UNTEMPLATED:
         raise UsageError(f"untemplated={how!r}: use one of {', '.join(UNTEMPLATED)}")
-    pending = [
-        gv.name_hint
-        for gv, f in mod.functions.items()
-        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
-    ]
+    pending = unscheduled(mod)
     if how == "none" or not pending:
         return mod, (
             "TVM's default loops (naive, single-threaded), as asked"
             if pending
             else "none left: every PrimFunc is a template's"
         )
-    ms = tvmsetup.ms()
     if work_dir is None:
         raise UsageError("untemplated='metaschedule' needs a work_dir for its database")
     work_dir.mkdir(parents=True, exist_ok=True)
     # Every function gets at least one batch: a global budget smaller than that leaves
     # some with no record at all (64 trials over BERT's 13 left 7 naive).
     per_task = max(trials // len(pending), 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        db = ms.relax_integration.tune_relax(
-            mod=mod,
-            params={},
-            target=target,
-            work_dir=str(work_dir),
-            max_trials_global=per_task * len(pending),
-            max_trials_per_task=per_task,
-            num_trials_per_iter=min(per_task, 16),
-        )
-        with target, db:
-            mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
-    naive = [
-        gv.name_hint
-        for gv, f in mod.functions.items()
-        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
-    ]
+    db = search(
+        mod,
+        target,
+        work_dir,
+        max_trials_global=per_task * len(pending),
+        max_trials_per_task=per_task,
+        batch=min(per_task, 16),
+    )
+    mod = apply(mod, target, db)
+    naive = unscheduled(mod)
     how = f"MetaSchedule tune_relax, {per_task} trials for each of {len(pending)} function(s) (database: {work_dir})"
     if naive:
-        how += f"; {len(naive)} got no valid record and run TVM's default loops: {', '.join(sorted(naive))}"
+        how += f"; {len(naive)} got no valid record and run TVM's default loops: {', '.join(naive)}"
     return mod, how
 
 
