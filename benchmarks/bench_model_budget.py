@@ -225,7 +225,7 @@ def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], se
             }
         function = entry_function(builds[names[0]].module)
         arrays = random_inputs(builds[names[0]].module, function)
-        # In a fresh process on the target's cores, as `profile` times (modelprofile.time_builds).
+        # In a fresh process on the target's cores, as `profile` times (model/timing.py time_builds).
         samples = time_builds(
             builds,
             arrays,

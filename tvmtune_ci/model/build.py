@@ -85,7 +85,7 @@ class ModelBuild:
     swaps: tuple[Swap, ...]
     untemplated: str  # how the calls no template covers were scheduled, in words
     uncovered: tuple[str, ...]  # those calls, described (shape-only views are not listed)
-    search: Any = None  # metaschedule_model's: what MetaSchedule spent (modelms.SearchSpent)
+    search: Any = None  # metaschedule_model's: what MetaSchedule spent (metaschedule.SearchSpent)
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,8 @@ def profile_model(
     turns with the same model at the templates' default configurations, MetaSchedule
     given `metaschedule_s` seconds in `metaschedule_searches` independent searches
     (None: left out), and ONNX Runtime where it is installed and the model has an ONNX
-    form (modelcalls.onnx_form). Every arm is timed on the target's num-cores, in one
-    fresh process (modelprofile.time_builds). `watch`: the searches' load watch (a
+    form (calls.onnx_form). Every arm is timed on the target's num-cores, in fresh
+    processes (timing.time_builds). `watch`: the searches' load watch (a
     test's hook)."""
     threads = timing_threads(target)
     common = dict(
