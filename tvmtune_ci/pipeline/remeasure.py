@@ -41,6 +41,7 @@ from ..core.fsutil import canonical_json
 from ..core.manifest import Manifest, read_manifest, seal_files
 from ..core.template import import_template
 from ..publish.readme import render_readme
+from ..publish.runwords import against_headline
 from ..publish.swap import publish, recover
 from ..tune import calibration
 from ..tune.builder import make_builder, schedule_config
@@ -299,7 +300,7 @@ def describe(r: Remeasured) -> list[str]:
         )
         word = {"drift": "DRIFT", "stable": "stable", "inconclusive": "inconclusive"}[v.state]
         line = f"{r.operator}/{r.target}/{v.workload}: {now}{word}: {v.sentence}"
-        readme = runs.against_headline(r.history[:-1], r.run, v.workload)
+        readme = against_headline(r.history[:-1], r.run, v.workload)
         if readme:
             line += f"; {readme}"
         if v.drifted:
