@@ -93,7 +93,7 @@ def scratch_repo(where: Path, target: dict[str, Any], trials: int, seed: int, we
 
 # The old order, for the A/B arm: the heaviest item first.
 HEAVIEST_FIRST = (
-    "import sys\nfrom tvmtune_ci import budget, cli\n"
+    "import sys\nfrom tvmtune_ci import cli\nfrom tvmtune_ci.pipeline import budget\n"
     "budget.Budget.order = lambda self: sorted(self.weights, key=lambda i: (-self.weights[i], i))\n"
     "sys.exit(cli.main())\n"
 )

@@ -84,7 +84,7 @@ def young_clone(args: argparse.Namespace) -> Path:
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.fsutil import sha256_bytes
     from tvmtune_ci.core.git.read import blob_id
-    from tvmtune_ci.remeasure import label_series
+    from tvmtune_ci.pipeline.remeasure import label_series
 
     repo = clone(Path(tempfile.mkdtemp(prefix="bench-drift-young-")) / "repo")
     if args.history_s:
@@ -104,7 +104,7 @@ def young_clone(args: argparse.Namespace) -> Path:
         label, {(s.key + " (archived)" if s.key.startswith(tuple(cut)) else s.key): s for s in series}
     )
     runnerband.write_pool(runnerband.pool_path(cfg.logs_path, label), pool)
-    from tvmtune_ci.remeasure import runner_identity
+    from tvmtune_ci.pipeline.remeasure import runner_identity
 
     band, left = pool.band(runner_identity())
     print(
@@ -203,7 +203,7 @@ def analyse1(path: Path, publish_at: int) -> None:
     )
     # The verdicts are a function of the recorded history: replayed here with this
     # checkout's rule, run by run, on the last run's history.
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     for e in recs[-1]["results"]:
         history = [R.run_from_json(h) for h in e["history"]]
@@ -275,7 +275,7 @@ def rejudge1(path: Path) -> None:
     so a rule changed after the runs can be read on the same runs, labelled as such."""
     from tvmtune_ci.core import runnerband
     from tvmtune_ci.core import runs as R
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     recs = [r for r in recs if r["phase"] == 1]
@@ -553,11 +553,11 @@ def side_by_side(
 ) -> dict[tuple[str, int], float]:
     """The fast figure (as the history records it) of each schedule, measured in one
     interleaved run of `seconds`."""
-    from tvmtune_ci.pipeline import measure_threads, tvm_threads
-    from tvmtune_ci.remeasure import kernel_figure
+    from tvmtune_ci.pipeline.remeasure import kernel_figure
     from tvmtune_ci.tune.builder import make_builder
     from tvmtune_ci.tune.measure import interleave
     from tvmtune_ci.tune.runners import make_runner
+    from tvmtune_ci.tune.runners.threads import measure_threads, tvm_threads
 
     print(f"# measuring {len(schs)} configurations side by side for {seconds:g} s", flush=True)
     with tvm_threads(measure_threads(target)):

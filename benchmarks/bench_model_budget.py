@@ -19,7 +19,7 @@ no hand weights:
 Then each model is built with each arm's logs (`build_model`, the calls no template
 covers left at TVM's loops, shapes no workload declares on the nearest workload's best:
 what `make demo` builds) and every build of a model is timed in turns with the others,
-the order rotating, in a fresh process on the target's num-cores (tune/modelprofile.time_builds). Printed per model: each arm's median
+the order rotating, in a fresh process on the target's num-cores (model/timing.time_builds). Printed per model: each arm's median
 latency; budget / equal per seed (median of the per-round ratios, min-max); and the
 yardstick a difference must exceed: one arm's seeds against each other.
 
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], seconds: dict[str, float]) -> None:
     from tvmtune_ci.core.config import load_config
-    from tvmtune_ci.loader import build_model
-    from tvmtune_ci.tune.modelprofile import entry_function, random_inputs, time_builds
+    from tvmtune_ci.model.build import build_model
+    from tvmtune_ci.model.timing import entry_function, random_inputs, time_builds
 
     names = list(repos)
     models = [m.name for m in load_config(repos[names[0]] / "tvmtune.yaml").models]
@@ -225,7 +225,7 @@ def end_to_end(args: argparse.Namespace, target: Any, repos: dict[str, Path], se
             }
         function = entry_function(builds[names[0]].module)
         arrays = random_inputs(builds[names[0]].module, function)
-        # In a fresh process on the target's cores, as `profile` times (modelprofile.time_builds).
+        # In a fresh process on the target's cores, as `profile` times (model/timing.py time_builds).
         samples = time_builds(
             builds,
             arrays,

@@ -53,10 +53,10 @@ def main() -> int:
     from tvm import relax
 
     from tvmtune_ci.core.config import load_config
-    from tvmtune_ci.loader import build_model
+    from tvmtune_ci.model.build import build_model
+    from tvmtune_ci.model.calls import onnx_form
+    from tvmtune_ci.model.timing import random_inputs
     from tvmtune_ci.tune.hostcheck import host_description
-    from tvmtune_ci.tune.modelcalls import onnx_form
-    from tvmtune_ci.tune.modelprofile import random_inputs
 
     config = load_config(ROOT)
     target = config.target(args.target)

@@ -10,7 +10,7 @@ with the log can decode them: it is checked out from git and read in a child pro
 that imports TVM (`priors.old_records`). When the template did not change (a new shape
 seeded from its siblings, a new target from another target's log) the re-tune now
 reads them in its own process with the template as imported (`priors.records_here`,
-chosen by `pipeline_history.tuned_with`). This time comes before a new shape's first
+chosen by `pipeline.history.tuned_with`). This time comes before a new shape's first
 trial.
 
 For each committed log set in `tuning_logs/*/TARGET/` whose template is the one it was
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.manifest import read_manifest
     from tvmtune_ci.core.template import import_template
-    from tvmtune_ci.pipeline_history import tuned_with
+    from tvmtune_ci.pipeline.history import tuned_with
     from tvmtune_ci.tune import priors, tvmsetup
 
     tvmsetup.load()

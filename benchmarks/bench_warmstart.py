@@ -366,7 +366,7 @@ def run_edit(i: int, edit: Edit, args: argparse.Namespace, target_name: str, tar
     from tvmtune_ci.core import history, stats
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.manifest import read_manifest
-    from tvmtune_ci.pipeline_history import tuned_with
+    from tvmtune_ci.pipeline.history import tuned_with
     from tvmtune_ci.tune import priors
     from tvmtune_ci.tune.builder import make_builder
     from tvmtune_ci.tune.measure import Finalist, finals

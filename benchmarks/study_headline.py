@@ -23,7 +23,7 @@ Candidates (lower is faster; `runs.FIGURES`):
   kernel (the corrected band narrower than the absolute one), else `fast`;
 - `steadier`: `corrected` where the calibration kernel's own band over the published runs
   is no wider than the kernel's absolute band, else `fast`.
-`runs.headline` publishes `corrected` (`runs.usual_speed_series`): the choice this study
+`runwords.headline` publishes `corrected` (`runs.usual_speed_series`): the choice this study
 made (docs/measurement.md).
 """
 

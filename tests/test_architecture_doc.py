@@ -111,3 +111,26 @@ def test_the_reason_column_agrees_with_each_docstring() -> None:
                 f"{'has' if gives else 'has no'} an 'Over {threshold} lines:' paragraph"
             )
     assert not wrong, f"{DOC.name}:\n" + "\n".join(wrong)
+
+
+def _named(rel: str, text: str) -> bool:
+    """A module is named by its path (`model/build.py`), or, inside its folder's list,
+    by its file name (`search.py`) or its bare name in backticks (`canon`)."""
+    path = Path(rel)
+    if path.parent.name == "commands" and "`commands/<verb>.py`" in text:
+        return True  # one module per command, named by the pattern
+    return any(f"`{form}`" in text or f"`{form}:" in text for form in (rel, path.name, path.stem)) or (
+        f"{path.parent.name}/" in text and f"`{path.stem}`" in text
+    )
+
+
+def test_every_module_of_the_package_is_named_in_the_map() -> None:
+    """The module map is complete: a module added to the package (not an __init__) and
+    named nowhere in docs/architecture.md fails here, naming it."""
+    text = DOC.read_text(encoding="utf-8")
+    missing = sorted(
+        rel
+        for p in PKG.rglob("*.py")
+        if p.name != "__init__.py" and not _named(rel := p.relative_to(PKG).as_posix(), text)
+    )
+    assert not missing, f"{DOC.name} names none of these modules; add them to the map: {missing}"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from test_config import parse
 
-from tvmtune_ci import budget
 from tvmtune_ci.core.errors import UsageError
+from tvmtune_ci.pipeline import budget
 
 
 @pytest.mark.parametrize(

@@ -195,12 +195,12 @@ def test_the_retune_and_the_history_run_share_the_thread_policy_without_a_cycle(
     history run (remeasure) never reaches the re-tune (pipeline, which imports it in a
     step), and the pipeline's parts never reach the module that assembles them."""
     graph = _graph()
-    assert _path(graph, "tune.runners.threads", {"pipeline", "remeasure"}) is None
-    assert _path(graph, "remeasure", {"pipeline"}) is None
-    parts = sorted(m for m in graph if m.startswith("pipeline_"))
-    assert len(parts) >= 5, parts
+    assert _path(graph, "tune.runners.threads", {"pipeline.steps", "pipeline.remeasure"}) is None
+    assert _path(graph, "pipeline.remeasure", {"pipeline.steps", "pipeline"}) is None
+    parts = sorted(m for m in graph if m.startswith("pipeline.") and m != "pipeline.steps")
+    assert len(parts) >= 8, parts
     for m in parts:
-        assert _path(graph, m, {"pipeline"}) is None, m
+        assert _path(graph, m, {"pipeline.steps", "pipeline"}) is None, m
 
 
 def test_the_tracker_module_does_not_import_the_rpc_runner() -> None:
@@ -209,3 +209,29 @@ def test_the_tracker_module_does_not_import_the_rpc_runner() -> None:
     graph = _graph()
     assert _path(graph, "tune.devices", {"tune.runners.rpc", "tune.runners"}) is None
     assert _path(graph, "tune.rpclimits", {"tune.runners.rpc", "tune.devices", "ext:tvm"}) is None
+
+
+# Who may import the model wing (model/, TVM side): its two commands and the package's
+# face (`tvmtune_ci.build_model`, lazily); nothing below it, and not the re-tune.
+MODEL_IMPORTERS = {"commands.profile", "commands.models", ""}
+
+
+def test_the_model_wing_is_reached_only_from_its_commands_and_the_public_face() -> None:
+    """model/ sits on top beside pipeline/: core, check, tune and publish never import
+    it (their model halves are TVM-free: core/contract, core/coverage, core/profiles,
+    check/models), the re-tune never reaches it, and the light commands reach it only
+    through tune/, which the rule above already forbids."""
+    mods = {_module_name(p) for p in PKG.rglob("*.py")}
+    wing = {m for m in mods if m == "model" or m.startswith("model.")}
+    assert {"model.calls", "model.build", "model.metaschedule", "model.timing", "model.profile"} <= wing
+    importers = set()
+    for p in PKG.rglob("*.py"):
+        me = _module_name(p)
+        if me in wing:
+            continue
+        if any(d in wing for d in _imports(p)):
+            importers.add(me)
+    assert importers <= MODEL_IMPORTERS, sorted(importers - MODEL_IMPORTERS)
+    graph = _graph()
+    for start in ("pipeline.steps", "pipeline.remeasure", *LIGHT_COMMANDS):
+        assert _path(graph, start, wing) is None, start

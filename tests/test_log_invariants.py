@@ -37,8 +37,9 @@ from conftest import edit_results, manifest_at
 from tvmtune_ci.core import stats
 from tvmtune_ci.core.manifest import Measured, read_manifest
 from tvmtune_ci.core.records import read_log, record_mean_secs
-from tvmtune_ci.core.runs import headline, read_runs
+from tvmtune_ci.core.runs import read_runs
 from tvmtune_ci.publish.readme import render_readme
+from tvmtune_ci.publish.runwords import headline
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "tuning_logs"

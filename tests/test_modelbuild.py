@@ -16,7 +16,8 @@ from small_mm import SMALL_MM
 tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.core.errors import StaleLogError  # noqa: E402
-from tvmtune_ci.loader import FallbackWarning, build_model  # noqa: E402
+from tvmtune_ci.loader import FallbackWarning  # noqa: E402
+from tvmtune_ci.model.build import build_model  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)  # the model runs here: this machine's own CPU
@@ -220,7 +221,7 @@ def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Pa
 
 
 def test_the_nearest_sibling_is_the_same_dtype_and_the_least_log_ratio_away() -> None:
-    from tvmtune_ci.tune.modelbuild import nearest_sibling, shape_name
+    from tvmtune_ci.model.build import nearest_sibling, shape_name
 
     wls = {
         "big": {"M": 1024, "N": 1024, "K": 1024, "dtype": "float32"},

@@ -1,5 +1,5 @@
 """MetaSchedule on a whole model for a number of runner seconds: the anchor beside
-the build with the committed logs (tune/modelms.py). The search ends at its deadline,
+the build with the committed logs (model/metaschedule.py). The search ends at its deadline,
 its numerics match a reference, and a second call reuses its database."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from test_modelbuild import _inputs, _repo
 tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.core.errors import UsageError  # noqa: E402
-from tvmtune_ci.loader import metaschedule_model  # noqa: E402
+from tvmtune_ci.model.build import metaschedule_model  # noqa: E402
+from tvmtune_ci.model.metaschedule import BATCH  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
-from tvmtune_ci.tune.modelms import BATCH  # noqa: E402
 
 TARGET = host_target(2)
 
@@ -174,7 +174,7 @@ def test_profile_times_metaschedule_and_onnxruntime_in_turns_with_the_build(tmp_
 
 def _ms_anchor(ratio: float, seconds: float = 600, seed: int = 42, **search: object) -> object:
     from tvmtune_ci.core.profiles import Anchor
-    from tvmtune_ci.tune.modelms import Load, SearchSpent
+    from tvmtune_ci.model.metaschedule import Load, SearchSpent
 
     spent = SearchSpent(
         seconds,
@@ -245,8 +245,8 @@ def test_the_readme_s_metaschedule_ratio_is_the_median_over_independent_searches
 
 def test_a_disturbed_or_incomplete_search_is_not_published_as_a_ratio() -> None:
     from tvmtune_ci.core.profiles import Anchor, Profile
+    from tvmtune_ci.model.metaschedule import Load
     from tvmtune_ci.publish.modelreadme import render
-    from tvmtune_ci.tune.modelms import Load
 
     loaded = _ms_anchor(21.7, load=Load(0.45, 0.05, 0.9, 30))
     untuned = _ms_anchor(18.0, seed=43, untuned=("fused_matmul_add", "conv2d"))
@@ -286,7 +286,7 @@ class _Watch:
 def test_a_disturbed_search_is_recorded_so_and_searched_again_by_the_next_call(tmp_path: Path) -> None:
     import json
 
-    from tvmtune_ci.tune.modelms import Load
+    from tvmtune_ci.model.metaschedule import Load
 
     root = _repo(tmp_path)
     busy = Load(0.5, 0.0, 0.8, 3)
@@ -308,7 +308,7 @@ def test_the_load_watch_sees_a_process_outside_the_search_s_tree() -> None:
     import subprocess
     import sys
 
-    from tvmtune_ci.tune.modelms import LoadWatch
+    from tvmtune_ci.model.metaschedule import LoadWatch
 
     loop = "import time; t = time.monotonic()\nwhile time.monotonic() - t < 4: pass"
     subprocess.run(["sh", "-c", f"{sys.executable} -c '{loop}' >/dev/null 2>&1 &"], check=True)

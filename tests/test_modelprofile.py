@@ -1,4 +1,4 @@
-"""The timing of a model profile (tune/modelprofile.py): every arm on the target's
+"""The timing of a model profile (model/timing.py): every arm on the target's
 num-cores, read back in the timing process, and an ONNX model profiled end to end."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from test_modelbuild import BEST, MM
 tvm = pytest.importorskip("tvm")
 
 from tvmtune_ci.core.errors import HostError  # noqa: E402
+from tvmtune_ci.model.timing import ThreadPoolError, check_pool, entry_function, time_builds  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
-from tvmtune_ci.tune.modelprofile import ThreadPoolError, check_pool, entry_function, time_builds  # noqa: E402
 
 
 def _tiny_build() -> SimpleNamespace:

@@ -180,7 +180,7 @@ def test_a_models_calls_are_covered_uncovered_or_recorded_as_views(tmp_path: Pat
 
 def test_model_calls_expose_the_binding_for_the_model_build(tmp_path: Path) -> None:
     from tvmtune_ci.core.contract import match, read_contract
-    from tvmtune_ci.tune.modelcalls import load_model, model_calls
+    from tvmtune_ci.model.calls import load_model, model_calls
 
     root = _repo(tmp_path)
     config = load_config(root / CONFIG_NAME)

@@ -1,5 +1,5 @@
 """A new target's first search starts from the nearest configured target's log
-(pipeline_history.nearest_source): the same architecture, nearest by vector ISA, width
+(pipeline.history.nearest_source): the same architecture, nearest by vector ISA, width
 and registers, then the same mcpu; a log that cannot seed is passed over for the next;
 another architecture never seeds. Real config, real log folders; no TVM."""
 
@@ -11,7 +11,7 @@ from conftest import make_repo, write_fresh
 
 from tvmtune_ci.check.staleness import find_stale
 from tvmtune_ci.core.config import load_config
-from tvmtune_ci.pipeline_history import history_source, nearest_source
+from tvmtune_ci.pipeline.history import history_source, nearest_source
 
 CONFIG = """\
 format: 1

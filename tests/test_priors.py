@@ -63,7 +63,7 @@ def test_a_log_is_decoded_here_only_when_tuned_with_the_template_as_it_is() -> N
     """`tuned_with`: the same template file and fingerprint dependencies, and every workload both
     declare at the same parameters. A changed shape's records decode against its old
     shape, which only the old template's WORKLOADS (the child's checkout) resolves."""
-    from tvmtune_ci.pipeline_history import tuned_with
+    from tvmtune_ci.pipeline.history import tuned_with
 
     root = Path(__file__).resolve().parents[1]
     manifest = read_manifest(root / "tuning_logs/softmax/zen4-2c/manifest.json")

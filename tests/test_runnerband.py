@@ -139,7 +139,7 @@ def test_remeasure_refuses_another_cpu_against_an_old_history_with_exit_5() -> N
     from types import SimpleNamespace
 
     from tvmtune_ci.core.errors import HostError
-    from tvmtune_ci.remeasure import check_same_machine
+    from tvmtune_ci.pipeline.remeasure import check_same_machine
 
     manifest = SimpleNamespace(operator="matmul", target_name="zen4-2c", target={"mcpu": "znver4"}, host=OLD)
     history = [run(0, 1.0, host=OLD)]
@@ -153,7 +153,7 @@ def test_a_persistent_15_percent_move_is_drift_at_the_first_run() -> None:
     """A history of the re-tune's run alone, a runner band of ±5-6%: every window of the
     next run 1.15x slower (over the compute calibration kernel) is drift at once, not
     "N more runs needed"; nothing changed is stable."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     band, _ = pool().band(ZEN4)
     assert band is not None
@@ -175,7 +175,7 @@ def test_a_persistent_15_percent_move_is_drift_at_the_first_run() -> None:
 def test_a_single_slow_window_is_not_drift() -> None:
     """One of the runner's slow stretches spoils one window (here 1.4x); the run is not
     a change, and the verdict names the window."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     band, _ = pool().band(ZEN4)
     history = [run(0, 1.0, windows=(1.0, 1.01, 0.99)), run(1, 1.02, windows=(1.01, 1.4, 1.02))]
@@ -194,7 +194,7 @@ def test_a_run_the_runner_disturbed_is_not_judged_and_the_run_before_is_not_judg
     """The latest run 2x slow with its compute calibration kernel 2x slow too: left out.
     The run before it is not then judged again (the far rule read it 1.785x in
     bench_drift's loaded phase 1)."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     band, _ = pool().band(ZEN4)
     history = [run(i, v, windows=(v,) * 3) for i, v in enumerate([1.0, 1.02, 0.98, 1.6])]
@@ -204,7 +204,7 @@ def test_a_run_the_runner_disturbed_is_not_judged_and_the_run_before_is_not_judg
 
 
 def test_the_runner_band_gives_way_to_the_own_band_and_three_runs() -> None:
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     band, _ = pool().band(ZEN4)
     quiet = [run(i, v, windows=(v, v, v)) for i, v in enumerate(QUIET)]
@@ -256,7 +256,7 @@ def test_a_fresh_runner_label_gives_a_verdict_by_its_third_recorded_run(tmp_path
     3 windows; its moves between them give the early band, so the first `remeasure
     --record` (the history's 2nd run) already gives a verdict, and so does the 3rd, not
     "6 more runs needed". A 25% slowdown in every window of the 3rd run is drift."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     label = "linux,x64,new"
     history = [run(0, 1.0, windows=(1.0, 1.01, 0.995))]  # the re-tune's run
@@ -284,7 +284,7 @@ def test_the_early_band_is_widened_never_under_its_floor_and_gives_way_to_the_po
     percentile, at least the largest move between runs so far and at least ±20% (what a
     first week cannot show); a 10% change is not drift on it. Once the label has 20
     pairs of runs from 2 bests, the pooled band as before."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     def one(key: str, values: list[float], wins: tuple[float, ...]) -> runnerband.Series:
         base = series(key, values)

@@ -13,6 +13,7 @@ import pytest
 
 from tvmtune_ci.core import runs
 from tvmtune_ci.core.errors import CorruptFileError
+from tvmtune_ci.publish import runwords
 
 
 def kf(p25: float) -> runs.KernelFigure:
@@ -150,15 +151,15 @@ def test_the_verdict_and_the_run_serialise() -> None:
 
 def test_the_headline_is_the_median_over_the_runs_with_their_spread() -> None:
     history = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]
-    value, words = runs.headline(history[:2], "w")
+    value, words = runwords.headline(history[:2], "w")
     assert value == pytest.approx(0.98 * 1.005) and words == "2 runs; the band is known after 6 more"
-    value, words = runs.headline(history, "w")
+    value, words = runwords.headline(history, "w")
     assert value == pytest.approx(0.98 * 1.01)
     assert words.startswith("runs spread ±") and "(8 runs, 2026-12-01 to 2026-12-01)" in words
-    assert runs.headline([], "w") == (None, "no run yet")
-    table = runs.history_table(history, ["w"])
+    assert runwords.headline([], "w") == (None, "no run yet")
+    table = runwords.history_table(history, ["w"])
     assert len(table) == 4 + 8 and "Test CPU x2" in table[-1] and "compute calibration" in table[2]
-    noise = runs.runner_band(history)
+    noise = runwords.runner_band(history)
     assert noise is not None and "compute-bound calibration kernel 294 ms (±0.0% over 8 runs" in noise
     assert "up to 1.33x its fastest" in noise
 
@@ -177,7 +178,7 @@ def test_the_headline_divides_the_runners_own_speed_out() -> None:
 
     history = [at(i, 1.0 + 0.005 * (i % 2), 0.3) for i in range(8)]
     history += [at(i, 1.05 * (1.0 + 0.005 * (i % 2)), 0.3 * 1.05) for i in range(8, 13)]
-    value, words = runs.headline(history, "w")
+    value, words = runwords.headline(history, "w")
     assert value == pytest.approx(0.98, rel=1e-3)  # the fastest stretch at the usual speed
     assert words.startswith("runs spread ±0.5% (13 runs,"), words
     assert "as measured, without the runner's speed divided out: ±5.0%" in words
@@ -186,7 +187,7 @@ def test_the_headline_divides_the_runners_own_speed_out() -> None:
     assert runs.band_of(runs.headline_series(history, "w")).halfwidth == pytest.approx(0.005, rel=0.01)
     # No calibration kernels (a target without them): the absolute figure, no second band.
     bare = [runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {}, 0) for r in history]
-    value, words = runs.headline(bare, "w")
+    value, words = runwords.headline(bare, "w")
     assert value == pytest.approx(runs.band_of(runs.series(bare, "w")).median)
     assert "as measured" not in words and words.startswith("runs spread ±5.0%")
 
@@ -200,18 +201,18 @@ def test_a_new_run_is_read_against_the_readmes_headline_and_band() -> None:
         return runs.Run(r.at, r.by, r.host, r.tvm, r.window_s, r.workloads, {"compute": kf(cal), "memory": kf(3.0)}, 1)
 
     before = [at(i, 1.0 + 0.01 * (i % 3), 0.3) for i in range(8)]  # headline 0.9898, ±1.0%
-    said = runs.against_headline(before, at(8, 1.05, 0.3 * 1.05), "w")  # the runner 5% slower
+    said = runwords.against_headline(before, at(8, 1.05, 0.3 * 1.05), "w")  # the runner 5% slower
     assert said is not None and said.startswith("at the runner's usual speed 980 ms, 0.990x")
     assert said.endswith("inside its band (±1.0%, 8 runs)"), said
-    said = runs.against_headline(before, at(8, 1.05, 0.3), "w")  # the kernel 5% slower
+    said = runwords.against_headline(before, at(8, 1.05, 0.3), "w")  # the kernel 5% slower
     assert said is not None and "1.040x" in said and "outside its band" in said, said
-    said = runs.against_headline(before[:3], at(3, 1.0, 0.3), "w")
+    said = runwords.against_headline(before[:3], at(3, 1.0, 0.3), "w")
     assert said is not None and said.endswith("(it rests on 3 runs: no band yet)"), said
-    assert runs.against_headline([], at(0, 1.0, 0.3), "w") is None
+    assert runwords.against_headline([], at(0, 1.0, 0.3), "w") is None
     # A run without the compute calibration kernel cannot divide the runner's speed out:
     # its figure as measured is not compared with a headline at the usual speed.
     bare = runs.Run(before[0].at, "remeasure", before[0].host, "0.27.0", 90.0, {"w": kf(1.05)}, {"memory": kf(3.0)}, 1)
-    said = runs.against_headline(before, bare, "w")
+    said = runwords.against_headline(before, bare, "w")
     assert said is not None and said.startswith("as measured 1.029 s; not compared"), said
 
 
@@ -240,17 +241,17 @@ def test_faster_runs_the_runners_speed_explains_are_no_drift_but_a_faster_kernel
 
 def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fixes() -> None:
     quiet = [run(i, 1.0 + 0.01 * (i % 3)) for i in range(8)]  # ±1%, calibration modes 1.33x
-    assert runs.noise_warning(quiet, ["w"], search_precision=0.5) is None
+    assert runwords.noise_warning(quiet, ["w"], search_precision=0.5) is None
     # Across runs: a band wider than the smallest drift reported (5%).
     wide = [run(i, 1.0 + 0.15 * (i % 2)) for i in range(8)]  # ±7%
-    w = runs.noise_warning(wide, ["w"], search_precision=0.5)
+    w = runwords.noise_warning(wide, ["w"], search_precision=0.5)
     assert w is not None and "spread ±" in w and "smallest drift remeasure reports (5%)" in w
     assert "isolcpus" in w and "dedicated runner" in w and "governor" in w
     # Too few runs for a band: only the within-run modes can speak.
-    assert runs.noise_warning(wide[:5], ["w"], search_precision=0.5) is None
+    assert runwords.noise_warning(wide[:5], ["w"], search_precision=0.5) is None
     # Within a run: speed modes (calibration slowest/fastest stretch 1.33x) beyond the
     # search's precision.
-    w = runs.noise_warning(quiet[:2], ["w"], search_precision=0.03)
+    w = runwords.noise_warning(quiet[:2], ["w"], search_precision=0.03)
     assert w is not None and "1.33x" in w and "search's precision (±3%)" in w
     assert "spread ±" not in w
 
@@ -258,7 +259,7 @@ def test_a_runner_noisier_than_the_effects_judged_on_it_is_warned_about_with_fix
 def test_a_run_the_runner_disturbed_is_left_out_of_the_band_and_the_verdict() -> None:
     """The re-tune measured while other jobs shared the runner: every kernel 2x slow, the
     calibration kernel too. It says how busy the runner was, not how fast the kernel is."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     def with_cal(i: int, best: float, cal: float) -> runs.Run:
         r = run(i, best)
@@ -267,7 +268,7 @@ def test_a_run_the_runner_disturbed_is_left_out_of_the_band_and_the_verdict() ->
     history = [with_cal(0, 2.0, 0.6)] + [with_cal(i, 1.0 + 0.01 * (i % 3), 0.3) for i in range(1, 9)]
     assert list(runs.disturbed(history)) == [history[0].at]
     assert "compute-bound calibration kernel ran 2.000x (slower)" in runs.disturbed(history)[history[0].at]
-    value, spread = runs.headline(history, "w")
+    value, spread = runwords.headline(history, "w")
     assert value == pytest.approx(0.98 * 1.01) and "±1.0%" in spread  # the 2x run is not in the band
     v = judge_history(history, "w")
     assert v.state == "stable" and v.band is not None and v.band.halfwidth < 0.02
@@ -285,7 +286,7 @@ def test_a_disturbed_latest_run_still_reports_a_far_change_its_calibration_does_
     When that whole run was left out as disturbed, the swap went unseen. A faster runner
     does not explain a slower kernel: the kernel's figure stays in, reported at once. The
     same run with the kernel unchanged stays in too (the runner's move did not touch it)."""
-    from tvmtune_ci.remeasure import judge_history
+    from tvmtune_ci.pipeline.remeasure import judge_history
 
     def with_mem(i: int, best: float, mem: float) -> runs.Run:
         r = run(i, best)
@@ -330,9 +331,9 @@ def test_a_disturbed_run_is_left_out_only_for_the_workloads_it_moved() -> None:
     assert runs.disturbed(history, "b") == {}
     assert [at for at, _ in runs.steady_series(history, "a")] == [r.at for r in history if r.at != hit]
     assert len(runs.steady_series(history, "b")) == 9
-    assert "1 left out" in runs.headline(history, "a")[1]
-    assert "left out" not in runs.headline(history, "b")[1]
-    (row,) = [line for line in runs.history_table(history, ["a", "b"]) if line.startswith(f"| {hit}")]
+    assert "1 left out" in runwords.headline(history, "a")[1]
+    assert "left out" not in runwords.headline(history, "b")[1]
+    (row,) = [line for line in runwords.history_table(history, ["a", "b"]) if line.startswith(f"| {hit}")]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert "runner disturbed: the compute-bound calibration kernel ran 1.500x (slower)" in cells[1]
     assert cells[3].endswith("(left out)") and not cells[4].endswith("(left out)")

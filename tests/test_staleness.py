@@ -878,7 +878,7 @@ def test_each_reason_code_says_what_it_blocks_and_how_to_fix_it() -> None:
     """The pipeline and check read a reason's consequences from its code alone."""
     from tvmtune_ci.check.staleness import Reason
     from tvmtune_ci.core.reasons import Code
-    from tvmtune_ci.pipeline import _REPLAY_BLOCKERS, _SAME_TEMPLATE_BLOCKERS
+    from tvmtune_ci.pipeline.history import REPLAY_BLOCKERS, SAME_TEMPLATE_BLOCKERS
 
     # An edited template keeps its log replayable; an expired log or a new TVM keeps its
     # best a fair finalist; nothing else does either.
@@ -889,8 +889,8 @@ def test_each_reason_code_says_what_it_blocks_and_how_to_fix_it() -> None:
         Code.EXPIRED,
     }
     assert {c for c in Code if not c.blocks_reuse} - warn == {Code.TVM_CHANGED, Code.EXPIRED}
-    assert _SAME_TEMPLATE_BLOCKERS == {c for c in Code if c.blocks_reuse}
-    assert _REPLAY_BLOCKERS == {c for c in Code if c.blocks_replay}
+    assert SAME_TEMPLATE_BLOCKERS == {c for c in Code if c.blocks_reuse}
+    assert REPLAY_BLOCKERS == {c for c in Code if c.blocks_replay}
     assert [c.order for c in Code] == list(range(len(Code)))
     assert all("tvmtune-ci retune" in c.hint for c in Code if c not in (Code.TEMPLATE_INVALID, Code.ORPHANED))
     assert "{where}" in Code.TEMPLATE_INVALID.hint

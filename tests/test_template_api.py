@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from conftest import change_function, commit_all, run_cli
 
-from tvmtune_ci import pipeline
 from tvmtune_ci.check.fingerprint import canonical_dump
 from tvmtune_ci.check.staleness import TEMPLATE_API_CHANGED, Report, find_stale
 from tvmtune_ci.core import template, templateapi
 from tvmtune_ci.core.config import load_config
 from tvmtune_ci.core.manifest import read_manifest
 from tvmtune_ci.core.template import Split, eval_extent
+from tvmtune_ci.pipeline import history as pipeline_history
 from tvmtune_ci.tune import priors
 
 
@@ -132,5 +132,7 @@ def test_a_retune_neither_replays_nor_keeps_a_log_of_another_template_api(
     monkeypatch.setattr(templateapi, "TEMPLATE_API", 2)
     e = next(x for x in report_of(repo).entries if x.operator == "matmul")
     assert {r.code for r in e.reasons} == {"template_changed", TEMPLATE_API_CHANGED}
-    assert not pipeline.can_replay(e) and not pipeline.can_reuse_previous(e)
-    assert pipeline.replay_skipped(e) == ("the previous log was decoded with template API 1, not this tvmtune-ci's")
+    assert not pipeline_history.can_replay(e) and not pipeline_history.can_reuse_previous(e)
+    assert pipeline_history.replay_skipped(e) == (
+        "the previous log was decoded with template API 1, not this tvmtune-ci's"
+    )

@@ -14,7 +14,7 @@ from small_mm import SMALL_MM
 from tvmtune_ci.check.staleness import find_stale
 from tvmtune_ci.core import runs
 from tvmtune_ci.core.config import load_config
-from tvmtune_ci.pipeline import history_source
+from tvmtune_ci.pipeline.history import history_source
 
 TARGETS = ("avx512", "avx2")
 

@@ -28,7 +28,7 @@ from tvmtune_ci.core.manifest import MANIFEST_FORMAT
 
 tvm = pytest.importorskip("tvm")
 
-from tvmtune_ci.pipeline_words import previous_sentence  # noqa: E402
+from tvmtune_ci.pipeline.words import previous_sentence  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)
@@ -474,6 +474,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
     """Two entries; committing the first fails (its new files are git-ignored): the
     second is still re-tuned, committed and pushed, and the exit status is git's (8)."""
     from tvmtune_ci import cli, pipeline
+    from tvmtune_ci.pipeline.job import RetuneResult
     from tvmtune_ci.publish.swap import publish
 
     origin = tmp_path / "origin.git"
@@ -495,7 +496,7 @@ def test_one_commit_failing_does_not_stop_the_others_and_what_was_committed_is_p
             "manifest.json": json.dumps(data, sort_keys=True).encode(),
         }
         files["results.json"] = (entry.logset.folder / "results.json").read_bytes()
-        return pipeline.RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
+        return RetuneResult(entry, entry.manifest, publish(entry.logset.folder, files))
 
     monkeypatch.setattr(pipeline, "retune_entry", fake_retune_entry)
     for k, v in GIT_ENV.items():
@@ -663,7 +664,7 @@ def test_remeasure_judges_the_first_run_on_its_runner_s_band_and_never_another_s
     another label beside it is never used. --record adds this set's series to the pool
     and the README says which band the verdict used."""
     from tvmtune_ci.core import runnerband
-    from tvmtune_ci.remeasure import runner_identity
+    from tvmtune_ci.pipeline.remeasure import runner_identity
 
     root = _copy(tuned[0], tmp_path)
     here = runner_identity()
@@ -715,7 +716,7 @@ def test_remeasure_nothing_changed_is_stable_and_a_swapped_slower_best_is_drift(
     re-recorded, so check still vouches for the set) is drift, annotated on GitHub."""
     from tvmtune_ci.check.staleness import find_stale
     from tvmtune_ci.core.config import load_config
-    from tvmtune_ci.remeasure import remeasure_target
+    from tvmtune_ci.pipeline.remeasure import remeasure_target
 
     # Its own 128^3 matmul, not the session's 64^3: on a runner whose other tenant takes
     # a core, every call of a parallel kernel waits ~0.1 ms at its barrier, and CI saw

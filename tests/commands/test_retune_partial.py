@@ -1,4 +1,4 @@
-"""A re-tune that costs what changed (pipeline_partial.py, pipeline_siblings.py), end to
+"""A re-tune that costs what changed (pipeline/partial.py, pipeline/siblings.py), end to
 end on real TVM, real git and real files: a workload added to a tuned set is the only
 one tuned, seeded from its siblings; the others are carried byte for byte with their
 run history; a removed workload's records are archived, a changed one is tuned again;

@@ -1,4 +1,4 @@
-"""The partial re-tune's comparability rule, setting by setting (pipeline_partial.py
+"""The partial re-tune's comparability rule, setting by setting (pipeline/partial.py
 `MEANING` and `NEUTRAL`): a setting that changes what a measured figure means refuses
 the carry, one that does not (the length of the history run, the search's settings, the
 runner's gates) lets it through and is recorded, and one that is in neither table
@@ -24,7 +24,8 @@ from tvmtune_ci.core.config import MeasureOptions, load_config
 from tvmtune_ci.core.layout import LogSet
 from tvmtune_ci.core.manifest import read_manifest, write_manifest
 from tvmtune_ci.core.template import read_template
-from tvmtune_ci.pipeline_partial import MEANING, NEUTRAL, Partial, _recorded, plan_partial, settings_unlike
+from tvmtune_ci.pipeline.job import Partial
+from tvmtune_ci.pipeline.partial import MEANING, NEUTRAL, _recorded, plan_partial, settings_unlike
 from tvmtune_ci.tune.hostcheck import host_description
 
 # Recorded in the manifest's `measure` beside MeasureOptions (pipeline.manifest_step).
@@ -54,7 +55,7 @@ def test_every_measurement_setting_is_classified() -> None:
     recorded = {f.name for f in dataclasses.fields(MeasureOptions)} | RECORDED_BESIDE
     assert recorded == set(_recorded(cast(Any, SimpleNamespace(measure=MeasureOptions())), 2))
     assert not set(MEANING) & set(NEUTRAL)
-    assert recorded - set(MEANING) - set(NEUTRAL) == set(), "classify it in pipeline_partial.MEANING or NEUTRAL"
+    assert recorded - set(MEANING) - set(NEUTRAL) == set(), "classify it in pipeline.partial.MEANING or NEUTRAL"
     assert set(MEANING) | set(NEUTRAL) == recorded, "a table names a setting that is no longer recorded"
     assert all(isinstance(why, str) and len(why) > 20 for why in {**MEANING, **NEUTRAL}.values())
     assert set(OTHER) == recorded  # the per-setting tests below cover every one

@@ -90,7 +90,7 @@ def test_table_of_fresh_and_stale_entries(tmp_path: Path, status) -> None:  # no
 
 def test_the_best_is_the_figure_the_readme_states(tmp_path: Path, status) -> None:  # noqa: ANN001
     """One figure per workload: with a run history, status's BEST is the README's headline
-    (the median over the runs, `runs.headline`), not this re-tune's finals figure."""
+    (the median over the runs, `runwords.headline`), not this re-tune's finals figure."""
     root = make_repo(tmp_path)
     workloads = list(read_template(root / "operators/matmul.py").workloads)
     # Ten runs at 2-3 ms (the finals write_fresh records: 1.25 ms x position), the compute

@@ -24,9 +24,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import ci
-from ..budget import parse_duration, split
 from ..core.config import Config
 from ..core.errors import UsageError
+from ..pipeline.budget import parse_duration, split
 
 # GitHub Actions refuses a matrix with more jobs than this.
 MAX_JOBS = 256

@@ -58,7 +58,7 @@ def describe(f: CoverageFile) -> list[str]:
 
 def generate(config: Config, names: list[str]) -> tuple[list[CoverageFile], list[Contract]]:
     """Write the coverage file of each named model; the files and the contracts."""
-    from ..tune.modelcalls import coverage_for, read_contracts
+    from ..model.calls import coverage_for, read_contracts
 
     blobs, contracts = read_contracts(config.root, config.operators_path)
     out = []

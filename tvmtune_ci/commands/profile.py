@@ -83,7 +83,7 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..profiling import profile_model
+    from ..model.profile import profile_model
     from ..publish.modelreadme import render, render_chart
 
     config = load_config(Path(args.config) if args.config else None)

@@ -56,7 +56,7 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..remeasure import WINDOWS, Remeasured, describe, remeasure_target
+    from ..pipeline.remeasure import WINDOWS, Remeasured, describe, remeasure_target
 
     config, report = report_from_args(args)
     commit = args.commit or args.push

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import ci
-from ..budget import Budget, floor_estimate, fmt_duration, parse_duration
 from ..core.config import Config, load_config
 from ..core.errors import HostError, LockError, TemplateError, TvmtuneError, UsageError
 from ..core.template import read_template
+from ..pipeline.budget import Budget, floor_estimate, fmt_duration, parse_duration
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..check.staleness import Entry
@@ -136,8 +136,7 @@ def run(args: argparse.Namespace) -> int:
         why = "; ".join(f"{r.code}: {r.detail}" for r in e.reasons) or "fresh (--all)"
         print(f"  {e.operator}/{e.target_name}: {why}")
         if args.dry_run:
-            from ..pipeline import replay_plan
-            from ..pipeline_partial import plan_partial
+            from ..pipeline import plan_partial, replay_plan
             from ..tune.runners.threads import measure_threads
 
             target = config.target(e.target_name)

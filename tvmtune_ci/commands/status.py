@@ -2,7 +2,7 @@
 
 Columns: state, age in days, trials run/requested (summed over workloads), the best
 latency per workload as its README states it (the figure that holds over the run
-history, `runs.headline`; this re-tune's finals while there is no run), its run-to-run
+history, `runwords.headline`; this re-tune's finals while there is no run), its run-to-run
 band (the runner band while the set's own history is young), config-space size (all
 workloads and design spaces), and the stale reasons. Below the table, the templates
 each target covers (a target pairs with the templates whose TARGET_KINDS include its
@@ -79,8 +79,8 @@ def band_cell(e: Entry, history: History) -> str:
 
 def noise_lines(report: Report, histories: list[History]) -> list[str]:
     """One warning per target whose runner is noisier than the effects judged on it
-    (runs.noise_warning), from the first of its entries that says so."""
-    from ..core.runs import noise_warning
+    (runwords.noise_warning), from the first of its entries that says so."""
+    from ..publish.runwords import noise_warning
 
     out, seen = [], set()
     for e, history in zip(report.entries, histories, strict=True):
@@ -97,9 +97,9 @@ def noise_lines(report: Report, histories: list[History]) -> list[str]:
 
 def best_cell(m: Manifest, history: History) -> str:
     """Each workload's best as its README's headline states it: the median over the run
-    history (`runs.headline`, the rule the README takes it by), else, before any run or
+    history (`runwords.headline`, the rule the README takes it by), else, before any run or
     when runs.jsonl fails its check, the re-tune's finals figure with its precision."""
-    from ..core.runs import headline
+    from ..publish.runwords import headline
 
     runs = history if isinstance(history, list) else []
     cells = []

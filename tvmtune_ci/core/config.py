@@ -125,7 +125,7 @@ class TargetConfig:
     # Another target whose log of the same operator seeds a re-tune of this one that
     # has no log of its own to replay (e.g. a new CPU of the same family). None: the
     # nearest configured target of the same architecture with such a log
-    # (`pipeline_history.nearest_source`), unless `seed_nearest` is off
+    # (`pipeline.history.nearest_source`), unless `seed_nearest` is off
     # (`seed-from: false`). Either is a weaker prior: its configurations are replayed
     # first and its records teach the cost model, and the cold stop rule ends the search.
     seed_from: str | None = None

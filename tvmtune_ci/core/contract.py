@@ -468,7 +468,7 @@ def coverage_of(calls: Sequence[tuple[CallSig, Sequence[int]]], contracts: Seque
             if cov.status != COVERED or cov.template is None:
                 break
             slot = calls[t][1].index(i)
-            entry = _covering_entry(by_name[cov.template], calls[t][0])
+            entry = covering_entry(by_name[cov.template], calls[t][0])
             if entry is None or slot >= len(entry.args) or not entry.args[slot].permute:
                 break
             through.append(cov.template)
@@ -481,7 +481,7 @@ def coverage_of(calls: Sequence[tuple[CallSig, Sequence[int]]], contracts: Seque
     return out
 
 
-def _covering_entry(c: Contract, call: CallSig) -> Implements | None:
+def covering_entry(c: Contract, call: CallSig) -> Implements | None:
     keys = _keys(c.workloads)
     for entry in c.implements:
         if unify(entry, call, keys) is not None:

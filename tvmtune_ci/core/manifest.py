@@ -34,7 +34,7 @@ from .templateapi import TEMPLATE_API, UNRECORDED
 # 5: `carried`: the set was carried forward unmeasured onto an edited template that
 # makes the same programs (pipeline.carry_step); {} when it was tuned. Format 4 reads.
 # 6: `partial`: only the set's workloads changed, and the re-tune tuned the added and
-# changed ones and carried the rest as they were measured (pipeline_partial.py); {}
+# changed ones and carried the rest as they were measured (pipeline/partial.py); {}
 # when every workload was tuned (then not written). Format 5 reads.
 MANIFEST_FORMAT = 6
 READ_FORMATS = (1, 2, 3, 4, 5, 6)
@@ -192,7 +192,7 @@ class Manifest:
     # template's fingerprint it was tuned with, "sentence": why, in words}. {}: tuned.
     carried: dict[str, Any] = field(default_factory=dict)
     # Format 6: a re-tune that tuned only the workloads that changed and carried the
-    # others (pipeline_partial.Partial.to_json: on, tuned, changed, carried, removed,
+    # others (pipeline.partial.Partial.to_json: on, tuned, changed, carried, removed,
     # from_log, from_date, sentence). {}: every workload was tuned (or carried) at once.
     partial: dict[str, Any] = field(default_factory=dict)
     format: int = MANIFEST_FORMAT

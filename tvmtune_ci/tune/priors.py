@@ -315,7 +315,7 @@ def records_here(
     resolved: dict[str, Any] | None = None,
 ) -> dict[str, list[OldRecord]]:
     """`old_records` when the template is the one the log was tuned with (every
-    dependency of its fingerprint the same: `pipeline_history.tuned_with`; only its
+    dependency of its fingerprint the same: `pipeline.history.tuned_with`; only its
     workloads, or nothing of it, changed): decoded in this process with the template as
     imported, with no checkout and no child process (a TVM import and each workload
     computed again: 2-3 s before a new shape's first trial, bench_prior_read). PriorError

@@ -9,24 +9,24 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..core import history
+from ..core.manifest import WorkloadResult
+from ..core.runs import machine_words
+from ..tune import priors
+from ..tune.hostcheck import host_description
+from ..tune.measure import workload_bytes
+from ..tune.search import WARMUP_SAMPLES
+from ..tune.tuner import TuneRequest, tune_workload
 from .budget import floor_of, fmt_duration
-from .core import history
-from .core.manifest import WorkloadResult
-from .core.runs import machine_words
-from .pipeline_history import can_reuse_previous, old_ranking_holds
-from .pipeline_job import Job, Say
-from .pipeline_siblings import is_new_shape, sibling_seed
-from .pipeline_words import previous_sentence, replay_report
-from .tune import priors
-from .tune.hostcheck import host_description
-from .tune.measure import workload_bytes
-from .tune.search import WARMUP_SAMPLES
-from .tune.tuner import TuneRequest, tune_workload
+from .history import can_reuse_previous, old_ranking_holds
+from .job import Job, Say
+from .siblings import is_new_shape, sibling_seed
+from .words import previous_sentence, replay_report
 
 if TYPE_CHECKING:
+    from ..tune.runners import Runner
+    from ..tune.tuner import TuneOutcome
     from .budget import Budget
-    from .tune.runners import Runner
-    from .tune.tuner import TuneOutcome
 
 
 def tune_one(job: Job, wname: str, runner: Runner) -> tuple[TuneOutcome, WorkloadResult]:

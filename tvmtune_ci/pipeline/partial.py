@@ -20,86 +20,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from .check.staleness import Entry
-from .core.config import Config, TargetConfig
-from .core.errors import CorruptFileError, TvmtuneError
-from .core.fsutil import sha256_bytes
-from .core.manifest import Manifest
-from .core.reasons import Code
-from .core.runs import Run, Window, read_runs, same_machine
-from .core.siblings import same_params
-from .core.stats import ESTIMATOR
-from .core.template import read_template
-from .pipeline_job import Job
-from .tune.hostcheck import host_description
-
-
-@dataclass(frozen=True)
-class Partial:
-    """Which of a set's workloads a re-tune searches, which it carries, and which left
-    the set; the old log's entries of the carried ones, as they were."""
-
-    tuned: tuple[str, ...]  # added or changed: searched (the siblings seed them)
-    changed: tuple[str, ...]  # of `tuned`, those whose parameters changed
-    carried: tuple[str, ...]  # unchanged: log entries, results and run history kept
-    removed: tuple[str, ...]  # no longer declared: archived with the old log
-    old_log: str  # the previous set's log file
-    old_date: str  # when the previous set was tuned
-    entries: dict[str, Any]  # carried workload -> its entry in the old log, as parsed
-    # Settings the carried ones were tuned with that differ from this run's and leave a
-    # figure's meaning alone (`NEUTRAL`): key -> the old value (None: not recorded then).
-    settings: dict[str, Any] = field(default_factory=dict)
-
-    def sentence(self) -> str:
-        """What the re-tune did with each workload, in words (README, commit, console)."""
-        added = [w for w in self.tuned if w not in self.changed]
-        parts = []
-        if added:
-            parts.append(f"added {', '.join(added)}")
-        if self.changed:
-            parts.append(f"parameters changed: {', '.join(self.changed)}")
-        if self.removed:
-            parts.append(f"removed {', '.join(self.removed)}")
-        out = f"only workloads changed ({'; '.join(parts)})"
-        if self.tuned:
-            out += f": tuned {', '.join(self.tuned)}"
-        out += (
-            f"; carried unmeasured from {self.old_log} (tuned {self.old_date}): "
-            f"{', '.join(self.carried)}, whose template, target, TVM and parameters did not "
-            "change (their records, figures and run history are kept)"
-        )
-        if self.settings:
-            out += (
-                "; the carried ones were tuned with other settings that do not change what a figure means ("
-                + ", ".join(f"{k} {_word(v)}" for k, v in sorted(self.settings.items()))
-                + ")"
-            )
-        if self.removed:
-            out += (
-                f"; the records of {', '.join(self.removed)} stay in {self.old_log}, archived "
-                "beside the new log as a .bak file"
-            )
-        return out
-
-    def to_json(self, on: str) -> dict[str, Any]:
-        return {
-            "on": on,
-            "tuned": list(self.tuned),
-            "changed": list(self.changed),
-            "carried": list(self.carried),
-            "removed": list(self.removed),
-            "from_log": self.old_log,
-            "from_date": self.old_date,
-            "sentence": self.sentence(),
-            **({"carried_settings": dict(self.settings)} if self.settings else {}),
-        }
-
-
-def _word(v: Any) -> str:
-    return "not recorded" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+from ..check.staleness import Entry
+from ..core.config import Config, TargetConfig
+from ..core.errors import CorruptFileError, TvmtuneError
+from ..core.fsutil import sha256_bytes
+from ..core.manifest import Manifest
+from ..core.reasons import Code
+from ..core.runs import Run, Window, read_runs, same_machine
+from ..core.siblings import same_params
+from ..core.stats import ESTIMATOR
+from ..core.template import read_template
+from ..tune.hostcheck import host_description
+from .job import Job, Partial
 
 
 def _normal(x: Any) -> Any:

@@ -12,22 +12,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .check.renames import renamed_history
-from .check.staleness import Entry, installed_tvm_version, major_minor
-from .core import history, siblings
-from .core.config import Config, TargetConfig
-from .core.errors import TemplateError, TvmtuneError
-from .core.fsutil import sha256_bytes
-from .core.git.read import last_commit
-from .core.layout import LogSet
-from .core.manifest import Manifest, read_manifest
-from .core.reasons import Code
-from .core.runs import same_machine
-from .core.targetinfo import TargetFacts, target_facts
-from .core.template import read_template
-from .pipeline_job import Say
-from .tune import priors
-from .tune.hostcheck import host_description
+from ..check.renames import renamed_history
+from ..check.staleness import Entry, installed_tvm_version, major_minor
+from ..core import history, siblings
+from ..core.config import Config, TargetConfig
+from ..core.errors import TemplateError, TvmtuneError
+from ..core.fsutil import sha256_bytes
+from ..core.git.read import last_commit
+from ..core.layout import LogSet
+from ..core.manifest import Manifest, read_manifest
+from ..core.reasons import Code
+from ..core.runs import same_machine
+from ..core.targetinfo import TargetFacts, target_facts
+from ..core.template import read_template
+from ..tune import priors
+from ..tune.hostcheck import host_description
+from .job import Say
 
 if TYPE_CHECKING:
     pass
@@ -36,16 +36,16 @@ if TYPE_CHECKING:
 # Reasons under which the previous log no longer describes the same template, workload
 # and target (its best is no fair finalist to keep), and under which it is not replayed
 # on an edited template (history.py): reasons.Code says which.
-_SAME_TEMPLATE_BLOCKERS = frozenset(c for c in Code if c.blocks_reuse)
+SAME_TEMPLATE_BLOCKERS = frozenset(c for c in Code if c.blocks_reuse)
 
 
-_REPLAY_BLOCKERS = frozenset(c for c in Code if c.blocks_replay)
+REPLAY_BLOCKERS = frozenset(c for c in Code if c.blocks_replay)
 
 
 def can_reuse_previous(entry: Entry) -> bool:
     """Whether the previous log describes this very template, workload and target,
     so its best is a fair finalist to keep."""
-    return entry.manifest is not None and not ({r.code for r in entry.reasons} & _SAME_TEMPLATE_BLOCKERS)
+    return entry.manifest is not None and not ({r.code for r in entry.reasons} & SAME_TEMPLATE_BLOCKERS)
 
 
 def replay_skipped(entry: Entry) -> str | None:
@@ -151,11 +151,11 @@ def can_replay(entry: Entry) -> bool:
     return (
         entry.manifest is not None
         and bool(codes & {Code.TEMPLATE_CHANGED, Code.WORKLOAD_CHANGED})
-        and not codes & _REPLAY_BLOCKERS
+        and not codes & REPLAY_BLOCKERS
     )
 
 
-def _git_commit_of(root: Path, path: Path) -> str | None:
+def git_commit_of(root: Path, path: Path) -> str | None:
     try:
         return last_commit(root, path)
     except Exception:  # not a git repo, or the template is not committed yet
@@ -253,7 +253,7 @@ def tuned_with(
     )
 
 
-def _old_records(
+def old_records(
     root: Path,
     manifest_path: Path,
     manifest: Manifest,

@@ -7,9 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .core.history import ReplayReport
-from .core.stats import fmt_latency
-from .pipeline_job import RetuneResult
+from ..core.history import ReplayReport
+from ..core.stats import fmt_latency
+from .job import RetuneResult
 
 if TYPE_CHECKING:
     pass

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..core.fsutil import atomic_write_text
 from ..core.profiles import DISTURBED_SHARE
-from . import tvmsetup
+from ..tune import tvmsetup
 
 BATCH = 16  # trials per task visit: the product's batch_size, so both search alike
 # MetaSchedule's builder starts fresh worker processes for every batch, and its 30-s
@@ -263,6 +263,59 @@ def _foreign_handlers_detached() -> Iterator[None]:
             ms_logger.addHandler(h)
 
 
+def unscheduled(mod: Any) -> list[str]:
+    """The PrimFuncs of `mod` no schedule was applied to (TVM's naive loops)."""
+    from tvm import tirx
+
+    return sorted(
+        gv.name_hint
+        for gv, f in mod.functions.items()
+        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
+    )
+
+
+def search(
+    mod: Any,
+    target: Any,
+    work_dir: Path,
+    *,
+    max_trials_global: int,
+    max_trials_per_task: int | None = None,
+    batch: int = BATCH,
+    seed: int = SEED,
+    task_scheduler: Any = "gradient",
+) -> Any:
+    """`tune_relax` over `mod` as this product runs it, for the untemplated functions of
+    a model build and the whole-model comparison alike: the builder's and runner's
+    timeouts TIMEOUT_S, and MetaSchedule's logger free of handlers it did not make.
+    Returns its database."""
+    ms = tvmsetup.ms()
+    with warnings.catch_warnings(), _foreign_handlers_detached():
+        warnings.simplefilter("ignore")
+        return ms.relax_integration.tune_relax(
+            mod=mod,
+            params={},
+            target=target,
+            work_dir=str(work_dir),
+            max_trials_global=max_trials_global,
+            max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=batch,
+            seed=seed,
+            builder=ms.builder.LocalBuilder(timeout_sec=TIMEOUT_S),
+            runner=ms.runner.LocalRunner(timeout_sec=TIMEOUT_S),
+            task_scheduler=task_scheduler,
+        )
+
+
+def apply(mod: Any, target: Any, db: Any) -> Any:
+    """`mod` with the best record of `db` applied to each function that has one."""
+    from tvm import relax
+
+    with warnings.catch_warnings(), target, db:
+        warnings.simplefilter("ignore")
+        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+
+
 def tune_model(
     mod: Any,
     target: Any,
@@ -278,7 +331,7 @@ def tune_model(
     `watch()` makes the context manager that watches the runner's load during the
     search (its `load()` read after it): a test's hook."""
     import tvm_ffi
-    from tvm import relax, tirx
+    from tvm import tirx
 
     ms = tvmsetup.ms()
     key = f"{int(tvm_ffi.structural_hash(mod)) & 0xFFFFFFFFFFFF:012x}"
@@ -293,35 +346,22 @@ def tune_model(
     work.mkdir(parents=True, exist_ok=True)
     load: Load | None = Load.from_json(done.get("load")) if reused and done else None
     t0 = time.monotonic()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if reused:
-            db = ms.database.JSONDatabase(work_dir=str(work), allow_missing=False)
-        else:
-            with _foreign_handlers_detached(), watch() as watching:
-                db = ms.relax_integration.tune_relax(
-                    mod=mod,
-                    params={},
-                    target=target,
-                    work_dir=str(work),
-                    max_trials_global=1_000_000,
-                    num_trials_per_iter=BATCH,
-                    seed=seed,
-                    builder=ms.builder.LocalBuilder(timeout_sec=TIMEOUT_S),
-                    runner=ms.runner.LocalRunner(timeout_sec=TIMEOUT_S),
-                    task_scheduler=deadline_scheduler(clock() + seconds, clock),
-                )
-            load = watching.load()
-        with target, db:
-            scheduled = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+    if reused:
+        db = ms.database.JSONDatabase(work_dir=str(work), allow_missing=False)
+    else:
+        with watch() as watching:
+            db = search(
+                mod,
+                target,
+                work,
+                max_trials_global=1_000_000,
+                seed=seed,
+                task_scheduler=deadline_scheduler(clock() + seconds, clock),
+            )
+        load = watching.load()
+    scheduled = apply(mod, target, db)
     funcs = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
-    untuned = tuple(
-        sorted(
-            gv.name_hint
-            for gv, f in scheduled.functions.items()
-            if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
-        )
-    )
+    untuned = tuple(unscheduled(scheduled))
     trials = sum(1 for r in db.get_all_tuning_records() if r.run_secs and all(float(s) < 1e9 for s in r.run_secs))
     spent = float(done["spent_s"]) if done is not None and reused else time.monotonic() - t0
     out = SearchSpent(seconds, spent, trials, len(funcs), untuned, reused, seed, load, tuple(sorted(funcs)))

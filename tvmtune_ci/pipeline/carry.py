@@ -9,16 +9,16 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .check.staleness import Entry
-from .core import history
-from .core.fsutil import sha256_bytes
-from .core.git.read import blob_id
-from .core.manifest import MANIFEST_FORMAT, encode
-from .core.reasons import Code
-from .pipeline_history import _git_commit_of
-from .pipeline_job import Job
-from .tune import priors
-from .tune.runners.threads import tvm_threads
+from ..check.staleness import Entry
+from ..core import history
+from ..core.fsutil import sha256_bytes
+from ..core.git.read import blob_id
+from ..core.manifest import MANIFEST_FORMAT, encode
+from ..core.reasons import Code
+from ..tune import priors
+from ..tune.runners.threads import tvm_threads
+from .history import git_commit_of
+from .job import Job
 
 if TYPE_CHECKING:
     pass
@@ -82,8 +82,8 @@ def carry_step(job: Job) -> Job:
         if refusal is not None and refusal != "--no-carry" and job.history is not None:
             job.say(f"not carried forward: {refusal}")
         return job
-    from .tune.measure import full_knobs
-    from .tune.programs import programs_unchanged
+    from ..tune.measure import full_knobs
+    from ..tune.programs import programs_unchanged
 
     entry, target, tpl, hist = job.entry, job.target, job.template, job.history
     old = entry.manifest
@@ -125,7 +125,7 @@ def carry_step(job: Job) -> Job:
         log_git_blob=blob_id(log),  # a set from before format 3 had none
         fingerprint=tpl.fingerprint.digest,
         dependencies=dict(tpl.fingerprint.dependencies),
-        template_commit=_git_commit_of(job.config.root, tpl.path),
+        template_commit=git_commit_of(job.config.root, tpl.path),
         sources=tpl.sources.to_json(),
         results=dict(old.results),
         format=MANIFEST_FORMAT,

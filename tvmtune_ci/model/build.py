@@ -17,6 +17,9 @@ an unscheduled call runs as a naive single-threaded loop nest, which would swamp
 figure, so the calls no template covers get MetaSchedule (`tune_relax`, a small budget,
 its database kept in `work_dir` so a rebuild reuses it) unless the caller asks for the
 naive loops (`untemplated="none"`). `ModelBuild.untemplated` says which.
+
+Over 400 lines: the build's pieces (swaps, fusion, the untemplated functions) and the two builds that
+assemble them read one `ModelBuild`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..core.config import load_config
 from ..core.contract import (
     COVERED,
     PERMUTE,
@@ -35,11 +39,18 @@ from ..core.contract import (
     UNCOVERED_SHAPE,
     Contract,
     Coverage,
-    _covering_entry,
     coverage_of,
+    covering_entry,
 )
 from ..core.errors import UsageError
-from .modelcalls import ModelCall
+from ..core.history import map_config
+from ..core.template import import_template, read_template
+from ..loader import Best, FallbackWarning, best_config, check_runs_here, target_dict
+from ..tune import tvmsetup
+from ..tune.builder import schedule_config
+from ..tune.workload import Workload
+from .calls import ModelCall, load_model, model_calls, read_contracts
+from .metaschedule import apply, search, tune_model, unscheduled
 
 UNTEMPLATED = ("metaschedule", "none")
 # Calls that are not kernels of their own once the build is done: views, and the
@@ -74,7 +85,7 @@ class ModelBuild:
     swaps: tuple[Swap, ...]
     untemplated: str  # how the calls no template covers were scheduled, in words
     uncovered: tuple[str, ...]  # those calls, described (shape-only views are not listed)
-    search: Any = None  # metaschedule_model's: what MetaSchedule spent (modelms.SearchSpent)
+    search: Any = None  # metaschedule_model's: what MetaSchedule spent (metaschedule.SearchSpent)
 
 
 @dataclass(frozen=True)
@@ -160,7 +171,7 @@ def swap_covered(
             c, cov = found
             assert cov.template is not None and cov.workload is not None
             kernel = kernels[(cov.template, cov.workload)]
-            entry = _covering_entry(by_name[cov.template], c.sig)
+            entry = covering_entry(by_name[cov.template], c.sig)
             assert entry is not None  # coverage_of found one
             key = (cov.template, cov.workload)
             gv = added.get(key)
@@ -249,51 +260,34 @@ def fuse(mod: Any, target: Any) -> Any:
 def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int, work_dir: Path | None) -> tuple[Any, str]:
     """Schedule the PrimFuncs no template made (`how`: "metaschedule" or "none");
     returns the module and how, in words."""
-    from tvm import relax, tirx
-
-    from . import tvmsetup
-
     if how not in UNTEMPLATED:
         raise UsageError(f"untemplated={how!r}: use one of {', '.join(UNTEMPLATED)}")
-    pending = [
-        gv.name_hint
-        for gv, f in mod.functions.items()
-        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
-    ]
+    pending = unscheduled(mod)
     if how == "none" or not pending:
         return mod, (
             "TVM's default loops (naive, single-threaded), as asked"
             if pending
             else "none left: every PrimFunc is a template's"
         )
-    ms = tvmsetup.ms()
     if work_dir is None:
         raise UsageError("untemplated='metaschedule' needs a work_dir for its database")
     work_dir.mkdir(parents=True, exist_ok=True)
     # Every function gets at least one batch: a global budget smaller than that leaves
     # some with no record at all (64 trials over BERT's 13 left 7 naive).
     per_task = max(trials // len(pending), 4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        db = ms.relax_integration.tune_relax(
-            mod=mod,
-            params={},
-            target=target,
-            work_dir=str(work_dir),
-            max_trials_global=per_task * len(pending),
-            max_trials_per_task=per_task,
-            num_trials_per_iter=min(per_task, 16),
-        )
-        with target, db:
-            mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
-    naive = [
-        gv.name_hint
-        for gv, f in mod.functions.items()
-        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_scheduled", False))
-    ]
+    db = search(
+        mod,
+        target,
+        work_dir,
+        max_trials_global=per_task * len(pending),
+        max_trials_per_task=per_task,
+        batch=min(per_task, 16),
+    )
+    mod = apply(mod, target, db)
+    naive = unscheduled(mod)
     how = f"MetaSchedule tune_relax, {per_task} trials for each of {len(pending)} function(s) (database: {work_dir})"
     if naive:
-        how += f"; {len(naive)} got no valid record and run TVM's default loops: {', '.join(sorted(naive))}"
+        how += f"; {len(naive)} got no valid record and run TVM's default loops: {', '.join(naive)}"
     return mod, how
 
 
@@ -301,3 +295,178 @@ def compile_model(mod: Any, target: Any) -> Any:
     import tvm
 
     return tvm.compile(mod, target=target)
+
+
+# --------------------------------------------------------------------------- the builds
+
+
+def _model_kernel(
+    config: Any,
+    key: tuple[str, str],
+    shape: Mapping[str, Any] | None,
+    want: dict[str, Any],
+    configs: str,
+    allow_fallback: bool,
+) -> Any:
+    """The kernel of `key` (template, workload) for a model build: its committed best
+    (or default), or for an undeclared `shape` its nearest sibling's, mapped onto it."""
+
+    template, workload = key
+    module = import_template(config.operators_path / f"{template}.py", config.root)
+    declared = dict(getattr(module, "WORKLOADS", {}) or {})
+    source = workload
+    if shape is not None:
+        sibling = nearest_sibling(declared, shape)
+        if sibling is None:
+            raise UsageError(
+                f"{template}: no declared workload has the dtype of {dict(shape)}; "
+                "declare one, or leave uncovered_shapes='untemplated'"
+            )
+        source = sibling
+    if configs == "default":
+        best = Best(template, source, want, {}, None, None, False)
+    else:
+        with warnings.catch_warnings():  # warned by the caller, once for each call it serves
+            warnings.simplefilter("ignore", FallbackWarning)
+            best = best_config(template, target=want, workload=source, root=config.root, allow_fallback=allow_fallback)
+    knobs: Mapping[str, Any] | None = best.knobs or None
+    wl: Any = workload
+    if shape is not None:
+        wl = Workload(module, workload, dict(shape), want)
+        if knobs is not None:
+            knobs = map_config(knobs, read_template(config.operators_path / f"{template}.py").knobs, shape, want).knobs
+    sch = schedule_config(module, wl, knobs, want)
+    return Kernel(
+        kernel_func(sch.mod["main"]),
+        f"{template}_{workload}",
+        dict(knobs or {}),
+        best.latency_s if shape is None else None,
+        best.fallback,
+        source if shape is not None else None,
+    )
+
+
+def build_model(
+    model: str,
+    *,
+    target: Any,
+    root: Path | str | None = None,
+    allow_fallback: bool = False,
+    allow_foreign_host: bool = False,
+    untemplated: str = "metaschedule",
+    trials: int = 64,
+    work_dir: Path | str | None = None,
+    configs: str = "best",
+    uncovered_shapes: str = "untemplated",
+) -> Any:
+    """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
+    committed logs: every call a template covers runs that template's best kernel; the
+    rest goes through TVM's pipeline, scheduled by MetaSchedule with `trials` trials
+    (its database in `work_dir`, reused by the next build) or, with
+    `untemplated="none"`, left as TVM's naive loops. Returns a `ModelBuild`: the VM
+    executable, every swap made, and how the rest was scheduled.
+
+    A stale or missing log raises StaleLogError, as `build_best` does;
+    `allow_fallback=True` builds that call's default configuration instead, with one
+    FallbackWarning per call. A target this machine cannot run raises HostError unless
+    `allow_foreign_host=True` (cross-compiling: never run the result here).
+    `configs="default"` builds every template kernel at its default configuration
+    instead (no log read): the baseline that says what tuning did to the model.
+
+    A call a template implements at a shape no workload declares goes the untemplated
+    way by default. `uncovered_shapes="sibling"` runs it on that template's kernel at
+    the best of the nearest declared workload (`nearest_sibling`), mapped onto the
+    shape's legal knob values (`core.history.map_config`, as a replay after an edit):
+    untuned for that shape, said once for each call (a FallbackWarning), and a reason
+    to declare the workload and tune it."""
+    if uncovered_shapes not in ("untemplated", "sibling"):
+        raise UsageError(f"uncovered_shapes={uncovered_shapes!r}: use 'untemplated' or 'sibling'")
+    if configs not in ("best", "default"):
+        raise UsageError(f"configs={configs!r}: use 'best' (the committed logs) or 'default'")
+
+    config = load_config(Path(root) if root is not None else None)
+    spec = next((m for m in config.models if m.name == model), None)
+    if spec is None:
+        raise UsageError(
+            f"no model {model!r} in {config.path}; configured models: "
+            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
+        )
+    want = target_dict(target)
+    check_runs_here(Best(model, "", want, {}, None, None, False), allow_foreign_host)
+    tvm_target = tvmsetup.make_target(want)
+    mod = load_model(config.root, spec)
+    _blobs, contracts = read_contracts(config.root, config.operators_path)
+    calls = model_calls(mod)
+    todo = covered(calls, contracts, shapes=uncovered_shapes == "sibling")
+    kernels: dict[tuple[str, str], Kernel] = {}
+    for _call, cov in todo:
+        key = (str(cov.template), str(cov.workload))
+        if key not in kernels:
+            kernels[key] = _model_kernel(
+                config, key, cov.params if cov.status != "covered" else None, want, configs, allow_fallback
+            )
+    swapped, swaps = swap_covered(mod, todo, contracts, kernels)
+    for s in swaps:
+        if s.mapped_from is not None:
+            warnings.warn(
+                f"{model}: {s.binding} = {s.call} runs {s.template} at a shape no workload "
+                f"declares, with {s.mapped_from}'s {'default' if s.fallback else 'best'} "
+                f"mapped onto it (untuned for it); add it to WORKLOADS and re-tune",
+                FallbackWarning,
+                stacklevel=2,
+            )
+        elif s.fallback:
+            warnings.warn(
+                f"{model}: {s.binding} = {s.call} runs the DEFAULT (untuned) configuration "
+                f"of {s.template}/{s.workload}: its log is stale or missing "
+                "(allow_fallback=True); re-tune with `tvmtune-ci retune`",
+                FallbackWarning,
+                stacklevel=2,
+            )
+    fused = fuse(swapped, tvm_target)
+    scheduled, how = schedule_untemplated(
+        fused, tvm_target, untemplated, trials=trials, work_dir=Path(work_dir) if work_dir is not None else None
+    )
+    swapped_calls = {(s.function, s.binding) for s in swaps}
+    uncovered = tuple(
+        c.sig.describe() for c in calls if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
+    )
+    return ModelBuild(compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered)
+
+
+def metaschedule_model(
+    model: str,
+    *,
+    target: Any,
+    seconds: float,
+    work_dir: Path | str,
+    root: Path | str | None = None,
+    seed: int = 42,
+    clock: Any = None,
+    watch: Any = None,
+) -> Any:
+    """Build `model` with MetaSchedule alone, given `seconds` of this runner for the
+    whole model (model/metaschedule.py): no template, no log. The anchor a model's README sets
+    beside `build_model` (`profile --metaschedule-seconds`). Returns a `ModelBuild`
+    whose `untemplated` says what the search spent; `search` is its SearchSpent.
+    `clock` (seconds, time.monotonic by default) decides the deadline, and `watch` makes
+    the load watch (metaschedule.LoadWatch by default): tests' hooks. Each `seed` is an
+    independent search, kept under `work_dir` apart from the others'."""
+
+    config = load_config(Path(root) if root is not None else None)
+    spec = next((m for m in config.models if m.name == model), None)
+    if spec is None:
+        raise UsageError(
+            f"no model {model!r} in {config.path}; configured models: "
+            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
+        )
+    if seconds <= 0:
+        raise UsageError(f"MetaSchedule needs a positive number of seconds, not {seconds}")
+    want = target_dict(target)
+    check_runs_here(Best(model, "", want, {}, None, None, False), False)
+    tvm_target = tvmsetup.make_target(want)
+    mod = load_model(config.root, spec)
+    fused = fuse(mod, tvm_target)
+    hooks = {k: v for k, v in (("clock", clock), ("watch", watch)) if v is not None}
+    scheduled, spent = tune_model(fused, tvm_target, seconds, Path(work_dir), seed=seed, **hooks)
+    return ModelBuild(compile_model(scheduled, tvm_target), mod, (), spent.words(), spent.untuned, search=spent)

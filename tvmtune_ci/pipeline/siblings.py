@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .core import siblings
-from .core.history import Mapped
-from .core.siblings import map_siblings, nearest, same_params, scaled_prior, sibling_configs
-from .pipeline_job import Job
-from .tune.workload import Workload
+from ..core import siblings
+from ..core.history import Mapped
+from ..core.siblings import map_siblings, nearest, same_params, scaled_prior, sibling_configs
+from ..tune.workload import Workload
+from .job import Job
 
 
 @dataclass(frozen=True)

@@ -33,22 +33,23 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .check.staleness import installed_tvm_version
-from .core import lock, runnerband, runs, stats
-from .core.config import Config, TargetConfig
-from .core.errors import HostError, LockError, TvmtuneError
-from .core.fsutil import canonical_json
-from .core.manifest import Manifest, read_manifest, seal_files
-from .core.template import import_template
-from .publish.readme import render_readme
-from .publish.swap import publish, recover
-from .tune import calibration
-from .tune.builder import make_builder, schedule_config
-from .tune.devices import preflight
-from .tune.hostcheck import Host, check_host, host_description, this_host
-from .tune.measure import interleave
-from .tune.runners import make_runner
-from .tune.runners.threads import measure_threads, tvm_threads
+from ..check.staleness import installed_tvm_version
+from ..core import lock, runnerband, runs, stats
+from ..core.config import Config, TargetConfig
+from ..core.errors import HostError, LockError, TvmtuneError
+from ..core.fsutil import canonical_json
+from ..core.manifest import Manifest, read_manifest, seal_files
+from ..core.template import import_template
+from ..publish.readme import render_readme
+from ..publish.runwords import against_headline
+from ..publish.swap import publish, recover
+from ..tune import calibration
+from ..tune.builder import make_builder, schedule_config
+from ..tune.devices import preflight
+from ..tune.hostcheck import Host, check_host, host_description, this_host
+from ..tune.measure import interleave
+from ..tune.runners import make_runner
+from ..tune.runners.threads import measure_threads, tvm_threads
 
 Say = Callable[[str], None]
 
@@ -299,7 +300,7 @@ def describe(r: Remeasured) -> list[str]:
         )
         word = {"drift": "DRIFT", "stable": "stable", "inconclusive": "inconclusive"}[v.state]
         line = f"{r.operator}/{r.target}/{v.workload}: {now}{word}: {v.sentence}"
-        readme = runs.against_headline(r.history[:-1], r.run, v.workload)
+        readme = against_headline(r.history[:-1], r.run, v.workload)
         if readme:
             line += f"; {readme}"
         if v.drifted:

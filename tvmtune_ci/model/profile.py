@@ -1,7 +1,7 @@
 """One profile run of a model on this machine (`tvmtune-ci profile`): the build with the
 committed logs, instrumented per call and timed in turns with the same model at the
-templates' defaults, MetaSchedule at given runner seconds, and ONNX Runtime. Top level
-(not tune/): it builds through `loader`, the public build API.
+templates' defaults, MetaSchedule at given runner seconds, and ONNX Runtime, every arm
+on the target's num-cores (`timing.time_builds`).
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .core.errors import ConfigError
-from .core.profiles import Anchor, ProfileRun
-from .core.stats import quantile
-from .loader import build_model, metaschedule_model
-from .tune.hostcheck import host_description
-from .tune.modelcalls import onnx_form
-from .tune.modelms import SEED
-from .tune.modelprofile import entry_function, ort_description, random_inputs, time_builds
-from .tune.runners.threads import tvm_threads
+from ..core.errors import ConfigError
+from ..core.profiles import Anchor, ProfileRun
+from ..core.stats import quantile
+from ..tune.hostcheck import host_description
+from ..tune.runners.threads import tvm_threads
+from .build import build_model, metaschedule_model
+from .calls import onnx_form
+from .metaschedule import SEED
+from .timing import entry_function, ort_description, random_inputs, time_builds
 
 
 def timing_threads(target: Any) -> int:
@@ -56,8 +56,8 @@ def profile_model(
     turns with the same model at the templates' default configurations, MetaSchedule
     given `metaschedule_s` seconds in `metaschedule_searches` independent searches
     (None: left out), and ONNX Runtime where it is installed and the model has an ONNX
-    form (modelcalls.onnx_form). Every arm is timed on the target's num-cores, in one
-    fresh process (modelprofile.time_builds). `watch`: the searches' load watch (a
+    form (calls.onnx_form). Every arm is timed on the target's num-cores, in fresh
+    processes (timing.time_builds). `watch`: the searches' load watch (a
     test's hook)."""
     threads = timing_threads(target)
     common = dict(

@@ -47,7 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .core.errors import UsageError
+from ..core.errors import UsageError
 
 Item = tuple[str, str, str]  # (operator, target, workload)
 

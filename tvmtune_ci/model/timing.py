@@ -16,6 +16,9 @@ process the pool is whatever ran first left it (a 2-core runner timed one build 
 one thread and ONNX Runtime on two). The child reads the pool back on the thread that
 times (`tvm.runtime.num_threads`), and the parent refuses a timing whose pool is not
 the one asked for (`ThreadPoolError`).
+
+Over 400 lines: the timing's parent and its two child processes speak one protocol; apart, a
+change to one side would not show in the other.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 from ..core.errors import HostError
 from ..core.profiles import CallTime
-from .modelbuild import ModelBuild
+from .build import ModelBuild
 
 TIMING_FORMAT = 2
 
@@ -241,7 +244,7 @@ def time_builds(
     try:
         for side in sides:
             procs[side] = subprocess.Popen(
-                [sys.executable, "-m", "tvmtune_ci.tune.modelprofile", str(spec_path), side],
+                [sys.executable, "-m", "tvmtune_ci.model.timing", str(spec_path), side],
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

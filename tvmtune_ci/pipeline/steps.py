@@ -14,11 +14,11 @@ policy, `tune/runners/threads.py`, is shared with `remeasure.py`). Printing
 is the command's business: steps report through the `say` callback. Committing and
 pushing come after every entry (`commands/retune.py`, `publish/gitwrite.py`).
 
-Its parts, one job each: the data the steps pass (`pipeline_job.py`: `Job`), which log
-is replayed (`pipeline_history.py`), tuning only the workloads that changed
-(`pipeline_partial.py`) and seeding a new shape from its siblings (`pipeline_siblings.py`),
-carrying a set forward (`pipeline_carry.py`), one
-workload's request to the tuner (`pipeline_request.py`), the words (`pipeline_words.py`:
+Its parts, one job each: the data the steps pass (`pipeline/job.py`: `Job`), which log
+is replayed (`pipeline/history.py`), tuning only the workloads that changed
+(`pipeline/partial.py`) and seeding a new shape from its siblings (`pipeline/siblings.py`),
+carrying a set forward (`pipeline/carry.py`), one
+workload's request to the tuner (`pipeline/request.py`), the words (`pipeline/words.py`:
 the history report, the previous best's sentence, the commit message). Their public
 names are importable from here too.
 
@@ -38,82 +38,39 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .check import sources
-from .check.fingerprint import SourceCache
-from .check.staleness import Entry, find_stale, installed_tvm_version
-from .core import history
-from .core import lock as _lock
-from .core.config import Config
-from .core.errors import DeviceError, HostError, LockError, TvmtuneError
-from .core.fsutil import sha256_bytes
-from .core.git.read import blob_id
-from .core.layout import LogSet
-from .core.manifest import Manifest, encode, seal_files
-from .core.profiles import model_shares_by_target
-from .core.records import make_log, render_log
-from .core.runs import RUNS_NAME, encode_runs, machine_words, parse_runs, read_runs
-from .core.stats import ESTIMATOR
-from .core.targetinfo import target_facts
-from .core.template import check_imported_agrees, import_template
-from .pipeline_carry import carry_refusal, carry_step, may_carry
-from .pipeline_history import (
-    _REPLAY_BLOCKERS,
-    _SAME_TEMPLATE_BLOCKERS,
-    _git_commit_of,
-    _old_records,
-    can_replay,
-    can_reuse_previous,
-    history_source,
-    replay_plan,
-    replay_skipped,
-    tuned_with,
-)
-from .pipeline_job import History, Job, RetuneResult, Say, Template
-from .pipeline_partial import kept_runs, partial_step, removal_only
-from .pipeline_request import tune_one
-from .pipeline_words import commit_message, previous_sentence, replay_report
-from .publish.readme import render_curve, render_readme
-from .publish.swap import Published, check_publishable, publish
-from .tune.builder import make_builder
-from .tune.devices import preflight
-from .tune.hostcheck import check_host, host_description, other_cpu
-from .tune.runners import make_runner
-from .tune.runners.threads import measure_threads, tvm_threads
-from .tune.workload import resolve
+from ..check import sources
+from ..check.fingerprint import SourceCache
+from ..check.staleness import Entry, find_stale, installed_tvm_version
+from ..core import history
+from ..core import lock as _lock
+from ..core.config import Config
+from ..core.errors import DeviceError, HostError, LockError, TvmtuneError
+from ..core.fsutil import sha256_bytes
+from ..core.git.read import blob_id
+from ..core.layout import LogSet
+from ..core.manifest import Manifest, encode, seal_files
+from ..core.profiles import model_shares_by_target
+from ..core.records import make_log, render_log
+from ..core.runs import RUNS_NAME, encode_runs, machine_words, parse_runs, read_runs
+from ..core.stats import ESTIMATOR
+from ..core.targetinfo import target_facts
+from ..core.template import check_imported_agrees, import_template
+from ..publish.readme import render_curve, render_readme
+from ..publish.swap import Published, check_publishable, publish
+from ..tune.builder import make_builder
+from ..tune.devices import preflight
+from ..tune.hostcheck import check_host, host_description, other_cpu
+from ..tune.runners import make_runner
+from ..tune.runners.threads import measure_threads, tvm_threads
+from ..tune.workload import resolve
+from .carry import carry_step, may_carry
+from .history import git_commit_of, history_source, old_records, tuned_with
+from .job import History, Job, RetuneResult, Say, Template
+from .partial import kept_runs, partial_step, removal_only
+from .request import tune_one
 
 if TYPE_CHECKING:
     from .budget import Budget
-
-# What callers import from here: the steps' modules are this module's parts, and
-# benchmarks/ take the thread policy from here (it is tune/runners/threads.py's).
-__all__ = [
-    "BEFORE_LOCK",
-    "UNDER_LOCK",
-    "History",
-    "Job",
-    "RetuneResult",
-    "Say",
-    "Template",
-    "_REPLAY_BLOCKERS",
-    "_SAME_TEMPLATE_BLOCKERS",
-    "can_replay",
-    "can_reuse_previous",
-    "carry_refusal",
-    "carry_step",
-    "commit_message",
-    "history_source",
-    "may_carry",
-    "measure_threads",
-    "previous_sentence",
-    "removal_only",
-    "replay_plan",
-    "replay_report",
-    "replay_skipped",
-    "retune_entry",
-    "tune_one",
-    "tvm_threads",
-    "write_set",
-]
 
 
 def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:
@@ -235,7 +192,7 @@ def history_step(job: Job) -> Job:
     if tuned_with(hist, job.entry.template_file, tpl.fingerprint.dependencies, tpl.decl.workloads):
         # The template as imported is the one the log was tuned with: decoded here.
         here = (tpl.module, job.workloads if dict(hist.target) == dict(job.target.target) else None)
-    records = _old_records(root, hist_path, hist, list(tpl.decl.workloads), job.say, here)
+    records = old_records(root, hist_path, hist, list(tpl.decl.workloads), job.say, here)
     return replace(job, history=History(hist, hist_path, hist_from, history.old_declaration(root, hist), records))
 
 
@@ -293,7 +250,7 @@ def first_run_step(job: Job) -> Job:
         # The carried workloads' history goes on; this run measures what changed, for
         # the seconds its kernels would have had in a run of the whole set, so each
         # kernel is visited as often as in any run of this history.
-        from .tune import calibration
+        from ..tune import calibration
 
         kept = tuple(kept_runs(job))
         if not job.results:  # only removals: nothing new to measure
@@ -357,7 +314,7 @@ def manifest_step(job: Job) -> Job:
         host = host_description()
         host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
         if target.rpc is None and target.target.get("kind") == "llvm":
-            from .tune.tvmsetup import host_cpu
+            from ..tune.tvmsetup import host_cpu
 
             host["llvm_cpu"] = host_cpu()  # beside the target's mcpu: the README shows a mismatch
         # Who measured the trials: "local", or each RPC server's "host:port".
@@ -380,7 +337,7 @@ def manifest_step(job: Job) -> Job:
         partial=partial,
         measure=measure,
         template_file=entry.template_file,
-        template_commit=_git_commit_of(job.config.root, tpl.path),
+        template_commit=git_commit_of(job.config.root, tpl.path),
         host=host,
         target_facts=target_facts(target.target).to_json(),
         sources=tpl.sources.to_json(),
