@@ -300,6 +300,18 @@ def compile_model(mod: Any, target: Any) -> Any:
 # --------------------------------------------------------------------------- the builds
 
 
+def _model_spec(model: str, root: Path | str | None) -> tuple[Any, Any]:
+    """The configuration and `model`'s entry under `models:` in tvmtune.yaml."""
+    config = load_config(Path(root) if root is not None else None)
+    spec = next((m for m in config.models if m.name == model), None)
+    if spec is None:
+        raise UsageError(
+            f"no model {model!r} in {config.path}; configured models: "
+            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
+        )
+    return config, spec
+
+
 def _model_kernel(
     config: Any,
     key: tuple[str, str],
@@ -384,13 +396,7 @@ def build_model(
     if configs not in ("best", "default"):
         raise UsageError(f"configs={configs!r}: use 'best' (the committed logs) or 'default'")
 
-    config = load_config(Path(root) if root is not None else None)
-    spec = next((m for m in config.models if m.name == model), None)
-    if spec is None:
-        raise UsageError(
-            f"no model {model!r} in {config.path}; configured models: "
-            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
-        )
+    config, spec = _model_spec(model, root)
     want = target_dict(target)
     check_runs_here(Best(model, "", want, {}, None, None, False), allow_foreign_host)
     tvm_target = tvmsetup.make_target(want)
@@ -453,13 +459,7 @@ def metaschedule_model(
     the load watch (metaschedule.LoadWatch by default): tests' hooks. Each `seed` is an
     independent search, kept under `work_dir` apart from the others'."""
 
-    config = load_config(Path(root) if root is not None else None)
-    spec = next((m for m in config.models if m.name == model), None)
-    if spec is None:
-        raise UsageError(
-            f"no model {model!r} in {config.path}; configured models: "
-            f"{', '.join(m.name for m in config.models) or '(none)'} (models: in tvmtune.yaml)"
-        )
+    config, spec = _model_spec(model, root)
     if seconds <= 0:
         raise UsageError(f"MetaSchedule needs a positive number of seconds, not {seconds}")
     want = target_dict(target)
