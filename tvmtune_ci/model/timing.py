@@ -6,7 +6,7 @@ Each kernel call is timed between the instrument's before and after callbacks
 this size). An inference's seconds per kernel are summed over its calls, and the
 median over `runs` inferences is kept, so one slow stretch of a noisy runner does not
 decide a share. The end-to-end latency is timed apart, on VMs without the
-instrument, each build in turns with the others (`interleaved`).
+instrument, each build in turns with the others (`time_builds`).
 
 Every timing runs in a fresh child process (`time_builds`) whose TVM_NUM_THREADS is the
 target's num-cores from its start. TVM sizes a thread's pool once, at its first
@@ -16,9 +16,6 @@ process the pool is whatever ran first left it (a 2-core runner timed one build 
 one thread and ONNX Runtime on two). The child reads the pool back on the thread that
 times (`tvm.runtime.num_threads`), and the parent refuses a timing whose pool is not
 the one asked for (`ThreadPoolError`).
-
-Over 400 lines: the timing's parent and its two child processes speak one protocol; apart, a
-change to one side would not show in the other.
 """
 
 from __future__ import annotations
@@ -83,19 +80,6 @@ def random_inputs(mod: Any, function: str | None = None, seed: int = 0) -> list[
     return out
 
 
-def profile_calls(
-    build: ModelBuild, arrays: Sequence[Any], *, function: str = "forward", runs: int = 10
-) -> tuple[CallTime, ...]:
-    """Seconds per inference of every kernel (median over `runs`), the slowest first,
-    timed in this process (on whatever thread pool it has: `time_builds` times on the
-    target's)."""
-    by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in build.swaps}
-    return tuple(
-        CallTime(sym, n, sec, *by_kernel.get(sym, (None, None, None)))
-        for sym, n, sec in call_seconds(build.executable, arrays, function=function, runs=runs)
-    )
-
-
 def call_seconds(executable: Any, arrays: Sequence[Any], *, function: str, runs: int) -> list[tuple[str, int, float]]:
     """(kernel symbol, calls per inference, seconds per inference: the median over
     `runs` instrumented inferences), the slowest first."""
@@ -133,52 +117,6 @@ def call_seconds(executable: Any, arrays: Sequence[Any], *, function: str, runs:
         calls = dict(counts)
     out = [(sym, calls[sym], statistics.median(r.get(sym, 0.0) for r in per_run)) for sym in calls]
     return sorted(out, key=lambda c: -c[2])
-
-
-def interleaved(
-    builds: Mapping[str, Any],
-    arrays: Sequence[Any],
-    *,
-    function: str = "forward",
-    rounds: int = 10,
-    min_sample_ms: int = 100,
-    others: Mapping[str, Callable[[], float]] | None = None,
-) -> dict[str, list[float]]:
-    """Seconds per inference of each build (a ModelBuild, or an executable the Relax VM
-    takes), `rounds` samples each, taken in turns (the order rotating each round): a
-    slow stretch of the runner lands on every build alike, so their ratio holds where
-    each figure alone would not. A sample is the mean of as many inferences as fill
-    `min_sample_ms`. `others`: more arms that are not TVM builds (ONNX Runtime), each a
-    callable returning one such sample. In this process: see `time_builds`."""
-    import tvm
-    from tvm import relax
-
-    dev = tvm.cpu()
-    timers: dict[str, Callable[[], float]] = {}
-    for label, b in builds.items():
-        vm = relax.VirtualMachine(getattr(b, "executable", b), dev)
-        args = [tvm.runtime.tensor(a, dev) for a in arrays]
-        vm[function](*args)  # warm-up
-        timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
-        timers[label] = _vm_sample(timer, args)
-    for label, sample in (others or {}).items():
-        sample()  # warm-up
-        timers[label] = sample
-    labels = list(timers)
-    out: dict[str, list[float]] = {k: [] for k in labels}
-    rng = random.Random(0)
-    for _ in range(max(1, rounds)):
-        # A shuffled order, not a rotation: in a rotation each arm always follows the
-        # same one, whose threads may still be spinning on the cores.
-        order = list(labels)
-        rng.shuffle(order)
-        for label in order:
-            out[label].append(timers[label]())
-    return out
-
-
-def _vm_sample(timer: Any, args: Sequence[Any]) -> Callable[[], float]:
-    return lambda: float(timer(*args).mean)
 
 
 @dataclass(frozen=True)
@@ -363,14 +301,18 @@ def _vm_samplers(
     from tvm import relax
 
     dev = tvm.cpu()
-    out = {}
+    out: dict[str, Callable[[], float]] = {}
     for label, exe in exes.items():
         vm = relax.VirtualMachine(exe, dev)
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         vm[function](*args)  # warm-up
         timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
-        out[label] = _vm_sample(timer, args)
+        out[label] = _sampler(timer, args)
     return out
+
+
+def _sampler(timer: Any, args: Sequence[Any]) -> Callable[[], float]:
+    return lambda: float(timer(*args).mean)
 
 
 def ort_description(threads: int) -> str:
