@@ -111,12 +111,11 @@ def profile_model(
     samples = timing.samples
     by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in tuned.swaps}
     at_default = {c.symbol: c.seconds for c in timing.calls["default"]}
-    calls = []
-    for c in timing.calls["tuned"]:
-        owner = by_kernel.get(c.symbol, (None, None, None))
-        calls.append(replace(c, template=owner[0], workload=owner[1], mapped_from=owner[2]))
-        if owner[0] is not None:
-            calls[-1] = replace(calls[-1], default_seconds=at_default.get(c.symbol))
+    calls = [
+        replace(c, template=t, workload=w, mapped_from=m, default_seconds=at_default.get(c.symbol) if t else None)
+        for c in timing.calls["tuned"]
+        for t, w, m in [by_kernel.get(c.symbol, (None, None, None))]
+    ]
     tuned_s = samples["tuned"]
     # The product's estimator, the fastest quartile: a 2-core VM runs whole stretches of
     # seconds in slow modes, and TVM's statically split parallel loops wait for the slow
