@@ -54,5 +54,5 @@ check: $(VENV)/.installed
 	$(VENV)/bin/tvmtune-ci check
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/bench_check.py
-	$(PY) benchmarks/bench_tuner.py
+	$(PY) -m benchmarks.bench_check
+	$(PY) -m benchmarks.bench_tuner

@@ -1,4 +1,4 @@
-"""Shared by the benchmarks (run as scripts: this folder is on sys.path)."""
+"""Shared by the benchmarks (`python -m benchmarks.bench_x` from the repository root)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import statistics
 import subprocess
 import time
@@ -24,6 +25,15 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "bench",
     "GIT_COMMITTER_EMAIL": "bench@localhost",
 }
+
+
+def result_path(bench: str, kind: str = "", ext: str = "txt", machine: str | None = None) -> Path:
+    """Where a new run of `bench` keeps its output: `results/<bench>/<date>_<machine>[_<kind>].<ext>`
+    (the naming of benchmarks/results/README.md), dated today (UTC). `machine`: BENCH_MACHINE if
+    set (name it as that folder's files do: zen4-2c), else this machine's architecture and cores."""
+    machine = machine or os.environ.get("BENCH_MACHINE") or f"{platform.machine()}-{os.cpu_count()}c"
+    name = "_".join(p for p in (time.strftime("%Y-%m-%d", time.gmtime()), machine, kind) if p)
+    return ROOT / "benchmarks" / "results" / bench / f"{name}.{ext}"
 
 
 def snapshot(where: Path, root: Path = ROOT) -> Path:

@@ -1,8 +1,8 @@
 """Benchmark: one time budget shared by weight (`retune --all --budget`) against equal
 trials per workload, at the same total seconds.
 
-    python benchmarks/bench_budget.py                       # 32 trials each, 2 seeds
-    python benchmarks/bench_budget.py --trials 24 --seeds 1 --weights matmul=0.6,dense=0.4
+    python -m benchmarks.bench_budget                       # 32 trials each, 2 seeds
+    python -m benchmarks.bench_budget --trials 24 --seeds 1 --weights matmul=0.6,dense=0.4
 
 For each seed, in two scratch git repos (this repo's CPU templates, one target: this
 machine's CPU, tvmtune.yaml's measurement and early stop, a 10-s first run of each
@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import git_commit, wait_idle  # benchmarks/ is the script's folder
+
+from benchmarks._common import git_commit, wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_NAME = "this-cpu"
@@ -131,7 +132,6 @@ def outcome(repo: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     from tvmtune_ci.core import stats
     from tvmtune_ci.tune import tvmsetup
 

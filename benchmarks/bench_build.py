@@ -1,7 +1,7 @@
 """Benchmark: a batch of kernels built on one thread against BUILD_THREADS threads.
 
-    python benchmarks/bench_build.py --target zen3-2c            # ~2 min on 2 cores
-    python benchmarks/bench_build.py --target zen4-2c --rounds 5
+    python -m benchmarks.bench_build --target zen3-2c            # ~2 min on 2 cores
+    python -m benchmarks.bench_build --target zen4-2c --rounds 5
 
 The builder (`builder.InProcessBuilder`) lowers, compiles (LLVM) and links each
 candidate of a batch in this process. It did so one at a time, on one core while the
@@ -26,14 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-from _common import replay_set_args, replay_sets, wait_idle  # benchmarks/ is the script's folder
+from benchmarks._common import replay_set_args, replay_sets, wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = replay_set_args(__doc__ or "", argv, "workload")
-    sys.path.insert(0, str(ROOT))
 
     from tvmtune_ci.tune import builder as builder_mod
     from tvmtune_ci.tune import tvmsetup

@@ -1,7 +1,7 @@
 """How `check` scales on real-size log sets: N operators x 2 targets, all fresh.
 
-    python benchmarks/bench_check.py                 # 100 and 1,000 operators
-    python benchmarks/bench_check.py --sizes 200,2000
+    python -m benchmarks.bench_check                 # 100 and 1,000 operators
+    python -m benchmarks.bench_check --sizes 200,2000
 
 Each generated template is matmul-sized (~50 lines, docstrings, comments) and
 uses two shared in-repo helper modules (operators/_helpers.py, mylib/tiling.py),
@@ -55,7 +55,8 @@ from tvmtune_ci.core.config import load_config
 from tvmtune_ci.core.fsutil import sha256_bytes
 from tvmtune_ci.core.git.read import blob_id
 from tvmtune_ci.core.layout import LogSet
-from tvmtune_ci.core.manifest import MANIFEST_FORMAT, Manifest, read_manifest, write_manifest
+from tvmtune_ci.core.manifest import Manifest, read_manifest, write_manifest
+from tvmtune_ci.core.manifestformat import MANIFEST_FORMAT
 from tvmtune_ci.core.targetinfo import target_facts
 
 CONFIG = """\

@@ -1,8 +1,8 @@
 """Benchmark: does `remeasure` cry wolf, does it find a real slowdown, and do the README's
 figures hold in later fresh processes? On this machine, with real kernels.
 
-    python benchmarks/bench_drift.py matmul --target xeon-emr-2c --runs 20 --minutes 60   # quiet: nothing changed
-    python benchmarks/bench_drift.py matmul --target xeon-emr-2c --detect 5 --source CLONE --slowdown 1.15 --slowdown-for matmul/m1021=0
+    python -m benchmarks.bench_drift matmul --target xeon-emr-2c --runs 20 --minutes 60   # quiet: nothing changed
+    python -m benchmarks.bench_drift matmul --target xeon-emr-2c --detect 5 --source CLONE --slowdown 1.15 --slowdown-for matmul/m1021=0
 
 Phase 1 (`--runs`): a clone of this repository (its committed logs of `--target`, which
 must be this machine's), then `--runs` fresh processes of `tvmtune-ci remeasure --target T
@@ -39,7 +39,7 @@ histories to their re-tune's run (re-sealed), as a re-tune leaves them. Phase 1'
 then start from that young history; phase 2 starts each trial from it too, with
 `--runs-per-trial 1`: the drift must be found at the first run after the swap.
 
-    python benchmarks/bench_drift.py softmax --target zen4-2c --young --history-s 60 --runs 20 --minutes 0 \
+    python -m benchmarks.bench_drift softmax --target zen4-2c --young --history-s 60 --runs 20 --minutes 0 \
         --detect 10 --slowdown 1.15 --runs-per-trial 1
 
 Raw output: every run's JSON (`--out`), the summary printed.
@@ -58,8 +58,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import result_path
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def cli(repo: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -628,7 +629,7 @@ def main() -> int:
         "--pick-seconds", type=float, default=90.0, help="phase 2: how long the candidates are measured side by side"
     )
     ap.add_argument("--source", default=None, help="phase 2: the clone phase 1 left")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/bench_drift_raw.jsonl")
+    ap.add_argument("--out", type=Path, default=result_path("bench_drift", "raw", "jsonl"))
     ap.add_argument("--analyse", action="store_true", help="only analyse --out")
     ap.add_argument(
         "--young",

@@ -7,7 +7,7 @@ NVRTC to a cubin (seconds, bytes) and what ptxas reports (registers per thread,
 threads, shared memory per block, spills); and `check`'s TVM-free count of the legal
 points per workload (milliseconds). Latencies on a GPU are not measured here.
 
-    .venv/bin/python benchmarks/bench_gpu_build.py   # needs the [cuda] extra
+    .venv/bin/python -m benchmarks.bench_gpu_build   # needs the [cuda] extra
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main() -> None:
     from tvmtune_ci.core.cudatags import expand_tag
     from tvmtune_ci.core.template import design_spaces, discover_templates, import_template, read_template
     from tvmtune_ci.tune.builder import schedule_config
-    from tvmtune_ci.tune.gpubuild import cuda_cubin
+    from tvmtune_ci.tune.cubin import cuda_cubin
     from tvmtune_ci.tune.hostcheck import host_description
 
     archs = {"sm_80": expand_tag("nvidia/nvidia-a100"), "sm_90a": expand_tag("nvidia/nvidia-h100")}

@@ -1,9 +1,9 @@
 """Each operator template's best configuration against numpy/OpenBLAS, same run, same threads.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_kernels.py
-    python benchmarks/bench_kernels.py --ops matmul,conv2d --rounds 30 --threads 2
-    python benchmarks/bench_kernels.py --knobs picks.json   # {"matmul/m1024": {...}, ...}
-    python benchmarks/bench_kernels.py --target zen4-avx2-2c --blas-isa avx2
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m benchmarks.bench_kernels
+    python -m benchmarks.bench_kernels --ops matmul,conv2d --rounds 30 --threads 2
+    python -m benchmarks.bench_kernels --knobs picks.json   # {"matmul/m1024": {...}, ...}
+    python -m benchmarks.bench_kernels --target zen4-avx2-2c --blas-isa avx2
 
 The configuration of each (operator, workload) is the committed best
 (tuning_logs/<op>/<target>/manifest.json, results[workload].best.knobs) when there
@@ -48,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import wait_idle  # noqa: E402 - benchmarks/ is the script's folder
+from benchmarks._common import wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 # Set by main(): the configured target whose mcpu is this machine's CPU (its committed
@@ -330,8 +330,9 @@ def baseline(op: str, wl: dict[str, Any], arrays: list[Any]) -> tuple[str, Calla
 def out_of_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> str | None:
     """Why a configuration is outside the declared space on TARGET (one the tuner can
     never pick), or None."""
+    from tvmtune_ci.core.extents import eval_extent
     from tvmtune_ci.core.targetinfo import scope
-    from tvmtune_ci.core.template import Categorical, Split, Structural, eval_extent
+    from tvmtune_ci.core.template import Categorical, Split, Structural
 
     declared = {k.name: k for k in module.KNOBS}
     names = scope(wl, TARGET)
@@ -467,9 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"::warning::{' and '.join(pinned)} set: OpenBLAS runs a slower kernel than it would "
             "choose; for a fair baseline rerun as `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
-            "python benchmarks/bench_kernels.py`"
+            "python -m benchmarks.bench_kernels`"
         )
-    sys.path.insert(0, str(ROOT))
     import numpy as np
 
     from tvmtune_ci.core.template import import_template

@@ -1,8 +1,8 @@
 """Benchmark: the measurement layer against the fixed-repeat one it replaced, side by side.
 
-    python benchmarks/bench_measure.py                       # ~6 min on 2 cores
-    python benchmarks/bench_measure.py --configs 60 --truth-rounds 30 --op dense --workload bert_ffn1
-    python benchmarks/bench_measure.py --skip-ranking        # reproducibility + pick only
+    python -m benchmarks.bench_measure                       # ~6 min on 2 cores
+    python -m benchmarks.bench_measure --configs 60 --truth-rounds 30 --op dense --workload bert_ffn1
+    python -m benchmarks.bench_measure --skip-ranking        # reproducibility + pick only
 
 Three parts, all on this CPU (its LLVM name, 2 threads), one run:
 
@@ -40,11 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import wait_idle  # benchmarks/ is the script's folder
+from benchmarks._common import wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 def host_target() -> dict[str, Any]:
@@ -88,7 +86,7 @@ def random_configs(template: Any, workload: str, n: int, seed: int, target: dict
 
 def ranking(args: argparse.Namespace) -> None:
     from tvmtune_ci.core import stats
-    from tvmtune_ci.core.config import MeasureOptions
+    from tvmtune_ci.core.configschema import MeasureOptions
     from tvmtune_ci.core.template import import_template
     from tvmtune_ci.tune.builder import make_builder, schedule_config
     from tvmtune_ci.tune.runners import make_runner

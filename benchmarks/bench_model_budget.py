@@ -2,8 +2,8 @@
 trials per workload, at the same runner seconds, judged on the models' end-to-end
 latency (issue 50, part 6).
 
-    .venv/bin/python benchmarks/bench_model_budget.py --target zen4-2c          # 3 seeds
-    .venv/bin/python benchmarks/bench_model_budget.py --target zen4-2c --trials 24 --seeds 2
+    .venv/bin/python -m benchmarks.bench_model_budget --target zen4-2c          # 3 seeds
+    .venv/bin/python -m benchmarks.bench_model_budget --target zen4-2c --trials 24 --seeds 2
 
 For each seed, in two scratch git repos holding this repository's CPU templates, its
 models (their sources and committed profiles: the shares) and a tvmtune.yaml of one
@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import git_commit, snapshot  # benchmarks/ is the script's folder
+
+from benchmarks._common import git_commit, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,8 @@
 """Benchmark: a model built with freshly tuned template logs against MetaSchedule given
 the same runner seconds, and ONNX Runtime, timed in turns (issue 50, part 5).
 
-    .venv/bin/python benchmarks/bench_model_ms.py --target zen4-2c
-    .venv/bin/python benchmarks/bench_model_ms.py --target zen4-2c --models bert_layer --runs 3
+    .venv/bin/python -m benchmarks.bench_model_ms --target zen4-2c
+    .venv/bin/python -m benchmarks.bench_model_ms --target zen4-2c --models bert_layer --runs 3
 
 For each model, in a scratch git repo holding this repository's CPU templates, its
 models and a tvmtune.yaml of one target (`--target`, which must run here; its trials,
@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_model_budget import scratch_repo, snapshot  # benchmarks/ is the script's folder
+from benchmarks._common import snapshot
+from benchmarks.bench_model_budget import scratch_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,8 @@
 """A model end to end: the build with the committed logs, TVM's own build, and ONNX
 Runtime, on the same model, weights, CPU and thread count, timed in turns.
 
-    .venv/bin/python benchmarks/bench_models.py --target zen4-2c      # on a Zen 4 runner
-    .venv/bin/python benchmarks/bench_models.py --target zen4-2c --rounds 20
+    .venv/bin/python -m benchmarks.bench_models --target zen4-2c      # on a Zen 4 runner
+    .venv/bin/python -m benchmarks.bench_models --target zen4-2c --rounds 20
 
 The anchor is ONNX Runtime (what a team would deploy instead): every figure is a ratio
 to it, taken per round from samples measured side by side (the order rotating), so a
@@ -36,7 +36,6 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:

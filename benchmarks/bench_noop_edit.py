@@ -1,7 +1,7 @@
 """Benchmark: what a template edit that changes no kernel costs the runner, end to end.
 
-    python benchmarks/bench_noop_edit.py --target zen4-2c            # matmul, this CPU's logs
-    python benchmarks/bench_noop_edit.py --target zen4-2c --operator softmax --reps 2
+    python -m benchmarks.bench_noop_edit --target zen4-2c            # matmul, this CPU's logs
+    python -m benchmarks.bench_noop_edit --target zen4-2c --operator softmax --reps 2
 
 The issue this answers (issue 21): after a no-op edit (a dead statement in a template)
 the re-tune cost 0.82 of a cold run on a Zen 3. Here the whole `tvmtune-ci retune`
@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import wait_idle  # benchmarks/ is the script's folder
+from benchmarks._common import result_path, wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 EDIT = ("def schedule(sch, cfg) -> None:\n", "def schedule(sch, cfg) -> None:\n    _unused = None  # a no-op edit\n")
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--arms", default="carried,warm,cold")
     ap.add_argument("--wait-idle", type=float, default=120.0)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/bench_noop_edit_raw.jsonl")
+    ap.add_argument("--out", type=Path, default=result_path("bench_noop_edit", "raw", "jsonl"))
     args = ap.parse_args(argv)
     arms = args.arms.split(",")
     waited = wait_idle(args.wait_idle)

@@ -1,8 +1,8 @@
 """Benchmark: reading a log's records for the cost model's prior, in the re-tune's own
 process against the child process that did it before.
 
-    python benchmarks/bench_prior_read.py --target zen4-2c             # ~2 min on 2 cores
-    python benchmarks/bench_prior_read.py --target zen4-2c --rounds 7
+    python -m benchmarks.bench_prior_read --target zen4-2c             # ~2 min on 2 cores
+    python -m benchmarks.bench_prior_read --target zen4-2c --rounds 7
 
 Before a re-tune with history trains the cost model, it reads the old log's records as
 configurations (`priors.py`). After a template edit only the template as committed
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, wait_idle  # benchmarks/ is the script's folder
+from benchmarks._common import ROOT, wait_idle
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,7 +44,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     from tvmtune_ci.check.fingerprint import SourceCache
     from tvmtune_ci.core.config import load_config
     from tvmtune_ci.core.manifest import read_manifest

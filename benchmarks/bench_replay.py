@@ -1,7 +1,7 @@
 """Benchmark: the history replay's numerics check, on a compile of its own against the library it measures.
 
-    python benchmarks/bench_replay.py --target zen3-2c            # ~3 min on 2 cores
-    python benchmarks/bench_replay.py --target zen4-2c --rounds 5
+    python -m benchmarks.bench_replay --target zen3-2c            # ~3 min on 2 cores
+    python -m benchmarks.bench_replay --target zen4-2c --rounds 5
 
 Before a re-tune with history measures the old log's configurations on the edited
 template (`Search.replay`), each is checked against reference(). Until c3a1cbe the
@@ -30,14 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from _common import replay_set_args, replay_sets, wait_idle  # benchmarks/ is the script's folder
+from benchmarks._common import replay_set_args, replay_sets, wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = replay_set_args(__doc__ or "", argv, "configuration")
-    sys.path.insert(0, str(ROOT))
 
     from tvmtune_ci.tune import tvmsetup
     from tvmtune_ci.tune.builder import make_builder, remove_artifact, schedule_config

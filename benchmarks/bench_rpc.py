@@ -1,8 +1,8 @@
 """Benchmark: tuning throughput through RPC devices, 1 server against 2.
 
-    python benchmarks/bench_rpc.py                       # 16 trials, batch 8, 1 and 2 servers, 3 rounds
-    python benchmarks/bench_rpc.py --trials 64 --rounds 2
-    python benchmarks/bench_rpc.py --servers 1,2,3 --min-repeat-ms 50
+    python -m benchmarks.bench_rpc                       # 16 trials, batch 8, 1 and 2 servers, 3 rounds
+    python -m benchmarks.bench_rpc --trials 64 --rounds 2
+    python -m benchmarks.bench_rpc --servers 1,2,3 --min-repeat-ms 50
 
 Each run starts a real tracker and N real `python -m tvm.exec.rpc_server` processes
 on 127.0.0.1 (tests/rpcfleet.py) and tunes the same small template (a 64x64x64
@@ -30,19 +30,14 @@ import argparse
 import importlib.util
 import os
 import statistics
-import sys
 import tempfile
 import time
 import types
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# The small matmul the RPC tests tune (tests/small_mm.py).
-sys.path.insert(0, str(ROOT / "tests"))
-from _common import wait_idle  # noqa: E402 - benchmarks/ is the script's folder
-from small_mm import SMALL_MM  # noqa: E402
+from benchmarks._common import wait_idle
+from tests.small_mm import SMALL_MM  # the small matmul the RPC tests tune
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -75,9 +70,8 @@ def load_template(folder: Path) -> types.ModuleType:
 
 
 def one_run(args: argparse.Namespace, template: types.ModuleType, servers: int, base: Path) -> Any:
-    from rpcfleet import start_fleet
-
-    from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+    from tests.rpcfleet import start_fleet
+    from tvmtune_ci.core.configschema import EarlyStop, MeasureOptions
     from tvmtune_ci.tune.hostcheck import host_target
     from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
@@ -108,9 +102,6 @@ def one_run(args: argparse.Namespace, template: types.ModuleType, servers: int, 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by the servers
-    for p in (ROOT, ROOT / "tests"):
-        if str(p) not in sys.path:
-            sys.path.insert(0, str(p))
     counts = [int(x) for x in args.servers.split(",") if x]
     base = Path(tempfile.mkdtemp(prefix="bench_rpc-"))
     template = load_template(base)

@@ -1,8 +1,8 @@
 """Search quality: tvmtune-ci's tuner on a template vs stock MetaSchedule on TVM's own space.
 
-    python benchmarks/bench_search.py                       # matmul/m1024, 64 trials, seeds 1,2,3
-    python benchmarks/bench_search.py --op dense --workload ffn1 --trials 100 --seeds 1,2,3,4,5
-    python benchmarks/bench_search.py --skip-stock          # the two template arms only
+    python -m benchmarks.bench_search                       # matmul/m1024, 64 trials, seeds 1,2,3
+    python -m benchmarks.bench_search --op dense --workload ffn1 --trials 100 --seeds 1,2,3,4,5
+    python -m benchmarks.bench_search --skip-stock          # the two template arms only
 
 Three searches get the same budget of measured trials on the same workload, once
 per seed (at least 3: one seed's luck is as large as the differences judged):
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import wait_idle  # benchmarks/ is the script's folder
+from benchmarks._common import wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
 # Set by main(): this machine's CPU (or --mcpu): code built for a CPU the host lacks
@@ -199,7 +199,7 @@ def stock_trials(work_dir: Path, flop: float) -> tuple[list[float | None], Any]:
 
 
 def run_tool(args: argparse.Namespace, template: Any, work_dir: Path, seed: int) -> Any:
-    from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.core.configschema import EarlyStop, MeasureOptions
     from tvmtune_ci.tune.tuner import TuneRequest, tune_workload
 
     req = TuneRequest(
@@ -280,14 +280,12 @@ def remeasure(template: Any, workload: str, exes: dict[Any, Any], rounds: int) -
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # inherited by both runners' workers
-    sys.path.insert(0, str(ROOT))
 
     from tvmtune_ci.core.targetinfo import scope
     from tvmtune_ci.core.template import import_template, space_size
     from tvmtune_ci.tune.builder import build_config
     from tvmtune_ci.tune.hostcheck import check_host, host_target
-    from tvmtune_ci.tune.measure import flop_count
-    from tvmtune_ci.tune.workload import workload_module
+    from tvmtune_ci.tune.workload import flop_count, workload_module
 
     TARGET.update({"mcpu": args.mcpu} if args.mcpu else host_target())
     check_host(TARGET, advice="pass --mcpu of a CPU this machine has (default: its own)")

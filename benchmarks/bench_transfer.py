@@ -1,10 +1,10 @@
 """Benchmark: a new workload added to a tuned set (`retune` after the WORKLOADS edit)
 against the same workload tuned alone, cold (issue 51, part 5: new workloads).
 
-    .venv/bin/python benchmarks/bench_transfer.py --raw benchmarks/results/bench_transfer_raw.jsonl \
-        | tee benchmarks/results/bench_transfer.txt              # every case, 3 seeds, 32 trials
-    .venv/bin/python benchmarks/bench_transfer.py --operators matmul dense --seeds 5
-    .venv/bin/python benchmarks/bench_transfer.py --operators matmul --workloads m1021 \\
+    .venv/bin/python -m benchmarks.bench_transfer --raw benchmarks/results/bench_transfer/DATE_MACHINE_raw.jsonl \
+        | tee benchmarks/results/bench_transfer/DATE_MACHINE.txt    # every case, 3 seeds, 32 trials
+    .venv/bin/python -m benchmarks.bench_transfer --operators matmul dense --seeds 5
+    .venv/bin/python -m benchmarks.bench_transfer --operators matmul --workloads m1021 \\
         --seeds 1 --trials 8 --history-s 10                      # a smoke run (minutes)
 
 The cases (a workload w and its siblings), per CPU template of this repository
@@ -81,7 +81,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import (  # benchmarks/ is the script's folder
+
+from benchmarks._common import (
     GIT_ENV,
     add_side_args,
     against_spread,

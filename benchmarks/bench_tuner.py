@@ -1,10 +1,10 @@
 """Benchmark: tvmtune-ci's tuner against stock MetaSchedule `tune_tir`, side by side.
 
-    python benchmarks/bench_tuner.py                      # 64 trials each, 512^3 matmul
-    python benchmarks/bench_tuner.py --trials 128 --stock-trials 64
-    python benchmarks/bench_tuner.py --stock-equal-time   # stock measures as long as ours
-    python benchmarks/bench_tuner.py --skip-stock         # ours only
-    python benchmarks/bench_tuner.py --template conv2d --workload resnet50_3x3 --skip-stock
+    python -m benchmarks.bench_tuner                      # 64 trials each, 512^3 matmul
+    python -m benchmarks.bench_tuner --trials 128 --stock-trials 64
+    python -m benchmarks.bench_tuner --stock-equal-time   # stock measures as long as ours
+    python -m benchmarks.bench_tuner --skip-stock         # ours only
+    python -m benchmarks.bench_tuner --template conv2d --workload resnet50_3x3 --skip-stock
 
 Ours prints where a search trial's seconds went (proposing, building, exporting,
 loading, measuring, the cost model), largest first.
@@ -73,14 +73,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-try:
-    from _common import wait_idle  # run as a script: benchmarks/ is sys.path[0]
-except ModuleNotFoundError:  # imported as `benchmarks.bench_tuner` (the repo root on sys.path)
-    from benchmarks._common import wait_idle
+from benchmarks._common import wait_idle
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 # tvmtune-ci 0.1's fixed measurement: what stock gets unless --stock-equal-time.
 FIXED_REPEAT = 5
@@ -222,7 +217,7 @@ def child_ours(p: dict[str, Any]) -> dict[str, Any]:
     clock.mark("intrin_import")
     from dataclasses import replace
 
-    from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+    from tvmtune_ci.core.configschema import EarlyStop, MeasureOptions
     from tvmtune_ci.tune.runners import make_runner
     from tvmtune_ci.tune.runners.local import worker_ping as _worker_ping
     from tvmtune_ci.tune.sampling import search_policy
@@ -379,7 +374,7 @@ def run_child(side: str, payload: dict[str, Any]) -> dict[str, Any]:
     launch = time.time()
     payload = {**payload, "launch": launch, "out": str(out_file)}
     r = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--child", side, "--payload", json.dumps(payload)],
+        [sys.executable, "-m", "benchmarks.bench_tuner", "--child", side, "--payload", json.dumps(payload)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -515,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     from tvmtune_ci.tune.hostcheck import host_target
 
     target = {"kind": "llvm", "mcpu": args.mcpu, "num-cores": 2} if args.mcpu else host_target(2)
-    from tvmtune_ci.core.config import MeasureOptions
+    from tvmtune_ci.core.configschema import MeasureOptions
 
     measure = MeasureOptions()
     tmpl = bench_template(args.workload, args.template)

@@ -2,8 +2,8 @@
 behind a configuration that measures 1.11-1.14 ms in one run and 1.30-1.42 ms in the
 next (softmax attn_512, bench_warmstart --cross, Zen 4).
 
-    python benchmarks/study_alloc.py --entry softmax/zen4-2c --workload attn_512
-    python benchmarks/study_alloc.py --entry softmax/zen4-2c --workload attn_512 --sets 8 --rounds 10
+    python -m benchmarks.study_alloc --entry softmax/zen4-2c --workload attn_512
+    python -m benchmarks.study_alloc --entry softmax/zen4-2c --workload attn_512 --sets 8 --rounds 10
 
 In one process, with the thread count a tuning run uses, the committed best of one
 entry is built once, and `--sets` argument sets are allocated (random data, as the
@@ -24,12 +24,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def spreads(table: list[list[float]]) -> tuple[list[float], float, float]:

@@ -1,8 +1,8 @@
 """Which figure of a tuned kernel holds from one run to the next on this runner? The data
 behind what `remeasure` decides on and what a README publishes (docs/measurement.md).
 
-    python benchmarks/study_drift.py --procs 12 --minutes 40          # the study
-    python benchmarks/study_drift.py --analyse benchmarks/results/study_drift_raw.jsonl
+    python -m benchmarks.study_drift --procs 12 --minutes 40          # the study
+    python -m benchmarks.study_drift --analyse benchmarks/results/study_drift/2026-12-01_xeon-emr-2c_window_raw.jsonl
 
 Each of `--procs` fresh processes, started at even intervals over `--minutes`, takes
 every committed best of `--logs` (default: every configured target's logs) and, for each
@@ -33,8 +33,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import result_path
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 KERNELS = ("best", "default", "compute", "memory")
 
@@ -398,7 +399,7 @@ def main() -> int:
         "--workers", type=int, default=1, help="fresh measuring workers per window (each measures seconds/workers)"
     )
     ap.add_argument("--logs", nargs="*", default=None, help="operator/target folders under tuning_logs/")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/study_drift_raw.jsonl")
+    ap.add_argument("--out", type=Path, default=result_path("study_drift", "raw", "jsonl"))
     ap.add_argument("--analyse", type=Path, default=None)
     ap.add_argument("--trials", type=int, default=2000, help="simulated series per kernel and figure")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -432,7 +433,8 @@ def main() -> int:
         rc = subprocess.run(
             [
                 sys.executable,
-                __file__,
+                "-m",
+                "benchmarks.study_drift",
                 "--child",
                 "--proc",
                 str(i),

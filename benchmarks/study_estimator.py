@@ -1,7 +1,7 @@
 """Which latency estimator reproduces best on a noisy runner: the data behind stats.py.
 
-    python benchmarks/study_estimator.py                  # ~2 min: 3 kernels, 3 processes
-    python benchmarks/study_estimator.py --samples 240 --procs 3 --sample-ms 10
+    python -m benchmarks.study_estimator                  # ~2 min: 3 kernels, 3 processes
+    python -m benchmarks.study_estimator --samples 240 --procs 3 --sample-ms 10
 
 Each of `--procs` fresh processes builds three real kernels of this repo's templates
 for this CPU (matmul 1024 at a hand-picked tiling, dense at its default tiling,
@@ -30,7 +30,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 KERNELS = {
     "matmul/m1024": {
@@ -109,7 +108,16 @@ def main() -> int:
     runs = []
     for _ in range(a.procs):
         out = subprocess.run(
-            [sys.executable, __file__, "--worker", "--samples", str(a.samples), "--sample-ms", str(a.sample_ms)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.study_estimator",
+                "--worker",
+                "--samples",
+                str(a.samples),
+                "--sample-ms",
+                str(a.sample_ms),
+            ],
             check=True,
             capture_output=True,
             text=True,

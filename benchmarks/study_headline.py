@@ -1,12 +1,12 @@
 """Which headline figure, published with the band of its first runs, holds for the runs
 that follow? Issue 20's reproduction target, asked of every run history we have.
 
-    python benchmarks/study_headline.py                 # committed histories + bench raw
-    python benchmarks/study_headline.py --publish-at 8 --later 5
+    python -m benchmarks.study_headline                 # committed histories + bench raw
+    python -m benchmarks.study_headline --publish-at 8 --later 5
 
 No measuring: it reads the runs `remeasure --record` and `bench_drift.py` already made on
 real runners (`tuning_logs/*/*/runs.jsonl`, and the histories in
-`benchmarks/results/bench_drift*_raw.jsonl` whose sets were not committed). For every
+`benchmarks/results/bench_drift/*_raw.jsonl` whose sets were not committed). For every
 workload's series and every window of `--publish-at` runs followed by `--later` runs
 (rolling over the series: each start is one trial), it publishes each candidate figure
 as a README would (the median of the first runs, their band: the largest distance of
@@ -32,14 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tvmtune_ci.core import runs as R
 
-from tvmtune_ci.core import runs as R  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def histories(root: Path = ROOT, raw: bool = True) -> dict[str, list[R.Run]]:
@@ -50,7 +48,7 @@ def histories(root: Path = ROOT, raw: bool = True) -> dict[str, list[R.Run]]:
         runs = R.parse_runs(path.read_bytes(), path)
         if len(runs) > 1:
             out[f"{path.parent.name}/{path.parent.parent.name}"] = runs
-    for path in sorted((ROOT / "benchmarks/results").glob("bench_drift*_raw.jsonl") if raw else ()):
+    for path in sorted((ROOT / "benchmarks/results/bench_drift").glob("*_raw.jsonl") if raw else ()):
         last: dict[str, list[R.Run]] = {}
         for line in path.read_text().splitlines():
             rec = json.loads(line)

@@ -1,8 +1,8 @@
 """Does this runner switch between speed modes? The data behind "a latency does not
 carry across processes" on a shared VM.
 
-    python benchmarks/study_modes.py                        # conv2d best on the first target, 100 s
-    python benchmarks/study_modes.py --entry matmul/zen4-2c --workload m1024 --seconds 60
+    python -m benchmarks.study_modes                        # conv2d best on the first target, 100 s
+    python -m benchmarks.study_modes --entry matmul/zen4-2c --workload m1024 --seconds 60
 
 In one process, with the thread count a tuning run uses, the committed best of one
 entry is measured the way the finals measure (`measure.finals`, one finalist, 3-sample
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def steal_jiffies() -> int:

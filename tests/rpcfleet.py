@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci.core.config import RpcRunner
+from tvmtune_ci.core.configschema import RpcRunner
 from tvmtune_ci.core.errors import DeviceError
 from tvmtune_ci.tune.devices import TrackerQueue, tracker_summary
 

@@ -4,14 +4,10 @@ shapes, and the curve and progress readings its figures come from."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import bench_transfer as bt  # noqa: E402 - benchmarks/ is not a package
+from benchmarks import bench_transfer as bt
 
 TEMPLATE = '''"""doc"""
 from tvmtune_ci.template import define_split

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import bench_warmstart as bw  # noqa: E402 - benchmarks/ is not a package
-from _common import against_spread  # noqa: E402
-
-from tvmtune_ci.core.stats import Estimate  # noqa: E402
+from benchmarks import bench_warmstart as bw
+from benchmarks._common import against_spread, side_passes
+from tvmtune_ci.core.stats import Estimate
 
 
 def _e(ms: float, rel: float) -> Estimate:
@@ -138,8 +133,6 @@ def test_side_by_side_runs_keep_each_configuration_s_fastest_and_reverse_every_o
     """A slow mode of the runner lasting one configuration's turn in one run (2x) is not
     its speed: the second run, in reverse order, measures it again, and its faster
     figure is kept; a configuration one run failed to measure keeps the other's."""
-    from _common import side_passes
-
     orders: list[list[str]] = []
     figures = iter(
         [

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import CONFIG, OPERATORS
 
-from tvmtune_ci.core.config import EarlyStop, load_config, parse_config
+from tvmtune_ci.core.config import load_config, parse_config
+from tvmtune_ci.core.configschema import EarlyStop
 from tvmtune_ci.core.errors import ConfigError
 from tvmtune_ci.core.template import CPU_KINDS, declared_kinds, discover_templates, read_template
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rpcfleet import DEFAULT_KEY, RpcFleet, free_port, rpc_fleet, start_fleet  # noqa: F401
 
-from tvmtune_ci.core.config import MeasureOptions, RpcRunner
+from tvmtune_ci.core.configschema import MeasureOptions, RpcRunner
 from tvmtune_ci.core.errors import DeviceError
 from tvmtune_ci.tune.devices import KeyQueue, TrackerQueue, parse_summary, preflight, split_tracker, tracker_summary
 

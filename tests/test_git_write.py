@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tvmtune_ci.core.config import GitIdentity
+from tvmtune_ci.core.configschema import GitIdentity
 from tvmtune_ci.core.errors import GitError
 from tvmtune_ci.publish.gitwrite import commit_paths, identity_env, push_with_retry
 

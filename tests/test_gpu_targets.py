@@ -86,7 +86,7 @@ def test_the_runner_takes_a_real_cuda_library_and_says_why_it_cannot_run_it(tmp_
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from tvmtune_ci.core.config import MeasureOptions
+    from tvmtune_ci.core.configschema import MeasureOptions
     from tvmtune_ci.core.template import import_template
     from tvmtune_ci.tune import nvrtc
     from tvmtune_ci.tune.builder import make_builder, schedule_config

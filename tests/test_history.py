@@ -3,7 +3,8 @@ template's knob space by name, and the knob diff."""
 
 from __future__ import annotations
 
-from tvmtune_ci.core.history import KnobDiff, ReplayReport, knob_diff, map_all, map_config, probes
+from tvmtune_ci.core.history import KnobDiff, knob_diff, map_all, map_config, probes
+from tvmtune_ci.core.replayreport import ReplayReport
 from tvmtune_ci.core.template import define_knob, define_split, define_structure
 
 WL = {"M": 64, "N": 128, "dtype": "float32"}

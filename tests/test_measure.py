@@ -12,7 +12,7 @@ import pytest
 from test_tuner import FAST, TARGET, make_template, write_template
 
 from tvmtune_ci.core import stats
-from tvmtune_ci.core.config import MeasureOptions, RpcRunner
+from tvmtune_ci.core.configschema import MeasureOptions, RpcRunner
 from tvmtune_ci.core.errors import DeviceError, TemplateError, TuningError
 from tvmtune_ci.tune import measure, numerics, runners, sampling
 from tvmtune_ci.tune.builder import build_config, split_knobs

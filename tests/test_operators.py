@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tvmtune_ci.core.extents import eval_extent
 from tvmtune_ci.core.targetinfo import scope, target_facts
 from tvmtune_ci.core.template import (
     Categorical,
@@ -31,7 +32,6 @@ from tvmtune_ci.core.template import (
     call_with_workload,
     design_spaces,
     discover_templates,
-    eval_extent,
     import_template,
     read_template,
 )

@@ -20,7 +20,7 @@ from conftest import commit_all, make_repo, run_cli
 from rpcfleet import DEFAULT_KEY, RpcFleet, rpc_fleet  # noqa: F401 - the fixture
 from small_mm import SMALL_MM
 
-from tvmtune_ci.core.config import MeasureOptions, RpcRunner
+from tvmtune_ci.core.configschema import MeasureOptions, RpcRunner
 from tvmtune_ci.core.errors import DeviceError, TuningError
 from tvmtune_ci.core.tunetypes import BatchEvent
 from tvmtune_ci.tune.tuner import TuneOutcome, TuneRequest, tune_workload

@@ -9,10 +9,11 @@ import itertools
 import math
 import random
 
+from tvmtune_ci.core.extents import eval_extent, perfect_tilings
 from tvmtune_ci.core.history import _valid
 from tvmtune_ci.core.siblings import map_split, map_to_shape, nearest, scaled_prior
 from tvmtune_ci.core.targetinfo import scope
-from tvmtune_ci.core.template import Categorical, Split, Structural, eval_extent, perfect_tilings
+from tvmtune_ci.core.template import Categorical, Split, Structural
 
 TARGET = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
 # The matmul template's knobs (operators/matmul.py): padded extents, a bound that reads

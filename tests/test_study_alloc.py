@@ -3,14 +3,9 @@ runner's modes (a round where every set is slower)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from study_alloc import spreads  # noqa: E402 - benchmarks/ is not a package
+from benchmarks.study_alloc import spreads
 
 
 def test_a_slow_mode_of_the_whole_runner_is_within_sets_not_between_them() -> None:

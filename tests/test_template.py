@@ -10,18 +10,17 @@ import pytest
 from conftest import OPERATORS, write
 
 from tvmtune_ci.core.errors import TemplateError
+from tvmtune_ci.core.extents import count_perfect_tiles, eval_extent
 from tvmtune_ci.core.targetinfo import scope
 from tvmtune_ci.core.template import (
     Categorical,
     Split,
     Structural,
-    count_perfect_tiles,
     define_knob,
     define_split,
     define_structure,
     design_spaces,
     discover_templates,
-    eval_extent,
     read_template,
     space_size,
 )

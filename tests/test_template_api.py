@@ -23,8 +23,9 @@ from tvmtune_ci.check.fingerprint import canonical_dump
 from tvmtune_ci.check.staleness import TEMPLATE_API_CHANGED, Report, find_stale
 from tvmtune_ci.core import template, templateapi
 from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.extents import eval_extent
 from tvmtune_ci.core.manifest import read_manifest
-from tvmtune_ci.core.template import Split, eval_extent
+from tvmtune_ci.core.template import Split
 from tvmtune_ci.pipeline import history as pipeline_history
 from tvmtune_ci.tune import priors
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tvmtune_ci.core.config import EarlyStop, MeasureOptions
+from tvmtune_ci.core.configschema import EarlyStop, MeasureOptions
 from tvmtune_ci.core.errors import TemplateError, TuningError
 from tvmtune_ci.core.stats import Estimate
 from tvmtune_ci.tune.measure import Finalist, FinalResult
@@ -324,13 +324,13 @@ def test_a_replay_measures_each_program_once_and_hands_its_old_best_to_the_warm_
     runner, builder = make_runner(FAST), make_builder(str(tmp_path / "artifacts"))
     try:
         search = Search(request(template, tmp_path / "w", trials=8), builder, runner, time.perf_counter())
-        replay = Replay(search)
+        replay = Replay(search.replay_seam())
         rs = replay.run([good, wrong, good, other])
         assert (rs.offered, rs.built, rs.correct, rs.measured) == (4, 4, 3, 2), rs
         assert rs.old_best_correct and any("does not match" in f for f in rs.failures), rs
         assert replay.old_best is not None and knobs_key(replay.old_best[1]) == knobs_key(good)
         assert [e.get("source") for e in search.store.trials] == ["replay", "replay"]
-        probes = Replay(search, "new_region")
+        probes = Replay(search.replay_seam(), "new_region")
         ps = probes.run([dict(good, tile_j=[2, 32])])
         assert ps.measured == 1 and probes.old_best is None, ps
         assert search.store.trials[-1].get("source") == "new_region"
@@ -1594,10 +1594,10 @@ def _trial(i: int, a: int, latency: float | None) -> dict:
 
 
 def _fin_of(results: list[FinalResult]):  # noqa: ANN202
-    from tvmtune_ci.tune.finals import _decide, _FinalsOutcome
+    from tvmtune_ci.tune.finals import FinalsOutcome, _decide
 
     winner, tied = _decide(results)
-    return _FinalsOutcome(results, winner, tied)
+    return FinalsOutcome(results, winner, tied)
 
 
 def _finalist(role: str, a: int | None, value: float, rel: float = 0.01) -> FinalResult:

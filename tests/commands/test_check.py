@@ -326,7 +326,8 @@ def test_the_step_summary_tells_what_a_retune_after_an_edit_found(
 ) -> None:
     """A PR whose log was re-tuned after a template edit: the job summary carries the
     history replay the manifest records."""
-    from tvmtune_ci.core.history import KnobDiff, ReplayReport
+    from tvmtune_ci.core.history import KnobDiff
+    from tvmtune_ci.core.replayreport import ReplayReport
 
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

@@ -24,7 +24,7 @@ from test_log_invariants import INCONSISTENT, edit_set, problems
 from tvmtune_ci.core import stats
 from tvmtune_ci.core.fsutil import sha256_bytes
 from tvmtune_ci.core.git.read import blob_id
-from tvmtune_ci.core.manifest import MANIFEST_FORMAT
+from tvmtune_ci.core.manifestformat import MANIFEST_FORMAT
 
 tvm = pytest.importorskip("tvm")
 

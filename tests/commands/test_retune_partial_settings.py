@@ -19,8 +19,9 @@ import pytest
 from conftest import commit_all, make_repo, run_cli, write_fresh
 
 from tvmtune_ci.check.staleness import find_stale
-from tvmtune_ci.check.staleness.tvmversion import installed_tvm_version
-from tvmtune_ci.core.config import MeasureOptions, load_config
+from tvmtune_ci.check.tvmversion import installed_tvm_version
+from tvmtune_ci.core.config import load_config
+from tvmtune_ci.core.configschema import MeasureOptions
 from tvmtune_ci.core.layout import LogSet
 from tvmtune_ci.core.manifest import read_manifest, write_manifest
 from tvmtune_ci.core.template import read_template

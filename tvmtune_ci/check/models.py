@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import Config, ModelConfig
+from ..core.configschema import Config, ModelConfig
 from ..core.contract import UNCOVERED_OP, UNCOVERED_SHAPE, Contract, read_contract
 from ..core.coverage import CoverageFile, read_coverage, recompute
 from ..core.errors import CorruptFileError, TemplateError

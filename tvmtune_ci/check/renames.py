@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import Config, TargetConfig
+from ..core.configschema import Config, TargetConfig
 from ..core.errors import TvmtuneError
 from ..core.fsutil import sha256_bytes
 from ..core.layout import LogSet
@@ -34,6 +34,7 @@ from ..core.targets import canonical_target, slug
 from ..core.template import discover_templates
 from ..core.templateapi import TEMPLATE_API
 from .fingerprint import Fingerprint, SourceCache, digest_of, split_key, workloads_hash
+from .tvmversion import installed_tvm_version, major_minor
 
 # A rename with an edit: the old log is replayed when at least this share of its
 # dependencies, moved to the new file, hash the same.
@@ -130,8 +131,6 @@ def renamed_history(
     edit: among the orphaned folders of the same target whose template file is gone,
     a readable, unedited one tuned for this target with this template API, closest
     to the template (`similarity` at least MIN_SIMILARITY). None when there is none."""
-    from .staleness import installed_tvm_version, major_minor
-
     olds = orphan_operators(config)
     if not olds:
         return None

@@ -12,7 +12,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..core.config import Config, ConfigWarning, load_config
+from ..core.config import load_config
+from ..core.configerrors import ConfigWarning
+from ..core.configschema import Config
 from .staleness import FIX_HINT, TEMPLATE_INVALID, Report, find_stale, parse_date
 
 

@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import argparse
 
+from ..check.selection import load_quietly
+from ..check.staleness import select_entries
 from ..core.errors import StaleLogError, UsageError
+from ..core.layout import LogSet
+from ..core.targets import slug
+from ..core.template import declared_kinds, discover_templates
+from ..publish.adopt import adopt
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -33,14 +39,6 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: the parser imports every command, and `check` starts with it.
-    from ..check.selection import load_quietly
-    from ..check.staleness import select_entries
-    from ..core.layout import LogSet
-    from ..core.targets import slug
-    from ..core.template import declared_kinds, discover_templates
-    from ..publish.adopt import adopt
-
     config = load_quietly(args.config)
     old, new = args.old, args.new
     select_entries(config, [new], args.target)  # UsageError naming an unknown one

@@ -23,7 +23,8 @@ from ..check.selection import add_selection_options, orphan_lines, report_from_a
 from ..check.staleness import FIX_HINT, TEMPLATE_API_CHANGED, TEMPLATE_CHANGED, TEMPLATE_INVALID, Entry, Reason, Report
 from ..ci import md_escape
 from ..core import gcpause, templateapi
-from ..core.config import Config
+from ..core.configschema import Config
+from ..core.replayreport import ReplayReport
 
 JSON_FORMAT = 1
 
@@ -219,8 +220,6 @@ def coverage_summary_rows(report: Report) -> list[str]:
 def history_summary(report: Report) -> list[str]:
     """For each fresh entry whose log was re-tuned after a template edit (its manifest
     holds a history replay): what the old configurations were worth."""
-    from ..core.history import ReplayReport
-
     out: list[str] = []
     for e in report.entries:
         if not e.fresh or e.manifest is None:
@@ -271,6 +270,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run_builds(config: Config, report: Report, fmt: str) -> tuple[list[Any], list[str]]:
     """The GPU entries' builds (none without --build or GPU entries) and their lines."""
+    # Here: the tuning side (TVM, the [cuda] extra) only for --build; `check` is light.
     from ..tune.buildcheck import build_entries, gpu_entries
 
     if not gpu_entries(config, report.entries):

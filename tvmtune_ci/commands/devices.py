@@ -7,7 +7,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.config import Config, load_config
+from ..core.config import load_config
+from ..core.configschema import Config
 from ..core.errors import ConfigError, DeviceError, UsageError
 from ..tune.devices import DEFAULT_TIMEOUT_S, TrackerQueue, split_tracker, tracker_summary
 

@@ -24,8 +24,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import ci
-from ..core.config import Config
+from ..check import staleness
+from ..check.selection import load_quietly, selected_operators
+from ..check.staleness import TEMPLATE_INVALID
+from ..core.configschema import Config
 from ..core.errors import UsageError
+from ..core.profiles import model_shares_by_target
+from ..core.template import read_template
 from ..pipeline.budget import parse_duration, split
 
 # GitHub Actions refuses a matrix with more jobs than this.
@@ -99,9 +104,6 @@ def add_budgets(
     config: Config, matrix: dict[str, list[dict[str, Any]]], entries: Sequence[Any], total_s: float
 ) -> None:
     """Each job's share of `total_s` (its workloads' weights over all), as `budget`."""
-    from ..core.profiles import model_shares_by_target
-    from ..core.template import read_template
-
     groups = {}
     shares = model_shares_by_target(config, {e.target_name for e in entries})
     for e in entries:
@@ -127,9 +129,7 @@ def select(
     Entries whose template does not read (template_invalid) are never listed: a
     runner cannot tune them, and `check` already fails for them.
     """
-    from ..check.staleness import find_stale  # unknown names: UsageError with "did you mean"
-
-    report = find_stale(
+    report = staleness.find_stale(  # unknown names: UsageError with "did you mean"
         config,
         changed_since=None if all_entries else changed_since,
         operators=list(operators) or None,
@@ -141,8 +141,6 @@ def select(
 
 def untunable(entry: Any) -> Any:
     """The entry's template_invalid Reason, or None."""
-    from ..check.staleness import TEMPLATE_INVALID
-
     return next((r for r in entry.reasons if r.code == TEMPLATE_INVALID), None)
 
 
@@ -169,8 +167,6 @@ def _summary(matrix: dict[str, list[dict[str, Any]]], entries: list[Any], all_en
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..check.selection import load_quietly, selected_operators
-
     config = load_quietly(args.config)
     report, entries = select(
         config,

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..core.config import Config, load_config
+from ..core.config import load_config
+from ..core.configschema import Config
 from ..core.contract import COVERED, UNCOVERED_OP, UNCOVERED_SHAPE, Contract
 from ..core.coverage import CoverageFile, read_coverage, write_coverage
 from ..core.errors import CorruptFileError, UsageError
+from ..model.calls import coverage_for, read_contracts
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -58,8 +60,6 @@ def describe(f: CoverageFile) -> list[str]:
 
 def generate(config: Config, names: list[str]) -> tuple[list[CoverageFile], list[Contract]]:
     """Write the coverage file of each named model; the files and the contracts."""
-    from ..model.calls import coverage_for, read_contracts
-
     blobs, contracts = read_contracts(config.root, config.operators_path)
     out = []
     for m in config.models:

@@ -30,6 +30,7 @@ from ..core.config import load_config
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.profiles import breakdown, profile_path, read_profile, write_profile
+from ..publish.modelreadme import render, render_chart
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -83,8 +84,8 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here: the model wing imports TVM, and --help imports every command.
     from ..model.profile import profile_model
-    from ..publish.modelreadme import render, render_chart
 
     config = load_config(Path(args.config) if args.config else None)
     known = [m.name for m in config.models]

@@ -11,6 +11,7 @@ from ..core.errors import HostError, UsageError
 from ..core.layout import LogSet
 from ..core.manifest import Manifest, read_manifest
 from ..core.runs import read_runs
+from ..core.template import declared_kinds, discover_templates
 from ..publish.readme import render_curve, render_readme
 from ..publish.swap import publish, recover
 
@@ -72,8 +73,6 @@ def _holds(path: Path, data: bytes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.template import declared_kinds, discover_templates
-
     config = load_config(Path(args.config) if args.config else None)
     if args.all:
         operators = [p.stem for p in discover_templates(config.operators_path)]

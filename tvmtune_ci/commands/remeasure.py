@@ -25,10 +25,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .. import ci
 from ..check.selection import add_selection_options, report_from_args
 from ..core.errors import TvmtuneError
+from ..core.runnerband import pool_path, runner_label
+from ..core.runs import RUNS_NAME
+from ..pipeline.remeasure import WINDOWS, Remeasured, Say, describe, remeasure_target
+from ..publish.gitwrite import commit_paths, push_with_retry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..check.staleness import Entry
+    from ..core.configschema import Config
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -56,26 +66,42 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pipeline.remeasure import WINDOWS, Remeasured, describe, remeasure_target
-
     config, report = report_from_args(args)
     commit = args.commit or args.push
     record = args.record or commit
     say = (lambda s: print(s, file=sys.stderr)) if args.format == "json" else print
+    done, skipped, failures = _remeasure(config, report.entries, args, record=record, say=say)
+    if commit and record and done:
+        _commit(config, done, args.push, failures)
+    drifted = [r for r in done if r.drifted]
+    if args.format == "json":
+        _print_json(done, skipped, record=record, drifted=len(drifted), errors=len(failures))
+    else:
+        _print_text(done, skipped, github=args.format == "github", drifted=bool(drifted))
+    if failures:
+        return max(1, *(f.exit_code for f in failures))
+    return 1 if drifted else 0
+
+
+def _remeasure(
+    config: Config, entries: Sequence[Entry], args: argparse.Namespace, *, record: bool, say: Say
+) -> tuple[list[Remeasured], list[str], list[TvmtuneError]]:
+    """One run per target of its fresh entries (`remeasure_target`); the entries
+    remeasured, the stale ones skipped (by name) and the errors, each reported."""
     done: list[Remeasured] = []
     skipped, failures = [], []
     by_target: dict[str, list] = {}
-    for e in report.entries:
+    for e in entries:
         if e.manifest is None or not e.fresh:
             # A stale set describes another template or target: re-tune it instead.
             skipped.append(f"{e.operator}/{e.target_name}")
             continue
         by_target.setdefault(e.target_name, []).append(e)
-    for name, entries in by_target.items():  # one run per target: its sets' bests in turns
+    for name, of_target in by_target.items():  # one run per target: its sets' bests in turns
         try:
             got = remeasure_target(
                 config,
-                entries,
+                of_target,
                 record=record,
                 say=say,
                 windows=args.windows or WINDOWS,
@@ -86,72 +112,69 @@ def run(args: argparse.Namespace) -> int:
             done += got
         except TvmtuneError as err:
             failures.append(err)
-            print(f"error: {', '.join(e.operator for e in entries)} on {name}: {err}", file=sys.stderr)
-    if commit and record and done:
-        _commit(config, done, args.push, failures)
-    drifted = [r for r in done if r.drifted]
-    if args.format == "json":
-        json.dump(
-            {
-                "results": [
-                    {
-                        "operator": r.operator,
-                        "target": r.target,
-                        "recorded": record,
-                        "run": r.run.to_json(),
-                        "verdicts": [v.to_json() for v in r.verdicts],
-                        "runner_band": None if r.band is None else r.band.to_json(),
-                        "history": [h.to_json() for h in r.history],
-                    }
-                    for r in done
-                ],
-                "skipped_stale": skipped,
-                "drifted": len(drifted),
-                "errors": len(failures),
-            },
-            sys.stdout,
-            indent=2,
-            sort_keys=True,
-        )
-        print()
-    else:
-        for r in done:
-            for line, v in zip(describe(r), r.verdicts, strict=True):
-                if args.format == "github" and v.drifted:
-                    print(ci.annotation("warning", line, file=r.readme, title="tuning log drifted"))
-                else:
-                    print(line)
-        for s in skipped:
-            print(f"{s}: stale, not re-measured (re-tune it: tvmtune-ci retune)")
-        n = sum(len(r.verdicts) for r in done)
-        states = [v.state for r in done for v in r.verdicts]
-        short = states.count("inconclusive")
-        print(
-            f"{states.count('drift')} of {n} bests drifted"
-            if drifted
-            else f"no drift in {n} bests: {states.count('stable')} stable, {short} inconclusive"
-            + (" (more runs needed)" if short else "")
-        )
-        if args.format == "github":
-            rows = "\n".join(
-                f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
-                f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"
+            print(f"error: {', '.join(e.operator for e in of_target)} on {name}: {err}", file=sys.stderr)
+    return done, skipped, failures
+
+
+def _print_json(done: Sequence[Remeasured], skipped: Sequence[str], *, record: bool, drifted: int, errors: int) -> None:
+    json.dump(
+        {
+            "results": [
+                {
+                    "operator": r.operator,
+                    "target": r.target,
+                    "recorded": record,
+                    "run": r.run.to_json(),
+                    "verdicts": [v.to_json() for v in r.verdicts],
+                    "runner_band": None if r.band is None else r.band.to_json(),
+                    "history": [h.to_json() for h in r.history],
+                }
                 for r in done
-                for v in r.verdicts
-            )
-            ci.append_step_summary(
-                f"### tvmtune-ci remeasure\n\n| entry | verdict | runs | band | why |\n|---|---|---|---|---|\n{rows}\n"
-            )
-    if failures:
-        return max(1, *(f.exit_code for f in failures))
-    return 1 if drifted else 0
+            ],
+            "skipped_stale": list(skipped),
+            "drifted": drifted,
+            "errors": errors,
+        },
+        sys.stdout,
+        indent=2,
+        sort_keys=True,
+    )
+    print()
+
+
+def _print_text(done: Sequence[Remeasured], skipped: Sequence[str], *, github: bool, drifted: bool) -> None:
+    """A line per verdict (an annotation for a drift with `--format github`), the
+    stale entries skipped, the count; with github, the step summary's table."""
+    for r in done:
+        for line, v in zip(describe(r), r.verdicts, strict=True):
+            if github and v.drifted:
+                print(ci.annotation("warning", line, file=r.readme, title="tuning log drifted"))
+            else:
+                print(line)
+    for s in skipped:
+        print(f"{s}: stale, not re-measured (re-tune it: tvmtune-ci retune)")
+    n = sum(len(r.verdicts) for r in done)
+    states = [v.state for r in done for v in r.verdicts]
+    short = states.count("inconclusive")
+    print(
+        f"{states.count('drift')} of {n} bests drifted"
+        if drifted
+        else f"no drift in {n} bests: {states.count('stable')} stable, {short} inconclusive"
+        + (" (more runs needed)" if short else "")
+    )
+    if github:
+        rows = "\n".join(
+            f"| {r.operator}/{r.target}/{v.workload} | {v.state} | {v.runs} | "
+            f"{'-' if v.band is None else f'±{v.band.halfwidth:.1%}'} | {v.sentence} |"
+            for r in done
+            for v in r.verdicts
+        )
+        ci.append_step_summary(
+            f"### tvmtune-ci remeasure\n\n| entry | verdict | runs | band | why |\n|---|---|---|---|---|\n{rows}\n"
+        )
 
 
 def _commit(config, done, push: bool, failures: list) -> None:  # noqa: ANN001
-    from ..core.runnerband import pool_path, runner_label
-    from ..core.runs import RUNS_NAME
-    from ..publish.gitwrite import commit_paths, push_with_retry
-
     paths = []
     for r in done:
         folder = config.logs_path / r.operator / r.readme.split("/")[-2]

@@ -21,10 +21,13 @@ from ..check.models import warning_lines
 from ..check.selection import add_selection_options, orphan_lines, report_from_args, summary_line
 from ..check.staleness import TEMPLATE_INVALID, Entry, Report
 from ..ci import md_escape
-from ..core.config import Config
+from ..core.configschema import Config
 from ..core.errors import CorruptFileError
 from ..core.manifest import Manifest
+from ..core.runs import MIN_REF, PERSIST, band_of, headline_series, read_runs
 from ..core.stats import fmt_latency
+from ..core.template import declared_kinds, discover_templates
+from ..publish.runwords import headline, noise_warning
 
 COLUMNS = ("entry", "state", "age", "trials", "best", "run to run", "space", "reasons")
 
@@ -42,8 +45,6 @@ History = Any  # list[runs.Run]; a CorruptFileError when runs.jsonl fails its ch
 
 def read_histories(report: Report) -> list[History]:
     """Each entry's run history, read once for every column and warning that needs it."""
-    from ..core.runs import read_runs
-
     out: list[History] = []
     for e in report.entries:
         if e.manifest is None:
@@ -61,8 +62,6 @@ def band_cell(e: Entry, history: History) -> str:
     README states it (runs.py); while the history is too short for one, how many runs it
     has, after the runner band its latest run was judged against if it was (the band
     the README names for its drift verdicts)."""
-    from ..core.runs import MIN_REF, PERSIST, band_of, headline_series
-
     if e.manifest is None or history is None:
         return "-"
     if isinstance(history, CorruptFileError):
@@ -80,8 +79,6 @@ def band_cell(e: Entry, history: History) -> str:
 def noise_lines(report: Report, histories: list[History]) -> list[str]:
     """One warning per target whose runner is noisier than the effects judged on it
     (runwords.noise_warning), from the first of its entries that says so."""
-    from ..publish.runwords import noise_warning
-
     out, seen = [], set()
     for e, history in zip(report.entries, histories, strict=True):
         if e.manifest is None or e.target_name in seen or not isinstance(history, list):
@@ -99,8 +96,6 @@ def best_cell(m: Manifest, history: History) -> str:
     """Each workload's best as its README's headline states it: the median over the run
     history (`runwords.headline`, the rule the README takes it by), else, before any run or
     when runs.jsonl fails its check, the re-tune's finals figure with its precision."""
-    from ..publish.runwords import headline
-
     runs = history if isinstance(history, list) else []
     cells = []
     for w, r in m.results.items():
@@ -152,8 +147,6 @@ class Coverage:
 def coverage(config: Config, targets: Sequence[str] | None = None) -> tuple[Coverage, ...]:
     """What each configured target (those in `targets`, when given) covers: every
     template, whatever the table selected, paired as `check` pairs them."""
-    from ..core.template import declared_kinds, discover_templates
-
     kinds = {p.stem: declared_kinds(p) for p in discover_templates(config.operators_path)}
     covered = config.coverage(kinds)
     return tuple(

@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import Any
 
 from .errors import TemplateError
+from .extents import eval_extent, perfect_tilings
 
 # Enumerating more combinations than this to count one design space is refused:
 # `check` must stay fast. The message says how to cut it.
@@ -189,8 +190,6 @@ def count_legal(
 ) -> int:
     """Points of one design space (`structure`: its structural choices) that satisfy
     every constraint; `names` is the extent scope (workload keys and target facts)."""
-    from .template import eval_extent, perfect_tilings
-
     check_names(constraints, knobs, names)
     used: dict[str, set[int]] = {}
     for c in constraints:

@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from .manifest import MANIFEST_NAME
+from .manifestformat import MANIFEST_NAME
 from .targets import slug
 
 

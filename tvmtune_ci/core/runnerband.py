@@ -392,6 +392,61 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run, ban
     "inconclusive" when they are not: the runner moved under the kernel within the job);
     "stable" otherwise, naming a window that alone was beyond (a slow stretch of the
     runner, not a change)."""
+    r = _first_reading(workload, before, latest, band)
+    if r is None:
+        return None
+    if r.beyond and r.spread > 2 * r.edge:
+        # Every window beyond, but not by one move: the runner changed speed under the
+        # kernel within the job (bench_drift under load: 1.13x, 1.26x and 2.13x in one run,
+        # the compute calibration kernel flipping between two modes 2x apart).
+        return _windows_disagree(r)
+    if r.beyond:
+        return _drift_in_every_window(r)
+    odd = [i + 1 for i, x in enumerate(r.ratios) if abs(x - 1) > r.edge]
+    if odd:
+        return _slow_stretch(r, odd)
+    return _within_band(r, band)
+
+
+@dataclass(frozen=True)
+class _FirstReading:
+    """This run's windows against the earlier runs of a young history: what
+    `judge_first`'s verdicts share."""
+
+    workload: str
+    ratios: list[float]  # each window's figure over the earlier runs' median
+    edge: float  # the runner band, widened by the set's own, at least runs.MIN_CHANGE
+    rest: str  # the earlier runs, in words
+    used: str  # the band used, in words
+    whole: float | None  # this run's figure over the whole run (`runs.value`)
+    count: int  # runs so far: the earlier ones and this one
+
+    @property
+    def shown(self) -> str:
+        return ", ".join(f"{x:.3f}x" for x in self.ratios)
+
+    @property
+    def beyond(self) -> bool:
+        """Every window beyond the edge, on one side."""
+        return all(x > 1 + self.edge for x in self.ratios) or all(x < 1 - self.edge for x in self.ratios)
+
+    @property
+    def spread(self) -> float:
+        """How far the windows lie apart: the slowest over the fastest, less 1."""
+        return max(self.ratios) / min(self.ratios) - 1
+
+    def verdict(self, state: str, sentence: str, direction: str | None = None) -> runs.Verdict:
+        return runs.Verdict(
+            self.workload, state, sentence, None, self.whole, statistics.median(self.ratios), self.count, direction
+        )
+
+
+def _first_reading(
+    workload: str, before: Sequence[runs.Run], latest: runs.Run, band: RunnerBand
+) -> _FirstReading | None:
+    """The reference (the earlier runs' median `run_figure`), the edge and this run's
+    windows over the reference; None when there is no earlier run of the workload, fewer
+    than 2 windows, or a window without the compute calibration kernel."""
     ref_pts = [(r.at, v) for r in before if (v := run_figure(r, workload))]
     now = [_normalised(w.workloads.get(workload), w.calibration.get("compute")) for w in latest.windows]
     if not ref_pts or len(now) < 2 or not all(now):
@@ -403,62 +458,45 @@ def judge_first(workload: str, before: Sequence[runs.Run], latest: runs.Run, ban
     ratios = [v / ref for v in now if v]
     rest = f"{len(before)} earlier run{'s' if len(before) != 1 else ''} of this set"
     used = band.describe() + (f", widened to this set's own ±{own_half:.1%}" if own_half > band.halfwidth else "")
-    shown = ", ".join(f"{x:.3f}x" for x in ratios)
-    whole = runs.value(latest, workload)
-    beyond = all(x > 1 + edge for x in ratios) or all(x < 1 - edge for x in ratios)
-    spread = max(ratios) / min(ratios) - 1
-    if beyond and spread > 2 * edge:
-        # Every window beyond, but not by one move: the runner changed speed under the
-        # kernel within the job (bench_drift under load: 1.13x, 1.26x and 2.13x in one run,
-        # the compute calibration kernel flipping between two modes 2x apart).
-        return runs.Verdict(
-            workload,
-            "inconclusive",
-            f"every window of this run is beyond ±{edge:.1%} of the {rest} ({shown} their figure, over "
-            f"the compute calibration kernel), but they disagree by {spread:.0%}, more than twice that: "
-            f"the runner's speed moved under the kernel within this job, not one change; the next "
-            f"remeasure tells ({used})",
-            None,
-            whole,
-            statistics.median(ratios),
-            len(before) + 1,
-        )
-    if beyond:
-        d = "slower" if ratios[0] > 1 else "faster"
-        return runs.Verdict(
-            workload,
-            "drift",
-            f"all {len(ratios)} windows of this run are {d} than the {rest} ({shown} their figure, "
-            f"over the compute calibration kernel measured in turns with it), beyond ±{edge:.1%} and "
-            f"within {spread:.0%} of each other: {used}; a change that lasted the whole job",
-            None,
-            whole,
-            statistics.median(ratios),
-            len(before) + 1,
-            d,
-        )
-    odd = [i + 1 for i, x in enumerate(ratios) if abs(x - 1) > edge]
-    if odd:
-        inside = [i + 1 for i in range(len(ratios)) if i + 1 not in odd]
-        return runs.Verdict(
-            workload,
-            "stable",
-            f"no change that lasts: this run's {len(ratios)} windows are {shown} the {rest} (over the "
-            f"compute calibration kernel); window{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} "
-            f"beyond ±{edge:.1%}, window{'s' if len(inside) > 1 else ''} {', '.join(map(str, inside))} "
-            f"within it: a slow stretch of the runner, not a change ({used})",
-            None,
-            whole,
-            statistics.median(ratios),
-            len(before) + 1,
-        )
-    return runs.Verdict(
-        workload,
+    return _FirstReading(workload, ratios, edge, rest, used, runs.value(latest, workload), len(before) + 1)
+
+
+def _windows_disagree(r: _FirstReading) -> runs.Verdict:
+    return r.verdict(
+        "inconclusive",
+        f"every window of this run is beyond ±{r.edge:.1%} of the {r.rest} ({r.shown} their figure, over "
+        f"the compute calibration kernel), but they disagree by {r.spread:.0%}, more than twice that: "
+        f"the runner's speed moved under the kernel within this job, not one change; the next "
+        f"remeasure tells ({r.used})",
+    )
+
+
+def _drift_in_every_window(r: _FirstReading) -> runs.Verdict:
+    d = "slower" if r.ratios[0] > 1 else "faster"
+    return r.verdict(
+        "drift",
+        f"all {len(r.ratios)} windows of this run are {d} than the {r.rest} ({r.shown} their figure, "
+        f"over the compute calibration kernel measured in turns with it), beyond ±{r.edge:.1%} and "
+        f"within {r.spread:.0%} of each other: {r.used}; a change that lasted the whole job",
+        d,
+    )
+
+
+def _slow_stretch(r: _FirstReading, odd: list[int]) -> runs.Verdict:
+    """Stable: some windows beyond the edge (`odd`, 1-based), the others within it."""
+    inside = [i + 1 for i in range(len(r.ratios)) if i + 1 not in odd]
+    return r.verdict(
         "stable",
-        f"within the {'early' if band.early else 'runner'} band: this run's {len(ratios)} windows are {shown} the {rest} (over "
-        f"the compute calibration kernel), within ±{edge:.1%}: {used}",
-        None,
-        whole,
-        statistics.median(ratios),
-        len(before) + 1,
+        f"no change that lasts: this run's {len(r.ratios)} windows are {r.shown} the {r.rest} (over the "
+        f"compute calibration kernel); window{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} "
+        f"beyond ±{r.edge:.1%}, window{'s' if len(inside) > 1 else ''} {', '.join(map(str, inside))} "
+        f"within it: a slow stretch of the runner, not a change ({r.used})",
+    )
+
+
+def _within_band(r: _FirstReading, band: RunnerBand) -> runs.Verdict:
+    return r.verdict(
+        "stable",
+        f"within the {'early' if band.early else 'runner'} band: this run's {len(r.ratios)} windows are {r.shown} the {r.rest} (over "
+        f"the compute calibration kernel), within ±{r.edge:.1%}: {r.used}",
     )

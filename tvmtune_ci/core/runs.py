@@ -23,9 +23,12 @@ keep the rest, so the choice can be revisited on the history already recorded.
 
 Pure Python, no TVM: `check`, `status` and `readme` read it.
 
-Over 400 lines: the record format and the band and verdict rules read one history the
-same way (which runs count, which were disturbed); split, each would re-decide that.
-The README's and status's sentences drawn from them are `publish/runwords.py`.
+Over 400 lines: two jobs not yet cut apart, the record format (a run; `runs.jsonl`
+read, checked and written) and the figures, band and verdict drawn from it. The cut
+between them is clean, but their callers (`pipeline/remeasure.py`, `core/runnerband.py`,
+the tests) reach both through the one module name `runs.`, so making it means editing
+each such call. The README's and status's sentences drawn from them are
+`publish/runwords.py`.
 """
 
 from __future__ import annotations
@@ -588,93 +591,154 @@ def judge(
     n = len(points)
     if n == 0:
         return Verdict(workload, "inconclusive", "no run has measured it yet", runs=0)
-    latest = points[-1][1]
     found = _far(points, runner, far)
     if found is not None:
-        jump, kind, cal = found
-        if kind is None:
-            return _drift_at_once(workload, points, jump, far)
-        # Far, but a calibration kernel was off as far the same way: the runner.
-        note = (
-            f" The latest run was {_words(jump)} the median before it, and the "
-            f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel."
-        )
-        v = judge(workload, points, far=math.inf)
-        return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio, v.runs, v.direction)
+        return _judge_far(workload, points, found, far)
     ref = points[: n - PERSIST]
     if len(ref) < MIN_REF:
-        need = MIN_REF + PERSIST - n
-        return Verdict(
-            workload,
-            "inconclusive",
-            f"{need} more run{'s' if need > 1 else ''} needed "
-            f"({n} so far; a band rests on {MIN_REF} runs and a change must last "
-            f"{PERSIST})",
-            band_of(points),
-            latest,
-            None,
-            n,
-        )
+        return _too_few_runs(workload, points)
     band = band_of(ref)
     assert band is not None
-    recent = [v / band.median for _, v in points[n - PERSIST :]]
-    ratio = latest / band.median
-    edge = max(MARGIN * band.halfwidth, MIN_CHANGE)
-    if all(r > 1 + edge for r in recent) or all(r < 1 - edge for r in recent):
-        d = "slower" if recent[-1] > 1 else "faster"
-        with_runner = _faster_with_runner(points, runner) if d == "faster" else None
-        if with_runner is not None:
-            return Verdict(
-                workload,
-                "stable",
-                f"faster than the band of the {len(ref)} runs before (now "
-                f"{_words(ratio)} their median, beyond their ±{band.halfwidth:.1%}), "
-                f"and so was the runner: {with_runner}",
-                band,
-                latest,
-                ratio,
-                n,
-            )
-        return Verdict(
-            workload,
-            "drift",
-            f"the last {PERSIST} runs are all {d} than the band of the {len(ref)} "
-            f"runs before them (beyond {MARGIN:g} x their ±{band.halfwidth:.1%} around "
-            f"their median; now {_words(ratio)})",
-            band,
-            latest,
-            ratio,
-            n,
-            d,
-        )
-    beyond = sum(
-        1 for _ in itertools.takewhile(lambda r: r > 1 + edge if ratio > 1 else r < 1 - edge, reversed(recent))
+    r = _Reading(workload, points, ref, band, max(MARGIN * band.halfwidth, MIN_CHANGE))
+    if all(x > 1 + r.edge for x in r.recent) or all(x < 1 - r.edge for x in r.recent):
+        return _lasting_change(r, runner)
+    not_yet = _not_lasting_yet(r)
+    return not_yet if not_yet is not None else _within_band(r)
+
+
+def _judge_far(
+    workload: str, points: Sequence[tuple[str, float]], found: tuple[float, str | None, float], far: float
+) -> Verdict:
+    """The latest run is more than `far` from the median before it (`_far`): drift at
+    once, unless a calibration kernel was off as far the same way; then the runner
+    moved, and the persistence rule decides, saying so."""
+    jump, kind, cal = found
+    if kind is None:
+        return _drift_at_once(workload, points, jump, far)
+    # Far, but a calibration kernel was off as far the same way: the runner.
+    note = (
+        f" The latest run was {_words(jump)} the median before it, and the "
+        f"{kind}-bound calibration kernel {_words(cal)} its own: the runner, not the kernel."
     )
-    if beyond:
-        # Not (yet) a lasting change, but not "within the band" either: the next runs
-        # tell (bench_drift: a swapped 1.12x kernel read 1.21x, 1.20x, then drift).
-        more = PERSIST - beyond
-        return Verdict(
-            workload,
-            "inconclusive",
-            f"beyond the band in the last {'run' if beyond == 1 else f'{beyond} runs'}: now "
-            f"{_words(ratio)} the median of {len(ref)} earlier runs, which spread "
-            f"±{band.halfwidth:.1%}; a change must last {PERSIST} runs: {more} more "
-            f"run{'s' if more > 1 else ''} will tell",
-            band,
-            latest,
-            ratio,
-            n,
-        )
+    v = judge(workload, points, far=math.inf)
+    return Verdict(v.workload, v.state, v.sentence + note, v.band, v.latest, v.ratio, v.runs, v.direction)
+
+
+def _too_few_runs(workload: str, points: Sequence[tuple[str, float]]) -> Verdict:
+    """Inconclusive: fewer than MIN_REF runs before the last PERSIST, and how many more
+    a verdict needs."""
+    n = len(points)
+    need = MIN_REF + PERSIST - n
     return Verdict(
         workload,
-        "stable",
-        f"within the band: now {_words(ratio)} the median of {len(ref)} earlier "
-        f"runs, which spread ±{band.halfwidth:.1%}",
-        band,
-        latest,
-        ratio,
+        "inconclusive",
+        f"{need} more run{'s' if need > 1 else ''} needed "
+        f"({n} so far; a band rests on {MIN_REF} runs and a change must last "
+        f"{PERSIST})",
+        band_of(points),
+        points[-1][1],
+        None,
         n,
+    )
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """A series with enough runs, read against the band of its reference runs (all but
+    the last PERSIST): what `judge`'s last steps share."""
+
+    workload: str
+    points: Sequence[tuple[str, float]]
+    ref: Sequence[tuple[str, float]]
+    band: Band
+    edge: float  # how far from 1 a run's ratio must lie: MARGIN x the band, at least MIN_CHANGE
+
+    @property
+    def n(self) -> int:
+        return len(self.points)
+
+    @property
+    def latest(self) -> float:
+        return self.points[-1][1]
+
+    @property
+    def ratio(self) -> float:
+        """The latest run over the reference median."""
+        return self.latest / self.band.median
+
+    @property
+    def recent(self) -> list[float]:
+        """The last PERSIST runs over the reference median."""
+        return [v / self.band.median for _, v in self.points[self.n - PERSIST :]]
+
+
+def _lasting_change(r: _Reading, runner: Mapping[str, Sequence[tuple[str, float]]] | None) -> Verdict:
+    """Each of the last PERSIST runs lies beyond the band on one side: drift, unless they
+    are faster and the runner's speed explains it (`_faster_with_runner`)."""
+    d = "slower" if r.recent[-1] > 1 else "faster"
+    with_runner = _faster_with_runner(r.points, runner) if d == "faster" else None
+    if with_runner is not None:
+        return Verdict(
+            r.workload,
+            "stable",
+            f"faster than the band of the {len(r.ref)} runs before (now "
+            f"{_words(r.ratio)} their median, beyond their ±{r.band.halfwidth:.1%}), "
+            f"and so was the runner: {with_runner}",
+            r.band,
+            r.latest,
+            r.ratio,
+            r.n,
+        )
+    return Verdict(
+        r.workload,
+        "drift",
+        f"the last {PERSIST} runs are all {d} than the band of the {len(r.ref)} "
+        f"runs before them (beyond {MARGIN:g} x their ±{r.band.halfwidth:.1%} around "
+        f"their median; now {_words(r.ratio)})",
+        r.band,
+        r.latest,
+        r.ratio,
+        r.n,
+        d,
+    )
+
+
+def _not_lasting_yet(r: _Reading) -> Verdict | None:
+    """Inconclusive when the latest runs lie beyond the band on the latest's side, but
+    fewer than PERSIST of them; None when the latest is within it."""
+    edge, ratio = r.edge, r.ratio
+    beyond = sum(
+        1 for _ in itertools.takewhile(lambda x: x > 1 + edge if ratio > 1 else x < 1 - edge, reversed(r.recent))
+    )
+    if not beyond:
+        return None
+    # Not (yet) a lasting change, but not "within the band" either: the next runs
+    # tell (bench_drift: a swapped 1.12x kernel read 1.21x, 1.20x, then drift).
+    more = PERSIST - beyond
+    return Verdict(
+        r.workload,
+        "inconclusive",
+        f"beyond the band in the last {'run' if beyond == 1 else f'{beyond} runs'}: now "
+        f"{_words(ratio)} the median of {len(r.ref)} earlier runs, which spread "
+        f"±{r.band.halfwidth:.1%}; a change must last {PERSIST} runs: {more} more "
+        f"run{'s' if more > 1 else ''} will tell",
+        r.band,
+        r.latest,
+        ratio,
+        r.n,
+    )
+
+
+def _within_band(r: _Reading) -> Verdict:
+    return Verdict(
+        r.workload,
+        "stable",
+        f"within the band: now {_words(r.ratio)} the median of {len(r.ref)} earlier "
+        f"runs, which spread ±{r.band.halfwidth:.1%}",
+        r.band,
+        r.latest,
+        r.ratio,
+        r.n,
     )
 
 
@@ -714,25 +778,10 @@ def _faster_with_runner(
 # --------------------------------------------------------------------------- README helpers
 
 
-def usual_speed_series(runs: Sequence[Run], workload: str) -> list[tuple[str, float]] | None:
-    """The headline's series: each run's fastest-stretch figure over the compute
-    calibration kernel's in the same run (measured in turns with it), times that kernel's
-    median over these runs: the kernel at the runner's usual speed. The runner's own
-    speed in a run is divided out. Measured on every history we have
-    (`benchmarks/study_headline.py`, docs/measurement.md): published after 8 runs, the
-    median of the next 5 landed inside this figure's band in 47 of 50 windows, the
-    absolute figure's in 35. None when a run of the workload lacks the compute kernel
-    (a target without calibration kernels)."""
-    usual = usual_speed(runs, workload)
-    if usual is None:
-        return None
-    return [(at, v * usual) for at, v in series(runs, workload, "fast_vs_compute")]
-
-
 def usual_speed(runs: Sequence[Run], workload: str) -> float | None:
     """The compute calibration kernel's median figure over the runs that measured
-    `workload`: the runner's usual speed, the scale of `usual_speed_series`. None when
-    one of those runs lacks it."""
+    `workload`: the runner's usual speed, the scale of the headline's series
+    (`headline_basis`). None when one of those runs lacks it."""
     pts = series(runs, workload)
     ats = {at for at, _ in pts}
     cal = [r.calibration["compute"].fast_s for r in runs if r.at in ats and "compute" in r.calibration]
@@ -752,6 +801,14 @@ class HeadlineBasis:
 
 
 def headline_basis(runs: Sequence[Run], workload: str) -> HeadlineBasis:
+    """The headline's series over the runs the runner did not disturb (`disturbed`): each
+    run's fastest-stretch figure over the compute calibration kernel's in the same run
+    (measured in turns with it), times that kernel's median over these runs: the kernel
+    at the runner's usual speed, the runner's own speed in a run divided out; as
+    measured where a run lacks the compute kernel (a target without calibration
+    kernels). Measured on every history we have (`benchmarks/study_headline.py`,
+    docs/measurement.md): published after 8 runs, the median of the next 5 landed
+    inside this figure's band in 47 of 50 windows, the absolute figure's in 35."""
     skip = disturbed(runs, workload)
     kept = [r for r in runs if r.at not in skip]
     absolute = series(kept, workload)

@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import TemplateError
+from .extents import eval_extent
 from .history import REPLAY_K, Mapped, _valid, nearest_factor, old_configs
 from .manifest import Manifest
 from .targetinfo import scope
-from .template import Categorical, Knob, Split, default_value, eval_extent
+from .template import Categorical, Knob, Split, default_value
 
 
 def same_params(a: Any, b: Any) -> bool:

@@ -24,7 +24,11 @@ Inside `schedule`, `cfg.split(sch, loop, "tile_i")` samples and applies the spli
 annotation) and `cfg["pack_b"]` is the structural choice of this design space.
 
 Over 400 lines: the template author's whole API (declarations, the source reader
-`check` uses, and the `Knobs` object `schedule` calls) in one place to read.
+`check` uses, and the `Knobs` object `schedule` calls) in one place to read. The
+knob -> trace rules among them (`Knobs.split`, `Knobs.knob`, `default_value`,
+`design_spaces`) are pinned by module and name (`templateapi.RULES`), so moving one
+re-pins the template API; the extent and tiling arithmetic, which no rule pins, is
+`extents.py`.
 """
 
 from __future__ import annotations
@@ -33,10 +37,8 @@ import ast
 import inspect
 import itertools
 import math
-import operator as _op
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,8 @@ from .constraints import (
 )
 from .contract import Implements, parse_implements
 from .errors import TemplateError
-from .targetinfo import FACT_NAMES, TargetFacts, scope, target_facts
+from .extents import count_perfect_tiles, eval_extent
+from .targetinfo import TargetFacts, scope, target_facts
 
 __all__ = ["Constraint", "define_constraint", "define_knob", "define_split", "define_structure"]
 
@@ -178,112 +181,7 @@ _DEFINERS: dict[str, Callable[..., Any]] = {
     "define_structure": define_structure,
 }
 
-# --------------------------------------------------------------------------- extents
-
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: _op.add,
-    ast.Sub: _op.sub,
-    ast.Mult: _op.mul,
-    ast.FloorDiv: _op.floordiv,
-    ast.Mod: _op.mod,
-}
-
-
-@lru_cache(maxsize=4096)
-def _parse_extent(extent: str) -> ast.Expression:
-    # Parsed once per run: `check` evaluates each extent for every workload of
-    # every template, and most templates share the same few ("M", "N", "K").
-    try:
-        return ast.parse(extent, mode="eval")
-    except SyntaxError:
-        raise TemplateError(f"extent {extent!r} is not an expression over workload keys") from None
-
-
-def _eval_node(node: ast.AST, extent: str, workload: Mapping[str, Any]) -> int:
-    # Module level, not a closure: a recursive closure is a reference cycle per
-    # call, and `check` evaluates extents tens of thousands of times.
-    if isinstance(node, ast.Expression):
-        return _eval_node(node.body, extent, workload)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        v = workload.get(node.id)
-        if not isinstance(v, int) or isinstance(v, bool):
-            hint = "" if node.id not in FACT_NAMES else " (a target fact: only known with a target)"
-            # Only what an extent can name: the integers (a dtype is no extent).
-            names = [k for k, x in workload.items() if isinstance(x, int) and not isinstance(x, bool)]
-            raise TemplateError(
-                f"extent {extent!r}: workload has no integer {node.id!r} (the integers it has: {', '.join(names) or 'none'}){hint}"
-            )
-        return v
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return int(
-            _BINOPS[type(node.op)](_eval_node(node.left, extent, workload), _eval_node(node.right, extent, workload))
-        )
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_eval_node(node.operand, extent, workload)
-    raise TemplateError(
-        f"extent {extent!r}: only workload keys, target facts ({', '.join(FACT_NAMES)}), integers and + - * // % are allowed"
-    )
-
-
-def eval_extent(extent: int | str, workload: Mapping[str, Any]) -> int:
-    """Evaluate a split extent against a workload without running template code."""
-    if isinstance(extent, int):
-        return extent
-    value = _eval_node(_parse_extent(extent), extent, workload)
-    if value < 1:
-        raise TemplateError(f"extent {extent!r} evaluates to {value} for workload {dict(workload)}")
-    return value
-
-
 # --------------------------------------------------------------------------- space size
-
-
-def _factorize(n: int) -> dict[int, int]:
-    out: dict[int, int] = {}
-    p = 2
-    while p * p <= n:
-        while n % p == 0:
-            out[p] = out.get(p, 0) + 1
-            n //= p
-        p += 1
-    if n > 1:
-        out[n] = out.get(n, 0) + 1
-    return out
-
-
-def _ordered_factorizations(n: int, k: int) -> int:
-    """Ways to write n as an ordered product of k positive integers (1 allowed)."""
-    return math.prod(math.comb(e + k - 1, k - 1) for e in _factorize(n).values())
-
-
-@lru_cache(maxsize=1024)
-def perfect_tilings(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
-    """Every decision `sample_perfect_tile(n=parts, max_innermost_factor=...)` can make
-    (what `count_perfect_tiles` counts), in a fixed order."""
-
-    def rest(n: int, k: int) -> list[tuple[int, ...]]:
-        if k == 1:
-            return [(n,)]
-        return [(d, *r) for d in range(1, n + 1) if n % d == 0 for r in rest(n // d, k - 1)]
-
-    return tuple(
-        (*r, d)
-        for d in range(1, min(extent, max_innermost) + 1)
-        if extent % d == 0
-        for r in rest(extent // d, parts - 1)
-    )
-
-
-@lru_cache(maxsize=4096)
-def count_perfect_tiles(extent: int, parts: int, max_innermost: int) -> int:
-    """What `sample_perfect_tile(n=parts, max_innermost_factor=...)` can choose from."""
-    return sum(
-        _ordered_factorizations(extent // d, parts - 1)
-        for d in range(1, min(extent, max_innermost) + 1)
-        if extent % d == 0
-    )
 
 
 def default_value(knob: Knob, workload: Mapping[str, Any]) -> Any:
@@ -611,58 +509,77 @@ def declared_kinds(path: Path) -> tuple[str, ...] | None:
     return kinds
 
 
-def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
-    """Read WORKLOADS, KNOBS and the required functions from a template's AST."""
-    if tree is None:
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        except SyntaxError as e:
-            raise TemplateError(f"syntax error: {e.msg}", file=path, line=e.lineno) from None
+@dataclass
+class _TopLevel:
+    """What `read_template` finds among a template's top-level statements, before it
+    checks that the declarations are complete."""
+
     workloads: dict[str, dict[str, Any]] | None = None
     knobs: list[Knob] | None = None
-    knobs_line = 1
-    knob_lines: dict[str, int] = {}
-    constraints: list[Constraint] = []
-    constraint_lines: dict[str, int] = {}
+    knobs_line: int = 1
+    knob_lines: dict[str, int] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
+    constraint_lines: dict[str, int] = field(default_factory=dict)
     kinds: tuple[str, ...] = CPU_KINDS
-    functions: dict[str, int] = {}
+    functions: dict[str, int] = field(default_factory=dict)
     implements_node: ast.expr | None = None
+
+    def read_knobs(self, stmt: ast.Assign | ast.AnnAssign, value: ast.expr, path: Path) -> None:
+        if not isinstance(value, (ast.List, ast.Tuple)):
+            raise TemplateError("KNOBS must be a list of define_* calls", file=path, line=stmt.lineno)
+        knobs = [knob_from_ast(el, path) for el in value.elts]
+        self.knobs = knobs
+        self.knob_lines = {k.name: el.lineno for k, el in zip(knobs, value.elts, strict=True)}
+        self.knobs_line = stmt.lineno
+        if any(isinstance(k, Constraint) for k in knobs):
+            raise TemplateError("define_constraint() belongs in CONSTRAINTS, not KNOBS", file=path, line=stmt.lineno)
+
+    def read_constraints(self, stmt: ast.Assign | ast.AnnAssign, value: ast.expr, path: Path) -> None:
+        if not isinstance(value, (ast.List, ast.Tuple)):
+            raise TemplateError("CONSTRAINTS must be a list of define_constraint() calls", file=path, line=stmt.lineno)
+        for el in value.elts:
+            c = knob_from_ast(el, path)
+            if not isinstance(c, Constraint):
+                raise TemplateError("CONSTRAINTS holds define_constraint() calls only", file=path, line=el.lineno)
+            self.constraints.append(c)
+            self.constraint_lines[c.name] = el.lineno
+
+
+def _parse_template(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as e:
+        raise TemplateError(f"syntax error: {e.msg}", file=path, line=e.lineno) from None
+
+
+def _top_level(tree: ast.Module, path: Path) -> _TopLevel:
+    """The declarations and required functions among `tree`'s top-level statements
+    (the last assignment of a name wins), each read and checked on its own."""
+    found = _TopLevel()
     for stmt in tree.body:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             names = [t.id for t in targets if isinstance(t, ast.Name)]
             if "WORKLOADS" in names and stmt.value is not None:
-                workloads = _literal(stmt.value, path, "WORKLOADS")
+                found.workloads = _literal(stmt.value, path, "WORKLOADS")
             if "KNOBS" in names and stmt.value is not None:
-                if not isinstance(stmt.value, (ast.List, ast.Tuple)):
-                    raise TemplateError("KNOBS must be a list of define_* calls", file=path, line=stmt.lineno)
-                knobs = [knob_from_ast(el, path) for el in stmt.value.elts]
-                knob_lines = {k.name: el.lineno for k, el in zip(knobs, stmt.value.elts, strict=True)}
-                knobs_line = stmt.lineno
-                if any(isinstance(k, Constraint) for k in knobs):
-                    raise TemplateError(
-                        "define_constraint() belongs in CONSTRAINTS, not KNOBS", file=path, line=stmt.lineno
-                    )
+                found.read_knobs(stmt, stmt.value, path)
             if "CONSTRAINTS" in names and stmt.value is not None:
-                if not isinstance(stmt.value, (ast.List, ast.Tuple)):
-                    raise TemplateError(
-                        "CONSTRAINTS must be a list of define_constraint() calls", file=path, line=stmt.lineno
-                    )
-                for el in stmt.value.elts:
-                    c = knob_from_ast(el, path)
-                    if not isinstance(c, Constraint):
-                        raise TemplateError(
-                            "CONSTRAINTS holds define_constraint() calls only", file=path, line=el.lineno
-                        )
-                    constraints.append(c)
-                    constraint_lines[c.name] = el.lineno
+                found.read_constraints(stmt, stmt.value, path)
             if "TARGET_KINDS" in names and stmt.value is not None:
-                kinds = _target_kinds(stmt, path)
+                found.kinds = _target_kinds(stmt, path)
             if "IMPLEMENTS" in names and stmt.value is not None:
-                implements_node = stmt.value
+                found.implements_node = stmt.value
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in REQUIRED_FUNCTIONS:
-            functions[stmt.name] = stmt.lineno
-    missing = [f for f in REQUIRED_FUNCTIONS if f not in functions]
+            found.functions[stmt.name] = stmt.lineno
+    return found
+
+
+def _check_complete(found: _TopLevel, path: Path) -> tuple[dict[str, dict[str, Any]], list[Knob]]:
+    """(WORKLOADS, KNOBS) once every declaration and required function is there, the
+    workloads are a dict of dicts, and knob and constraint names are unique."""
+    workloads, knobs = found.workloads, found.knobs
+    missing = [f for f in REQUIRED_FUNCTIONS if f not in found.functions]
     if workloads is None:
         missing.insert(0, "WORKLOADS")
     if knobs is None:
@@ -679,31 +596,40 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TemplateError(f"knob names must be unique; repeated: {', '.join(dup)}", file=path)
-    cnames = [c.name for c in constraints]
+    cnames = [c.name for c in found.constraints]
     cdup = sorted({n for n in cnames if cnames.count(n) > 1})
     if cdup:
         raise TemplateError(f"constraint names must be unique; repeated: {', '.join(cdup)}", file=path)
-    implements: tuple[Implements, ...] = ()
-    if implements_node is not None:
-        elts = implements_node.elts if isinstance(implements_node, (ast.List, ast.Tuple)) else []
-        implements = parse_implements(
-            _literal(implements_node, path, "IMPLEMENTS"),
-            workloads,
-            path,
-            implements_node.lineno,
-            [e.lineno for e in elts],
-        )
+    return workloads, knobs
+
+
+def _implements(found: _TopLevel, workloads: dict[str, dict[str, Any]], path: Path) -> tuple[Implements, ...]:
+    """IMPLEMENTS read and matched against WORKLOADS (contract.py); () when not declared."""
+    node = found.implements_node
+    if node is None:
+        return ()
+    elts = node.elts if isinstance(node, (ast.List, ast.Tuple)) else []
+    return parse_implements(_literal(node, path, "IMPLEMENTS"), workloads, path, node.lineno, [e.lineno for e in elts])
+
+
+def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
+    """Read WORKLOADS, KNOBS and the required functions from a template's AST."""
+    if tree is None:
+        tree = _parse_template(path)
+    found = _top_level(tree, path)
+    workloads, knobs = _check_complete(found, path)
+    implements = _implements(found, workloads, path)
     decl = TemplateDecl(
         path.stem,
         path,
         workloads,
         tuple(knobs),
-        functions["schedule"],
-        functions,
-        knob_lines,
-        tuple(constraints),
-        constraint_lines,
-        kinds,
+        found.functions["schedule"],
+        found.functions,
+        found.knob_lines,
+        tuple(found.constraints),
+        found.constraint_lines,
+        found.kinds,
         implements,
     )
     try:
@@ -711,7 +637,7 @@ def read_template(path: Path, tree: ast.Module | None = None) -> TemplateDecl:
     except TemplateError as e:
         if e.file is not None:  # at the offending knob's line
             raise
-        raise TemplateError(f"{e}", file=path, line=knobs_line) from None
+        raise TemplateError(f"{e}", file=path, line=found.knobs_line) from None
     return decl
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.config import Config, ModelConfig
+from ..core.configschema import Config, ModelConfig
 from ..core.contract import CallArg, CallSig, Contract, read_contract
 from ..core.coverage import CoverageFile, build
 from ..core.errors import ModelError

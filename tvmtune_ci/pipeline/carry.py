@@ -13,15 +13,18 @@ from ..check.staleness import Entry
 from ..core import history
 from ..core.fsutil import sha256_bytes
 from ..core.git.read import blob_id
-from ..core.manifest import MANIFEST_FORMAT, encode
+from ..core.manifest import encode
+from ..core.manifestformat import MANIFEST_FORMAT
 from ..core.reasons import Code
 from ..tune import priors
+from ..tune.measure import full_knobs
+from ..tune.programs import programs_unchanged
 from ..tune.runners.threads import tvm_threads
 from .history import git_commit_of
 from .job import Job
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.manifest import Manifest
 
 
 def may_carry(entry: Entry, carry: bool = True) -> bool:
@@ -82,33 +85,13 @@ def carry_step(job: Job) -> Job:
         if refusal is not None and refusal != "--no-carry" and job.history is not None:
             job.say(f"not carried forward: {refusal}")
         return job
-    from ..tune.measure import full_knobs
-    from ..tune.programs import programs_unchanged
-
-    entry, target, tpl, hist = job.entry, job.target, job.template, job.history
+    entry, target, tpl = job.entry, job.target, job.template
     old = entry.manifest
-    assert tpl is not None and hist is not None and old is not None and hist.old_knobs is not None
+    assert tpl is not None and old is not None
     t0 = time.monotonic()
-    counts = {}
-    for w in tpl.decl.workloads:
-        params, wl = tpl.decl.workloads[w], job.workloads[w]
-        result = old.results[w]
-        if any(
-            history.map_config(k, tpl.decl.knobs, params, target.target).knobs != k
-            for k in priors.published_configs(old, [w])[w]
-        ):
-            job.say(f"{w}: not carried forward: the edit changed the knobs of a configuration the set publishes")
-            return job
-        if full_knobs(tpl.module, wl, None, target.target) != result.baseline.knobs:
-            job.say(f"{w}: not carried forward: the edit changed the default configuration")
-            return job
-        programs = priors.old_programs(hist.records[w], tpl.decl.knobs, params, target.target)
-        with tvm_threads(job.threads):
-            same = programs_unchanged(tpl.module, wl, target.target, result.best.knobs, hist.old_knobs, programs)
-        if not same:
-            job.say(f"{w}: not carried forward: the edit changed a program the old log measured, or opened knob values")
-            return job
-        counts[w] = len(programs)
+    counts = unchanged_programs(job)
+    if counts is None:
+        return job
     n = sum(counts.values())
     sentence = (
         f"the template edit changed none of the {n} programs the log measured or publishes "
@@ -120,7 +103,50 @@ def carry_step(job: Job) -> Job:
     if sha256_bytes(log) != old.log_sha256:
         job.say(f"not carried forward: {old.log} changed since it was read")
         return job
-    manifest = replace(
+    manifest, encoded = encode(carried_manifest(job, log, sentence))
+    job.say(f"carried forward: {sentence}")
+    if job.budget is not None:
+        took = time.monotonic() - t0
+        for w in tpl.decl.workloads:
+            # No floor: nothing was measured, so it says nothing of an item that searches.
+            job.budget.finish((entry.operator, target.name, w), took / len(counts))
+    return replace(job, carried=sentence, manifest=manifest, files=encoded)
+
+
+def unchanged_programs(job: Job) -> dict[str, int] | None:
+    """Per workload, how many programs of the old log the edited template still makes
+    alike (`programs.programs_unchanged`); None, said, when an edit changed a published
+    configuration's knobs, the default configuration, or a program (or opened knob values)."""
+    target, tpl, hist, old = job.target, job.template, job.history, job.entry.manifest
+    assert tpl is not None and hist is not None and old is not None and hist.old_knobs is not None
+    counts = {}
+    for w in tpl.decl.workloads:
+        params, wl = tpl.decl.workloads[w], job.workloads[w]
+        result = old.results[w]
+        if any(
+            history.map_config(k, tpl.decl.knobs, params, target.target).knobs != k
+            for k in priors.published_configs(old, [w])[w]
+        ):
+            job.say(f"{w}: not carried forward: the edit changed the knobs of a configuration the set publishes")
+            return None
+        if full_knobs(tpl.module, wl, None, target.target) != result.baseline.knobs:
+            job.say(f"{w}: not carried forward: the edit changed the default configuration")
+            return None
+        programs = priors.old_programs(hist.records[w], tpl.decl.knobs, params, target.target)
+        with tvm_threads(job.threads):
+            same = programs_unchanged(tpl.module, wl, target.target, result.best.knobs, hist.old_knobs, programs)
+        if not same:
+            job.say(f"{w}: not carried forward: the edit changed a program the old log measured, or opened knob values")
+            return None
+        counts[w] = len(programs)
+    return counts
+
+
+def carried_manifest(job: Job, log: bytes, sentence: str) -> Manifest:
+    """The old manifest re-stamped for the edited template, saying it was carried (`sentence`)."""
+    tpl, old = job.template, job.entry.manifest
+    assert tpl is not None and old is not None
+    return replace(
         old,
         log_git_blob=blob_id(log),  # a set from before format 3 had none
         fingerprint=tpl.fingerprint.digest,
@@ -131,11 +157,3 @@ def carry_step(job: Job) -> Job:
         format=MANIFEST_FORMAT,
         carried={"on": _dt.date.today().isoformat(), "from_fingerprint": old.fingerprint, "sentence": sentence},
     )
-    manifest, encoded = encode(manifest)
-    job.say(f"carried forward: {sentence}")
-    if job.budget is not None:
-        took = time.monotonic() - t0
-        for w in tpl.decl.workloads:
-            # No floor: nothing was measured, so it says nothing of an item that searches.
-            job.budget.finish((entry.operator, target.name, w), took / len(counts))
-    return replace(job, carried=sentence, manifest=manifest, files=encoded)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..check.renames import renamed_history
 from ..check.staleness import Entry, installed_tvm_version, major_minor
 from ..core import history, siblings
-from ..core.config import Config, TargetConfig
+from ..core.configschema import Config, TargetConfig
 from ..core.errors import TemplateError, TvmtuneError
 from ..core.fsutil import sha256_bytes
 from ..core.git.read import last_commit

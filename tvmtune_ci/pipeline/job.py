@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..check.fingerprint import Fingerprint
 from ..check.sources import Sources
 from ..check.staleness import Entry
-from ..core.config import Config, TargetConfig
+from ..core.configschema import Config, TargetConfig
 from ..core.errors import TvmtuneError
 from ..core.manifest import Manifest, WorkloadResult
 from ..core.template import Knob, TemplateDecl

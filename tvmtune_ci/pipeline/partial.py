@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..check.staleness import Entry
-from ..core.config import Config, TargetConfig
+from ..core.configschema import Config, TargetConfig
 from ..core.errors import CorruptFileError, TvmtuneError
 from ..core.fsutil import sha256_bytes
 from ..core.manifest import Manifest

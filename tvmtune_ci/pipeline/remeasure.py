@@ -35,7 +35,7 @@ from typing import Any
 
 from ..check.staleness import installed_tvm_version
 from ..core import lock, runnerband, runs, stats
-from ..core.config import Config, TargetConfig
+from ..core.configschema import Config, TargetConfig
 from ..core.errors import HostError, LockError, TvmtuneError
 from ..core.fsutil import canonical_json
 from ..core.manifest import Manifest, read_manifest, seal_files
@@ -135,6 +135,30 @@ def measure_runs(
         f"{what} on {target.name}: a run of the history: {len(names)} best(s)"
         f"{' and the calibration kernels' if cal else ''} in turns for {config.measure.history_s:g}s"
     )
+    visits, per_window = _measure_windows(
+        schs, target, config, runner=runner, builder=builder, windows=windows, gap_s=gap_s, what=what
+    )
+    figures = [kernel_figure(v) for v in visits]
+    if host is None:
+        host = host_description() if target.rpc else runner_identity()
+    host = dict(host)
+    host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "local"
+    return _runs_of(items, names, figures, per_window, cal, host=host, by=by, config=config, windows=windows)
+
+
+def _measure_windows(
+    schs: Sequence[Any],
+    target: TargetConfig,
+    config: Config,
+    *,
+    runner: Any,
+    builder: Any,
+    windows: int,
+    gap_s: float,
+    what: str,
+) -> tuple[list[list[Any]], list[list[float]]]:
+    """The kernels measured in turns over `windows` windows `gap_s` apart: each kernel's
+    visits on one clock for the whole run, and each window's fast figure per kernel."""
     visits: list[list[Any]] = [[] for _ in schs]
     per_window: list[list[float]] = []
     t0 = time.perf_counter()
@@ -154,12 +178,24 @@ def measure_runs(
         per_window.append([kernel_figure(v).fast_s for v in got])
         for i, v in enumerate(got):  # one run's clock: the 1-s stretches of windows stay apart
             visits[i] += [replace(x, t_s=x.t_s + start) for x in v]
-    figures = [kernel_figure(v) for v in visits]
+    return visits, per_window
+
+
+def _runs_of(
+    items: Sequence[RunItem],
+    names: Sequence[tuple[str, str]],
+    figures: Sequence[runs.KernelFigure],
+    per_window: Sequence[Sequence[float]],
+    cal: Sequence[Any],
+    *,
+    host: Mapping[str, Any],
+    by: str,
+    config: Config,
+    windows: int,
+) -> dict[str, runs.Run]:
+    """Each item's Run: its bests' figures (and per window, with more than one) beside
+    the calibration kernels', stamped with the time, who measured it and where."""
     calibs = {c.kind: f for c, f in zip(cal, figures[len(names) :], strict=True)}
-    if host is None:
-        host = host_description() if target.rpc else runner_identity()
-    host = dict(host)
-    host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker}" if target.rpc else "local"
     at, tvm = now_utc(), installed_tvm_version() or "unknown"
     out: dict[str, runs.Run] = {}
     for it in items:
@@ -411,11 +447,38 @@ def remeasure_target(
         )
         for e in entries
     ]
+    measured = _measure_target(items, target, config, say=say, windows=windows, gap_s=gap_s, here=here)
+    out = _judged(config, entries, items, measured, histories, band, notes, record=record)
+    if record and pool is not None:
+        # The pool learns this run too (after the verdicts: a run is never in the band
+        # it is judged against).
+        grown = pool.merged(
+            s
+            for r, e in zip(out, entries, strict=True)
+            for w in sorted(e.manifest.results)
+            if (s := runnerband.series_of(e.operator, target.name, e.manifest.target.get("mcpu"), r.history, w))
+        )
+        runnerband.write_pool(runnerband.pool_path(config.logs_path, pool.label), grown)
+    return out
+
+
+def _measure_target(
+    items: Sequence[RunItem],
+    target: TargetConfig,
+    config: Config,
+    *,
+    say: Say,
+    windows: int,
+    gap_s: float,
+    here: Mapping[str, Any] | None,
+) -> dict[str, runs.Run]:
+    """One run of the items' history on the target's runner (`measure_runs`), with the
+    target's thread count; operator -> its Run."""
     with tvm_threads(measure_threads(target)):
         runner = make_runner(config.measure, target.rpc)
         builder = make_builder()
         try:
-            measured = measure_runs(
+            return measure_runs(
                 items,
                 target,
                 config,
@@ -430,6 +493,21 @@ def remeasure_target(
         finally:
             builder.close()
             runner.close()
+
+
+def _judged(
+    config: Config,
+    entries: Sequence[Any],
+    items: Sequence[RunItem],
+    measured: Mapping[str, runs.Run],
+    histories: Mapping[str, list[runs.Run]],
+    band: runnerband.RunnerBand | None,
+    notes: Sequence[str],
+    *,
+    record: bool,
+) -> list[Remeasured]:
+    """Each entry's history with the new run (appended to its runs.jsonl, under the
+    folder's lock, with `record`) and its verdicts."""
     out = []
     for e, it in zip(entries, items, strict=True):
         run = measured[e.operator]
@@ -453,16 +531,6 @@ def remeasure_target(
                 tuple(n for n in notes if n),
             )
         )
-    if record and pool is not None:
-        # The pool learns this run too (after the verdicts: a run is never in the band
-        # it is judged against).
-        grown = pool.merged(
-            s
-            for r, e in zip(out, entries, strict=True)
-            for w in sorted(e.manifest.results)
-            if (s := runnerband.series_of(e.operator, target.name, e.manifest.target.get("mcpu"), r.history, w))
-        )
-        runnerband.write_pool(runnerband.pool_path(config.logs_path, pool.label), grown)
     return out
 
 

@@ -23,11 +23,12 @@ the history report, the previous best's sentence, the commit message). Their pub
 names are importable from here too.
 
 The tuning side's modules (tuner, search, measure, builder, runners, hostcheck,
-devices, priors) are imported at module level here; only `remeasure` is imported
-inside the step that uses it. `commands/retune.py` imports this module before its
-nothing-stale and `--dry-run` exits, so those load the `tune/` modules and numpy too.
-TVM is another matter: the `tune/` modules import it only inside the functions that
-build, run or measure, so importing this module does not load it.
+devices, priors) are imported at module level here, and so is `remeasure`.
+`commands/retune.py` imports this module (through the package's face, lazily) only
+when it re-tunes an entry: every command's `--help` imports `commands/retune.py`, and
+this module's numpy is the [tune] extra's. TVM is another matter: the `tune/` modules
+import it only inside the functions that build, run or measure, so importing this
+module does not load it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ..check.fingerprint import SourceCache
 from ..check.staleness import Entry, find_stale, installed_tvm_version
 from ..core import history
 from ..core import lock as _lock
-from ..core.config import Config
+from ..core.configschema import Config
 from ..core.errors import DeviceError, HostError, LockError, TvmtuneError
 from ..core.fsutil import sha256_bytes
 from ..core.git.read import blob_id
@@ -57,16 +58,19 @@ from ..core.targetinfo import target_facts
 from ..core.template import check_imported_agrees, import_template
 from ..publish.readme import render_curve, render_readme
 from ..publish.swap import Published, check_publishable, publish
+from ..tune import calibration
 from ..tune.builder import make_builder
 from ..tune.devices import preflight
 from ..tune.hostcheck import check_host, host_description, other_cpu
 from ..tune.runners import make_runner
 from ..tune.runners.threads import measure_threads, tvm_threads
+from ..tune.tvmsetup import host_cpu
 from ..tune.workload import resolve
 from .carry import carry_step, may_carry
 from .history import git_commit_of, history_source, old_records, tuned_with
 from .job import History, Job, RetuneResult, Say, Template
 from .partial import kept_runs, partial_step, removal_only
+from .remeasure import RunItem, measure_runs
 from .request import tune_one
 
 if TYPE_CHECKING:
@@ -239,8 +243,6 @@ def first_run_step(job: Job) -> Job:
     """The first run of the new set's history (runs.py): each new best, its default and
     the calibration kernels measured in turns, as every later `remeasure` measures them,
     so that the band a README states is of one kind of measurement from the start."""
-    from .remeasure import RunItem, measure_runs
-
     if job.carried is not None:  # its history goes on: the same programs
         return job
     assert job.template is not None
@@ -250,8 +252,6 @@ def first_run_step(job: Job) -> Job:
         # The carried workloads' history goes on; this run measures what changed, for
         # the seconds its kernels would have had in a run of the whole set, so each
         # kernel is visited as often as in any run of this history.
-        from ..tune import calibration
-
         kept = tuple(kept_runs(job))
         if not job.results:  # only removals: nothing new to measure
             return replace(job, history_runs=kept)
@@ -314,8 +314,6 @@ def manifest_step(job: Job) -> Job:
         host = host_description()
         host["runner"] = f"rpc {target.rpc.key}@{target.rpc.tracker} x{target.rpc.devices}" if target.rpc else "local"
         if target.rpc is None and target.target.get("kind") == "llvm":
-            from ..tune.tvmsetup import host_cpu
-
             host["llvm_cpu"] = host_cpu()  # beside the target's mcpu: the README shows a mismatch
         # Who measured the trials: "local", or each RPC server's "host:port".
         host["devices"] = sorted({d for o in job.outcomes.values() for d in o.devices})

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core.history import ReplayReport
+from ..core.replayreport import ReplayReport
 from ..core.stats import fmt_latency
 from .job import RetuneResult
 

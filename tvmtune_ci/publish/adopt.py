@@ -15,11 +15,12 @@ from ..check import sources
 from ..check.fingerprint import SourceCache
 from ..check.renames import fits
 from ..core import lock
-from ..core.config import Config, TargetConfig
+from ..core.configschema import Config, TargetConfig
 from ..core.errors import CorruptFileError, PublishError, StaleLogError
 from ..core.git.read import last_commit
 from ..core.layout import LogSet
-from ..core.manifest import MANIFEST_NAME, encode, read_manifest
+from ..core.manifest import encode, read_manifest
+from ..core.manifestformat import MANIFEST_NAME
 from ..core.runs import read_runs
 from .readme import render_curve, render_readme
 from .swap import recover

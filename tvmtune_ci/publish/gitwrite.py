@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.config import GitIdentity
+from ..core.configschema import GitIdentity
 from ..core.errors import GitError
 from ..core.git import run
 
@@ -175,51 +175,13 @@ def commit_paths(root: Path, paths: Sequence[Path], message: str, identity: GitI
     try:
         if head is not None:
             _check(repo, "read-tree", head, env=tmp_env, what="seeding the temporary index from HEAD")
-        # A path counts when it exists now or was tracked in HEAD (a deletion).
-        present = [s for s in specs if (work_tree / s).exists() or (work_tree / s).is_symlink()]
-        tracked = _check(repo, "ls-files", "-z", "--", *specs, env=tmp_env, what="listing tracked paths").split("\0")
-        tracked_specs = [
-            s
-            for s in specs
-            if s not in present and any(t == s or t.startswith(s.rstrip("/") + "/") for t in tracked if t)
-        ]
-        to_add = present + tracked_specs
-        if not to_add:
-            raise GitError(f"nothing to commit: none of {', '.join(specs)} exists or is tracked; check the paths")
-        status, out, err = _run(repo, "add", "--all", "--", *to_add, env=tmp_env)
-        if status != 0:
-            detail = (err or out).strip()
-            if "ignored by one of your .gitignore" in detail:
-                raise GitError(
-                    f"cannot commit {', '.join(to_add)}: {detail}; "
-                    "remove the pattern from .gitignore or commit other paths"
-                )
-            raise GitError(f"staging {', '.join(to_add)} failed: {detail}")
+        to_add = _stage(repo, work_tree, specs, tmp_env)
         tree = _check(repo, "write-tree", env=tmp_env, what="writing the tree").strip()
         if head is not None:
             head_tree = _check(repo, "rev-parse", f"{head}^{{tree}}", what="reading HEAD's tree").strip()
             if tree == head_tree:
                 raise GitError(f"nothing to commit: {', '.join(specs)} already match HEAD ({head[:12]})")
-        commit_env = {**base_env, **identity_env(identity)}
-        parents = ["-p", head] if head is not None else []
-        status, out, err = _run(repo, "commit-tree", tree, *parents, "-m", message, env=commit_env)
-        if status != 0:
-            detail = (err or out).strip()
-            if "tell me who you are" in detail or "empty ident" in detail or "user.email" in detail:
-                raise GitError(f"git does not know who commits: {detail.splitlines()[0]}; {_identity_hint()}")
-            raise GitError(f"creating the commit failed: {detail}")
-        sha = out.strip()
-        subject = message.strip().splitlines()[0]
-        _check(
-            repo,
-            "update-ref",
-            "-m",
-            f"commit (tvmtune-ci): {subject}",
-            "HEAD",
-            sha,
-            head or "0" * len(sha),
-            what="moving the branch to the new commit",
-        )
+        sha = _commit_tree(repo, tree, head, message, {**base_env, **identity_env(identity)})
     finally:
         for leftover in (tmp, tmp + ".lock"):
             try:
@@ -238,6 +200,53 @@ def commit_paths(root: Path, paths: Sequence[Path], message: str, identity: GitI
             UserWarning,
             stacklevel=2,
         )
+    return sha
+
+
+def _stage(repo: git.Repo, work_tree: Path, specs: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """Add `specs` to the (temporary) index of `env`: those that exist now, and those
+    tracked in HEAD that do not (deletions); the pathspecs added."""
+    # A path counts when it exists now or was tracked in HEAD (a deletion).
+    present = [s for s in specs if (work_tree / s).exists() or (work_tree / s).is_symlink()]
+    tracked = _check(repo, "ls-files", "-z", "--", *specs, env=env, what="listing tracked paths").split("\0")
+    tracked_specs = [
+        s for s in specs if s not in present and any(t == s or t.startswith(s.rstrip("/") + "/") for t in tracked if t)
+    ]
+    to_add = present + tracked_specs
+    if not to_add:
+        raise GitError(f"nothing to commit: none of {', '.join(specs)} exists or is tracked; check the paths")
+    status, out, err = _run(repo, "add", "--all", "--", *to_add, env=env)
+    if status != 0:
+        detail = (err or out).strip()
+        if "ignored by one of your .gitignore" in detail:
+            raise GitError(
+                f"cannot commit {', '.join(to_add)}: {detail}; remove the pattern from .gitignore or commit other paths"
+            )
+        raise GitError(f"staging {', '.join(to_add)} failed: {detail}")
+    return to_add
+
+
+def _commit_tree(repo: git.Repo, tree: str, head: str | None, message: str, env: Mapping[str, str]) -> str:
+    """The commit of `tree` on `head` (none: a root commit), with the branch moved to it; its sha."""
+    parents = ["-p", head] if head is not None else []
+    status, out, err = _run(repo, "commit-tree", tree, *parents, "-m", message, env=env)
+    if status != 0:
+        detail = (err or out).strip()
+        if "tell me who you are" in detail or "empty ident" in detail or "user.email" in detail:
+            raise GitError(f"git does not know who commits: {detail.splitlines()[0]}; {_identity_hint()}")
+        raise GitError(f"creating the commit failed: {detail}")
+    sha = out.strip()
+    subject = message.strip().splitlines()[0]
+    _check(
+        repo,
+        "update-ref",
+        "-m",
+        f"commit (tvmtune-ci): {subject}",
+        "HEAD",
+        sha,
+        head or "0" * len(sha),
+        what="moving the branch to the new commit",
+    )
     return sha
 
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..core.history import ReplayReport
 from ..core.manifest import Manifest, Measured, WorkloadResult
+from ..core.replayreport import ReplayReport
 from ..core.runnerband import verdict_basis
 from ..core.stats import fmt_latency
 from ..core.targets import target_json
@@ -190,9 +190,38 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
     band), then per workload the trials, history, finals and top table, the curve, and
     the provenance folded at the end. `runs`: the set's run history (runs.py)."""
     tj = target_json(m.target)
-    precision = m.measure.get("precision")
+    lines = _opening(m)
+    misses: list[str] = []
+    for wname in sorted(m.results):
+        lines.append(_result_row(m, wname, runs))
+        misses += precision_misses(wname, m.results[wname], m.measure.get("precision"))
+    lines += ["", "Chosen knobs:", "", "| workload | knobs |", "|---|---|"]
+    lines += [f"| `{w}` | {_knobs_inline(m.results[w].best)} |" for w in sorted(m.results)]
+    lines += _figures_explained(runs)
+    if runs and runs[-1].band is not None:  # the latest run was judged against a runner band
+        lines += ["", verdict_basis(runs, sorted(m.results), runs[-1].band)]
+    noise = runner_band(runs)
+    if noise:
+        lines += ["", f"The runner: {noise}."]
+    warn = noise_warning(runs, sorted(m.results), float(m.measure.get("search_precision", 0.03)))
+    if warn:
+        lines += ["", f"> **Warning.** {warn}"]
+    if misses:
+        lines += ["", "Precision:", ""] + [f"- {x}" for x in misses]
+    for wname in sorted(m.results):
+        lines += _workload_section(m, wname)
+    if any(r.curve for r in m.results.values()):
+        lines += ["", "## Tuning curve", "", "![best-so-far GFLOPS per trial](curve.png)"]
+    lines += _provenance(m, tj, runs)
+    lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
+    return "\n".join(lines)
+
+
+def _opening(m: Manifest) -> list[str]:
+    """The header, title and first paragraph (carried, re-tuned in part, measured on
+    another CPU), and the head of the results table."""
     arch = f" ({m.target.get('arch')})" if m.target.get("kind") == "cuda" else ""
-    lines = [
+    return [
         HEADER.format(op=m.operator, target=m.target_name),
         "",
         f"# Tuning log: `{m.operator}` on `{m.target_name}`{arch}",
@@ -233,24 +262,29 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
         "| workload | best on this runner | run to run | vs default | throughput | this run's finals |",
         "|---|---|---|---|---|---|",
     ]
-    misses: list[str] = []
-    for wname in sorted(m.results):
-        r = m.results[wname]
-        src = {"default": " (the default)", "previous": " (kept)"}.get(r.best_source, "")
-        value, spread = headline(runs, wname)
-        head = fmt_latency(value) if value is not None else _lat(r.best)
-        shown = (
-            replace(r.best, latency_s=value, gflops=r.best.gflops * r.best.latency_s / value if r.best.gflops else None)
-            if value is not None
-            else r.best
-        )
-        lines.append(
-            f"| `{wname}` | **{head}**{src} | {spread} | **{speedup_text(r)}** | "
-            f"{throughput(shown, r.bytes_moved)} | {_lat(r.best)} |"
-        )
-        misses += precision_misses(wname, r, precision)
-    lines += ["", "Chosen knobs:", "", "| workload | knobs |", "|---|---|"]
-    lines += [f"| `{w}` | {_knobs_inline(m.results[w].best)} |" for w in sorted(m.results)]
+
+
+def _result_row(m: Manifest, wname: str, runs: Sequence[Any]) -> str:
+    """A workload's row of the results table: the best on this runner (the runs'
+    headline, else this run's finals), run to run, vs default, throughput, finals."""
+    r = m.results[wname]
+    src = {"default": " (the default)", "previous": " (kept)"}.get(r.best_source, "")
+    value, spread = headline(runs, wname)
+    head = fmt_latency(value) if value is not None else _lat(r.best)
+    shown = (
+        replace(r.best, latency_s=value, gflops=r.best.gflops * r.best.latency_s / value if r.best.gflops else None)
+        if value is not None
+        else r.best
+    )
+    return (
+        f"| `{wname}` | **{head}**{src} | {spread} | **{speedup_text(r)}** | "
+        f"{throughput(shown, r.bytes_moved)} | {_lat(r.best)} |"
+    )
+
+
+def _figures_explained(runs: Sequence[Any]) -> list[str]:
+    """What the results table's figures are (the run-to-run ones at the runner's usual
+    speed when the runs measured the compute calibration kernel)."""
     usual = (
         " at the runner's usual speed: in each run, over the compute calibration kernel's "
         "figure (measured in turns with it), times that kernel's median over the runs"
@@ -259,7 +293,7 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
         "; then how far the latency as measured moved, the runner's own speed included (what "
         "`remeasure`'s drift verdict judges)"
     )
-    lines += [
+    return [
         "",
         "**Best on this runner**: the best's latency in its fastest 1-s stretch of a "
         "run (lower quartile)"
@@ -274,26 +308,34 @@ def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
         "speedup over the default configuration in those same finals, its bounds from the two "
         "intervals. Why these figures: docs/measurement.md.",
     ]
-    if runs and runs[-1].band is not None:  # the latest run was judged against a runner band
-        lines += ["", verdict_basis(runs, sorted(m.results), runs[-1].band)]
-    noise = runner_band(runs)
-    if noise:
-        lines += ["", f"The runner: {noise}."]
-    warn = noise_warning(runs, sorted(m.results), float(m.measure.get("search_precision", 0.03)))
-    if warn:
-        lines += ["", f"> **Warning.** {warn}"]
-    if misses:
-        lines += ["", "Precision:", ""] + [f"- {x}" for x in misses]
-    for wname in sorted(m.results):
-        lines += _workload_section(m, wname)
-    if any(r.curve for r in m.results.values()):
-        lines += ["", "## Tuning curve", "", "![best-so-far GFLOPS per trial](curve.png)"]
-    lines += _provenance(m, tj, runs)
-    lines += ["", f"Regenerate this file: `tvmtune-ci readme {m.operator} --target {m.target_name}`.", ""]
-    return "\n".join(lines)
 
 
 def _workload_section(m: Manifest, wname: str) -> list[str]:
+    r = m.results[wname]
+    lines = _workload_facts(m, wname)
+    drift = _drift(
+        r.noise_check, (r.baseline, r.previous_best, r.best, *(c for c in r.top if c.stage == "finals")), r.baseline
+    )
+    if drift:
+        lines.append(f"- {drift}")
+    if r.previous_best is not None and r.history is None:
+        verdict = {
+            "faster": "this run's best is faster beyond the noise",
+            "slower": "the previous best is faster beyond the noise",
+            "equal": "equal within noise",
+        }.get(r.previous_verdict or "", "not compared")
+        lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
+    if r.history is not None:
+        lines += _history_lines(r.history)
+    lines += ["", "Chosen splits and knobs:", "", "```"]
+    lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
+    lines += ["```"]
+    return lines + _finals_tables(r)
+
+
+def _workload_facts(m: Manifest, wname: str) -> list[str]:
+    """A workload's heading and its facts: best against the default, trials, budget,
+    failures, config space and, on a GPU, the best's build."""
     r = m.results[wname]
     t = m.trials[wname]
     wl = m.workloads.get(wname, {})
@@ -336,35 +378,27 @@ def _workload_section(m: Manifest, wname: str) -> list[str]:
             f"per thread x {g.get('threads')} threads), {g.get('spill_bytes', 0)} bytes "
             "spilled"
         )
-    drift = _drift(
-        r.noise_check, (r.baseline, r.previous_best, r.best, *(c for c in r.top if c.stage == "finals")), r.baseline
+    return lines
+
+
+def _history_lines(history: Mapping[str, Any]) -> list[str]:
+    """The workload's history report: where the replayed log came from, and what it was worth."""
+    seeded = history.get("from_target")
+    head = (
+        f"seeded from the {seeded} log `{history.get('source', '?')}` (another target: a weaker prior)"
+        if seeded
+        else f"a new shape, seeded from its siblings in `{history.get('source', '?')}`"
+        if history.get("siblings")
+        else f"the template was edited since `{history.get('source', '?')}`"
     )
-    if drift:
-        lines.append(f"- {drift}")
-    if r.previous_best is not None and r.history is None:
-        verdict = {
-            "faster": "this run's best is faster beyond the noise",
-            "slower": "the previous best is faster beyond the noise",
-            "equal": "equal within noise",
-        }.get(r.previous_verdict or "", "not compared")
-        lines.append(f"- previous log's best, re-measured in the same finals: {_lat(r.previous_best)}: {verdict}")
-    if r.history is not None:
-        seeded = r.history.get("from_target")
-        head = (
-            f"seeded from the {seeded} log `{r.history.get('source', '?')}` (another target: a weaker prior)"
-            if seeded
-            else f"a new shape, seeded from its siblings in `{r.history.get('source', '?')}`"
-            if r.history.get("siblings")
-            else f"the template was edited since `{r.history.get('source', '?')}`"
-        )
-        lines += ["", f"### History: {head}", ""]
-        lines += [f"- {x}" for x in ReplayReport.from_json(r.history).sentences()]
-    lines += ["", "Chosen splits and knobs:", "", "```"]
-    lines += [f"{k} = {_knob_value(v)}" for k, v in sorted(r.best.knobs.items())]
-    lines += ["```"]
+    return ["", f"### History: {head}", "", *(f"- {x}" for x in ReplayReport.from_json(history).sentences())]
+
+
+def _finals_tables(r: WorkloadResult) -> list[str]:
+    """The top table in two: the finals, then the next configurations the search measured."""
     finals = [c for c in r.top if c.stage in ("finals", "")]
     search = [c for c in r.top if c.stage not in ("finals", "")]
-    lines += _table(
+    lines = _table(
         "Finals: the best configurations re-measured in interleaved rounds with the default, "
         "by latency (lower quartile of the samples ± half its 95% interval):",
         finals,

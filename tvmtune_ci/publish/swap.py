@@ -53,7 +53,8 @@ from pathlib import Path
 
 from ..core.errors import PublishError
 from ..core.fsutil import atomic_write_bytes, canonical_json
-from ..core.manifest import MANIFEST_NAME, RESULTS_NAME, is_results_file
+from ..core.manifest import is_results_file
+from ..core.manifestformat import MANIFEST_NAME, RESULTS_NAME
 from ..core.runs import RUNS_NAME, is_runs_file
 
 STAGING_SUFFIX = ".tvmtune-new"

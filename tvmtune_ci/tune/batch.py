@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import stats
-from ..core.config import MeasureOptions
+from ..core.configschema import MeasureOptions
 from ..core.tunetypes import Trial
 from .builder import Builder, remove_artifact
 from .runners import Runner

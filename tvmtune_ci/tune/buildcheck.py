@@ -20,8 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..check.staleness import Entry
-from ..core.config import Config
+from ..core.configschema import Config
 from ..core.errors import TemplateError, TvmtuneError
+from ..core.template import import_template
+from . import nvrtc
+from .builder import split_knobs
+from .cubin import ResourceError
+from .gpubuild import compile_cuda_config
 from .workload import Workload, resolve
 
 
@@ -100,9 +105,6 @@ def gpu_entries(config: Config, entries: Sequence[Entry]) -> list[Entry]:
 def build_entries(config: Config, entries: Sequence[Entry], say: Callable[[str], None] = lambda _: None) -> list[Build]:
     """Build the default and the committed best of every workload of every GPU entry
     (HostError, exit 5, when NVRTC is not installed)."""
-    from ..core.template import import_template
-    from . import nvrtc
-
     todo = gpu_entries(config, entries)
     if not todo:
         return []
@@ -153,9 +155,6 @@ def _build_one(
     knobs: dict[str, Any] | None,
     target: dict[str, Any],
 ) -> Build:
-    from .builder import split_knobs
-    from .gpubuild import ResourceError, compile_cuda_config
-
     def fail(message: str, line: int | None) -> Build:
         return Build(e.operator, e.target_name, wl.name, label, False, message, rel, line or e.template_line or 1)
 

@@ -28,8 +28,12 @@ from typing import Any, Protocol
 
 from ..core.cpus import usable_cores
 from ..core.errors import TemplateError, TvmtuneError
+from ..core.extents import eval_extent
 from ..core.targetinfo import scope
-from ..core.template import Categorical, Knob, Knobs, Split, Structural, check_configuration, eval_extent, template_name
+from ..core.template import Categorical, Knob, Knobs, Split, Structural, check_configuration, template_name
+from . import tvmsetup
+from .cubin import ResourceError, cuda_cubin
+from .hostcheck import check_toolchain, cross_cc
 from .workload import Workload, resolve
 
 # Threads a batch of CPU kernels builds on (`InProcessBuilder.build`): this process's
@@ -105,8 +109,6 @@ def make_postprocs(target: Mapping[str, Any] | None = None) -> list[Any]:
     rejects a schedule over the target's shared memory or threads per block, or with
     more than 8 virtual threads or 16-byte vectors, before it is built.
     """
-    from . import tvmsetup
-
     ms = tvmsetup.ms()
     out = [
         ms.postproc.DisallowDynamicLoop(),
@@ -120,8 +122,6 @@ def make_postprocs(target: Mapping[str, Any] | None = None) -> list[Any]:
 
 def apply_postprocs(sch: Any, target: Mapping[str, Any]) -> None:
     """Run `make_postprocs()` on `sch` as MetaSchedule does after replaying a trace."""
-    from . import tvmsetup
-
     ms = tvmsetup.ms()
     ctx = ms.TuneContext(
         mod=sch.mod,
@@ -153,8 +153,6 @@ def schedule_config(
     With `target`, the tuner's postprocessors run too, so the module is the one the
     search measured for these knob values.
     """
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     wl = resolve(template, wl, target)  # a name too, from callers outside the package
     structure, values = split_knobs(template, wl, knobs, target)
@@ -191,8 +189,6 @@ def build_config(
 
     Returns what `tvm.compile` returns (a `tvm.runtime.Executable`; call `ex["main"](...)`).
     """
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     sch = schedule_config(template, wl, knobs, target)
     return tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
@@ -229,8 +225,6 @@ def export_kernel(module: Any, path: str, target: Mapping[str, Any]) -> float:
     is not this machine's (HostError if it is missing). Returns the link seconds."""
     from tvm.support.cc import create_shared
 
-    from .hostcheck import check_toolchain, cross_cc
-
     check_toolchain(target)
     link = _TimedLink(create_shared, cross_cc(target))
     module.export_library(path, fcompile=link)
@@ -251,14 +245,10 @@ class Builder(Protocol):
 
 
 def _builder_class() -> Any:
-    from . import tvmsetup
-
     tvmsetup.load()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build
-
-    from .gpubuild import ResourceError, cuda_cubin  # imports this module: not at its top
 
     @derived_object
     class InProcessBuilder(PyBuilder):

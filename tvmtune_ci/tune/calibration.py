@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.targetinfo import target_facts
+from . import tvmsetup
 
 # Bump when a kernel or its schedule changes: ratios of another version do not compare.
 CALIBRATION_VERSION = 1
@@ -49,8 +50,6 @@ class Calibration:
 
 
 def _te() -> tuple[Any, Any]:
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     return tvm.s_tir, tvm.te
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.config import MeasureOptions, RpcRunner
+from ..core.configschema import MeasureOptions, RpcRunner
 from ..core.errors import DeviceError
 from .rpclimits import check_session_timeout
 

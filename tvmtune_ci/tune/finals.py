@@ -18,6 +18,7 @@ from ..core.tunetypes import Trial
 from .builder import Builder
 from .measure import Finalist, FinalResult, finals, full_knobs, gflops, measured
 from .numerics import check_correct
+from .programs import same_program
 from .request import TuneRequest
 from .runners import Runner
 from .space import knobs_key
@@ -38,7 +39,7 @@ def _all_failed(where: str, entries: Sequence[Trial]) -> TuningError:
 
 
 @dataclass
-class _FinalsOutcome:
+class FinalsOutcome:
     results: list[FinalResult]
     winner: FinalResult
     tied: set[int]  # indexes into results: equal within noise to a kept previous best
@@ -58,8 +59,6 @@ def _new_programs(
     and a warm run's top is mostly the replayed old configurations. At least one search
     finalist stays, the verdict compares it with the previous best: the best new program
     of the whole search, else the first finalist (the search measured only old ones)."""
-    from .programs import same_program
-
     assert req.previous_knobs is not None
     template, target = req.template, req.target
     old = {knobs_key(full_knobs(template, wl, kv, target)): key for kv, key in req.old_programs if key}
@@ -102,7 +101,7 @@ def _decide(results: Sequence[FinalResult]) -> tuple[FinalResult | None, set[int
 
 def run_finals(
     req: TuneRequest, entries: list[Trial], runner: Runner, builder: Builder, *, stands: bool = False
-) -> _FinalsOutcome:
+) -> FinalsOutcome:
     """The search's top `finalists`, the default and the previous best, interleaved;
     the winner's numerics checked (a wrong one becomes a failed trial and the next
     is taken).
@@ -124,6 +123,17 @@ def run_finals(
     wl = req.workload if req.workload is not None else resolve(template, name, req.target)
     where = f"{template_name(template)}/{name}"
     by_key = {knobs_key(e["knobs"]): e for e in entries if e["error"] is None}
+    finalists, left_out = _finalists(req, wl, entries, by_key, where, stands)
+    results = finals(template, wl, req.target, finalists, req.measure, runner=runner, builder=builder)
+    return _checked_winner(req, wl, results, by_key, left_out, where)
+
+
+def _finalists(
+    req: TuneRequest, wl: Workload, entries: list[Trial], by_key: Mapping[str, Trial], where: str, stands: bool
+) -> tuple[list[Finalist], int]:
+    """Who runs in the finals (`run_finals`), and how many of the search's finalists
+    were left out as old programs (`_new_programs`)."""
+    template = req.template
     keys = [knobs_key(e["knobs"]) for e in _valid_sorted(entries)[: req.measure.finalists]]
     if not keys:
         raise _all_failed(where, entries)
@@ -152,7 +162,14 @@ def run_finals(
     finalists.append(Finalist("default", None, "default"))
     if req.previous_knobs is not None:
         finalists.append(Finalist("previous", dict(req.previous_knobs), prev_key))
-    results = finals(template, wl, req.target, finalists, req.measure, runner=runner, builder=builder)
+    return finalists, left_out
+
+
+def _checked_winner(
+    req: TuneRequest, wl: Workload, results: list[FinalResult], by_key: dict[str, Trial], left_out: int, where: str
+) -> FinalsOutcome:
+    """The winner on the finals' data (`_decide`), its numerics checked: a wrong one
+    becomes a failed trial (when it is one) and a failed finalist, and the next is taken."""
     while True:
         winner, tied = _decide(results)
         if winner is None:
@@ -161,10 +178,10 @@ def run_finals(
                 + "; ".join(sorted({str(r.error)[:200] for r in results if r.error})[:3])
             )
         if winner.finalist.role == "default":
-            return _FinalsOutcome(results, winner, tied, left_out)
+            return FinalsOutcome(results, winner, tied, left_out)
         try:
-            check_correct(template, wl, req.target, winner.finalist.knobs, rpc=req.rpc)
-            return _FinalsOutcome(results, winner, tied, left_out)
+            check_correct(req.template, wl, req.target, winner.finalist.knobs, rpc=req.rpc)
+            return FinalsOutcome(results, winner, tied, left_out)
         except TuningError as err:
             if winner.finalist.key in by_key:  # a search trial (or the replayed previous best)
                 e = by_key.pop(winner.finalist.key)
@@ -189,7 +206,7 @@ class Assembled:
 
 def assemble(
     entries: Sequence[Trial],
-    fin: _FinalsOutcome,
+    fin: FinalsOutcome,
     extra: Mapping[str, Any],
     flop: float,
     noise: Measured | None,
@@ -202,12 +219,42 @@ def assemble(
     this run's best against the previous best. `full` fills a configuration's defaults."""
     records = [e.copy() for e in entries]
     rec_by_key = {knobs_key(e["knobs"]): e for e in records}
-    # The trial that first measured each configuration: the top table says when the
-    # search found it (bench_transfer reads a run's time to a quality from it).
+    first_trial = _first_trials(records)
+    scale = _on_the_finals_scale(records, rec_by_key, fin)
+    final_json, finals_measured, best, baseline, previous = _the_finalists(
+        fin, records, rec_by_key, first_trial, extra, flop, full
+    )
+    assert best is not None
+    if baseline is None and noise is not None and noise.knobs == full(None):
+        baseline = noise  # the default could not be measured in the finals
+    if baseline is None:
+        # A re-tune with history sampled the old best, not the default, before the search.
+        raise TuningError(
+            "the default configuration ran in the correctness check but could not be measured "
+            "in the finals ("
+            + "; ".join(str(r.error)[:200] for r in fin.results if r.finalist.role == "default")
+            + "), so the speedup over it is unknown and nothing is written; re-run "
+            "`tvmtune-ci retune` on an idle runner, or raise measure.timeout_s in tvmtune.yaml "
+            "if it timed out"
+        )
+    search_top = _search_top(records, first_trial, scale, flop, full)
+    top = sorted(finals_measured, key=lambda m: m.latency_s)
+    top = [best] + [m for m in top if m is not best] + search_top
+    return Assembled(records, best, baseline, previous, top, tuple(final_json), _verdict(fin))
+
+
+def _first_trials(records: Sequence[Trial]) -> dict[str, int]:
+    """The trial that first measured each configuration: the top table says when the
+    search found it (bench_transfer reads a run's time to a quality from it)."""
     first_trial: dict[str, int] = {}
     for e in sorted(records, key=lambda e: e["trial"]):
         if e["trial"] >= 1:
             first_trial.setdefault(knobs_key(e["knobs"]), e["trial"])
+    return first_trial
+
+
+def _on_the_finals_scale(records: list[Trial], rec_by_key: Mapping[str, Trial], fin: FinalsOutcome) -> float:
+    """The records the finals give no figure logged on the finals' scale; the scale."""
     # The search's numbers and the finals' come from different minutes of a machine
     # whose speed drifts. The log ranks them in one list (TVM's), so a configuration
     # left out of the finals is logged on the finals' scale: its search estimate x
@@ -229,6 +276,21 @@ def assemble(
             # (one ulp below it once in CI): never below it.
             logged = max(lat * scale, fin.winner.estimate.value)
             e["record"] = [e["record"][0], [logged], *e["record"][2:]]
+    return scale
+
+
+def _the_finalists(
+    fin: FinalsOutcome,
+    records: list[Trial],
+    rec_by_key: Mapping[str, Trial],
+    first_trial: Mapping[str, int],
+    extra: Mapping[str, Any],
+    flop: float,
+    full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[Measured], Measured | None, Measured | None, Measured | None]:
+    """Each finalist as the finals measured it: its JSON (`final_results`), its record
+    given its finals estimate (`_log_finalist`), and (final JSON, the finalists measured
+    that have a record or won, best, baseline, previous)."""
     final_json: list[dict[str, Any]] = []
     finals_measured: list[Measured] = []
     best = baseline = previous = None
@@ -256,45 +318,54 @@ def assemble(
         rec: Trial | None = rec_by_key.get(f.key)
         if rec is not None or r is fin.winner:
             finals_measured.append(m)
-        # The log's value of a finalist is its finals estimate; one tied with a kept
-        # previous best is logged at the kept value, so TVM's ranking keeps it too.
-        value = r.estimate.value
-        if i in fin.tied:
-            assert fin.winner.estimate is not None
-            value = fin.winner.estimate.value
-        if rec is None and r is fin.winner:
-            rec = {
-                "trial": 0,
-                "batch": 0,
-                "space": None,
-                "knobs": f.knobs or {},
-                "error": None,
-                "device": None,
-                "record": extra[f.role],
-                "latency_s": value,
-            }
-            records.append(rec)
-        if rec is not None:
-            rec["latency_s"] = value
-            rec["ci"] = [r.estimate.lo, r.estimate.hi]
-            rec["n"] = r.estimate.n
-            rec["stage"] = "finals" + (" (tied with the kept previous best)" if i in fin.tied else "")
-            rec["record"] = [rec["record"][0], [value], *rec["record"][2:]]
-    assert best is not None
-    if baseline is None and noise is not None and noise.knobs == full(None):
-        baseline = noise  # the default could not be measured in the finals
-    if baseline is None:
-        # A re-tune with history sampled the old best, not the default, before the search.
-        raise TuningError(
-            "the default configuration ran in the correctness check but could not be measured "
-            "in the finals ("
-            + "; ".join(str(r.error)[:200] for r in fin.results if r.finalist.role == "default")
-            + "), so the speedup over it is unknown and nothing is written; re-run "
-            "`tvmtune-ci retune` on an idle runner, or raise measure.timeout_s in tvmtune.yaml "
-            "if it timed out"
-        )
-    # On the finals' scale, as the log ranks them; the search's own number kept.
-    search_top = [
+        _log_finalist(fin, records, rec, r, i in fin.tied, extra)
+    return final_json, finals_measured, best, baseline, previous
+
+
+def _log_finalist(
+    fin: FinalsOutcome, records: list[Trial], rec: Trial | None, r: FinalResult, tied: bool, extra: Mapping[str, Any]
+) -> None:
+    """A measured finalist's record (`rec`) given its finals estimate; the winner's
+    record added to `records` when the search did not measure it (`extra`: its record
+    JSON by role)."""
+    assert r.estimate is not None
+    f = r.finalist
+    # The log's value of a finalist is its finals estimate; one tied with a kept
+    # previous best is logged at the kept value, so TVM's ranking keeps it too.
+    value = r.estimate.value
+    if tied:
+        assert fin.winner.estimate is not None
+        value = fin.winner.estimate.value
+    if rec is None and r is fin.winner:
+        rec = {
+            "trial": 0,
+            "batch": 0,
+            "space": None,
+            "knobs": f.knobs or {},
+            "error": None,
+            "device": None,
+            "record": extra[f.role],
+            "latency_s": value,
+        }
+        records.append(rec)
+    if rec is not None:
+        rec["latency_s"] = value
+        rec["ci"] = [r.estimate.lo, r.estimate.hi]
+        rec["n"] = r.estimate.n
+        rec["stage"] = "finals" + (" (tied with the kept previous best)" if tied else "")
+        rec["record"] = [rec["record"][0], [value], *rec["record"][2:]]
+
+
+def _search_top(
+    records: Sequence[Trial],
+    first_trial: Mapping[str, int],
+    scale: float,
+    flop: float,
+    full: Callable[[Mapping[str, Any] | None], dict[str, Any]],
+) -> list[Measured]:
+    """The search's records that were not finalists, on the finals' scale, as the log
+    ranks them; the search's own number kept."""
+    return [
         Measured(
             full(e["knobs"]),
             e["record"][1][0],  # as logged, on the finals' scale
@@ -309,12 +380,15 @@ def assemble(
         for e in _valid_sorted(records)
         if not str(e.get("stage", "")).startswith("finals")
     ]
-    top = sorted(finals_measured, key=lambda m: m.latency_s)
-    top = [best] + [m for m in top if m is not best] + search_top
+
+
+def _verdict(fin: FinalsOutcome) -> str | None:
+    """This run's best search finalist against the previous best (`stats.compare`);
+    None without both."""
     verdict = None
     pr = next((r for r in fin.results if r.finalist.role == "previous" and r.estimate), None)
     news = [r for r in fin.results if r.finalist.role == "search" and r.estimate]
     if pr is not None and news:
         nb = min(news, key=lambda r: r.estimate.value)  # type: ignore[union-attr]
         verdict = stats.compare(nb.estimate, pr.estimate)  # type: ignore[arg-type]
-    return Assembled(records, best, baseline, previous, top, tuple(final_json), verdict)
+    return verdict

@@ -12,10 +12,10 @@ from __future__ import annotations
 import runpy
 import sys
 
+from .nvrtc import install_hook, toolkit
+
 
 def main(argv: list[str] | None = None) -> None:
-    from .nvrtc import install_hook, toolkit
-
     toolkit()  # HostError with the install line, before the server registers
     install_hook()
     sys.argv = ["tvm.exec.rpc_server", *(sys.argv[1:] if argv is None else argv)]

@@ -1,8 +1,9 @@
 """GPU builds on any machine: a configuration of a template, built by TVM for a CUDA
-target and compiled by NVRTC (`nvrtc.py`) to a cubin for the target's arch, with what
-ptxas reports held against the target's limits (no GPU needed). Used by the tuner's
-builder (a kernel over its GPU's limits fails as `resources`), `check --build` and the
-README of a GPU best. Nothing here imports TVM at module level.
+target and compiled by NVRTC to a cubin for the target's arch, with what ptxas reports
+held against the target's limits (`cubin.py`; no GPU needed). Used by `check --build`
+and the README of a GPU best; the tuner's builder compiles its batches with
+`cubin.cuda_cubin` itself (a kernel over its GPU's limits fails as `resources`).
+Nothing here imports TVM at module level.
 """
 
 from __future__ import annotations
@@ -11,35 +12,9 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from ..core.errors import TvmtuneError
 from .builder import build_config
+from .cubin import cuda_cubin
 from .workload import Workload
-
-
-class ResourceError(TvmtuneError):
-    """A kernel that compiles but exceeds what its GPU allows, as the compiler reports."""
-
-
-# Words of ptxas/NVRTC errors that mean a limit of the GPU, not a wrong program.
-_RESOURCE_ERRORS = ("too much shared data", "uses too much", "too many resources")
-
-
-def cuda_cubin(module: Any, target: Mapping[str, Any]) -> Any:
-    """The cubin (`nvrtc.Cubin`) of a module TVM built for a CUDA `target`, compiled
-    for its arch on this machine (no GPU needed). ResourceError when a kernel exceeds
-    a limit the compiler reports (shared memory, registers per block, spills)."""
-    from . import nvrtc
-
-    try:
-        cubin = nvrtc.compile_cached(nvrtc.cuda_source(module), str(target["arch"]))
-    except nvrtc.CudaCompileError as e:
-        if any(w in e.log for w in _RESOURCE_ERRORS):
-            raise ResourceError(str(e)) from None
-        raise
-    over = cubin.over(target)
-    if over:
-        raise ResourceError("; ".join(over))
-    return cubin
 
 
 def compile_cuda_config(

@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import HostError
+from ..core.targets import target_json
+from . import tvmsetup
+from .nvrtc import missing
 
 # The host the checks see, for tests: "znver3", "sapphirerapids", "aarch64:neoverse-n1"
 # (an LLVM CPU name, optionally after its architecture). Its features are the ones LLVM
@@ -108,8 +111,6 @@ class Host:
 def _llvm_features(target: Mapping[str, Any], arch: str | None = None) -> set[str]:
     """The LLVM features `target` enables (its mcpu plus mattr), for `arch` when it
     names no triple (a synthetic host of another architecture than the build machine)."""
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     t = dict(target)
     if arch is not None and not t.get("mtriple") and arch != _machine_arch():
@@ -128,8 +129,6 @@ def synthetic_host(spec: str) -> Host:
 
 def detect_host() -> Host:
     """This machine's CPU as LLVM's host detection sees it (through TVM)."""
-    from . import tvmsetup
-
     tvmsetup.load()
     import tvm_ffi
 
@@ -357,8 +356,6 @@ def gpu_arch_problem(target: Mapping[str, Any], compute_version: str) -> str | N
 
 
 def json_target(target: dict[str, Any]) -> str:
-    from ..core.targets import target_json
-
     return target_json(target)
 
 
@@ -398,8 +395,6 @@ def check_toolchain(target: Mapping[str, Any], build_arch: str | None = None) ->
     cc = cross_cc(target, build_arch)
     gpu = target.get("kind") == "cuda"
     if gpu:
-        from .nvrtc import missing
-
         why = missing()
         if why is not None:
             raise HostError(

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.fsutil import atomic_write_text
+from . import tvmsetup
 from .workload import workload_params
 
 if TYPE_CHECKING:
@@ -38,8 +40,6 @@ def request_fingerprint(req: TuneRequest) -> str:
             source = inspect.getsource(req.template)
         except (OSError, TypeError):
             source = repr([getattr(req.template, n, None) for n in ("WORKLOADS", "KNOBS")])
-    from . import tvmsetup
-
     payload = {
         "journal": JOURNAL_FORMAT,
         "tvm": str(tvmsetup.load().__version__),
@@ -97,15 +97,11 @@ class Journal:
             or header.get("fingerprint") != self.fingerprint
         ):
             return False
-        from ..core.fsutil import atomic_write_text
-
         atomic_write_text(self.path, "".join(g + "\n" for g in good))
         self.header, self.trials = header, entries
         return True
 
     def start(self, header: dict[str, Any]) -> None:
-        from ..core.fsutil import atomic_write_text
-
         self.header = {"format": JOURNAL_FORMAT, "fingerprint": self.fingerprint, **header}
         self.trials = []
         atomic_write_text(self.path, json.dumps(self.header, sort_keys=True) + "\n")

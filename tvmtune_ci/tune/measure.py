@@ -23,10 +23,11 @@ from types import ModuleType
 from typing import Any
 
 from ..core import stats
-from ..core.config import MeasureOptions
+from ..core.configschema import MeasureOptions
 from ..core.errors import TuningError
 from ..core.manifest import Measured
 from ..core.template import Categorical, Split, Structural, default_value, template_name
+from . import tvmsetup
 from .builder import Builder, make_builder, remove_artifact, schedule_config
 from .rpclimits import rpc_failure
 from .runners import Runner, make_runner
@@ -34,16 +35,6 @@ from .sampling import SamplePolicy, device_type, full_policy
 from .workload import Workload, resolve
 
 DEFAULT_MEASURE = MeasureOptions()
-
-
-def flop_count(mod: Any) -> float:
-    """Floating-point operations of one run of `mod` (TVM's own count)."""
-    from . import tvmsetup
-
-    tvmsetup.load()
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    return float(estimate_tir_flops(mod))
 
 
 def gflops(flops: float, latency_s: float) -> float:
@@ -55,8 +46,6 @@ def workload_bytes(template: ModuleType, wl: Workload) -> int:
     """Bytes one run must move at the least: every buffer of the PrimFunc's parameters
     (inputs read once, outputs written once). The bandwidth figure of a memory-bound
     operator (softmax, layernorm) divides this by the latency."""
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     func = resolve(template, wl).mod["main"]
     buffers = getattr(func, "buffer_map", None)  # TVM 0.27: the params are the buffers
@@ -98,8 +87,6 @@ def run_schedule(
 ) -> list[float]:
     """Build `sch` in-process, measure it with `runner` (its current policy); the samples
     in seconds. `what` names the measurement in the TuningError of an RPC failure."""
-    from . import tvmsetup
-
     ms = tvmsetup.ms()
     tgt = tvmsetup.make_target(dict(target))
     own = builder is None
@@ -150,6 +137,8 @@ def full_knobs(
     template: ModuleType, wl: Workload, knobs: Mapping[str, Any] | None, target: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Every knob's value, defaults filled in (what a manifest records)."""
+    # Inside: full_knobs is a pinned rule (templateapi.RULES), hashed with its imports;
+    # moving this one to the top re-pins RULES_PINNED.
     from ..core.targetinfo import scope
 
     workload = scope(dict(resolve(template, wl).params), target)
@@ -312,8 +301,6 @@ class _Visits:
     def __init__(
         self, schs: Sequence[Any], target: Mapping[str, Any], measure: MeasureOptions, runner: Runner, builder: Builder
     ) -> None:
-        from . import tvmsetup
-
         ms = tvmsetup.ms()
         tgt = tvmsetup.make_target(dict(target))
         self.measure, self.runner = measure, runner

@@ -11,15 +11,19 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from ..core.config import RpcRunner
+from ..core.configschema import RpcRunner
 from ..core.errors import DeviceError, TemplateError, TuningError
 from ..core.template import call_with_workload, template_name
+from . import tvmsetup
 from .builder import export_kernel, schedule_config
+from .hostcheck import check_host
+from .nvrtc import install_hook
 from .rpclimits import RPC_GRACE_S, last_line, rpc_where
 from .runners.local import WORKER_START_S, wait_or_kill
 from .runners.rpc import open_session
@@ -200,9 +204,46 @@ def check_correct(
     without, on this machine, which must be able to run the target (HostError for a
     cross-compiled target: it never runs on the host).
     """
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
+    case = _prepare(template, wl, target, knobs, seed)
+    if rpc is None:
+        check_host(
+            dict(target),
+            advice="its numerics can only be checked on such a device: "
+            "configure an RPC runner for this target (runner: rpc in tvmtune.yaml)",
+        )
+    ex = _executable(tvm, case, target, knobs, library, rpc)
+    fills = _output_fills(case)
+    if rpc is None:
+        got_all = _run_here(tvm, ex, target, case.arrays, fills)
+        on = ""
+    else:
+        got_all, server = _run_on_device(ex, target, rpc, [*case.arrays, *fills], case.n_in, case.where)
+        on = f" on {server}"
+    _compare(case, got_all, knobs, on)
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One numerics check's setup (`_prepare`): the template and its workload, the
+    scheduled module and its parameters, the seeded inputs and reference()'s outputs."""
+
+    template: ModuleType
+    workload: dict[str, Any]
+    where: str
+    sch: Any
+    infos: Any  # the PrimFunc's ArgInfos: the n_in inputs, then the outputs
+    n_in: int
+    arrays: list[np.ndarray]
+    want: list[Any]
+
+
+def _prepare(
+    template: ModuleType, wl: Workload, target: Mapping[str, Any], knobs: Mapping[str, Any] | None, seed: int
+) -> _Case:
+    """The configuration scheduled, reference()'s inputs counted against the PrimFunc's
+    parameters (TemplateError when they cannot be), the inputs drawn and reference()
+    run on them."""
     ms = tvmsetup.ms()
     wl = resolve(template, wl, target)  # a name too, from callers outside the package
     workload = dict(wl.params)
@@ -220,54 +261,75 @@ def check_correct(
         )
     specs = tuple((tuple(int(x) for x in a.shape), str(a.dtype)) for a in infos)
     arrays, want = _inputs_and_reference(template, workload, seed, specs[:n_in])
-    if rpc is None:
-        from .hostcheck import check_host
+    return _Case(template, workload, where, sch, infos, n_in, arrays, want)
 
-        check_host(
-            dict(target),
-            advice="its numerics can only be checked on such a device: "
-            "configure an RPC runner for this target (runner: rpc in tvmtune.yaml)",
-        )
+
+def _executable(
+    tvm: Any,
+    case: _Case,
+    target: Mapping[str, Any],
+    knobs: Mapping[str, Any] | None,
+    library: str | None,
+    rpc: RpcRunner | None,
+) -> Any:
+    """The kernel to run: the search builder's `library` loaded (on this machine), else
+    the scheduled module compiled."""
     if library is not None and rpc is None:
         if device_type(tvmsetup.make_target(dict(target))) == "cuda":
-            from .nvrtc import install_hook
-
             install_hook()  # before the load: the library holds CUDA source, the hook its cubin
         try:
-            ex = tvm.runtime.load_module(library)
+            return tvm.runtime.load_module(library)
         except Exception as e:
             raise TuningError(
-                f"{where}: the library built of configuration {dict(knobs or {})} does not load: {e}"
+                f"{case.where}: the library built of configuration {dict(knobs or {})} does not load: {e}"
             ) from None
-    else:
-        try:
-            ex = tvm.compile(sch.mod, target=tvmsetup.make_target(dict(target)))
-        except Exception as e:
-            raise TuningError(
-                f"{where}: the {'default' if not knobs else 'given'} configuration does not build: {e}"
-            ) from None
+    try:
+        return tvm.compile(case.sch.mod, target=tvmsetup.make_target(dict(target)))
+    except Exception as e:
+        raise TuningError(
+            f"{case.where}: the {'default' if not knobs else 'given'} configuration does not build: {e}"
+        ) from None
+
+
+def _output_fills(case: _Case) -> list[np.ndarray]:
+    """The output parameters' first contents: NaN for floats (an element the kernel
+    never writes does not match), else zeros."""
     fills = []
-    for a in infos[n_in:]:
+    for a in case.infos[case.n_in :]:
         dtype = str(a.dtype)
         shape = tuple(int(x) for x in a.shape)
         fills.append(np.full(shape, np.nan, dtype) if dtype.startswith("float") else np.zeros(shape, dtype))
-    if rpc is None:
-        # This machine's device of the target: its CPU, or its GPU (check_host made sure
-        # it has the target's); a CUDA kernel's cubin comes through nvrtc's load hook.
-        kind = device_type(tvmsetup.make_target(dict(target)))
-        if kind == "cuda":
-            from .nvrtc import install_hook
+    return fills
 
-            install_hook()
-        dev = tvm.device(kind, 0)
-        outs_t = [tvm.runtime.tensor(f, dev) for f in fills]
-        ex["main"](*[tvm.runtime.tensor(x, dev) for x in arrays], *outs_t)
-        dev.sync()
-        got_all = [t.numpy() for t in outs_t]
-        on = ""
-    else:
-        got_all, server = _run_on_device(ex, target, rpc, [*arrays, *fills], n_in, where)
-        on = f" on {server}"
+
+def _run_here(
+    tvm: Any, ex: Any, target: Mapping[str, Any], arrays: list[np.ndarray], fills: list[np.ndarray]
+) -> list[np.ndarray]:
+    """Run the kernel once on this machine: its outputs."""
+    # This machine's device of the target: its CPU, or its GPU (check_host made sure
+    # it has the target's); a CUDA kernel's cubin comes through nvrtc's load hook.
+    kind = device_type(tvmsetup.make_target(dict(target)))
+    if kind == "cuda":
+        install_hook()
+    dev = tvm.device(kind, 0)
+    outs_t = [tvm.runtime.tensor(f, dev) for f in fills]
+    ex["main"](*[tvm.runtime.tensor(x, dev) for x in arrays], *outs_t)
+    dev.sync()
+    return [t.numpy() for t in outs_t]
+
+
+def _compare(case: _Case, got_all: list[np.ndarray], knobs: Mapping[str, Any] | None, on: str) -> None:
+    """Every output against reference()'s within its dtype's tolerance: TemplateError
+    when their counts differ, TuningError naming each mismatch and a hint."""
+    template, workload, where, sch, infos, n_in = (
+        case.template,
+        case.workload,
+        case.where,
+        case.sch,
+        case.infos,
+        case.n_in,
+    )
+    want = case.want
     if len(want) != len(got_all):
         raise TemplateError(
             f"{where}: reference() returned {len(want)} array(s) for {len(got_all)} output parameter(s)"
@@ -289,7 +351,7 @@ def check_correct(
             f"; reference({', '.join(ref_names)}) was given compute()'s inputs in the "
             f"PrimFunc's parameter order: {', '.join(names[:n_in])}"
         )
-        swap = _swap_that_matches(template, workload, arrays, got_all, names, n_in, infos)
+        swap = _swap_that_matches(template, workload, case.arrays, got_all, names, n_in, infos)
         raise TuningError(
             f"{where}: {config} does not match reference(){on}: "
             + "; ".join(problems)
@@ -352,8 +414,6 @@ def _run_on_device(
     import tempfile
 
     from tvm.support.popen_pool import PopenPoolExecutor
-
-    from . import tvmsetup
 
     tmp = tempfile.mkdtemp(prefix="tvmtune-check-")
     try:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import HostError, TuningError
+from . import tvmsetup
 
 INSTALL_HINT = "pip install 'tvmtune-ci[cuda]'"
 
@@ -304,8 +305,6 @@ def compile_cached(code: str, arch: str) -> Cubin:
 def load_hook(code: str, target: Any = None) -> bytes:
     """TVM's `tvm_callback_cuda_compile`: the cubin of `code` for the target's arch,
     from the builder's cache when it compiled it, else compiled now."""
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     if target is None:
         target = tvm.target.Target.current(allow_none=True)
@@ -321,8 +320,6 @@ def load_hook(code: str, target: Any = None) -> bytes:
 def install_hook() -> None:
     """Make TVM compile CUDA at load time with `load_hook` (replacing TVM's own, which
     needs CUDA_PATH set by hand)."""
-    from . import tvmsetup
-
     tvmsetup.load()
     import tvm_ffi
 

@@ -36,7 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import TvmtuneError
+from ..core.git import run
+from ..core.git.read import last_commit
+from ..core.history import map_config
 from ..core.manifest import Manifest
+from ..core.records import read_log, record_is_valid
+from ..core.template import import_template
+from ..core.templateapi import TEMPLATE_API
+from .builder import program_key, schedule_config
+from .measure import full_knobs
+from .space import decode_knobs, design_space_infos, knobs_key
+from .workload import Workload, resolve
 
 # One record of the old log: its configuration (the old template's knobs), its latency,
 # and the key of the program the old template made of it ("" when it no longer
@@ -55,8 +65,6 @@ def old_commit(root: Path, manifest_path: Path, manifest: Manifest) -> str | Non
     """The commit whose tree holds the templates the old log was tuned with: the one
     that committed its manifest (a retune commits templates first, then the log),
     else the template's own commit recorded in the manifest."""
-    from ..core.git.read import last_commit
-
     try:
         sha = last_commit(root, manifest_path.resolve().relative_to(root.resolve()))
     except (ValueError, TvmtuneError):  # outside the repository, or no git at all
@@ -67,8 +75,6 @@ def old_commit(root: Path, manifest_path: Path, manifest: Manifest) -> str | Non
 def checkout_old(root: Path, commit: str, manifest: Manifest, dest: Path) -> Path:
     """Extract the old template's folder and the helper files its fingerprint lists,
     as of `commit`, into `dest` (the repository layout kept); returns `dest`."""
-    from ..core.git import run
-
     top = Path(manifest.template_file).parts[0]
     wanted = {top, *(k.split(":", 1)[0] for k in manifest.dependencies)}
     try:
@@ -171,8 +177,6 @@ def _same_api(manifest_path: Path, manifest: Manifest) -> None:
     """PriorError unless the log was decoded with this tvmtune-ci's template API: its
     traces name knobs by the rules they were written with (templateapi.py), and these
     are the only rules here."""
-    from ..core.templateapi import TEMPLATE_API
-
     if manifest.template_api != TEMPLATE_API:
         raise PriorError(
             f"{manifest_path.parent / manifest.log} was decoded with template API "
@@ -207,14 +211,11 @@ def prior_for(
     """The records mapped into the new knob space (`history.map_config`), distinct
     there (the fastest latency kept), without those in `exclude` (the replayed ones,
     measured again) and without those that keep no knob at all."""
-    from ..core.history import map_config
-    from .space import knobs_key as key
-
-    skip = {key(kv) for kv in exclude}
+    skip = {knobs_key(kv) for kv in exclude}
     best: dict[str, tuple[dict[str, Any], float]] = {}
     for kv, secs, _ in records:
         m = map_config(kv, knobs, workload, target)
-        k = key(m.knobs)
+        k = knobs_key(m.knobs)
         if not m.kept or k in skip or not secs > 0:
             continue
         if k not in best or secs < best[k][1]:
@@ -229,16 +230,13 @@ def old_programs(
     program the old template made of it), distinct. One the edit had to repair (a knob
     reset, new or no longer valid) has the key "": the edit changed that configuration,
     so the old search's measurement of it does not stand."""
-    from ..core.history import map_config
-    from .space import knobs_key as key
-
     out: dict[str, tuple[dict[str, Any], str]] = {}
     for kv, _, program in records:
         m = map_config(kv, knobs, workload, target)
         if m.reset:  # whatever else maps here, the edit moved this one
-            out[key(m.knobs)] = (m.knobs, "")
+            out[knobs_key(m.knobs)] = (m.knobs, "")
         else:
-            out.setdefault(key(m.knobs), (m.knobs, program))
+            out.setdefault(knobs_key(m.knobs), (m.knobs, program))
     return tuple(out.values())
 
 
@@ -254,12 +252,6 @@ def decode(
     decoded with `template` (the module), then `published`'s configurations as records
     with latency 0; as JSON would carry them (lists, not tuples). `resolved`: workloads
     already resolved for `target` (one compute() per workload, here too)."""
-    from ..core.records import read_log, record_is_valid
-    from .builder import program_key, schedule_config
-    from .measure import full_knobs
-    from .space import decode_knobs, design_space_infos
-    from .workload import Workload, resolve
-
     log = read_log(log_path)
     out: dict[str, list[OldRecord]] = {}
     known: dict[str, Workload] = dict(resolved or {})
@@ -340,8 +332,6 @@ def _main(argv: Sequence[str]) -> int:
     """Child process: decode a log's records with the template under `root`."""
     args = json.loads(argv[0])
     root = Path(args["root"])
-    from ..core.template import import_template
-
     template = import_template(root / args["template"], root)
     out = decode(template, Path(args["log"]), args["target"], args["workloads"], args.get("published", {}))
     print(json.dumps(out))

@@ -11,6 +11,8 @@ from types import ModuleType
 from typing import Any
 
 from ..core.errors import TemplateError, TuningError
+from ..core.history import probes
+from .builder import program_key, schedule_config
 from .request import TuneRequest
 from .workload import Workload
 
@@ -53,8 +55,6 @@ def programs_unchanged(
     into its space; `history.probes`) and makes the same program of every old
     configuration as the old template did (`priors.old_programs`: "" for one the edit
     repaired), compared up to the first that differs."""
-    from ..core.history import probes
-
     if not old_programs:
         return False
     if probes(old_best, old_knobs, template.KNOBS, dict(wl.params), target, limit=1):
@@ -67,8 +67,6 @@ def same_program(
 ) -> bool:
     """Whether the edited `template` makes of `knobs` the program the old template made
     (`old_key`, `builder.program_key`; "" for a configuration the edit repaired: never)."""
-    from .builder import program_key, schedule_config
-
     if not old_key:
         return False
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..core.config import EarlyStop, MeasureOptions, RpcRunner
+from ..core.configschema import EarlyStop, MeasureOptions, RpcRunner
 from ..core.tunetypes import BatchEvent
 from .runners.controls import Runner
 from .workload import Workload

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core.config import MeasureOptions, RpcRunner
+from ..core.configschema import MeasureOptions, RpcRunner
 from ..core.errors import DeviceError, TuningError
 from .sampling import hard_cap
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import stats
-from ..core.config import MeasureOptions
+from ..core.configschema import MeasureOptions
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,6 @@ def sample_loop(evaluator_for: Any, args: Sequence[Any], policy: Mapping[str, An
     """
     import time as _time
 
-    from tvmtune_ci.core.stats import estimate as _estimate
-
     p = dict(policy)
     t0 = _time.perf_counter()
     number = int(p["number"])
@@ -113,7 +111,7 @@ def sample_loop(evaluator_for: Any, args: Sequence[Any], policy: Mapping[str, An
         if p["race_above_s"] is not None and n <= first and min(samples) > p["race_above_s"]:
             raced = True
             break
-        if n >= p["min_samples"] and _estimate(samples).rel_halfwidth <= p["precision"]:
+        if n >= p["min_samples"] and stats.estimate(samples).rel_halfwidth <= p["precision"]:
             converged = True
             break
         # The cap stops sampling once an interval is possible; a slow kernel samples

@@ -42,11 +42,12 @@ from ..core.records import FAILED_RUN_SECS
 from ..core.targetinfo import scope
 from ..core.template import space_size, template_name
 from ..core.tunetypes import BatchEvent, ReplayStats, Trial
+from . import tvmsetup
 from .batch import Picked, ok, run_batch, trial_entries
 from .budgetgate import BudgetGate, BudgetOptions
 from .builder import Builder, make_postprocs, schedule_config
 from .measure import Finalist, finals, gflops
-from .replay import Replay
+from .replay import Replay, ReplaySeam
 from .request import TuneRequest
 from .resume import Store
 from .rpclimits import rpc_failure
@@ -98,8 +99,6 @@ class Search:
     cost model; `run()` measures batch after batch until a stop reason."""
 
     def __init__(self, req: TuneRequest, builder: Builder, runner: Runner, t_start: float) -> None:
-        from . import tvmsetup
-
         self.ms = ms = tvmsetup.ms()
         self.req, self.builder, self.runner, self.t_start = req, builder, runner, t_start
         # The resolved workload (workload.Workload): its parameters, module and FLOPs are
@@ -433,7 +432,7 @@ class Search:
         old best (the first configuration), the stop rule of a re-tune with history
         starts against it. `source="new_region"`: the probes of the region an edit
         opened, the search's own trials."""
-        replay = Replay(self, source)
+        replay = Replay(self.replay_seam(), source)
         got = replay.run(configs)
         if replay.old_best is not None:
             est, knobs = replay.old_best
@@ -441,6 +440,33 @@ class Search:
             if self.req.warm_stop:
                 self.warm = WarmStop(WarmOptions.of(self.req, WARMUP_SAMPLES), est, knobs, self._measure_beside)
         return got
+
+    def replay_seam(self) -> ReplaySeam:
+        """What a replay uses of this search (`replay.Replay`)."""
+        return ReplaySeam(
+            self.req,
+            self.wl,
+            self.ms,
+            self.target,
+            self.builder,
+            self.designs,
+            lambda: self.done,
+            self.add_time,
+            self.measure_replayed,
+        )
+
+    def measure_replayed(self, picked: list[Picked], prebuilt: list[Any], source: str) -> list[Trial]:
+        """A replay's configurations measured with the libraries it built and checked
+        (`measure`; the strategy is not told: it did not propose them), the seconds in
+        stats replay_measure_s, replay_load_s and replay_eval_s; the trials it added."""
+        n0, n_runs, t0 = self.done, len(self.runner.timings), time.perf_counter()
+        if picked:
+            self.measure(picked, notify=False, source=source, prebuilt=prebuilt)
+        self.add_time("replay_measure_s", t0)
+        # Of which: loading, and the evaluator's runs (summed over the replay and the probes).
+        for key, secs in zip(("replay_load_s", "replay_eval_s"), self.run_seconds(n_runs), strict=True):
+            self.stats[key] = self.stats.get(key, 0.0) + secs
+        return self.store.trials[n0:]
 
     def measure(
         self,
@@ -452,16 +478,26 @@ class Search:
     ) -> None:
         """Build (unless `prebuilt`) and run one batch, tell the strategy (unless
         `notify` is off: it did not propose them) and the cost model, commit, journal."""
+        incumbent = self.progress.best_latency
+        measured = self._build_and_run(picked, incumbent, prebuilt)
+        ests, results = self._tell(picked, measured, notify)
+        entries = self._journal(picked, measured, ests, results, incumbent, source)
+        if self.req.on_batch is not None:
+            self._on_batch(self.req.on_batch, entries)
+
+    def _build_and_run(
+        self, picked: list[Picked], incumbent: float | None, prebuilt: Sequence[Any] | None
+    ) -> list[tuple[Any, str | None, bool]]:
+        """One batch built (unless `prebuilt`) and run, probes raced against `incumbent`
+        (`batch.run_batch`); with RPC, an error when no measurement came back."""
         ms, req = self.ms, self.req
         cands = [c for c, _, _ in picked]
-        incumbent = self.progress.best_latency
         self.runner.set_policy(search_policy(req.measure, req.measure.race * incumbent if incumbent else None))
         try:
             measured = run_batch(cands, self.target, self.builder, self.runner, ms, prebuilt)
         finally:
             self.runner.set_options(req.measure)
         self.stats.setdefault("first_trial_s", time.perf_counter() - self.t_start)
-        results = [r for r, _, _ in measured]
         ran = [r for r, _, reached in measured if reached]
         if req.rpc is not None and ran and not any(ok(r) for r in ran):
             # Nothing reached a device and came back: lost or hung devices, or sessions
@@ -473,6 +509,16 @@ class Search:
                 f"{template_name(req.template)}/{self.name}: all {len(ran)} measurements of a batch "
                 f"(after {self.done} trials)",
             )
+        return measured
+
+    def _tell(
+        self, picked: list[Picked], measured: list[tuple[Any, str | None, bool]], notify: bool
+    ) -> tuple[list[stats.Estimate | None], list[Any]]:
+        """The batch's estimates, and its results as the strategy (when `notify`) and
+        the cost model are told them."""
+        ms = self.ms
+        cands = [c for c, _, _ in picked]
+        results = [r for r, _, _ in measured]
         # One number per measurement, the estimate: what the strategy, the cost model
         # and the database (TVM's own ranking) see.
         ests = [stats.estimate(r.run_secs) if ok(r) else None for r in results]
@@ -486,6 +532,20 @@ class Search:
             t0 = time.perf_counter()
             self.cost_model.update(self.ctx, [c for c, _ in good], [r for _, r in good])
             self.add_time("search_cost_model_s", t0)
+        return ests, results
+
+    def _journal(
+        self,
+        picked: list[Picked],
+        measured: list[tuple[Any, str | None, bool]],
+        ests: list[stats.Estimate | None],
+        results: list[Any],
+        incumbent: float | None,
+        source: str,
+    ) -> list[Trial]:
+        """The batch committed to the database and the journal, and the progress told."""
+        req = self.req
+        cands = [c for c, _, _ in picked]
         lines = self.store.commit(
             [
                 (c.sch.trace, c.args_info, [float(x) for x in r.run_secs] if ok(r) else [FAILED_RUN_SECS])
@@ -507,20 +567,24 @@ class Search:
         for e, est in zip(entries, ests, strict=True):  # a raced-out probe is no contender
             self.progress.add(e["trial"], est if e["stage"] != "probe" else None, self.flop, e["knobs"])
         self.store.append(entries)
-        if req.on_batch is not None:
-            best = self.progress.best_latency
-            n_ok = sum(e["error"] is None for e in entries)
-            req.on_batch(
-                BatchEvent(
-                    workload_name=self.name,
-                    batch=self.store.batches,
-                    trials_done=self.done,
-                    budget=req.trials,
-                    best_latency_s=best,
-                    best_gflops=gflops(self.flop, best) if best else None,
-                    batch_valid=n_ok,
-                    batch_failed=len(entries) - n_ok,
-                    elapsed_s=time.perf_counter() - self.t_start,
-                    resumed=self.resumed,
-                )
+        return entries
+
+    def _on_batch(self, on_batch: Callable[[BatchEvent], None], entries: Sequence[Trial]) -> None:
+        """The request's `on_batch` told of the batch just journaled."""
+        req = self.req
+        best = self.progress.best_latency
+        n_ok = sum(e["error"] is None for e in entries)
+        on_batch(
+            BatchEvent(
+                workload_name=self.name,
+                batch=self.store.batches,
+                trials_done=self.done,
+                budget=req.trials,
+                best_latency_s=best,
+                best_gflops=gflops(self.flop, best) if best else None,
+                batch_valid=n_ok,
+                batch_failed=len(entries) - n_ok,
+                elapsed_s=time.perf_counter() - self.t_start,
+                resumed=self.resumed,
             )
+        )

@@ -26,6 +26,7 @@ from typing import Any
 from ..core.constraints import violated
 from ..core.errors import TemplateError, TuningError
 from ..core.template import Categorical, Knob, Knobs, Split, default_values, design_spaces
+from . import tvmsetup
 from .workload import Workload, resolve
 
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
@@ -154,8 +155,6 @@ def decode_knobs(
 def design_space_infos(template: ModuleType, wl: Workload, target: Mapping[str, Any]) -> list[SpaceInfo]:
     """The design spaces of a template's workload on `target`, for `decode_knobs` (e.g.
     on another tool's records of the same template)."""
-    from . import tvmsetup
-
     tvm = tvmsetup.load()
     wl = resolve(template, wl, target)
     space = TemplateSpace(template, wl.params, target)
@@ -172,8 +171,6 @@ def knobs_key(knobs: Mapping[str, Any]) -> str:
 
 @functools.cache  # one class per process: TVM registers it by name
 def _mutate_categorical_class() -> Any:
-    from . import tvmsetup
-
     tvmsetup.load()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.mutator import PyMutator
@@ -211,8 +208,6 @@ def _mutate_categorical_class() -> Any:
 
 @functools.cache  # one class per process: TVM registers it by name
 def _constraint_check_class() -> Any:
-    from . import tvmsetup
-
     tvmsetup.load()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.postproc import PyPostproc
@@ -258,8 +253,6 @@ def constraint_postprocs(template: ModuleType, names: Mapping[str, Any], spaces:
 
 def make_mutators(knobs: Sequence[Knob], seed: int) -> dict[Any, float]:
     """Mutator -> probability, in proportion to the knobs each one can change."""
-    from . import tvmsetup
-
     ms = tvmsetup.ms()
     n_split = sum(isinstance(k, Split) for k in knobs)
     n_cat = sum(isinstance(k, Categorical) and len(k.candidates) > 1 for k in knobs)

@@ -22,7 +22,8 @@
 5. the outcome: the log's records (each on the finals' scale), the top table, the
    curve and the verdict on the previous best.
 
-Steps 4 and 5's data work (`run_finals`, `assemble`) is `finals.py`.
+The history replay of step 3 (`replay_history`) is `replay.py`; steps 4 and 5's data
+work (`run_finals`, `assemble`) is `finals.py`.
 
 How knobs map to MetaSchedule traces (and back) is `space.py`.
 
@@ -32,8 +33,8 @@ Importing this module does not import TVM.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +42,21 @@ from ..core import stats
 from ..core.errors import TuningError
 from ..core.manifest import Measured, Trials
 from ..core.template import template_name
-from ..core.tunetypes import BatchEvent, ReplayStats, TuneOutcome
-from .builder import make_builder, schedule_config
+from ..core.tunetypes import BatchEvent, ReplayStats, Trial, TuneOutcome
+from . import tvmsetup
+from .builder import Builder, make_builder, schedule_config
 from .failures import failure_kinds
-from .finals import assemble, run_finals
+from .finals import FinalsOutcome, assemble, run_finals
+from .gpubuild import gpu_resources
 from .measure import full_knobs, measure_baseline, measured
 from .numerics import check_correct
 from .programs import old_search_stands
+from .replay import replay_history
 from .request import TuneRequest
 from .runners import Runner, make_runner
-from .search import Search
+from .search import Search, SearchResult
 from .space import knobs_key
-from .workload import resolve
+from .workload import Workload, resolve
 
 __all__ = ["BatchEvent", "ReplayStats", "TuneOutcome", "TuneRequest", "tune_workload"]
 
@@ -118,188 +122,243 @@ def first_batch_noise_check(
     return got
 
 
+@dataclass(frozen=True)
+class _Tuned:
+    """What the steps through the finals hand the outcome (`_outcome`)."""
+
+    req: TuneRequest  # its previous best as the replay left it
+    wl: Workload
+    search: Search
+    result: SearchResult
+    fin: FinalsOutcome
+    extra: dict[str, list[Any]]  # the record JSON of a winner the search did not measure, by role
+    noise: Measured
+    replay: ReplayStats | None
+
+
 def tune_workload(req: TuneRequest) -> TuneOutcome:
     """Tune one workload; see the module docstring for the steps."""
-    from . import tvmsetup
-
     t_start = time.perf_counter()
     tvmsetup.load()
-    if req.trials < 1 or req.batch_size < 1:
-        raise TuningError(f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive")
-    template, name = req.template, req.workload_name
-    # One resolved workload for the whole run: everything below takes its parameters,
-    # module and FLOP count from it (workload.Workload).
-    wl = req.workload
-    if wl is None:
-        wl = resolve(template, name, req.target)
-        req = replace(req, workload=wl)
+    req, wl = _resolved(req)
     stats_: dict[str, float] = {}
-
-    def lap(key: str, t0: float) -> float:
-        now = time.perf_counter()
-        stats_[key] = now - t0
-        return now
-
     own_runner = req.runner is None
-    runner: Runner
-    if req.runner is None:
-        runner = make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
-    else:
-        runner = req.runner
-        runner.set_options(req.measure)
+    runner = _runner_of(req)
     retries0 = len(getattr(runner, "retries", None) or ())
     builder = None
     try:
         # Built libraries live in work_dir (each is deleted once measured), so a killed
         # run leaves nothing behind that the caller's removal of work_dir does not remove.
         builder = make_builder(str(Path(req.work_dir) / "artifacts"))
-        check_correct(template, wl, req.target, rpc=req.rpc)  # 1
-        t = lap("correctness_s", t_start)
-        # An edit that changed no program the old log measured: its search stands, and no
-        # search runs (the replay and the finals re-measure its best).
-        stands = old_search_stands(req, wl)
-        t = lap("stands_s", t)
-        search = Search(req, builder, runner, t_start)  # 3 + 4
-        t = lap("setup_s", t)
-        stats_["resumed"] = float(search.resumed)
-
-        # The noise check (2): a resumed run (its first batch and replay are in the
-        # journal) samples the default; a re-tune with history takes the replay's old
-        # best, a cold run its first batch's best contender (below).
-        def sample_default() -> Measured:
-            return measure_baseline(template, wl, req.target, req.measure, runner=runner, warn=req.warn)
-
-        noise = sample_default() if search.resumed else None
-        t = lap("baseline_s", t)
-        # The old log's other records teach the cost model before anything is measured
-        # (also on a resume: the model is not saved).
-        n_prior = search.train_prior(req.prior) if req.prior else 0
-        t = lap("prior_s", t) if req.prior else t
-        replay = None
-        if req.replay:
-            if search.resumed:  # replayed before the interruption: in the journal
-                done = [e for e in search.store.trials if e.get("source") == "replay"]
-                ok = sum(e["error"] is None for e in done)
-                replay = ReplayStats(len(req.replay), ok, ok, ok, (), False)
-            else:
-                replay = search.replay(req.replay)
-                if req.old_knobs is not None:
-                    from ..core.history import probes as new_region
-
-                    found = new_region(
-                        req.replay[0],
-                        req.old_knobs,
-                        req.template.KNOBS,
-                        dict(wl.params),
-                        req.target,
-                        limit=req.batch_size,
-                    )
-                    if found:
-                        p = search.replay(found, source="new_region")
-                        replay = replace(replay, probes=p.measured)
-                t = lap("replay_s", t)
-            replay = replace(replay, prior=n_prior)
-            if not replay.old_best_correct:  # the old best is a finalist only if it works
-                req = replace(req, previous_knobs=None)
-            elif req.previous_knobs is None:
-                req = replace(req, previous_knobs=dict(req.replay[0]))
-        if noise is None and replay is not None and replay.old_best_correct:
-            noise = replay_noise_check(
-                search.old_best, full_knobs(template, wl, req.replay[0], req.target), search.flop, req.measure
-            )
-        if noise is None and req.replay:  # the old best computes wrong now, or its replay was too noisy
-            noise = sample_default()
-            t = lap("baseline_s", t)
-        # The old search stands only where the replay measured its best here.
-        if not (stands and replay is not None and replay.old_best_correct and not search.resumed):
-            stands = None
-
-        def first_batch_noise() -> None:
-            nonlocal noise
-            t0 = time.perf_counter()
-            p = search.progress
-            noise = (
-                first_batch_noise_check(
-                    p.best,
-                    full_knobs(template, wl, p.best_knobs, req.target) if p.best_knobs else None,
-                    search.flop,
-                    req.measure,
-                    req.warn,
-                    f"{template_name(template)}/{name}",
-                )
-                or sample_default()
-            )
-            stats_["baseline_s"] = stats_.get("baseline_s", 0.0) + time.perf_counter() - t0
-
-        result = search.run(stands, after_first_batch=first_batch_noise if noise is None else None)
-        if noise is None:  # the search measured nothing (a zero budget, an exhausted space)
-            noise = sample_default()
-        stats_.update(result.stats)
-        t = time.perf_counter()
-        entries = result.trials
-        fin = run_finals(req, entries, runner, builder, stands=result.stood)  # 5
-        lap("finals_s", t)
-        if replay is not None and fin.left_out:
-            replay = replace(replay, finals_left_out=fin.left_out)
-        # The records of finalists that are not search trials (the default or the
-        # previous best winning, unless replayed) are made from their schedules.
-        extra: dict[str, list[Any]] = {}
-        searched = {knobs_key(e["knobs"]) for e in entries}
-        for r in fin.results:
-            if r.finalist.role != "search" and r is fin.winner and r.finalist.key not in searched:
-                sch = schedule_config(template, wl, r.finalist.knobs, req.target)
-                extra[r.finalist.role] = search.record_json(sch)
+        tuned = _tune(req, wl, builder, runner, t_start, stats_)
     finally:
         if builder is not None:
             builder.close()
         if own_runner:
             runner.close()
-    flop = search.flop
-    a = assemble(entries, fin, extra, flop, noise, full=lambda knobs: full_knobs(template, wl, knobs, req.target))
-    records, best, baseline, previous, top, final_json, verdict = (
-        a.records,
-        a.best,
-        a.baseline,
-        a.previous,
-        a.top,
-        a.final_results,
-        a.previous_verdict,
-    )
-    from .gpubuild import gpu_resources
+    return _outcome(tuned, runner, retries0, t_start, stats_)
 
-    gpu = gpu_resources(template, wl, req.target, best.knobs)
+
+def _lap(stats_: dict[str, float], key: str, t0: float) -> float:
+    """`stats_[key]`: the seconds since `t0`; returns now."""
+    now = time.perf_counter()
+    stats_[key] = now - t0
+    return now
+
+
+def _resolved(req: TuneRequest) -> tuple[TuneRequest, Workload]:
+    """The request checked, with one resolved workload for the whole run: everything
+    below takes its parameters, module and FLOP count from it (workload.Workload)."""
+    if req.trials < 1 or req.batch_size < 1:
+        raise TuningError(f"trials ({req.trials}) and batch_size ({req.batch_size}) must be positive")
+    wl = req.workload
+    if wl is None:
+        wl = resolve(req.template, req.workload_name, req.target)
+        req = replace(req, workload=wl)
+    return req, wl
+
+
+def _runner_of(req: TuneRequest) -> Runner:
+    """The request's runner, set to its measuring options, or a new one."""
+    if req.runner is None:
+        return make_runner(req.measure, req.rpc)  # its worker starts while we check numerics
+    runner = req.runner
+    runner.set_options(req.measure)
+    return runner
+
+
+def _tune(
+    req: TuneRequest, wl: Workload, builder: Builder, runner: Runner, t_start: float, stats_: dict[str, float]
+) -> _Tuned:
+    """Steps 1 to 4: the numerics, the noise check, the search, the finals."""
+    check_correct(req.template, wl, req.target, rpc=req.rpc)  # 1
+    t = _lap(stats_, "correctness_s", t_start)
+    # An edit that changed no program the old log measured: its search stands, and no
+    # search runs (the replay and the finals re-measure its best).
+    stands = old_search_stands(req, wl)
+    t = _lap(stats_, "stands_s", t)
+    search = Search(req, builder, runner, t_start)  # 3 + 4
+    t = _lap(stats_, "setup_s", t)
+    stats_["resumed"] = float(search.resumed)
+
+    def sample_default() -> Measured:
+        return measure_baseline(req.template, wl, req.target, req.measure, runner=runner, warn=req.warn)
+
+    req, early, replay, stands = _before_search(req, wl, search, stands, sample_default, stats_, t)
+    result, noise = _search(req, wl, search, stands, early, sample_default, stats_)
+    t = time.perf_counter()
+    entries = result.trials
+    fin = run_finals(req, entries, runner, builder, stands=result.stood)  # 5
+    _lap(stats_, "finals_s", t)
+    if replay is not None and fin.left_out:
+        replay = replace(replay, finals_left_out=fin.left_out)
+    extra = _unsearched_winner(req, wl, search, entries, fin)
+    return _Tuned(req, wl, search, result, fin, extra, noise, replay)
+
+
+def _before_search(
+    req: TuneRequest,
+    wl: Workload,
+    search: Search,
+    stands: str | None,
+    sample_default: Callable[[], Measured],
+    stats_: dict[str, float],
+    t: float,
+) -> tuple[TuneRequest, Measured | None, ReplayStats | None, str | None]:
+    """What comes before the search's first batch: the noise check (2) where it does not
+    wait for that batch, the old log's prior and the history replay. Returns the request
+    with the old best as a finalist only if it works, the noise check (None: a cold run
+    takes it after the first batch, `_search`), the replay's counts, and why the old
+    search stands (None unless the replay measured its best here)."""
+    # The noise check (2): a resumed run (its first batch and replay are in the
+    # journal) samples the default; a re-tune with history takes the replay's old
+    # best, a cold run its first batch's best contender (`_search`).
+    noise = sample_default() if search.resumed else None
+    t = _lap(stats_, "baseline_s", t)
+    # The old log's other records teach the cost model before anything is measured
+    # (also on a resume: the model is not saved).
+    n_prior = search.train_prior(req.prior) if req.prior else 0
+    t = _lap(stats_, "prior_s", t) if req.prior else t
+    replay = None
+    if req.replay:
+        replay = replay_history(req, wl, search.replay, search.store.trials if search.resumed else None)
+        if not search.resumed:
+            t = _lap(stats_, "replay_s", t)
+        replay = replace(replay, prior=n_prior)
+        if not replay.old_best_correct:  # the old best is a finalist only if it works
+            req = replace(req, previous_knobs=None)
+        elif req.previous_knobs is None:
+            req = replace(req, previous_knobs=dict(req.replay[0]))
+    if noise is None and replay is not None and replay.old_best_correct:
+        noise = replay_noise_check(
+            search.old_best, full_knobs(req.template, wl, req.replay[0], req.target), search.flop, req.measure
+        )
+    if noise is None and req.replay:  # the old best computes wrong now, or its replay was too noisy
+        noise = sample_default()
+        _lap(stats_, "baseline_s", t)
+    # The old search stands only where the replay measured its best here.
+    if not (stands and replay is not None and replay.old_best_correct and not search.resumed):
+        stands = None
+    return req, noise, replay, stands
+
+
+def _search(
+    req: TuneRequest,
+    wl: Workload,
+    search: Search,
+    stands: str | None,
+    noise: Measured | None,
+    sample_default: Callable[[], Measured],
+    stats_: dict[str, float],
+) -> tuple[SearchResult, Measured]:
+    """The search (3), and the noise check (2) when it was left to the search's first
+    batch (`noise` None) or the search measured nothing."""
+
+    def first_batch_noise() -> None:
+        nonlocal noise
+        t0 = time.perf_counter()
+        p = search.progress
+        noise = (
+            first_batch_noise_check(
+                p.best,
+                full_knobs(req.template, wl, p.best_knobs, req.target) if p.best_knobs else None,
+                search.flop,
+                req.measure,
+                req.warn,
+                f"{template_name(req.template)}/{req.workload_name}",
+            )
+            or sample_default()
+        )
+        stats_["baseline_s"] = stats_.get("baseline_s", 0.0) + time.perf_counter() - t0
+
+    result = search.run(stands, after_first_batch=first_batch_noise if noise is None else None)
+    if noise is None:  # the search measured nothing (a zero budget, an exhausted space)
+        noise = sample_default()
+    stats_.update(result.stats)
+    return result, noise
+
+
+def _unsearched_winner(
+    req: TuneRequest, wl: Workload, search: Search, entries: Sequence[Trial], fin: FinalsOutcome
+) -> dict[str, list[Any]]:
+    """The records of finalists that are not search trials (the default or the
+    previous best winning, unless replayed), made from their schedules."""
+    extra: dict[str, list[Any]] = {}
+    searched = {knobs_key(e["knobs"]) for e in entries}
+    for r in fin.results:
+        if r.finalist.role != "search" and r is fin.winner and r.finalist.key not in searched:
+            sch = schedule_config(req.template, wl, r.finalist.knobs, req.target)
+            extra[r.finalist.role] = search.record_json(sch)
+    return extra
+
+
+def _outcome(tuned: _Tuned, runner: Runner, retries0: int, t_start: float, stats_: dict[str, float]) -> TuneOutcome:
+    """Step 5: the finals assembled (`finals.assemble`), the GPU resources of the best,
+    the devices used, and the outcome."""
+    req, wl, result, fin = tuned.req, tuned.wl, tuned.result, tuned.fin
+    template, entries = req.template, result.trials
+    flop = tuned.search.flop
+    a = assemble(
+        entries, fin, tuned.extra, flop, tuned.noise, full=lambda knobs: full_knobs(template, wl, knobs, req.target)
+    )
+    gpu = gpu_resources(template, wl, req.target, a.best.knobs)
     devices = tuple(sorted({d for e in entries if not e["error"] and (d := e.get("device"))}))
     stats_["devices_used"] = float(len(devices))
     stats_["device_retries"] = float(len(getattr(runner, "retries", None) or ()) - retries0)
     stats_["total_s"] = time.perf_counter() - t_start
     return TuneOutcome(
-        workload_name=name,
-        records=records,
-        best=best,
-        baseline=baseline,
-        top=tuple(top[:TOP_N]),
-        trials=Trials(
-            requested=req.trials,
-            run=len(entries),
-            valid=len(entries) - sum(e["error"] is not None for e in entries),
-            failed=sum(e["error"] is not None for e in entries),
-            stop_reason=result.reason,
-            stop_detail=result.detail,
-            budget_note=result.budget_note,
-            failures=failure_kinds(entries),
-        ),
+        workload_name=req.workload_name,
+        records=a.records,
+        best=a.best,
+        baseline=a.baseline,
+        top=tuple(a.top[:TOP_N]),
+        trials=_trials(req, entries, result),
         curve=result.curve,
         space_size=result.space_size,
         design_spaces=result.design_spaces,
-        noise_check=noise,
+        noise_check=tuned.noise,
         workload_json=result.workload_json,
         flop=flop,
         stats=stats_,
         devices=devices,
-        previous=previous,
-        previous_verdict=verdict,
+        previous=a.previous,
+        previous_verdict=a.previous_verdict,
         best_source=fin.winner.finalist.role,
-        final_results=tuple(final_json),
-        replay=replay,
+        final_results=tuple(a.final_results),
+        replay=tuned.replay,
         gpu=gpu,
+    )
+
+
+def _trials(req: TuneRequest, entries: Sequence[Trial], result: SearchResult) -> Trials:
+    """The trials' counts, and why the search stopped."""
+    return Trials(
+        requested=req.trials,
+        run=len(entries),
+        valid=len(entries) - sum(e["error"] is not None for e in entries),
+        failed=sum(e["error"] is not None for e in entries),
+        stop_reason=result.reason,
+        stop_detail=result.detail,
+        budget_note=result.budget_note,
+        failures=failure_kinds(entries),
     )

@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .. import datafiles
 from .model import ABSENT, DIR, FILE
@@ -79,36 +81,10 @@ class Canon:
             self._node(node, in_chain)
             self._strip = True
             return
+        note = _NOTES.get(cls)
+        if note is not None:  # a name, an import, a call or subscript that may read
+            note(self, node, in_chain)
         out = self._out
-        if cls is ast.Name:
-            if not in_chain and node.ctx.__class__ is ast.Load:  # type: ignore[attr-defined]
-                self.refs[(node.id,)] = None  # type: ignore[attr-defined]
-        elif cls is ast.Attribute:
-            if not in_chain:
-                parts = [node.attr]  # type: ignore[attr-defined]
-                base = node.value  # type: ignore[attr-defined]
-                while base.__class__ is ast.Attribute:
-                    parts.append(base.attr)
-                    base = base.value
-                if base.__class__ is ast.Name:
-                    parts.append(base.id)
-                    self.refs[tuple(reversed(parts))] = None
-        elif cls in IMPORT_NODES:
-            self.imports.append(node)  # type: ignore[arg-type]
-        elif cls is ast.Call:
-            # Only calls that may read (open, np.load, P.read_text, os.getenv, ...):
-            # most code has none, and then nothing more is looked at.
-            f = node.func  # type: ignore[attr-defined]
-            fcls = f.__class__
-            name = f.id if fcls is ast.Name else f.attr if fcls is ast.Attribute else None
-            if name in datafiles.CALL_NAMES and (name not in datafiles.MAPPING_METHODS or datafiles.on_mapping(f)):
-                self.sites.append(node)
-        elif cls is ast.Subscript:
-            v = node.value  # type: ignore[attr-defined]
-            vcls = v.__class__
-            name = v.id if vcls is ast.Name else v.attr if vcls is ast.Attribute else None
-            if name in datafiles.MAPPING_NAMES:
-                self.sites.append(node)
         out.append(cls.__name__ + "(")
         for name in cls._fields:
             value = getattr(node, name, None)
@@ -143,6 +119,51 @@ class Canon:
                 out.append(f"{name}={value!r},")
         out.append(")")
 
+    # What `_node` notes of a node besides its text, by the node's class (`_NOTES`).
+
+    def _name(self, node: Any, in_chain: bool) -> None:
+        if not in_chain and node.ctx.__class__ is ast.Load:
+            self.refs[(node.id,)] = None
+
+    def _attribute(self, node: Any, in_chain: bool) -> None:
+        if not in_chain:
+            parts = [node.attr]
+            base = node.value
+            while base.__class__ is ast.Attribute:
+                parts.append(base.attr)
+                base = base.value
+            if base.__class__ is ast.Name:
+                parts.append(base.id)
+                self.refs[tuple(reversed(parts))] = None
+
+    def _import(self, node: Any, in_chain: bool) -> None:
+        self.imports.append(node)
+
+    def _call(self, node: Any, in_chain: bool) -> None:
+        # Only calls that may read (open, np.load, P.read_text, os.getenv, ...):
+        # most code has none, and then nothing more is looked at.
+        f = node.func
+        fcls = f.__class__
+        name = f.id if fcls is ast.Name else f.attr if fcls is ast.Attribute else None
+        if name in datafiles.CALL_NAMES and (name not in datafiles.MAPPING_METHODS or datafiles.on_mapping(f)):
+            self.sites.append(node)
+
+    def _subscript(self, node: Any, in_chain: bool) -> None:
+        v = node.value
+        vcls = v.__class__
+        name = v.id if vcls is ast.Name else v.attr if vcls is ast.Attribute else None
+        if name in datafiles.MAPPING_NAMES:
+            self.sites.append(node)
+
+
+_NOTES: dict[type, Callable[[Canon, Any, bool], None]] = {
+    ast.Name: Canon._name,
+    ast.Attribute: Canon._attribute,
+    ast.Import: Canon._import,
+    ast.ImportFrom: Canon._import,
+    ast.Call: Canon._call,
+    ast.Subscript: Canon._subscript,
+}
 
 _LEAVES = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.AST) and not c._fields)
 _CHAIN = frozenset({ast.Name, ast.Attribute})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,34 @@ from .modules import (
 from .resolver import Resolver
 
 
+@dataclass
+class _Walk:
+    """What the walk from one template gathers: each dependency's digest and its place,
+    the modules whose import ran, the data files read (and where first), the notes."""
+
+    template: Module
+    bases: tuple[Path, ...]
+    queue: list[Target]
+    deps: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, tuple[str, int]] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    ran: dict[str, tuple[Module, ImportRun]] = field(default_factory=dict)
+    in_full: set[int] = field(default_factory=set)  # ids of statements hashed whole as a definition
+    sites: dict[str, tuple[str, int]] = field(default_factory=dict)  # data file key -> first place it is read
+    notes: set[Note] = field(default_factory=set)
+
+    def add_import_time(self) -> None:
+        """Each module that ran: its statements' order, and each statement not hashed
+        whole as a definition."""
+        for mod, run in self.ran.values():
+            key = f"{mod.rel}:{MODULE_QUALNAME}"
+            self.deps[key], self.lines[key] = run.order, (mod.rel, 1)
+            for st in run.stmts:
+                if id(st.node) not in self.in_full:
+                    key = f"{mod.rel}:{MODULE_QUALNAME}.{st.label}"
+                    self.deps[key], self.lines[key] = st.digest, (mod.rel, st.line)
+
+
 class Hasher:
     """Fingerprints of the templates of one run, through `files`."""
 
@@ -83,10 +112,25 @@ class Hasher:
         template = self.files.module_at(path)
         # Absolute imports resolve from the repository root (retune puts it first
         # on sys.path) and from the template's own folder (script-style imports).
-        bases = (self.files.root, path.parent)
-        deps: dict[str, str] = {}
-        lines: dict[str, tuple[str, int]] = {}
-        # Importing the template runs its module-level code: the walk starts there.
+        walk = _Walk(template, (self.files.root, path.parent), self._roots(path, template))
+        while walk.queue:
+            self._visit(walk, walk.queue.pop())
+        globs = self._declared_inputs(path, walk.deps, walk.lines, walk.sites)
+        walk.add_import_time()
+        wl_hash = workloads_hash(decl.workloads)
+        return Fingerprint(
+            digest_of(walk.deps, wl_hash),
+            dict(sorted(walk.deps.items())),
+            dict(sorted(walk.lines.items())),
+            wl_hash,
+            {k: f"{f}:{n}" for k, (f, n) in sorted(walk.sites.items())},
+            globs,
+            tuple(sorted(walk.notes)),
+        )
+
+    def _roots(self, path: Path, template: Module) -> list[Target]:
+        """Where the walk starts: importing the template runs its module-level code,
+        and ROOTS (compute, reference, schedule) must be defined there."""
         queue: list[Target] = [ExecRef(template)]
         for name in ROOTS:
             d = template.defs.get(name)
@@ -95,71 +139,51 @@ class Hasher:
                     f"{path}: {name} is not defined at module level; see `tvmtune_ci.template` for the API"
                 )
             queue.append(d)
-        done: set[str] = set()
-        ran: dict[str, tuple[Module, ImportRun]] = {}
-        in_full: set[int] = set()  # ids of statements hashed whole as a definition
-        sites: dict[str, tuple[str, int]] = {}  # data file key -> first place it is read
-        notes: set[Note] = set()
-        while queue:
-            t = queue.pop()
-            if isinstance(t, Def):
-                key = f"{t.module.rel}:{t.name}"
-                if key in done:
-                    continue
-                done.add(key)
-                digest, refs = self._hash_def(t, bases)
-                deps[key], lines[key] = digest, (t.module.rel, t.line)
-                in_full.add(id(t.node))
-                queue.extend(refs)
-                # Its module was imported to get at it.
-                queue.append(ExecRef(t.module))
-            elif isinstance(t, ExecRef):
-                mod = t.module
-                if mod.tree is None or mod.rel in ran:
-                    continue
-                run = self._import_time(mod, bases, mod is template)
-                ran[mod.rel] = (mod, run)
-                for st in run.stmts:
-                    queue.extend(st.targets)
-            elif isinstance(t, ModRef):
-                # A module used as a value (`getattr(mod, name)`) may reach any of
-                # its definitions.
-                queue.append(ExecRef(t.module))
-                queue.extend(t.module.defs.values())
-            elif isinstance(t, MissingRef) and t.module.tree is not None:
-                key = f"{t.module.rel}:{t.name}"
-                deps[key], lines[key] = MISSING_HASH, (t.module.rel, 1)
-                queue.append(ExecRef(t.module))
-            elif isinstance(t, DataRef):
-                where = (t.read.file, t.read.line)
-                rel = self.files.rel(Path(t.read.path))
-                key = f"{rel}:{DATA_QUALNAME}"
-                if key not in sites:
-                    deps[key] = self.files.data_digest(Path(t.read.path), rel, *where)
-                    lines[key] = (rel, 0)
-                    sites[key] = where
-                else:
-                    sites[key] = min(sites[key], where)
-            elif isinstance(t, NotedRef):
-                notes.add(t.note)
-        globs = self._declared_inputs(path, deps, lines, sites)
-        for mod, run in ran.values():
-            key = f"{mod.rel}:{MODULE_QUALNAME}"
-            deps[key], lines[key] = run.order, (mod.rel, 1)
+        return queue
+
+    def _visit(self, walk: _Walk, t: Target) -> None:
+        """One target of the walk: what it adds to the fingerprint, and what it reaches
+        queued."""
+        if isinstance(t, Def):
+            key = f"{t.module.rel}:{t.name}"
+            if key in walk.done:
+                return
+            walk.done.add(key)
+            digest, refs = self._hash_def(t, walk.bases)
+            walk.deps[key], walk.lines[key] = digest, (t.module.rel, t.line)
+            walk.in_full.add(id(t.node))
+            walk.queue.extend(refs)
+            # Its module was imported to get at it.
+            walk.queue.append(ExecRef(t.module))
+        elif isinstance(t, ExecRef):
+            mod = t.module
+            if mod.tree is None or mod.rel in walk.ran:
+                return
+            run = self._import_time(mod, walk.bases, mod is walk.template)
+            walk.ran[mod.rel] = (mod, run)
             for st in run.stmts:
-                if id(st.node) not in in_full:
-                    key = f"{mod.rel}:{MODULE_QUALNAME}.{st.label}"
-                    deps[key], lines[key] = st.digest, (mod.rel, st.line)
-        wl_hash = workloads_hash(decl.workloads)
-        return Fingerprint(
-            digest_of(deps, wl_hash),
-            dict(sorted(deps.items())),
-            dict(sorted(lines.items())),
-            wl_hash,
-            {k: f"{f}:{n}" for k, (f, n) in sorted(sites.items())},
-            globs,
-            tuple(sorted(notes)),
-        )
+                walk.queue.extend(st.targets)
+        elif isinstance(t, ModRef):
+            # A module used as a value (`getattr(mod, name)`) may reach any of
+            # its definitions.
+            walk.queue.append(ExecRef(t.module))
+            walk.queue.extend(t.module.defs.values())
+        elif isinstance(t, MissingRef) and t.module.tree is not None:
+            key = f"{t.module.rel}:{t.name}"
+            walk.deps[key], walk.lines[key] = MISSING_HASH, (t.module.rel, 1)
+            walk.queue.append(ExecRef(t.module))
+        elif isinstance(t, DataRef):
+            where = (t.read.file, t.read.line)
+            rel = self.files.rel(Path(t.read.path))
+            key = f"{rel}:{DATA_QUALNAME}"
+            if key not in walk.sites:
+                walk.deps[key] = self.files.data_digest(Path(t.read.path), rel, *where)
+                walk.lines[key] = (rel, 0)
+                walk.sites[key] = where
+            else:
+                walk.sites[key] = min(walk.sites[key], where)
+        elif isinstance(t, NotedRef):
+            walk.notes.add(t.note)
 
     def _declared_inputs(
         self, path: Path, deps: dict[str, str], lines: dict[str, tuple[str, int]], sites: dict[str, tuple[str, int]]

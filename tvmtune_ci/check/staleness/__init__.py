@@ -11,7 +11,6 @@ One module per job:
 - `model`: what is reported (`Reason`, `Entry`, `Report`; the codes are
   `reasons.Code`);
 - `select`: the CLI's choice of entries and dates;
-- `tvmversion`: the installed TVM's version, from package metadata;
 - `templates`: a template parsed and fingerprinted, or as its manifest recorded it;
 - `rules`: each reason, decided in one order, and the integrity of the files;
 - `prscope`: which entries a pull request concerns (`--changed-since`);
@@ -27,6 +26,7 @@ and fingerprinted again (`rules.Checker.recorded`, sources.py); and
 
 from __future__ import annotations
 
+from ..tvmversion import installed_tvm_version, major_minor
 from .model import (
     EXPIRED,
     FIX_HINT,
@@ -45,7 +45,6 @@ from .model import (
 )
 from .run import find_stale
 from .select import parse_date, select_entries
-from .tvmversion import installed_tvm_version, major_minor
 
 __all__ = [
     "EXPIRED",

@@ -7,8 +7,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from ...core.config import Config, TargetConfig
+from ...core.configschema import Config, TargetConfig
 from ...core.targets import slug
+from .. import renames
 from ..fingerprint import Fingerprint, SourceCache
 from .model import ORPHANED, Entry, Reason
 from .pairing import Pairing
@@ -84,8 +85,6 @@ def find_renamed(
 ) -> tuple[list[Entry], list[Reason]]:
     """Entries with no log whose template was renamed from an orphaned folder's operator
     (renames.py): their `missing` reason and the folder's warning say so, with the command."""
-    from .. import renames
-
     found = {(r.new, r.target_name): r for r in renames.find_renames(config, missing, cache.rel)}
     if not found:
         return entries, orphans

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ...core.config import Config, TargetConfig
+from ...core.configschema import Config, TargetConfig
 from ...core.template import declared_kinds
 
 

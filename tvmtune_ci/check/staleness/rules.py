@@ -14,18 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from ...core import templateapi
-from ...core.config import Config, TargetConfig
+from ...core.configschema import Config, TargetConfig
 from ...core.errors import CorruptFileError, TemplateError
 from ...core.fsutil import NotRegularFileError, read_regular_file, sha256_bytes, what_is
 from ...core.git import read as git_read
 from ...core.layout import LogSet
-from ...core.manifest import MANIFEST_NAME, RESULTS_NAME, Manifest, parse_results
+from ...core.manifest import Manifest, parse_results
+from ...core.manifestformat import MANIFEST_NAME, RESULTS_NAME
 from ...core.records import LOG_FORMAT
 from ...core.runs import RUNS_NAME, parse_runs
 from ...core.targetinfo import target_facts
 from ...core.targets import canonical_target, target_json
 from .. import sources
 from ..fingerprint import DATA_QUALNAME, DependencyChange, Fingerprint, SourceCache, compare_dependencies, split_key
+from ..tvmversion import major_minor
 from .model import (
     EXPIRED,
     FIX_HINT,
@@ -40,7 +42,6 @@ from .model import (
     tuned_on,
 )
 from .templates import CheckedTemplate, recorded_template, value_diff
-from .tvmversion import major_minor
 
 # Reads of committed files are bounded: a manifest is a few KB, a log a few MB.
 MAX_MANIFEST_BYTES = 16 << 20
@@ -359,111 +360,114 @@ class Checker:
         ]
 
     def _files(self, logset: LogSet, manifest: Manifest, folder: str) -> list[Reason]:
+        """Why the files the manifest names (its log, then the others by name) are not
+        the ones it recorded: one reason per file at most."""
         out = []
         top = logset.folder.as_posix()
         for name, expected, what in [
             (manifest.log, manifest.log_sha256, "log"),
             *((n, h, "file") for n, h in sorted(manifest.files.items())),
         ]:
-            rel = f"{folder}/{name}"
-            if not _safe_name(name):
-                out.append(
-                    Reason(
-                        LOG_MODIFIED,
-                        f"the manifest names {what} {name!r}, not a file in its folder; "
-                        f"the manifest was edited by hand: restore it from git or run "
-                        f"`{FIX_HINT}`",
-                        f"{folder}/{MANIFEST_NAME}",
-                    )
-                )
-                continue
-            blob = manifest.log_git_blob if what == "log" else manifest.files_git_blob.get(name, "")
-            if blob and self.index().get(f"{top}/{name}") == blob:
-                # Committed (or staged), unmodified, and the very blob the manifest
-                # recorded: git has hashed these bytes already; reading 0.2-1 MB per log
-                # again is most of `check`'s time on a real repository.
-                if what == "log":
-                    self.trusted += 1
-                continue
-            path = logset.folder / name
-            try:
-                data = read_regular_file(path, MAX_LOG_BYTES)
-            except FileNotFoundError:
-                out.append(
-                    Reason(
-                        LOG_MODIFIED,
-                        f"{rel}, the {what} the manifest names, is missing; restore it from git or run `{FIX_HINT}`",
-                        rel,
-                    )
-                )
-                continue
-            except NotRegularFileError as e:
-                out.append(
-                    Reason(
-                        LOG_MODIFIED,
-                        f"{str(e).replace(str(logset.folder / name), rel)}; tvmtune-ci reads "
-                        "only regular files inside the log folder: replace it with the file "
-                        f"itself (restore it from git) or run `{FIX_HINT}`",
-                        rel,
-                    )
-                )
-                continue
-            except OSError as e:
-                out.append(Reason(LOG_MODIFIED, f"{rel} cannot be read: {e.strerror}", rel))
-                continue
-            actual = sha256_bytes(data)
-            if actual != expected:
-                out.append(
-                    Reason(
-                        LOG_MODIFIED,
-                        f"{rel} was modified after tuning (sha256 {actual[:12]}, "
-                        f"manifest records {str(expected)[:12]})",
-                        rel,
-                    )
-                )
-                continue
-            # The sha256 matches: a manifest re-hashed over a hand-made file must still
-            # not pass (its content checked here, its git blob id below).
-            if what == "log":
-                problem = _log_problem(data)
-                if problem is not None:
-                    out.append(
-                        Reason(
-                            LOG_MODIFIED,
-                            f"{rel} is not a tvmtune-ci log ({problem}) although the manifest "
-                            f"records its sha256; restore both from git or run `{FIX_HINT}`",
-                            rel,
-                        )
-                    )
-                    continue
-            elif name in (RESULTS_NAME, RUNS_NAME):
-                try:
-                    (parse_results if name == RESULTS_NAME else parse_runs)(data, path)
-                except CorruptFileError as e:
-                    out.append(
-                        Reason(
-                            LOG_MODIFIED,
-                            str(e).replace(str(path), rel) + " (although the manifest records its sha256)",
-                            rel,
-                        )
-                    )
-                    continue
-            if blob and git_read.blob_id(data) != blob:
-                # A sha256 re-computed by hand over an edited file leaves the old blob
-                # id: both hashes must agree with the bytes.
-                fields = (
-                    ("log_sha256", "log_git_blob") if what == "log" else (f"files.{name}", f"files_git_blob.{name}")
-                )
-                out.append(
-                    Reason(
-                        LOG_MODIFIED,
-                        f"{rel} matches the manifest's {fields[0]} but not its {fields[1]}; "
-                        f"the manifest was edited by hand: restore both from git or run "
-                        f"`{FIX_HINT}`",
-                        f"{folder}/{MANIFEST_NAME}",
-                    )
-                )
+            reason = self._file(logset, manifest, folder, top, name, expected, what)
+            if reason is not None:
+                out.append(reason)
         return out
+
+    def _file(
+        self, logset: LogSet, manifest: Manifest, folder: str, top: str, name: str, expected: str, what: str
+    ) -> Reason | None:
+        """Why one file the manifest names (`what`: "log" or "file") is not the one it
+        recorded, or None: its name, its bytes (unless git vouches for them), their
+        content, and their git blob id."""
+        rel = f"{folder}/{name}"
+        if not _safe_name(name):
+            return Reason(
+                LOG_MODIFIED,
+                f"the manifest names {what} {name!r}, not a file in its folder; "
+                f"the manifest was edited by hand: restore it from git or run "
+                f"`{FIX_HINT}`",
+                f"{folder}/{MANIFEST_NAME}",
+            )
+        blob = manifest.log_git_blob if what == "log" else manifest.files_git_blob.get(name, "")
+        if blob and self.index().get(f"{top}/{name}") == blob:
+            # Committed (or staged), unmodified, and the very blob the manifest
+            # recorded: git has hashed these bytes already; reading 0.2-1 MB per log
+            # again is most of `check`'s time on a real repository.
+            if what == "log":
+                self.trusted += 1
+            return None
+        path = logset.folder / name
+        data = _read_named(path, rel, what)
+        if isinstance(data, Reason):
+            return data
+        actual = sha256_bytes(data)
+        if actual != expected:
+            return Reason(
+                LOG_MODIFIED,
+                f"{rel} was modified after tuning (sha256 {actual[:12]}, manifest records {str(expected)[:12]})",
+                rel,
+            )
+        # The sha256 matches: a manifest re-hashed over a hand-made file must still
+        # not pass (its content checked here, its git blob id below).
+        wrong = _content_reason(data, path, rel, name, what)
+        if wrong is not None:
+            return wrong
+        if blob and git_read.blob_id(data) != blob:
+            # A sha256 re-computed by hand over an edited file leaves the old blob
+            # id: both hashes must agree with the bytes.
+            fields = ("log_sha256", "log_git_blob") if what == "log" else (f"files.{name}", f"files_git_blob.{name}")
+            return Reason(
+                LOG_MODIFIED,
+                f"{rel} matches the manifest's {fields[0]} but not its {fields[1]}; "
+                f"the manifest was edited by hand: restore both from git or run "
+                f"`{FIX_HINT}`",
+                f"{folder}/{MANIFEST_NAME}",
+            )
+        return None
+
+
+def _read_named(path: Path, rel: str, what: str) -> bytes | Reason:
+    """The bytes of a file the manifest names, or why they cannot be read."""
+    try:
+        return read_regular_file(path, MAX_LOG_BYTES)
+    except FileNotFoundError:
+        return Reason(
+            LOG_MODIFIED,
+            f"{rel}, the {what} the manifest names, is missing; restore it from git or run `{FIX_HINT}`",
+            rel,
+        )
+    except NotRegularFileError as e:
+        return Reason(
+            LOG_MODIFIED,
+            f"{str(e).replace(str(path), rel)}; tvmtune-ci reads "
+            "only regular files inside the log folder: replace it with the file "
+            f"itself (restore it from git) or run `{FIX_HINT}`",
+            rel,
+        )
+    except OSError as e:
+        return Reason(LOG_MODIFIED, f"{rel} cannot be read: {e.strerror}", rel)
+
+
+def _content_reason(data: bytes, path: Path, rel: str, name: str, what: str) -> Reason | None:
+    """Why bytes whose sha256 the manifest records are still not a tvmtune-ci file: a
+    log that is not a log, a results or runs file that does not parse; None when fine."""
+    if what == "log":
+        problem = _log_problem(data)
+        if problem is not None:
+            return Reason(
+                LOG_MODIFIED,
+                f"{rel} is not a tvmtune-ci log ({problem}) although the manifest "
+                f"records its sha256; restore both from git or run `{FIX_HINT}`",
+                rel,
+            )
+    elif name in (RESULTS_NAME, RUNS_NAME):
+        try:
+            (parse_results if name == RESULTS_NAME else parse_runs)(data, path)
+        except CorruptFileError as e:
+            return Reason(
+                LOG_MODIFIED, str(e).replace(str(path), rel) + " (although the manifest records its sha256)", rel
+            )
+    return None
 
 
 def _log_problem(data: bytes) -> str | None:

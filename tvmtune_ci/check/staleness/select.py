@@ -6,7 +6,7 @@ import datetime
 import difflib
 from collections.abc import Iterable, Sequence
 
-from ...core.config import Config
+from ...core.configschema import Config
 from ...core.errors import UsageError
 from ...core.template import discover_templates
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.config import TargetConfig
+from ...core.configschema import TargetConfig
 from ...core.cpus import usable_cores
 from ...core.errors import TemplateError
 from ...core.template import TemplateDecl

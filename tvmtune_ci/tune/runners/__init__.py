@@ -6,8 +6,9 @@ tracker. Both sample with `sampling.py` where the kernel runs.
 
 from __future__ import annotations
 
-from ...core.config import MeasureOptions, RpcRunner
+from ...core.configschema import MeasureOptions, RpcRunner
 from ...core.errors import DeviceError
+from ..devices import split_tracker, tracker_summary
 from ..rpclimits import check_session_timeout
 from .controls import Runner
 from .local import local_runner_class
@@ -29,8 +30,6 @@ def make_runner(measure: MeasureOptions, rpc: RpcRunner | None = None) -> Runner
     """
     if rpc is None:
         return local_runner_class()(measure)
-    from ..devices import split_tracker, tracker_summary
-
     check_session_timeout(rpc, measure)
     host, port = split_tracker(rpc.tracker)
     queue = tracker_summary(host, port, timeout_s=min(10.0, rpc.session_timeout_s))

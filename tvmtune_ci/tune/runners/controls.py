@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ...core.config import MeasureOptions, RpcRunner
+from ...core.configschema import MeasureOptions, RpcRunner
 from ..sampling import RunTiming, Sampled, SamplePolicy, full_policy
 
 

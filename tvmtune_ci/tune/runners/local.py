@@ -1,6 +1,7 @@
 """The local runner: one persistent measuring worker process on this machine.
 
-`WorkerRunner` (`local_runner_class()`) is a MetaSchedule `Runner`: TVM's
+`WorkerRunner` (`local_runner_class()`, its work the TVM-free mixin `WorkerMeasuring`)
+is a MetaSchedule `Runner`: TVM's
 `PopenPoolExecutor` with one worker, as the stock `LocalRunner`, that loads each built
 library, fills its arguments with random data and samples it (`sampling.sample_loop`).
 A kernel that crashes or outlives `timeout_s` kills only the worker, which restarts on
@@ -16,9 +17,12 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from ...core.config import MeasureOptions, RpcRunner
+from ...core.configschema import MeasureOptions, RpcRunner
+from .. import tvmsetup
+from ..nvrtc import install_hook
 from ..sampling import LOCAL_DEVICE, RunTiming, Sampled, sample_loop
 from .controls import SamplingControls
 
@@ -156,8 +160,6 @@ def _worker_measure(
 
     t0 = _time.perf_counter()
     if device == "cuda":  # the library holds CUDA source: the builder's cubin, by the hook
-        from tvmtune_ci.tune.nvrtc import install_hook
-
         install_hook()
     rt_mod = tvm.runtime.load_module(artifact_path)
     t1 = _time.perf_counter()
@@ -177,10 +179,82 @@ def _worker_measure(
     return out, t1 - t0, _time.perf_counter() - t2
 
 
+class WorkerMeasuring(SamplingControls):
+    """The local runner's work, apart from TVM's classes: `local_runner_class` mixes it
+    into TVM's `PyRunner` once TVM is loaded, and hands it the TVM classes it makes."""
+
+    rpc: RpcRunner | None = None
+
+    def init_worker(self, measure: MeasureOptions, pool_class: Callable[..., Any]) -> None:
+        """`__init__`'s work: the options, and the pool of one worker (`pool_class`: TVM's
+        `PopenPoolExecutor`)."""
+        self.init_controls(measure)
+        self.pool = pool_class(max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL)
+        self.prestarted = _adopt_prestarted(self.pool)
+        # Start the worker (it imports TVM) while we build, or wait for the prestarted
+        # one's import; waited on before the first measurement, so that a
+        # measurement's wait is its own.
+        self._starting: Any = self.pool.submit(worker_ping)
+
+    def device_of(self, artifact_path: str) -> str | None:
+        return LOCAL_DEVICE
+
+    def _started(self) -> None:
+        """Wait for a (re)started worker's import, with the start-up allowance."""
+        starting, self._starting = self._starting, None
+        if starting is None:
+            return
+        try:
+            wait_or_kill(self.pool, starting, WORKER_START_S)
+        except Exception:  # noqa: BLE001 - the measurement that follows will say
+            pass
+
+    def measure_each(self, runner_inputs: list[Any], future_class: Callable[..., Any]) -> list[Any]:
+        """`run`'s work: each input measured in the worker in turn, its future
+        (`future_class`: TVM's `LocalRunnerFuture`) holding the samples or the error."""
+        policy = self.policy.to_json()
+        futures = []
+        limit_s = self.options.timeout_s + WATCHDOG_GRACE_S
+        for inp in runner_inputs:
+            self._started()
+            fut = self.pool.submit(
+                _worker_measure,
+                str(inp.artifact_path),
+                str(inp.device_type),
+                [a.as_json() for a in inp.args_info],
+                policy,
+            )
+            res, err = None, None
+            try:
+                out, load_s, eval_s = wait_or_kill(self.pool, fut, limit_s)
+                res = out["samples"]
+                self._info[str(inp.artifact_path)] = Sampled(out["number"], out["raced"], out["converged"])
+                self.timings.append(RunTiming(load_s, eval_s))
+            except WorkerHung as e:
+                err = f"WorkerRunner: {e}"
+            except TimeoutError:
+                err = f"WorkerRunner: timeout, killed after {self.options.timeout_s} s"
+            except Exception as e:  # noqa: BLE001 - a crashing kernel is a failed trial
+                err = f"WorkerRunner: {type(e).__name__}: {e}"
+            if err is not None:
+                # The pool restarts the worker at the next job: let that job wait
+                # for the import with the start-up allowance, not its own limit.
+                self._starting = self.pool.submit(worker_ping)
+            futures.append(future_class(res=res, error_message=err))
+        return futures
+
+    def close(self) -> None:
+        # A worker still starting (closed before any measurement: a builder that
+        # could not start) has its process but not yet its pipes, and the pool's
+        # shutdown fails on it (AttributeError '_writer', CI): let it finish first.
+        self._started()
+        self.pool.shutdown()
+
+
 @functools.cache  # one class per process: TVM registers it by name
 def local_runner_class() -> Any:
-    from .. import tvmsetup
-
+    """`WorkerMeasuring` as TVM's `PyRunner`, made when first asked for (TVM loaded
+    then): importing this module does not import TVM."""
     tvmsetup.load()
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import PyRunner
@@ -188,71 +262,14 @@ def local_runner_class() -> Any:
     from tvm.support.popen_pool import PopenPoolExecutor
 
     @derived_object
-    class WorkerRunner(PyRunner, SamplingControls):
+    class WorkerRunner(PyRunner, WorkerMeasuring):
         """Measures in one persistent worker process; results are ready when `run` returns."""
 
         def __init__(self, measure: MeasureOptions) -> None:
             super().__init__()
-            self.init_controls(measure)
-            self.pool = PopenPoolExecutor(max_workers=1, timeout=measure.timeout_s, stderr=subprocess.DEVNULL)
-            self.prestarted = _adopt_prestarted(self.pool)
-            # Start the worker (it imports TVM) while we build, or wait for the prestarted
-            # one's import; waited on before the first measurement, so that a
-            # measurement's wait is its own.
-            self._starting: Any = self.pool.submit(worker_ping)
-
-        rpc: RpcRunner | None = None
-
-        def device_of(self, artifact_path: str) -> str | None:
-            return LOCAL_DEVICE
-
-        def _started(self) -> None:
-            """Wait for a (re)started worker's import, with the start-up allowance."""
-            starting, self._starting = self._starting, None
-            if starting is None:
-                return
-            try:
-                wait_or_kill(self.pool, starting, WORKER_START_S)
-            except Exception:  # noqa: BLE001 - the measurement that follows will say
-                pass
+            self.init_worker(measure, PopenPoolExecutor)
 
         def run(self, runner_inputs: list[Any]) -> list[Any]:
-            policy = self.policy.to_json()
-            futures = []
-            limit_s = self.options.timeout_s + WATCHDOG_GRACE_S
-            for inp in runner_inputs:
-                self._started()
-                fut = self.pool.submit(
-                    _worker_measure,
-                    str(inp.artifact_path),
-                    str(inp.device_type),
-                    [a.as_json() for a in inp.args_info],
-                    policy,
-                )
-                res, err = None, None
-                try:
-                    out, load_s, eval_s = wait_or_kill(self.pool, fut, limit_s)
-                    res = out["samples"]
-                    self._info[str(inp.artifact_path)] = Sampled(out["number"], out["raced"], out["converged"])
-                    self.timings.append(RunTiming(load_s, eval_s))
-                except WorkerHung as e:
-                    err = f"WorkerRunner: {e}"
-                except TimeoutError:
-                    err = f"WorkerRunner: timeout, killed after {self.options.timeout_s} s"
-                except Exception as e:  # noqa: BLE001 - a crashing kernel is a failed trial
-                    err = f"WorkerRunner: {type(e).__name__}: {e}"
-                if err is not None:
-                    # The pool restarts the worker at the next job: let that job wait
-                    # for the import with the start-up allowance, not its own limit.
-                    self._starting = self.pool.submit(worker_ping)
-                futures.append(LocalRunnerFuture(res=res, error_message=err))
-            return futures
-
-        def close(self) -> None:
-            # A worker still starting (closed before any measurement: a builder that
-            # could not start) has its process but not yet its pipes, and the pool's
-            # shutdown fails on it (AttributeError '_writer', CI): let it finish first.
-            self._started()
-            self.pool.shutdown()
+            return self.measure_each(runner_inputs, LocalRunnerFuture)
 
     return WorkerRunner

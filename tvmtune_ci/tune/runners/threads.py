@@ -8,7 +8,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ...core.config import TargetConfig
+from ...core.configschema import TargetConfig
 
 
 def measure_threads(target: TargetConfig) -> int | None:
