@@ -18,6 +18,7 @@ tvm = pytest.importorskip("tvm")
 from tvmtune_ci.core.errors import StaleLogError  # noqa: E402
 from tvmtune_ci.loader import FallbackWarning  # noqa: E402
 from tvmtune_ci.model.build import build_model  # noqa: E402
+from tvmtune_ci.model.fallback import BY_SPATIAL  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 
 TARGET = host_target(2)  # the model runs here: this machine's own CPU
@@ -109,12 +110,33 @@ def test_a_stale_log_is_refused_and_the_fallback_warns_once_for_each_call(tmp_pa
 
 
 @pytest.mark.slow
-def test_the_calls_no_template_covers_get_metaschedule(tmp_path: Path) -> None:
+def test_the_calls_no_template_covers_get_metaschedule_and_what_it_leaves_the_built_in_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real search; its database then loses GELU's records, as a search that found no
+    valid candidate for a function leaves it."""
+    from tvmtune_ci.model import build as model_build
+
+    real_apply = model_build.apply
+    dropped: list[str] = []
+
+    def apply_without_gelu(mod, target, db):
+        out = real_apply(mod, target, db)
+        name = next(gv.name_hint for gv in out.functions if "gelu" in gv.name_hint)
+        out = out.clone()
+        out[out.get_global_var(name)] = mod[name]  # as before the search: unscheduled
+        dropped.append(name)
+        return out
+
+    monkeypatch.setattr(model_build, "apply", apply_without_gelu)
     root = _repo(tmp_path)
     b = build_model("two_mm", target=TARGET, root=root, untemplated="metaschedule", trials=8, work_dir=tmp_path / "ms")
-    # gelu (fused with the views around it) and the output's copy: each got a record
-    assert b.untemplated.startswith("MetaSchedule tune_relax, 4 trials for each of 2 function(s)"), b.untemplated
-    assert "default loops" not in b.untemplated
+    # gelu (fused with the views around it) and the output's copy: one full batch each
+    assert b.untemplated.startswith("MetaSchedule tune_relax, 16 trials for each of 2 function(s)"), b.untemplated
+    assert f"1 got no valid record and the built-in schedule: {dropped[0]}" in b.untemplated
+    assert b.schedules[dropped[0]] == BY_SPATIAL
+    assert sorted(b.schedules.values()) == sorted([model_build.BY_METASCHEDULE, BY_SPATIAL]), b.schedules
+    assert "naive" not in b.untemplated
     arrays = _inputs(2)
     np.testing.assert_allclose(_run(b.executable, arrays), _reference(*arrays), rtol=1e-4, atol=1e-5)
 
@@ -144,6 +166,7 @@ def test_profile_writes_the_shares_and_a_readme_that_agrees_with_them(tmp_path: 
     assert f"{run.latency_s * 1e3:.3g} ms" in readme or f"{run.latency_s * 1e6:.3g} us" in readme
     assert f"**Tuning made the model {run.speedup:.2f}x faster**" in readme
     assert "| `mm_s64` | mm/s64 | 2 |" in readme and "One profile run so far" in readme
+    assert "| (none: TVM's naive loops) |" in readme  # the schedule gelu got, as asked
     assert (root / "models/two_mm.host.png").read_bytes()[:4] == b"\x89PNG"
     # a second run joins the history, and the README quotes the band across runs
     assert run_cli(root, *args).returncode == 0

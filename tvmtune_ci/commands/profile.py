@@ -7,8 +7,10 @@ The same model with every template kernel at its default configuration is timed 
 turns with it: the README's "tuning made the model Nx faster". With `--uncovered-shapes
 sibling`, a call a template implements at a shape no workload declares runs that
 template's kernel at the nearest workload's best mapped onto it (the README lists those
-as workloads worth declaring). The calls no template covers get MetaSchedule (`--trials` each, database under .tvmtune-cache/, reused) or,
-with `--untemplated none`, TVM's naive loops. Its shares are `retune --budget`'s
+as workloads worth declaring). The calls no template covers get MetaSchedule (`--trials` each, database under .tvmtune-cache/, reused),
+and what it leaves the built-in parallel, vectorized schedule (model/fallback.py); with
+`--untemplated fallback` the built-in schedule alone, and with `--untemplated none`
+TVM's naive loops (numerical checks only). Its shares are `retune --budget`'s
 weights for the workloads the model calls (docs/models.md).
 
 Every build, and ONNX Runtime, is timed on the target's num-cores, in one fresh process
@@ -38,9 +40,11 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="the target (tvmtune.yaml) to build for; it must run here")
     p.add_argument(
         "--untemplated",
-        choices=("metaschedule", "none"),
+        choices=("metaschedule", "fallback", "none"),
         default="metaschedule",
-        help="what the calls no template covers get (default: MetaSchedule)",
+        help="what the calls no template covers get: MetaSchedule, and the built-in schedule for "
+        "what it leaves (default); the built-in schedule alone, no search (fallback); or TVM's "
+        "naive loops (none: numerical checks only, never a committed README)",
     )
     p.add_argument(
         "--uncovered-shapes",
@@ -84,7 +88,7 @@ def register(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Here: the model wing imports TVM, and --help imports every command.
+    # Here: the model wing imports TVM (model/fallback.py), and --help imports every command.
     from ..model.profile import profile_model
 
     config = load_config(Path(args.config) if args.config else None)

@@ -46,9 +46,14 @@ class CallTime:
     # A template kernel's seconds per inference at the template's default configuration
     # (the default build, instrumented alike): what its tuning saved end to end.
     default_seconds: float | None = None
+    # A kernel no template made: the schedule it got (MetaSchedule, the built-in one,
+    # TVM's naive loops); None: a template's, or a run recorded before it was said.
+    schedule: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"symbol": self.symbol, "calls": self.calls, "seconds": self.seconds}
+        if self.schedule is not None:
+            out["schedule"] = self.schedule
         if self.template is not None:
             out["template"], out["workload"] = self.template, self.workload
         if self.mapped_from is not None:
@@ -67,6 +72,7 @@ class CallTime:
             d.get("workload"),
             d.get("mapped_from"),
             d.get("default_seconds"),
+            d.get("schedule"),
         )
 
 

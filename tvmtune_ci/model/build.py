@@ -14,9 +14,13 @@ block name), and a near miss fails the whole build (shared/research/relax-model-
 
 Everything else goes through TVM's own pipeline. TVM 0.27 has no default CPU schedule:
 an unscheduled call runs as a naive single-threaded loop nest, which would swamp any
-figure, so the calls no template covers get MetaSchedule (`tune_relax`, a small budget,
-its database kept in `work_dir` so a rebuild reuses it) unless the caller asks for the
-naive loops (`untemplated="none"`). `ModelBuild.untemplated` says which.
+figure, so the calls no template covers get MetaSchedule (`tune_relax`, at least one
+batch each, its database kept in `work_dir` so a rebuild reuses it), and what it leaves
+without a valid record gets the built-in schedule (model/fallback.py: parallel and
+vectorized, never the naive loops); `untemplated="fallback"` gives every one the
+built-in schedule without a search. Only `untemplated="none"` leaves the naive loops,
+for quick numerical checks. `ModelBuild.untemplated` says which, and
+`ModelBuild.schedules` which schedule each function got.
 
 Over 400 lines: the build's pieces (swaps, fusion, the untemplated functions) and the two builds that
 assemble them read one `ModelBuild`.
@@ -27,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +48,19 @@ from ..core.contract import (
 )
 from ..core.errors import UsageError
 from ..core.history import map_config
+from ..core.targetinfo import target_facts
 from ..core.template import import_template, read_template
 from ..loader import Best, FallbackWarning, best_config, check_runs_here, target_dict
 from ..tune import tvmsetup
 from ..tune.builder import schedule_config
 from ..tune.workload import Workload
 from .calls import ModelCall, load_model, model_calls, read_contracts
-from .metaschedule import apply, search, tune_model, unscheduled
+from .fallback import fast_math, schedule_rest
+from .metaschedule import BATCH, apply, search, tune_model, unscheduled
 
-UNTEMPLATED = ("metaschedule", "none")
+UNTEMPLATED = ("metaschedule", "fallback", "none")
+BY_METASCHEDULE = "MetaSchedule"
+NAIVE = "TVM's naive loops"
 # Calls that are not kernels of their own once the build is done: views, and the
 # transposes a swapped kernel takes through (DeadCodeElimination drops those).
 VIEWS = SHAPE_OPS | {PERMUTE}
@@ -86,6 +94,9 @@ class ModelBuild:
     untemplated: str  # how the calls no template covers were scheduled, in words
     uncovered: tuple[str, ...]  # those calls, described (shape-only views are not listed)
     search: Any = None  # metaschedule_model's: what MetaSchedule spent (metaschedule.SearchSpent)
+    # The schedule each function no template made got: {PrimFunc name: BY_METASCHEDULE,
+    # fallback.BY_REDUCTION, fallback.BY_SPATIAL or NAIVE} (empty: metaschedule_model's).
+    schedules: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -257,38 +268,52 @@ def fuse(mod: Any, target: Any) -> Any:
     return mod
 
 
-def schedule_untemplated(mod: Any, target: Any, how: str, *, trials: int, work_dir: Path | None) -> tuple[Any, str]:
-    """Schedule the PrimFuncs no template made (`how`: "metaschedule" or "none");
-    returns the module and how, in words."""
+def schedule_untemplated(
+    mod: Any, target: Any, how: str, *, trials: int, work_dir: Path | None, lanes: int
+) -> tuple[Any, str, dict[str, str]]:
+    """Schedule the PrimFuncs no template made (`how`: one of UNTEMPLATED). Returns the
+    module, how in words, and the schedule each of those functions got ({name: words}).
+
+    "metaschedule" searches them (`trials` in all, at least one batch each), and gives
+    a function the search left without a valid record the built-in schedule
+    (model/fallback.py); "fallback" gives every one the built-in schedule, no search;
+    "none" leaves TVM's naive loops (quick numerical checks only)."""
     if how not in UNTEMPLATED:
         raise UsageError(f"untemplated={how!r}: use one of {', '.join(UNTEMPLATED)}")
     pending = unscheduled(mod)
-    if how == "none" or not pending:
-        return mod, (
-            "TVM's default loops (naive, single-threaded), as asked"
-            if pending
-            else "none left: every PrimFunc is a template's"
+    if not pending:
+        return mod, "none left: every PrimFunc is a template's", {}
+    if how == "none":
+        return mod, "TVM's default loops (naive, single-threaded), as asked", dict.fromkeys(pending, NAIVE)
+    searched: dict[str, str] = {}
+    words = ""
+    if how == "metaschedule":
+        if work_dir is None:
+            raise UsageError("untemplated='metaschedule' needs a work_dir for its database")
+        work_dir.mkdir(parents=True, exist_ok=True)
+        # Every function gets at least one full batch: a global budget smaller than that
+        # leaves some with no record at all (64 trials over BERT's 13 left 7 naive).
+        per_task = max(trials // len(pending), BATCH)
+        db = search(
+            mod, target, work_dir, max_trials_global=per_task * len(pending), max_trials_per_task=per_task, batch=BATCH
         )
-    if work_dir is None:
-        raise UsageError("untemplated='metaschedule' needs a work_dir for its database")
-    work_dir.mkdir(parents=True, exist_ok=True)
-    # Every function gets at least one batch: a global budget smaller than that leaves
-    # some with no record at all (64 trials over BERT's 13 left 7 naive).
-    per_task = max(trials // len(pending), 4)
-    db = search(
-        mod,
-        target,
-        work_dir,
-        max_trials_global=per_task * len(pending),
-        max_trials_per_task=per_task,
-        batch=min(per_task, 16),
-    )
-    mod = apply(mod, target, db)
-    naive = unscheduled(mod)
-    how = f"MetaSchedule tune_relax, {per_task} trials for each of {len(pending)} function(s) (database: {work_dir})"
-    if naive:
-        how += f"; {len(naive)} got no valid record and run TVM's default loops: {', '.join(naive)}"
-    return mod, how
+        mod = apply(mod, target, db)
+        searched = {f: BY_METASCHEDULE for f in pending if f not in set(unscheduled(mod))}
+        words = (
+            f"MetaSchedule tune_relax, {per_task} trials for each of {len(pending)} function(s) (database: {work_dir})"
+        )
+    rest = unscheduled(mod)
+    mod, fb = schedule_rest(mod, target, rest, lanes)
+    got = {**searched, **dict(fb.by_rule), **dict.fromkeys(fb.left, NAIVE)}
+    if how == "metaschedule" and rest:
+        words += f"; {len(rest)} got no valid record and the built-in schedule: {', '.join(rest)}"
+    elif how == "fallback":
+        words = f"the built-in schedule (model/fallback.py), no search, for {len(pending)} function(s)"
+    if fb.left:
+        # Not expected: Spatial schedules any block of spatial and reduction loops. Said
+        # in the README rather than raised, so the build still runs and numerics hold.
+        words += f"; {len(fb.left)} no rule could schedule, on TVM's naive loops: {', '.join(fb.left)}"
+    return mod, words, got
 
 
 def compile_model(mod: Any, target: Any) -> Any:
@@ -374,8 +399,9 @@ def build_model(
     """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
     committed logs: every call a template covers runs that template's best kernel; the
     rest goes through TVM's pipeline, scheduled by MetaSchedule with `trials` trials
-    (its database in `work_dir`, reused by the next build) or, with
-    `untemplated="none"`, left as TVM's naive loops. Returns a `ModelBuild`: the VM
+    (its database in `work_dir`, reused by the next build) and the built-in schedule
+    for what it leaves (`untemplated="fallback"`: the built-in schedule alone; "none":
+    TVM's naive loops, for numerical checks). Returns a `ModelBuild`: the VM
     executable, every swap made, and how the rest was scheduled.
 
     A stale or missing log raises StaleLogError, as `build_best` does;
@@ -429,15 +455,22 @@ def build_model(
                 FallbackWarning,
                 stacklevel=2,
             )
-    fused = fuse(swapped, tvm_target)
-    scheduled, how = schedule_untemplated(
-        fused, tvm_target, untemplated, trials=trials, work_dir=Path(work_dir) if work_dir is not None else None
+    # exp/erf/tanh/softmax as their fast forms, so that they vectorize (not for "none":
+    # TVM's own loops and functions, the plain numerical reference).
+    fused = fuse(fast_math(swapped) if untemplated != "none" else swapped, tvm_target)
+    scheduled, how, schedules = schedule_untemplated(
+        fused,
+        tvm_target,
+        untemplated,
+        trials=trials,
+        work_dir=Path(work_dir) if work_dir is not None else None,
+        lanes=target_facts(want).lanes("float32"),
     )
     swapped_calls = {(s.function, s.binding) for s in swaps}
     uncovered = tuple(
         c.sig.describe() for c in calls if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
     )
-    return ModelBuild(compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered)
+    return ModelBuild(compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered, schedules=schedules)
 
 
 def metaschedule_model(

@@ -112,7 +112,14 @@ def profile_model(
     by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in tuned.swaps}
     at_default = {c.symbol: c.seconds for c in timing.calls["default"]}
     calls = [
-        replace(c, template=t, workload=w, mapped_from=m, default_seconds=at_default.get(c.symbol) if t else None)
+        replace(
+            c,
+            template=t,
+            workload=w,
+            mapped_from=m,
+            default_seconds=at_default.get(c.symbol) if t else None,
+            schedule=None if t else tuned.schedules.get(c.symbol),
+        )
         for c in timing.calls["tuned"]
         for t, w, m in [by_kernel.get(c.symbol, (None, None, None))]
     ]

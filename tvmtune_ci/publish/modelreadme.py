@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import statistics
 
-from ..core.profiles import DISTURBED_SHARE, Profile, ProfileRun, breakdown, spread
+from ..core.profiles import DISTURBED_SHARE, CallTime, Profile, ProfileRun, breakdown, spread
 
 
 def _ms(s: float) -> str:
@@ -209,6 +209,11 @@ def _searches(run: ProfileRun) -> list[str]:
     return out
 
 
+def _untemplated(call: CallTime | None) -> str:
+    """A kernel no template made, and the schedule it got where the run recorded it."""
+    return f"(none: {call.schedule})" if call is not None and call.schedule else "(none: TVM)"
+
+
 def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
     total = run.kernel_seconds() or 1.0
     out = [
@@ -234,7 +239,7 @@ def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
             else ""
         )
         out.append(
-            f"| `{label}` | {tw or '(none: TVM)'} | {calls} | {_ms(sec)} | {sec / total * 100:.1f}% "
+            f"| `{label}` | {tw or _untemplated(by_symbol.get(label))} | {calls} | {_ms(sec)} | {sec / total * 100:.1f}% "
             f"| {at_default} | {saved} |"
         )
     out += [
