@@ -99,6 +99,7 @@ def test_json_format(cli, repo: Path) -> None:  # noqa: ANN001
         "reasons": [],
         "template": {"file": MATMUL, "line": line},
         "renamed_from": None,
+        "retired": None,
     }
     assert stale["fresh"] is False and set(stale) == set(fresh)
     assert stale["reasons"] == [

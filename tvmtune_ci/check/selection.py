@@ -98,12 +98,15 @@ def orphan_lines(report: Report) -> list[str]:
 
 
 def summary_line(report: Report) -> str:
-    n, stale = len(report.entries), len(report.stale)
+    n, stale, unrunnable = len(report.entries), len(report.stale), len(report.unrunnable)
+    retired = f"; {unrunnable} unrunnable: its target's runner is retired (docs/retune.md)" if unrunnable else ""
     if not n:
         return "no entries to check"
-    if not stale:
+    if not stale and not unrunnable:
         return f"all {n} entries fresh"
+    if not stale:
+        return f"{n - unrunnable} of {n} entries fresh{retired}"
     fix = f"run `{FIX_HINT}` to re-tune the stale entries and rewrite their logs, then commit them"
     if any(r.code == TEMPLATE_INVALID for e in report.stale for r in e.reasons):
         fix = "fix the templates reported as template_invalid, then " + fix
-    return f"{stale} of {n} entries stale; {fix}"
+    return f"{stale} of {n} entries stale; {fix}{retired}"

@@ -26,7 +26,7 @@ from ..core import gcpause, templateapi
 from ..core.configschema import Config
 from ..core.replayreport import ReplayReport
 
-JSON_FORMAT = 1
+JSON_FORMAT = 1  # keys are only added within a format (1: `retired` since 2026-12-07)
 
 
 def reason_json(r: Reason) -> dict[str, Any]:
@@ -50,6 +50,8 @@ def entry_line(e: Entry) -> str:
         age = f" (tuned {e.age_days} day{'' if e.age_days == 1 else 's'} ago)" if e.age_days is not None else ""
         return f"fresh {name}{age}"
     reasons = "; ".join(f"{code} ({'; '.join(details)})" for code, details in group_reasons(e.reasons))
+    if e.retired is not None:  # no runner can re-tune it: said, not failed (docs/retune.md)
+        return f"UNRUNNABLE {name}: {reasons}; its runner is retired ({e.retired}), so its log stays as it is"
     return f"STALE {name}: {reasons}"
 
 
@@ -90,6 +92,8 @@ def report_json(report: Report) -> dict[str, Any]:
                 "template": {"file": e.template_file, "line": e.template_line},
                 # The operator whose log folder fits this renamed template (`adopt`).
                 "renamed_from": e.renamed_from,
+                # Its target's runner is gone (`retired:`): a stale entry is unrunnable.
+                "retired": e.retired,
             }
             for e in report.entries
         ],
@@ -156,6 +160,19 @@ def render_github(report: Report, level: str) -> list[str]:
                 title=f"stale tuning log: {e.operator}/{e.target_name}",
             )
         )
+    for e in report.unrunnable:
+        file, line = annotation_site(e)
+        reasons = "; ".join(f"{r.code}: {r.detail}" for r in e.reasons)
+        lines.append(
+            ci.annotation(
+                "warning",
+                f"{reasons}. Its runner is retired ({e.retired}): the fleet runs this log as it is; "
+                "bring a runner back (remove `retired:` and re-tune) or accept it",
+                file=file,
+                line=line,
+                title=f"unrunnable tuning log: {e.operator}/{e.target_name}",
+            )
+        )
     for p in report.models:
         lines.append(
             ci.annotation(
@@ -195,7 +212,8 @@ def step_summary(report: Report) -> str:
     rows = ["### tvmtune-ci check", "", summary_line(report), "", "| entry | state | reasons |", "|---|---|---|"]
     for e in report.entries:
         reasons = "<br>".join(f"`{r.code}` {md_escape(r.detail)}" for r in e.reasons)
-        rows.append(f"| {e.operator}/{e.target_name} | {'fresh' if e.fresh else '**stale**'} | {reasons} |")
+        state = "fresh" if e.fresh else "unrunnable (runner retired)" if e.unrunnable else "**stale**"
+        rows.append(f"| {e.operator}/{e.target_name} | {state} | {reasons} |")
     for o in report.orphans:
         rows.append(f"| {md_escape(o.file or '')} | orphaned | {md_escape(o.detail)} |")
     for p in report.models:

@@ -127,7 +127,8 @@ def select(
     """(staleness report, the entries the matrix lists).
 
     Entries whose template does not read (template_invalid) are never listed: a
-    runner cannot tune them, and `check` already fails for them.
+    runner cannot tune them, and `check` already fails for them. Nor are a retired
+    target's: no runner of it is left (docs/retune.md).
     """
     report = staleness.find_stale(  # unknown names: UsageError with "did you mean"
         config,
@@ -135,7 +136,7 @@ def select(
         operators=list(operators) or None,
         targets=list(targets) or None,
     )
-    entries = [e for e in (report.entries if all_entries else report.stale) if not untunable(e)]
+    entries = [e for e in (report.entries if all_entries else report.stale) if not untunable(e) and e.retired is None]
     return report, entries
 
 
@@ -179,7 +180,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     for e in report.entries:
         where = untunable(e)
-        if where is not None:
+        if e.retired is not None and (args.all or not e.fresh):
+            print(f"skipped {e.operator} on {e.target_name}: its runner is retired ({e.retired})", file=sys.stderr)
+        elif where is not None:
             print(
                 f"skipped {e.operator} on {e.target_name}: its template does not read "
                 f"({where.detail}); fix the template, a runner cannot tune it",

@@ -92,8 +92,9 @@ def _remeasure(
     skipped, failures = [], []
     by_target: dict[str, list] = {}
     for e in entries:
-        if e.manifest is None or not e.fresh:
-            # A stale set describes another template or target: re-tune it instead.
+        if e.manifest is None or not e.fresh or e.retired is not None:
+            # A stale set describes another template or target: re-tune it instead. A
+            # retired target's: no runner of it is left to measure on.
             skipped.append(f"{e.operator}/{e.target_name}")
             continue
         by_target.setdefault(e.target_name, []).append(e)

@@ -174,6 +174,13 @@ def _select(config: Config, args: argparse.Namespace) -> Sequence[Entry]:
     """The entries to re-tune (the stale ones, or all with `--all`), once the publishes
     an earlier run left half done are finished; says the settings and what is skipped."""
     select_entries(config, args.operators or None, args.target or None)  # unknown names: exit 2
+    for name in args.target or ():
+        why = config.target(name).retired
+        if why is not None:  # asked for by name: refused, not skipped in silence
+            raise UsageError(
+                f"{name}'s runner is retired ({why}): no runner can re-tune it; to bring it back, "
+                f"remove `retired:` from targets.{name} in tvmtune.yaml and run this on a runner of it"
+            )
     known = [p.stem for p in discover_templates(config.operators_path)]
     for name in recover_interrupted(config, args.operators or known, dry_run=args.dry_run):
         if args.dry_run:
@@ -186,11 +193,14 @@ def _select(config: Config, args: argparse.Namespace) -> Sequence[Entry]:
         operators=args.operators or None,
         targets=args.target or None,
     )
-    entries: Sequence[Entry] = report.entries if args.all else report.stale
-    skipped = [e for e in report.entries if e not in entries]
+    live = [e for e in report.entries if e.retired is None]
+    entries: Sequence[Entry] = live if args.all else report.stale
     print_settings(config, args, len(entries))
-    for e in skipped:
-        print(f"  fresh, skipped: {e.operator}/{e.target_name} (pass --all to re-tune it anyway)")
+    for e in report.entries:
+        if e.retired is not None:
+            print(f"  retired, skipped: {e.operator}/{e.target_name} ({e.retired})")
+        elif e not in entries:
+            print(f"  fresh, skipped: {e.operator}/{e.target_name} (pass --all to re-tune it anyway)")
     return entries
 
 

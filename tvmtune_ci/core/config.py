@@ -244,7 +244,8 @@ def _parse_target(ctx: ParseContext, name: str, knode: yaml.Node, vnode: yaml.No
             f"write `{name}: {{target: {{kind: llvm, mcpu: ...}}, runs-on: [self-hosted]}}`",
         )
     t = mapping(ctx, vnode, f"targets.{name}")
-    check_keys(ctx, t, ["target", "runs-on", "runner", "seed-from"], f"targets.{name}")
+    check_keys(ctx, t, ["target", "runs-on", "runner", "seed-from", "retired"], f"targets.{name}")
+    retired = _parse_retired(ctx, name, t["retired"][1]) if "retired" in t else None
     seed_from, seed_nearest = _parse_seed_from(ctx, name, t["seed-from"][1]) if "seed-from" in t else (None, True)
     runs_on = _parse_runs_on(ctx, name, t["runs-on"][1]) if "runs-on" in t else ()
     target = _parse_target_value(ctx, name, t["target"][1])
@@ -265,7 +266,21 @@ def _parse_target(ctx: ParseContext, name: str, knode: yaml.Node, vnode: yaml.No
         line=knode.start_mark.line + 1,
         seed_from=seed_from,
         seed_nearest=seed_nearest,
+        retired=retired,
     )
+
+
+def _parse_retired(ctx: ParseContext, name: str, node: yaml.Node) -> str:
+    """A target's `retired:`: when and why its runner went, in words."""
+    value = construct(node)
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.error(
+            node,
+            f"retired of target {name!r} must say when and why its runner went",
+            'write e.g. `retired: "2026-12-07: the Emerald Rapids runner was decommissioned"`, '
+            "or remove the key while a runner of it is registered",
+        )
+    return value.strip()
 
 
 def _parse_seed_from(ctx: ParseContext, name: str, snode: yaml.Node) -> tuple[str | None, bool]:

@@ -113,6 +113,11 @@ class TargetConfig:
     # first and its records teach the cost model, and the cold stop rule ends the search.
     seed_from: str | None = None
     seed_nearest: bool = True
+    # `retired: "2026-12-07: ..."`: its runner is gone. Its logs stay, are served while
+    # they still describe their templates, and are frozen: `retune` and the CI matrix
+    # skip it, and `check` reports what no longer fits it as unrunnable, not stale
+    # (docs/retune.md, "A target whose runner is gone"). None: a live target.
+    retired: str | None = None
 
     @property
     def slug(self) -> str:

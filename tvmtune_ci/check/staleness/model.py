@@ -56,10 +56,17 @@ class Entry:
     # The operator whose orphaned log folder fits this entry's template (renames.py):
     # `tvmtune-ci adopt OLD OPERATOR` keeps that log; None when there is none.
     renamed_from: str | None = None
+    # Its target's `retired:` (when and why the runner went); None: a live target.
+    retired: str | None = None
 
     @property
     def fresh(self) -> bool:
         return not self.reasons
+
+    @property
+    def unrunnable(self) -> bool:
+        """Stale, on a target no runner can re-tune: reported, never a failure."""
+        return bool(self.reasons) and self.retired is not None
 
     @property
     def age_days(self) -> int | None:
@@ -89,7 +96,13 @@ class Report:
 
     @property
     def stale(self) -> tuple[Entry, ...]:
-        return tuple(e for e in self.entries if not e.fresh)
+        """The entries a re-tune can and must fix (what fails `check`)."""
+        return tuple(e for e in self.entries if not e.fresh and e.retired is None)
+
+    @property
+    def unrunnable(self) -> tuple[Entry, ...]:
+        """Entries that would be stale, of retired targets: said, not failed."""
+        return tuple(e for e in self.entries if e.unrunnable)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -261,7 +261,9 @@ def _check_entry(run: _Scope, found: _Found, item: _Todo, parsed: CheckedTemplat
     sizes, invalid = target_space(tpl, target)
     if invalid is not None:
         reasons.insert(0, invalid)
-    entry = Entry(op, target.name, tpl.rel, tpl.line, tuple(reasons), manifest, logset, sizes, run.as_of)
+    entry = Entry(
+        op, target.name, tpl.rel, tpl.line, tuple(reasons), manifest, logset, sizes, run.as_of, retired=target.retired
+    )
     if not (run.changed is None or run.config_changed or touched(entry, tpl, run.changed, run.cache)):
         return
     found.entries.append(entry)
