@@ -92,6 +92,10 @@ def test_retune_and_matrix_leave_a_retired_target_alone(cli, repo: Path) -> None
     assert code == 0
     assert f"retired, skipped: matmul/avx2 ({WHY})" in out
     assert "matmul/avx2" not in out.replace(f"retired, skipped: matmul/avx2 ({WHY})", "")
+    code, out, _ = cli("retune", "--dry-run", "--all")  # every live entry, still not this one
+    assert code == 0 and f"retired, skipped: matmul/avx2 ({WHY})" in out
+    assert "matmul/avx2" not in out.replace(f"retired, skipped: matmul/avx2 ({WHY})", "")
+    assert "matmul/avx512" in out
     code, out, err = cli("retune", "--dry-run", "--target", "avx2")
     assert code == 2
     assert f"avx2's runner is retired ({WHY})" in err and "remove `retired:`" in err
