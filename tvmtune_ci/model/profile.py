@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import importlib.util
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,21 +61,57 @@ def profile_model(
     processes (timing.time_builds). `watch`: the searches' load watch (a
     test's hook)."""
     threads = timing_threads(target)
-    common = dict(
-        target=target.target,
-        root=config.root,
-        untemplated=untemplated,
-        trials=trials,
+    tuned, default, searches = _builds(
+        config,
+        model,
+        target,
+        threads,
+        dict(untemplated=untemplated, trials=trials, uncovered_shapes=uncovered_shapes),
         work_dir=work_dir,
-        uncovered_shapes=uncovered_shapes,
+        metaschedule_s=metaschedule_s,
+        searches=metaschedule_searches,
+        watch=watch,
     )
+    function = entry_function(tuned.module)
+    arrays = random_inputs(tuned.module, function)
+    builds = {"tuned": tuned, "default": default}
+    builds.update({f"metaschedule-{ms.search.seed}": ms for ms in searches})
+    onnx = _onnx_arm(config, model, tuned, function, arrays, work_dir) if onnxruntime else None
+    timing = time_builds(
+        builds,
+        arrays,
+        threads=threads,
+        work_dir=work_dir,
+        function=function,
+        runs=runs,
+        instrument=("tuned", "default"),
+        onnx=onnx,
+    )
+    return _run(tuned, searches, timing, threads)
+
+
+def _builds(
+    config: Any,
+    model: Any,
+    target: Any,
+    threads: int,
+    how: dict[str, Any],
+    *,
+    work_dir: Path,
+    metaschedule_s: float | None,
+    searches: int,
+    watch: Any,
+) -> tuple[Any, Any, list[Any]]:
+    """The build with the committed logs, the one at the templates' defaults, and the
+    MetaSchedule searches (none without `metaschedule_s`)."""
+    common = dict(target=target.target, root=config.root, work_dir=work_dir, **how)
     # The searches' measuring workers start with this environment.
     with tvm_threads(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the mapped shapes: the README lists them per kernel
         tuned = build_model(model.name, **common)
         default = build_model(model.name, configs="default", **common)
-        n_searches = max(1, metaschedule_searches) if metaschedule_s is not None else 0
-        searches = [
+        n_searches = max(1, searches) if metaschedule_s is not None else 0
+        done = [
             metaschedule_model(
                 model.name,
                 target=target.target,
@@ -86,28 +123,25 @@ def profile_model(
             )
             for i in range(n_searches)
         ]
-    function = entry_function(tuned.module)
-    arrays = random_inputs(tuned.module, function)
-    builds = {"tuned": tuned, "default": default}
-    builds.update({f"metaschedule-{ms.search.seed}": ms for ms in searches})
-    onnx = None
-    if onnxruntime and all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
-        names = [p.name for p in tuned.module[function].params]
-        weights = dict(zip(names, arrays, strict=True))
-        work_dir.mkdir(parents=True, exist_ok=True)
-        path = onnx_form(config.root, model, weights, work_dir / f"{model.name}.onnx")
-        if path is not None:
-            onnx = (path, weights)
-    timing = time_builds(
-        builds,
-        arrays,
-        threads=threads,
-        work_dir=work_dir,
-        function=function,
-        runs=runs,
-        instrument=("tuned", "default"),
-        onnx=onnx,
-    )
+    return tuned, default, done
+
+
+def _onnx_arm(
+    config: Any, model: Any, tuned: Any, function: str, arrays: list[Any], work_dir: Path
+) -> tuple[Path, dict[str, Any]] | None:
+    """The model's ONNX form with the build's weights, for ONNX Runtime (None: the
+    [onnx] extra is not installed, or the model has no ONNX form)."""
+    if not all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
+        return None
+    names = [p.name for p in tuned.module[function].params]
+    weights = dict(zip(names, arrays, strict=True))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path = onnx_form(config.root, model, weights, work_dir / f"{model.name}.onnx")
+    return (path, weights) if path is not None else None
+
+
+def _run(tuned: Any, searches: list[Any], timing: Any, threads: int) -> ProfileRun:
+    """The profile run the timing makes: the figures, the per-call table, the anchors."""
     samples = timing.samples
     by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in tuned.swaps}
     at_default = {c.symbol: c.seconds for c in timing.calls["default"]}
@@ -136,6 +170,29 @@ def profile_model(
         return quantile(samples[name]) / med, (rs[0], rs[-1])
 
     speedup, speedup_range = ratio("default")
+    anchors = _anchors(searches, timing, threads, ratio)
+    return ProfileRun(
+        date=_dt.date.today().isoformat(),
+        host=host_description(),
+        untemplated=tuned.untemplated,
+        latency_s=med,
+        latency_spread=(max(tuned_s) - min(tuned_s)) / med,
+        samples=len(tuned_s),
+        calls=tuple(sorted(calls, key=lambda c: -c.seconds)),
+        default_latency_s=quantile(samples["default"]),
+        speedup=speedup,
+        speedup_range=speedup_range,
+        anchors=tuple(anchors),
+        threads=timing.threads,
+    )
+
+
+def _anchors(
+    searches: list[Any], timing: Any, threads: int, ratio: Callable[[str], tuple[float, tuple[float, float]]]
+) -> list[Anchor]:
+    """MetaSchedule's searches and ONNX Runtime, each beside the build (`ratio(name)`:
+    its p25 over the build's, with the min-max over the rounds)."""
+    samples = timing.samples
     anchors = [
         Anchor(
             "metaschedule",
@@ -156,17 +213,4 @@ def profile_model(
                 ort_description(int(timing.ort_threads or threads)),
             )
         )
-    return ProfileRun(
-        date=_dt.date.today().isoformat(),
-        host=host_description(),
-        untemplated=tuned.untemplated,
-        latency_s=med,
-        latency_spread=(max(tuned_s) - min(tuned_s)) / med,
-        samples=len(tuned_s),
-        calls=tuple(sorted(calls, key=lambda c: -c.seconds)),
-        default_latency_s=quantile(samples["default"]),
-        speedup=speedup,
-        speedup_range=speedup_range,
-        anchors=tuple(anchors),
-        threads=timing.threads,
-    )
+    return anchors

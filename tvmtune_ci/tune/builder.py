@@ -231,7 +231,6 @@ def export_kernel(module: Any, path: str, target: Mapping[str, Any]) -> float:
     return link.seconds
 
 
-@functools.cache  # one class per process: TVM registers it by name
 class Builder(Protocol):
     """What the tuner uses of the builder (`make_builder`): TVM's `PyBuilder` subclass
     is made when TVM loads, so this is its type before then."""
@@ -244,6 +243,7 @@ class Builder(Protocol):
     def close(self) -> None: ...
 
 
+@functools.cache  # one class per process: TVM registers it by name
 def _builder_class() -> Any:
     tvmsetup.load()
     from tvm.ir.utils import derived_object
