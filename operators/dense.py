@@ -22,9 +22,14 @@ WORKLOADS = {
 
 # The Relax calls this kernel implements (docs/models.md): nn.Linear's
 # x[..., M, K] @ permute_dims(W[N, K]); leading dimensions fold into M. The kernel
-# takes W itself, so the transpose before the matmul does not run. Not part of the
-# fingerprint: it does not change the kernel.
-IMPLEMENTS = [{"op": "relax.matmul", "args": [["*M", "K"], {"permute_dims": ["N", "K"]}], "dtype": "dtype"}]
+# takes W itself, so the transpose before the matmul does not run. And the form
+# exporters write nn.Linear in, x[..., M, K] @ W[K, N] (ONNX MatMul over a weight
+# stored transposed): the kernel takes W's transpose, folded at build where W is a
+# constant. Not part of the fingerprint: it does not change the kernel.
+IMPLEMENTS = [
+    {"op": "relax.matmul", "args": [["*M", "K"], {"permute_dims": ["N", "K"]}], "dtype": "dtype"},
+    {"op": "relax.matmul", "args": [["*M", "K"], {"transposed": ["K", "N"]}], "dtype": "dtype"},
+]
 
 KNOBS = [
     # rows: mc/mr x mr (all rows in every parallel task)

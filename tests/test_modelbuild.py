@@ -243,6 +243,57 @@ def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Pa
     np.testing.assert_allclose(_run(b.executable, [x, w, bias]), x @ w.T + bias, rtol=1e-4, atol=1e-5)
 
 
+EXPORTED_LINEAR = """\
+from tvm.relax.frontend import nn
+
+
+class Exported(nn.Module):
+    \"\"\"nn.Linear as torch.onnx.export writes it: MatMul over the weight stored [K, N].\"\"\"
+
+    def __init__(self):
+        self.w = nn.Parameter((32, 48), "float32")
+        self.v = nn.Parameter((48, 32), "float32")
+
+    def forward(self, x, y):
+        return nn.op.matmul(x, self.w), nn.op.matmul(y, nn.op.permute_dims(self.v))
+
+
+MODEL = Exported
+SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32"), "y": nn.spec.Tensor((16, 32), "float32")}}
+"""
+
+
+def test_a_weight_stored_k_by_n_runs_dense_on_its_transpose(tmp_path: Path) -> None:
+    """An exporter's nn.Linear, x @ W[K, N], is dense's too: the kernel takes W's
+    transpose. Beside it, nn.Linear's own form, x @ permute_dims(V[N, K]), still takes V
+    itself: each form its own way, in one model."""
+    dense = (Path(__file__).resolve().parents[1] / "operators/dense.py").read_text()
+    start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
+    dense = dense[:start] + 'WORKLOADS = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}\n\n' + dense[end:]
+    config = (
+        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
+        "models:\n  exported: {source: models/exported.py}\n"
+    )
+    root = make_repo(
+        tmp_path,
+        config=config,
+        operators=("dense",),
+        files={"operators/dense.py": dense, "models/exported.py": EXPORTED_LINEAR},
+    )
+    b = build_model("exported", target=TARGET, root=root, untemplated="fallback", configs="default")
+    assert [(s.template, s.workload, s.binding) for s in b.swaps] == [
+        ("dense", "tiny", "matmul"),
+        ("dense", "tiny", "matmul1"),
+    ]
+    assert b.uncovered == ()  # the transpose of W runs (folded where W is a constant); V's is gone
+    rng = np.random.default_rng(4)
+    x, y, w, v = (rng.standard_normal(s).astype("float32") for s in ((1, 16, 32), (16, 32), (32, 48), (48, 32)))
+    vm = tvm.relax.VirtualMachine(b.executable, tvm.cpu())
+    out = vm["forward"](*[tvm.runtime.tensor(a) for a in (x, y, w, v)])
+    np.testing.assert_allclose(out[0].numpy(), x @ w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out[1].numpy(), y @ v.T, rtol=1e-4, atol=1e-5)
+
+
 def test_the_nearest_sibling_is_the_same_dtype_and_the_least_log_ratio_away() -> None:
     from tvmtune_ci.model.build import nearest_sibling, shape_name
 

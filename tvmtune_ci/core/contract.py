@@ -18,7 +18,11 @@ A template declares, at module level, a literal read from its source like WORKLO
   M = 128 and K = 768 (and x[128, 768] alike). `{"permute_dims": SHAPE}` says the
   argument is the output of a `relax.permute_dims` of a tensor of SHAPE (nn.Linear's
   transposed weight), the axes reversed unless `"axes": [...]` says otherwise; the
-  template then takes the tensor before the transpose.
+  template then takes the tensor before the transpose. `{"transposed": SHAPE}` says
+  the argument is a plain tensor of SHAPE that the template reads transposed (axes
+  reversed): the form exporters write `nn.Linear` in (ONNX `MatMul` over a weight
+  stored [K, N]). The model build passes the kernel `permute_dims` of it, which
+  constant folding computes once at build when the argument is a weight constant.
 - `attrs` (optional): op attribute -> value, with the same rule: a string that is a
   workload key binds, any other value (an integer, a string such as "NCHW", a list of
   them) must equal the attribute. Attributes not listed are not compared: list every
@@ -172,6 +176,7 @@ class ArgPattern:
     dims: tuple[str | int, ...]  # the first may be "*KEY" (leading dimensions folded)
     permute: bool = False  # the argument is permute_dims(tensor of `dims`)
     axes: tuple[int, ...] | None = None  # None: reversed
+    transpose: bool = False  # a plain tensor of `dims` that the kernel takes transposed
 
     @property
     def fold(self) -> bool:
@@ -255,13 +260,15 @@ def parse_implements(
 
 
 def _arg_pattern(a: Any, i: int, j: int, op: str, keys: set[str], err: Any, at: int) -> ArgPattern:
-    permute, axes = False, None
-    if isinstance(a, dict):
+    permute, transpose, axes = False, False, None
+    if isinstance(a, dict) and set(a) == {"transposed"}:
+        transpose, dims = True, a["transposed"]
+    elif isinstance(a, dict):
         unknown = sorted(set(a) - {"permute_dims", "axes"})
         if unknown or "permute_dims" not in a:
             raise err(
                 f'entry {i} ({op}), argument {j}: a dict must be {{"permute_dims": SHAPE}} '
-                '(optionally with "axes": [...])',
+                '(optionally with "axes": [...]) or {"transposed": SHAPE}',
                 at,
             )
         permute, dims, axes = True, a["permute_dims"], a.get("axes")
@@ -288,7 +295,7 @@ def _arg_pattern(a: Any, i: int, j: int, op: str, keys: set[str], err: Any, at: 
                 )
     if axes is not None and len(axes) != len(dims):
         raise err(f"entry {i} ({op}), argument {j}: axes {list(axes)} and shape {list(dims)} differ in rank", at)
-    return ArgPattern(tuple(dims), permute, tuple(axes) if axes is not None else None)
+    return ArgPattern(tuple(dims), permute, tuple(axes) if axes is not None else None, transpose)
 
 
 def contract_from_tree(tree: ast.Module, path: Path, rel: str) -> Contract | None:
@@ -389,6 +396,10 @@ def unify(entry: Implements, call: CallSig, keys: set[str]) -> dict[str, Any] | 
                 if tuple(want) != tuple(have):
                     raise _NoMatch
                 _unify_dims(p.dims, a.permute_of, binding)
+            elif p.transpose:
+                if a.permute_of is not None:  # nn.Linear's form: its own pattern takes it through
+                    raise _NoMatch
+                _unify_dims(p.dims, a.shape, binding)
             else:
                 _unify_dims(p.dims, a.shape, binding)
         for name, pattern in entry.attrs.items():

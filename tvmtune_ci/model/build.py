@@ -200,6 +200,8 @@ def swap_covered(
             for arg, pattern, buf in zip(tensors, entry.args, buffers[:-1], strict=True):
                 if pattern.permute:
                     arg = self.lookup_binding(arg).args[0]  # the tensor before the transpose
+                elif pattern.transpose:  # folded at build where it is a weight constant
+                    arg = self.builder_.emit(R.permute_dims(arg))
                 inputs.append(self._as(arg, buf, R))
             out_buf = buffers[-1]
             out_shape = tuple(int(d) for d in out_buf.shape)
