@@ -52,7 +52,9 @@ def test_the_exported_layer_built_with_dense_matches_onnx_runtime(tmp_path: Path
     import tvm
     from conftest import make_repo
 
+    from tvmtune_ci.model import build as model_build
     from tvmtune_ci.model.build import build_model
+    from tvmtune_ci.model.timing import call_seconds, entry_args
     from tvmtune_ci.tune.hostcheck import host_target
 
     target = host_target(2)
@@ -74,19 +76,33 @@ def test_the_exported_layer_built_with_dense_matches_onnx_runtime(tmp_path: Path
     )
     (root / "models").mkdir(exist_ok=True)
     (root / "models/bert.onnx").write_bytes((ROOT / "tests/fixtures" / FIXTURES[0]).read_bytes())
-    b = build_model("bert", target=target, root=root, untemplated="fallback", configs="default")
+    b = build_model("bert", target=target, root=root, untemplated="fallback", configs="default", lift=True)
     assert sorted(s.workload for s in b.swaps) == ["ffn1", "ffn2"]
+    assert b.lifted == ("main_transform_params", 1)  # the weights' transposes: once, at load
     x = np.random.default_rng(5).standard_normal((1, 16, 64)).astype("float32")
     sess = ort.InferenceSession(str(root / "models/bert.onnx"), providers=["CPUExecutionProvider"])
     want = sess.run(None, {"x": x})[0]
-    params = [p.name for p in b.module["main"].params]
     import onnx
 
     weights = {
         i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(str(root / "models/bert.onnx")).graph.initializer
     }
-    arrays = [x if n == "x" else weights[n] for n in params]
+    arrays = [x if p.name == "x" else weights[p.name] for p in b.module["main"].params]
     vm = tvm.relax.VirtualMachine(b.executable, tvm.cpu())
-    got = vm["main"](*[tvm.runtime.tensor(np.array(a)) for a in arrays])  # 0-d stays 0-d
+    args = entry_args(vm, b.lifted, [tvm.runtime.tensor(np.array(a)) for a in arrays])  # 0-d stays 0-d
+    got = vm["main"](*args)
     got = got[0] if isinstance(got, tvm.ir.Array | list | tuple) else got
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    # Per inference, the two swapped weights are not transposed again: counted against
+    # the same build with nothing lifted.
+    on = _transposes(call_seconds(b.executable, arrays, function="main", runs=1, lifted=b.lifted))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model_build, "lift_weights", lambda mod: (mod, None))
+        off_build = build_model("bert", target=target, root=root, untemplated="fallback", configs="default", lift=True)
+    assert off_build.lifted is None
+    off = _transposes(call_seconds(off_build.executable, arrays, function="main", runs=1))
+    assert off - on == 2, (off, on)
+
+
+def _transposes(calls: list[tuple[str, int, float]]) -> int:
+    return sum(n for sym, n, _ in calls if "transpose" in sym)

@@ -97,6 +97,10 @@ class ModelBuild:
     # The schedule each function no template made got: {PrimFunc name: BY_METASCHEDULE,
     # fallback.BY_REDUCTION, fallback.BY_SPATIAL or NAIVE} (empty: metaschedule_model's).
     schedules: Mapping[str, str] = field(default_factory=dict)
+    # The weights' transforms lifted out of the inference (`lift_weights`): (the function
+    # that computes them once, at load, from the weights; the entry's inputs before its
+    # weights). None: nothing lifted (the entry takes its weights as they are).
+    lifted: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,29 @@ def schedule_untemplated(
     return mod, words, got
 
 
+def lift_weights(mod: Any) -> tuple[Any, tuple[str, int] | None]:
+    """What the entry computes from its weights alone (the transposes the swaps put
+    before a kernel that reads a weight transposed, and the model's own), lifted into
+    `<entry>_transform_params`, run once at load: as ONNX Runtime packs its weights
+    once. Only where the entry says which parameters are its inputs (`num_input`, as
+    TVM's ONNX frontend writes); else the module is returned as it is."""
+    from tvm import relax
+
+    entries = [
+        (gv.name_hint, int(f.attrs["num_input"]))
+        for gv, f in mod.functions_items()
+        if isinstance(f, relax.Function) and f.attrs is not None and "num_input" in f.attrs
+    ]
+    if len(entries) != 1:
+        return mod, None
+    name, inputs = entries[0]
+    lifted = relax.transform.LiftTransformParams()(mod)
+    transform = f"{name}_transform_params"
+    if transform not in {gv.name_hint for gv in lifted.get_global_vars()}:
+        return mod, None
+    return lifted, (transform, inputs)
+
+
 def compile_model(mod: Any, target: Any) -> Any:
     import tvm
 
@@ -397,6 +424,7 @@ def build_model(
     work_dir: Path | str | None = None,
     configs: str = "best",
     uncovered_shapes: str = "untemplated",
+    lift: bool = False,
 ) -> Any:
     """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
     committed logs: every call a template covers runs that template's best kernel; the
@@ -418,7 +446,13 @@ def build_model(
     the best of the nearest declared workload (`nearest_sibling`), mapped onto the
     shape's legal knob values (`core.history.map_config`, as a replay after an edit):
     untuned for that shape, said once for each call (a FallbackWarning), and a reason
-    to declare the workload and tune it."""
+    to declare the workload and tune it.
+
+    `lift=True` moves what the entry computes from its weights alone (the transposes
+    a `transposed` contract puts before a kernel, the model's own weight reshapes) into
+    `<entry>_transform_params`, run once at load (`ModelBuild.lifted`): the entry then
+    takes its inputs and that function's results, `timing.entry_args(vm, b.lifted,
+    args)`. `profile` builds so; the default keeps the entry's plain signature."""
     if uncovered_shapes not in ("untemplated", "sibling"):
         raise UsageError(f"uncovered_shapes={uncovered_shapes!r}: use 'untemplated' or 'sibling'")
     if configs not in ("best", "default"):
@@ -459,7 +493,9 @@ def build_model(
             )
     # exp/erf/tanh/softmax as their fast forms, so that they vectorize (not for "none":
     # TVM's own loops and functions, the plain numerical reference).
-    fused = fuse(fast_math(swapped) if untemplated != "none" else swapped, tvm_target)
+    fast = fast_math(swapped) if untemplated != "none" else swapped
+    lifted, moved = lift_weights(fast) if lift else (fast, None)
+    fused = fuse(lifted, tvm_target)
     scheduled, how, schedules = schedule_untemplated(
         fused,
         tvm_target,
@@ -472,7 +508,9 @@ def build_model(
     uncovered = tuple(
         c.sig.describe() for c in calls if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
     )
-    return ModelBuild(compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered, schedules=schedules)
+    return ModelBuild(
+        compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered, schedules=schedules, lifted=moved
+    )
 
 
 def metaschedule_model(

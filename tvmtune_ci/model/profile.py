@@ -108,8 +108,9 @@ def _builds(
     # The searches' measuring workers start with this environment.
     with tvm_threads(threads), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the mapped shapes: the README lists them per kernel
-        tuned = build_model(model.name, **common)
-        default = build_model(model.name, configs="default", **common)
+        # The weights' transforms run once, at load, as ONNX Runtime packs its weights.
+        tuned = build_model(model.name, lift=True, **common)
+        default = build_model(model.name, configs="default", lift=True, **common)
         n_searches = max(1, searches) if metaschedule_s is not None else 0
         done = [
             metaschedule_model(

@@ -80,16 +80,29 @@ def random_inputs(mod: Any, function: str | None = None, seed: int = 0) -> list[
     return out
 
 
-def call_seconds(executable: Any, arrays: Sequence[Any], *, function: str, runs: int) -> list[tuple[str, int, float]]:
+def entry_args(vm: Any, lifted: Sequence[Any] | None, args: Sequence[Any]) -> list[Any]:
+    """The entry's arguments: `args` (inputs, then weights) as they are, or, for a build
+    whose weight transforms were lifted out (`ModelBuild.lifted`: the transform function
+    and the number of inputs), the inputs and the weights it computes from them, once."""
+    if not lifted:
+        return list(args)
+    transform, inputs = str(lifted[0]), int(lifted[1])
+    return [*args[:inputs], *vm[transform](list(args[inputs:]))]
+
+
+def call_seconds(
+    executable: Any, arrays: Sequence[Any], *, function: str, runs: int, lifted: Sequence[Any] | None = None
+) -> list[tuple[str, int, float]]:
     """(kernel symbol, calls per inference, seconds per inference: the median over
-    `runs` instrumented inferences), the slowest first."""
+    `runs` instrumented inferences), the slowest first. `lifted`: the build's, whose
+    weight transforms run once before (not instrumented: they are no inference's)."""
     import tvm
     from tvm import relax
     from tvm.runtime.vm import VMInstrumentReturnKind
 
     dev = tvm.cpu()
     vm = relax.VirtualMachine(executable, dev)
-    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    args = entry_args(vm, lifted, [tvm.runtime.tensor(a, dev) for a in arrays])
     started: dict[str, float] = {}
     seconds: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -163,6 +176,7 @@ def time_builds(
         "libs": libs,
         "inputs": str(work_dir / "timing-inputs.npz"),
         "function": function,
+        "lifted": {label: list(getattr(b, "lifted", None) or []) or None for label, b in builds.items()},
         "runs": runs,
         "instrument": list(instrument),
         "min_sample_ms": min_sample_ms,
@@ -272,10 +286,12 @@ def _serve(spec_path: str, side: str) -> None:
         exes = {label: tvm.runtime.load_module(path) for label, path in spec["libs"].items()}
         function, runs = spec["function"], int(spec["runs"])
         pool = tvm.runtime.num_threads
+        lifted = spec.get("lifted") or {}
         ready["calls"] = {
-            label: call_seconds(exes[label], arrays, function=function, runs=runs) for label in spec["instrument"]
+            label: call_seconds(exes[label], arrays, function=function, runs=runs, lifted=lifted.get(label))
+            for label in spec["instrument"]
         }
-        samplers = _vm_samplers(exes, arrays, function, spec["min_sample_ms"])
+        samplers = _vm_samplers(exes, arrays, function, spec["min_sample_ms"], lifted)
     else:
         o = spec["onnx"]
         with np.load(o["inputs"]) as z:
@@ -295,7 +311,7 @@ def _serve(spec_path: str, side: str) -> None:
 
 
 def _vm_samplers(
-    exes: Mapping[str, Any], arrays: Sequence[Any], function: str, min_sample_ms: int
+    exes: Mapping[str, Any], arrays: Sequence[Any], function: str, min_sample_ms: int, lifted: Mapping[str, Any]
 ) -> dict[str, Callable[[], float]]:
     import tvm
     from tvm import relax
@@ -304,7 +320,8 @@ def _vm_samplers(
     out: dict[str, Callable[[], float]] = {}
     for label, exe in exes.items():
         vm = relax.VirtualMachine(exe, dev)
-        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        # The weights' transforms run here, once, as at load: not in the timed calls.
+        args = entry_args(vm, lifted.get(label), [tvm.runtime.tensor(a, dev) for a in arrays])
         vm[function](*args)  # warm-up
         timer = vm.time_evaluator(function, dev, number=1, repeat=1, min_repeat_ms=min_sample_ms)
         out[label] = _sampler(timer, args)
