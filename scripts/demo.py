@@ -78,8 +78,9 @@ def main() -> int:
         # The models with the logs just tuned: which calls the templates cover, then the
         # model built with those logs and timed per call here. A shape a template
         # implements but no workload declares runs that template at its nearest
-        # workload's best; the calls no template covers keep TVM's naive loops
-        # (--untemplated none: MetaSchedule for them takes many minutes).
+        # workload's best; the calls no template covers get the built-in parallel,
+        # vectorized schedule (--untemplated fallback: MetaSchedule for them takes many
+        # minutes), and the weights' transforms run once, at load.
         rc = subprocess.run([*cli, "models"], cwd=work, env=env).returncode
         if rc == 0:
             rc = subprocess.run(
@@ -89,7 +90,7 @@ def main() -> int:
                     "--target",
                     "this-cpu",
                     "--untemplated",
-                    "none",
+                    "fallback",
                     "--uncovered-shapes",
                     "sibling",
                     "--runs",
