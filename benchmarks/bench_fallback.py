@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         print(row)
     path = result_path("bench_fallback")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with path.open("a", encoding="utf-8") as f:  # a day's runs on one machine, one file
+        f.write(("\n" if f.tell() else "") + "\n".join(lines) + "\n")
     print(f"written: {path}")
     return 0
 
