@@ -5,13 +5,11 @@ kernel's GFLOPS over this, not over a clock read from a spec sheet, since a VM's
 and its vector units' issue rate are what the runner gives, not what the CPU's model
 name promises (a Zen 4 issues a 512-bit FMA as two 256-bit halves; a Zen 5 does not).
 
-The kernel is TIR, built by the same LLVM for the same target as the templates: each
-thread keeps ACC independent vectors of the target's lanes in registers and runs
-`iters` fused multiply-adds on each (ACC covers the FMA latency times the FMA pipes
-of every x86 core this product has met: 4 cycles x 2 pipes, with room). Its loop is
-unrolled so that the adds are FMAs on registers, nothing else. The figure is the
-fastest quartile of `--samples` timings, each at least 200 ms, with its spread, and
-the run's load (a peak measured beside another process is that process's share lower).
+The kernel is the product's (tvmtune_ci/model/peak.py: FMA chains in registers, built
+by the same LLVM for the same target as the templates); `profile` measures it in its
+timing process too. The figure is the fastest quartile of `--samples` timings, each at
+least 200 ms, with its spread, and the run's load (a peak measured beside another
+process is that process's share lower).
 
     python -m benchmarks.bench_peak --target zen4-2c [--samples 15]
 
@@ -28,47 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks._common import result_path
 from tvmtune_ci.core.config import load_config
-from tvmtune_ci.core.stats import quantile
 from tvmtune_ci.core.targetinfo import target_facts
 from tvmtune_ci.tune import tvmsetup
 from tvmtune_ci.tune.hostcheck import host_description, host_target
-
-ACC = 12  # independent accumulators a thread: > latency (4) x pipes (2)
-UNROLL = 8  # FMAs on each accumulator between loop branches
-
-
-def peak_kernel(threads: int, lanes: int, iters: int):
-    """The PrimFunc: out[t, a, l] = FMA chains of length iters x UNROLL."""
-    from tvm.script import tirx as T
-
-    n = iters
-
-    @T.prim_func
-    def peak(x: T.Buffer((threads, ACC, lanes), "float32"), out: T.Buffer((threads, ACC, lanes), "float32")):
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        for t in T.parallel(threads):
-            acc = T.alloc_buffer((ACC, lanes), "float32", scope="local")
-            for a in T.unroll(ACC):
-                for v in T.vectorized(lanes):
-                    acc[a, v] = x[t, a, v]
-            for _i in range(n):
-                for _u in T.unroll(UNROLL):
-                    for a in T.unroll(ACC):
-                        for v in T.vectorized(lanes):
-                            acc[a, v] = acc[a, v] * T.float32(0.999999) + T.float32(1e-7)
-            for a in T.unroll(ACC):
-                for v in T.vectorized(lanes):
-                    out[t, a, v] = acc[a, v]
-
-    return peak
-
-
-def flops(threads: int, lanes: int, iters: int) -> float:
-    return 2.0 * threads * ACC * lanes * iters * UNROLL
 
 
 def clock_mhz() -> float | None:
@@ -106,32 +68,25 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TVM_NUM_THREADS"] = str(threads)  # before TVM starts its pool
     import tvm  # after TVM_NUM_THREADS: the pool is sized when TVM starts it
 
+    from tvmtune_ci.model.peak import measure_peak  # TVM at import: after the pool's size
+
     lanes = target_facts(want).lanes("float32")
     tvm_target = tvmsetup.make_target(want)
-    iters = 1 << 16
-    lib = tvm.compile(tvm.IRModule({"main": peak_kernel(threads, lanes, iters)}), target=tvm_target)
-    dev = tvm.cpu()
-    x = tvm.runtime.tensor(np.ones((threads, ACC, lanes), "float32"), dev)
-    out = tvm.runtime.tensor(np.zeros((threads, ACC, lanes), "float32"), dev)
-    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=args.samples, min_repeat_ms=200)
-    lib.mod["main"](x, out)  # the pool started and the code warm
     t0 = time.perf_counter()
-    secs = list(timer(x, out).results)
+    peak = measure_peak(tvm_target, threads, lanes, samples=args.samples)
     wall = time.perf_counter() - t0
     if tvm.runtime.num_threads() != threads:
         sys.exit(f"TVM's pool has {tvm.runtime.num_threads()} threads, not {threads}: set TVM_NUM_THREADS")
-    gf = [flops(threads, lanes, iters) / s / 1e9 for s in secs]
-    best = flops(threads, lanes, iters) / quantile(secs) / 1e9
-    spread = (max(gf) - min(gf)) / statistics.median(gf)
+    gf, best, spread = list(peak.samples), peak.gflops, peak.spread
     mhz = clock_mhz()
     host = host_description()
     lines = [
         f"# bench_peak {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {host.get('cpu', '?')}, "
         f"target {args.target} ({want}), {threads} thread(s), {lanes} fp32 lanes",
         f"# command: python -m benchmarks.bench_peak --target {args.target} --samples {args.samples}",
-        f"# load average before: {os.getloadavg()[0]:.2f}; {len(secs)} samples in {wall:.1f} s",
+        f"# load average before: {os.getloadavg()[0]:.2f}; {len(gf)} samples in {wall:.1f} s",
         f"samples GFLOPS: {', '.join(f'{g:.1f}' for g in sorted(gf))}",
-        f"peak fp32 (fastest quartile of {len(secs)} samples): {best:.1f} GFLOPS on {threads} thread(s), "
+        f"peak fp32 (fastest quartile of {len(gf)} samples): {best:.1f} GFLOPS on {threads} thread(s), "
         f"samples spread {spread * 100:.1f}% (max-min over median)",
     ]
     if mhz:

@@ -167,6 +167,15 @@ def test_profile_writes_the_shares_and_a_readme_that_agrees_with_them(tmp_path: 
     assert f"**Tuning made the model {run.speedup:.2f}x faster**" in readme
     assert "| `mm_s64` | mm/s64 | 2 |" in readme and "One profile run so far" in readme
     assert "| (none: TVM's naive loops) |" in readme  # the schedule gelu got, as asked
+    # GFLOPS per kernel, and the fraction of the peak measured in the same timing process
+    assert run.peak is not None and run.peak[0] > 0 and run.threads is not None
+    assert mm[0].flops == 2 * 64**3 and mm[0].gflops() == pytest.approx(2 * 2 * 64**3 / mm[0].seconds / 1e9)
+    g = mm[0].gflops()
+    assert g is not None and f"| {g:.1f} ({g / run.peak[0] * 100:.0f}%) |" in readme
+    assert (
+        f"fp32 peak, measured in the same timing process on the same {run.threads} thread(s): {run.peak[0]:.0f} GFLOPS"
+        in readme
+    )
     assert (root / "models/two_mm.host.png").read_bytes()[:4] == b"\x89PNG"
     # a second run joins the history, and the README quotes the band across runs
     assert run_cli(root, *args).returncode == 0

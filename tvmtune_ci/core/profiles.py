@@ -49,11 +49,21 @@ class CallTime:
     # A kernel no template made: the schedule it got (MetaSchedule, the built-in one,
     # TVM's naive loops); None: a template's, or a run recorded before it was said.
     schedule: str | None = None
+    # Its floating-point operations a call (TVM's estimate; 0: it only moves data;
+    # None: not recorded): GFLOPS = calls x flops / seconds.
+    flops: float | None = None
+
+    def gflops(self) -> float | None:
+        if not self.flops or self.seconds <= 0:
+            return None
+        return self.calls * self.flops / self.seconds / 1e9
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"symbol": self.symbol, "calls": self.calls, "seconds": self.seconds}
         if self.schedule is not None:
             out["schedule"] = self.schedule
+        if self.flops is not None:
+            out["flops"] = self.flops
         if self.template is not None:
             out["template"], out["workload"] = self.template, self.workload
         if self.mapped_from is not None:
@@ -73,6 +83,7 @@ class CallTime:
             d.get("mapped_from"),
             d.get("default_seconds"),
             d.get("schedule"),
+            d.get("flops"),
         )
 
 
@@ -143,6 +154,9 @@ class ProfileRun:
     # TVM's thread pool every build was timed on, read back on the timing thread (None:
     # a run recorded before it was: TVM's default pool, half the cores on x86).
     threads: int | None = None
+    # The runner's fp32 peak on those threads, measured in the timing process
+    # (model/peak.py): (GFLOPS, its samples' spread); None: a run before it was.
+    peak: tuple[float, float] | None = None
 
     def anchor(self, name: str) -> Anchor | None:
         return next((a for a in self.anchors if a.name == name), None)
@@ -183,6 +197,8 @@ class ProfileRun:
             out["anchors"] = [a.to_json() for a in self.anchors]
         if self.threads is not None:
             out["threads"] = self.threads
+        if self.peak is not None:
+            out["peak_gflops"], out["peak_spread"] = self.peak
         return out
 
     @classmethod
@@ -201,6 +217,7 @@ class ProfileRun:
             (float(rng[0]), float(rng[1])) if rng else None,
             tuple(Anchor.from_json(a) for a in d.get("anchors", ())),
             d.get("threads"),
+            (float(d["peak_gflops"]), float(d.get("peak_spread", 0.0))) if "peak_gflops" in d else None,
         )
 
 

@@ -57,6 +57,7 @@ from ..tune.workload import Workload
 from .calls import ModelCall, load_model, model_calls, read_contracts
 from .fallback import fast_math, schedule_rest
 from .metaschedule import BATCH, apply, search, tune_model, unscheduled
+from .peak import kernel_flops
 
 UNTEMPLATED = ("metaschedule", "fallback", "none")
 BY_METASCHEDULE = "MetaSchedule"
@@ -101,6 +102,9 @@ class ModelBuild:
     # that computes them once, at load, from the weights; the entry's inputs before its
     # weights). None: nothing lifted (the entry takes its weights as they are).
     lifted: tuple[str, int] | None = None
+    # Each PrimFunc's floating-point operations a call (peak.kernel_flops; a function
+    # that only moves data: 0): the README's GFLOPS per kernel.
+    flops: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -509,7 +513,14 @@ def build_model(
         c.sig.describe() for c in calls if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
     )
     return ModelBuild(
-        compile_model(scheduled, tvm_target), mod, tuple(swaps), how, uncovered, schedules=schedules, lifted=moved
+        compile_model(scheduled, tvm_target),
+        mod,
+        tuple(swaps),
+        how,
+        uncovered,
+        schedules=schedules,
+        lifted=moved,
+        flops=kernel_flops(scheduled),
     )
 
 

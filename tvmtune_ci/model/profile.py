@@ -17,6 +17,7 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.profiles import Anchor, ProfileRun
 from ..core.stats import quantile
+from ..core.targetinfo import target_facts
 from ..tune.hostcheck import host_description
 from ..tune.runners.threads import tvm_threads
 from .build import build_model, metaschedule_model
@@ -86,6 +87,7 @@ def profile_model(
         runs=runs,
         instrument=("tuned", "default"),
         onnx=onnx,
+        peak=(target.target, target_facts(target.target).lanes("float32")),
     )
     return _run(tuned, searches, timing, threads)
 
@@ -154,6 +156,7 @@ def _run(tuned: Any, searches: list[Any], timing: Any, threads: int) -> ProfileR
             mapped_from=m,
             default_seconds=at_default.get(c.symbol) if t else None,
             schedule=None if t else tuned.schedules.get(c.symbol),
+            flops=tuned.flops.get(c.symbol),
         )
         for c in timing.calls["tuned"]
         for t, w, m in [by_kernel.get(c.symbol, (None, None, None))]
@@ -185,6 +188,7 @@ def _run(tuned: Any, searches: list[Any], timing: Any, threads: int) -> ProfileR
         speedup_range=speedup_range,
         anchors=tuple(anchors),
         threads=timing.threads,
+        peak=timing.peak,
     )
 
 

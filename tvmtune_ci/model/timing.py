@@ -36,7 +36,9 @@ from typing import Any
 
 from ..core.errors import HostError
 from ..core.profiles import CallTime
+from ..tune import tvmsetup
 from .build import ModelBuild
+from .peak import measure_peak
 
 TIMING_FORMAT = 2
 
@@ -140,6 +142,9 @@ class Timing:
     calls: Mapping[str, tuple[CallTime, ...]]  # instrumented builds -> per kernel
     threads: int  # TVM's pool, read back on the thread that timed
     ort_threads: int | None  # ONNX Runtime's intra-op threads, read back (None: not run)
+    # The runner's fp32 peak on that pool (model/peak.py), measured in the TVM timing
+    # process after the instrumented calls: (GFLOPS, the samples' spread); None: not asked.
+    peak: tuple[float, float] | None = None
 
 
 def time_builds(
@@ -154,6 +159,7 @@ def time_builds(
     onnx: tuple[Path, Mapping[str, Any]] | None = None,
     min_sample_ms: int = 100,
     timeout_s: float = 3600.0,
+    peak: tuple[Mapping[str, Any], int] | None = None,
 ) -> Timing:
     """Time `builds` in turns (and ONNX Runtime on the graph `onnx` = (path, its inputs
     by name), on `threads` intra-op threads), and instrument the builds named in
@@ -162,7 +168,8 @@ def time_builds(
     at a time, in a shuffled order each round, so one runtime's threads are asleep
     while the other's are timed (in one process, the pool that ran last still spins on
     the cores: ONNX Runtime's samples spread 6-25 ms beside TVM's). Raises
-    ThreadPoolError when a pool read back there is another size."""
+    ThreadPoolError when a pool read back there is another size. `peak` = (the target
+    dict, its fp32 lanes): also measure the runner's fp32 peak there (`Timing.peak`)."""
     import numpy as np
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -181,6 +188,7 @@ def time_builds(
         "instrument": list(instrument),
         "min_sample_ms": min_sample_ms,
         "threads": threads,
+        "peak": {"target": dict(peak[0]), "lanes": int(peak[1])} if peak is not None else None,
     }
     if onnx is not None:
         names = list(onnx[1])
@@ -235,6 +243,7 @@ def time_builds(
         },
         int(ready["tvm"]["threads"]),
         ready["onnxruntime"]["threads"] if onnx is not None else None,
+        tuple(ready["tvm"]["peak"]) if ready["tvm"].get("peak") else None,
     )
 
 
@@ -292,6 +301,11 @@ def _serve(spec_path: str, side: str) -> None:
             for label in spec["instrument"]
         }
         samplers = _vm_samplers(exes, arrays, function, spec["min_sample_ms"], lifted)
+        if spec.get("peak"):
+            peak = measure_peak(
+                tvmsetup.make_target(spec["peak"]["target"]), int(spec["threads"]), spec["peak"]["lanes"]
+            )
+            ready["peak"] = [peak.gflops, peak.spread]
     else:
         o = spec["onnx"]
         with np.load(o["inputs"]) as z:

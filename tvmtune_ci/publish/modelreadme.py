@@ -209,6 +209,28 @@ def _searches(run: ProfileRun) -> list[str]:
     return out
 
 
+def _gflops(call: CallTime, run: ProfileRun) -> str:
+    """A kernel's GFLOPS and, where the run measured it, its fraction of the peak."""
+    g = call.gflops()
+    if g is None:
+        return ""
+    return f"{g:.1f} ({g / run.peak[0] * 100:.0f}%)" if run.peak else f"{g:.1f}"
+
+
+def _peak_words(run: ProfileRun) -> str:
+    if not any(c.flops for c in run.calls):
+        return "GFLOPS and the fraction of peak: not recorded in this run (a profile before 2026-12-07)."
+    if run.peak is None:
+        return "GFLOPS: the kernel's floating-point operations (TVM's estimate) over its time; no peak was measured in this run."
+    gflops, spread = run.peak
+    return (
+        f"GFLOPS: the kernel's floating-point operations (TVM's estimate) over its time, and in brackets "
+        f"its fraction of this runner's fp32 peak, measured in the same timing process on the same "
+        f"{run.threads or '?'} thread(s): {gflops:.0f} GFLOPS (FMA chains in registers, model/peak.py; "
+        f"the fastest quartile of 7 samples, spread {spread * 100:.1f}%)."
+    )
+
+
 def _untemplated(call: CallTime | None) -> str:
     """A kernel no template made, and the schedule it got where the run recorded it."""
     return f"(none: {call.schedule})" if call is not None and call.schedule else "(none: TVM)"
@@ -225,8 +247,8 @@ def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
         "",
         f"![breakdown]({chart_name})",
         "",
-        "| kernel | template / workload | calls | time | share | at the default config | its tuning, end to end |",
-        "|---|---|---|---|---|---|---|",
+        "| kernel | template / workload | calls | time | share | at the default config | its tuning, end to end | GFLOPS |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     default_total = run.default_latency_s
     by_symbol = {c.symbol: c for c in run.calls}
@@ -234,15 +256,17 @@ def _breakdown(run: ProfileRun, chart_name: str) -> list[str]:
         d = by_symbol[label].default_seconds
         at_default = _ms(d) if d is not None else ""
         saved = (
-            f"-{(d - sec) / default_total * 100:.1f}% of the model's time at the defaults"
+            f"{(sec - d) / default_total * 100:+.1f}% of the model's time at the defaults"
             if d is not None and default_total
             else ""
         )
         out.append(
             f"| `{label}` | {tw or _untemplated(by_symbol.get(label))} | {calls} | {_ms(sec)} | {sec / total * 100:.1f}% "
-            f"| {at_default} | {saved} |"
+            f"| {at_default} | {saved} | {_gflops(by_symbol[label], run)} |"
         )
     out += [
+        "",
+        _peak_words(run),
         "",
         "A template kernel's share is its workload's weight in `retune --budget` "
         "(docs/models.md). Its tuning, end to end (habit 5.2): the kernel's seconds at its "

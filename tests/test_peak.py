@@ -1,4 +1,4 @@
-"""The peak microbenchmark counts the FMAs its kernel runs: the kernel's output is the
+"""The peak kernel (model/peak.py, benchmarks/bench_peak.py) counts the FMAs it runs: the
 recurrence it claims, for the iterations it is credited with."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 tvm = pytest.importorskip("tvm")
 
-from benchmarks.bench_peak import ACC, UNROLL, flops, peak_kernel  # noqa: E402
+from tvmtune_ci.model.peak import ACC, UNROLL, flops, peak_kernel  # noqa: E402
 from tvmtune_ci.tune import tvmsetup  # noqa: E402
 
 
