@@ -405,3 +405,27 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         assert name in OPTIONAL_TOOLS, f"tool {name!r}: add it to conftest.OPTIONAL_TOOLS with how to install it"
         if shutil.which(name) is None:
             pytest.skip(f"needs {name}, which is not on PATH: {OPTIONAL_TOOLS[name]}")
+
+
+def dense_model_repo(
+    tmp_path: Path, target: Mapping[str, Any], workloads: Mapping[str, Any], model: str, source: str
+) -> Path:
+    """A repo whose one template is this repository's `dense` with `workloads` declared
+    instead of its own, and whose one model, `model`, is `source` (a .py model's text, or
+    the path of an .onnx file to copy): the model tests' dense kernels at small shapes."""
+    dense = (OPERATORS / "dense.py").read_text()
+    start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
+    dense = dense[:start] + f"WORKLOADS = {json.dumps(dict(workloads))}\n\n" + dense[end:]
+    suffix = ".onnx" if source.endswith(".onnx") else ".py"
+    config = (
+        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(dict(target))}\n'
+        f"models:\n  {model}: {{source: models/{model}{suffix}}}\n"
+    )
+    files = {"operators/dense.py": dense}
+    if suffix == ".py":
+        files[f"models/{model}.py"] = source
+    root = make_repo(tmp_path, config=config, operators=("dense",), files=files)
+    if suffix == ".onnx":
+        (root / "models").mkdir(exist_ok=True)
+        (root / f"models/{model}.onnx").write_bytes(Path(source).read_bytes())
+    return root

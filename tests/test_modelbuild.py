@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import edit_results, make_repo, write_fresh
+from conftest import dense_model_repo, edit_results, make_repo, write_fresh
 from small_mm import SMALL_MM
 
 tvm = pytest.importorskip("tvm")
@@ -213,6 +213,7 @@ def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:
     assert list(weights.values()) == [pytest.approx(0.75)]  # mm/s64: 6e-4 of 8e-4
 
 
+TINY = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}
 LINEAR = """\
 from tvm.relax.frontend import nn
 
@@ -233,16 +234,7 @@ SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
 def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Path) -> None:
     """nn.Linear is matmul(x, permute_dims(W)): the dense template takes W [N, K] itself,
     so the transpose is gone from the build, and x [1, 16, 32] folds into M = 16."""
-    dense = (Path(__file__).resolve().parents[1] / "operators/dense.py").read_text()
-    start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
-    dense = dense[:start] + 'WORKLOADS = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}\n\n' + dense[end:]
-    config = (
-        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
-        "models:\n  lin: {source: models/lin.py}\n"
-    )
-    root = make_repo(
-        tmp_path, config=config, operators=("dense",), files={"operators/dense.py": dense, "models/lin.py": LINEAR}
-    )
+    root = dense_model_repo(tmp_path, TARGET, TINY, "lin", LINEAR)
     # The default configuration: no log needed to see the swap.
     b = build_model("lin", target=TARGET, root=root, untemplated="none", configs="default")
     assert [(s.template, s.workload, s.kernel) for s in b.swaps] == [("dense", "tiny", "dense_tiny")]
@@ -276,19 +268,7 @@ def test_a_weight_stored_k_by_n_runs_dense_on_its_transpose(tmp_path: Path) -> N
     """An exporter's nn.Linear, x @ W[K, N], is dense's too: the kernel takes W's
     transpose. Beside it, nn.Linear's own form, x @ permute_dims(V[N, K]), still takes V
     itself: each form its own way, in one model."""
-    dense = (Path(__file__).resolve().parents[1] / "operators/dense.py").read_text()
-    start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
-    dense = dense[:start] + 'WORKLOADS = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}\n\n' + dense[end:]
-    config = (
-        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(TARGET)}\n'
-        "models:\n  exported: {source: models/exported.py}\n"
-    )
-    root = make_repo(
-        tmp_path,
-        config=config,
-        operators=("dense",),
-        files={"operators/dense.py": dense, "models/exported.py": EXPORTED_LINEAR},
-    )
+    root = dense_model_repo(tmp_path, TARGET, TINY, "exported", EXPORTED_LINEAR)
     b = build_model("exported", target=TARGET, root=root, untemplated="fallback", configs="default")
     assert [(s.template, s.workload, s.binding) for s in b.swaps] == [
         ("dense", "tiny", "matmul"),

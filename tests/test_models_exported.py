@@ -45,12 +45,10 @@ def test_the_exported_layer_built_with_dense_matches_onnx_runtime(tmp_path: Path
     """The build swaps the exported FFN matmuls for dense's kernel on W's transpose
     (declared here at the fixture's sizes, default configuration) and schedules the rest;
     its output is ONNX Runtime's within 1e-4."""
-    import json
-
     import numpy as np
     import onnxruntime as ort
     import tvm
-    from conftest import make_repo
+    from conftest import dense_model_repo
 
     from tvmtune_ci.model import build as model_build
     from tvmtune_ci.model.build import build_model
@@ -58,24 +56,11 @@ def test_the_exported_layer_built_with_dense_matches_onnx_runtime(tmp_path: Path
     from tvmtune_ci.tune.hostcheck import host_target
 
     target = host_target(2)
-    dense = (ROOT / "operators/dense.py").read_text()
-    start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
-    workloads = (
-        'WORKLOADS = {"ffn1": {"M": 16, "N": 128, "K": 64, "dtype": "float32"}, '
-        '"ffn2": {"M": 16, "N": 64, "K": 128, "dtype": "float32"}}\n\n'
-    )
-    config = (
-        f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(target)}\n'
-        "models:\n  bert: {source: models/bert.onnx}\n"
-    )
-    root = make_repo(
-        tmp_path,
-        config=config,
-        operators=("dense",),
-        files={"operators/dense.py": dense[:start] + workloads + dense[end:]},
-    )
-    (root / "models").mkdir(exist_ok=True)
-    (root / "models/bert.onnx").write_bytes((ROOT / "tests/fixtures" / FIXTURES[0]).read_bytes())
+    ffn = {
+        "ffn1": {"M": 16, "N": 128, "K": 64, "dtype": "float32"},
+        "ffn2": {"M": 16, "N": 64, "K": 128, "dtype": "float32"},
+    }
+    root = dense_model_repo(tmp_path, target, ffn, "bert", str(ROOT / "tests/fixtures" / FIXTURES[0]))
     b = build_model("bert", target=target, root=root, untemplated="fallback", configs="default", lift=True)
     assert sorted(s.workload for s in b.swaps) == ["ffn1", "ffn2"]
     assert b.lifted == ("main_transform_params", 1)  # the weights' transposes: once, at load

@@ -22,23 +22,9 @@ from conftest import (
     write,
 )
 
-from tvmtune_ci.cli import main
 from tvmtune_ci.core.template import read_template
 
 MATMUL = "operators/matmul.py"
-
-
-@pytest.fixture
-def cli(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None):  # noqa: ANN201
-    """Run `tvmtune-ci ARGS` in-process inside the fresh repo: (exit code, stdout, stderr)."""
-    monkeypatch.chdir(repo)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def edit(root: Path, rel: str, old: str, new: str) -> None:

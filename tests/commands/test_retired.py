@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from conftest import change_function, commit_all, tuned_on
 
-from tvmtune_ci.cli import main
 from tvmtune_ci.core.config import load_config
 from tvmtune_ci.core.errors import ConfigError
 
@@ -24,18 +23,6 @@ def _retire(root: Path, why: str = WHY) -> None:
     old = "    target: {kind: llvm, mcpu: haswell}\n"
     assert old in text
     cfg.write_text(text.replace(old, old + f'    retired: "{why}"\n', 1))
-
-
-@pytest.fixture
-def cli(repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], no_github: None):  # noqa: ANN201
-    monkeypatch.chdir(repo)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_the_config_keeps_why_and_refuses_an_empty_reason(repo: Path) -> None:
