@@ -123,14 +123,14 @@ def test_naive_loops_only_when_asked_and_then_said(tmp_path: Path) -> None:
     _check(b, 1)
 
 
-def _matmul_with_bias():
+def _matmul_with_bias(n: int = 48):
     """A matmul with a bias, as TVM legalizes and fuses one: (module, its PrimFunc)."""
     from tvm import relax
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((12, 64), "float32"))
-    w = relax.Var("w", relax.TensorType((64, 48), "float32"))
-    bias = relax.Var("bias", relax.TensorType((48,), "float32"))
+    w = relax.Var("w", relax.TensorType((64, n), "float32"))
+    bias = relax.Var("bias", relax.TensorType((n,), "float32"))
     with bb.function("main", [x, w, bias]):
         with bb.dataflow():
             y = bb.emit(relax.op.add(relax.op.matmul(x, w), bias))
@@ -151,6 +151,7 @@ def test_a_matmul_with_its_bias_is_parallel_and_vectorized_across_its_output() -
     assert "T.parallel(" in text and "T.vectorized(T.int64(8))" in text, text
     assert "tirx.is_scheduled" in text
     assert not mod[name].attrs.get("tirx.is_scheduled", False)  # the caller's module untouched
-    # a row reduction is not what `Spatial` was written for, but it must still schedule
-    # one (the floor), never raise
-    assert Spatial(8).apply(mod[name], target, False) is not None
+    # 36 output columns: 8 lanes do not divide them, 4 do: vectors of 4, not scalar loops
+    mod36, name36 = _matmul_with_bias(n=36)
+    text36 = Spatial(8).apply(mod36[name36], target, False).mod["main"].script()
+    assert "T.vectorized(T.int64(4))" in text36, text36
