@@ -381,3 +381,21 @@ def test_this_repository_s_model_readmes_agree_with_their_profiles() -> None:
             assert (src.parent / f"{stem}.md").read_text() == render(profile, target, f"{stem}.png"), stem
             checked += 1
     assert checked >= 2
+
+
+def test_a_kernel_s_gflops_and_its_fraction_of_the_measured_peak_in_the_readme() -> None:
+    from tvmtune_ci.core.profiles import CallTime, Profile, ProfileRun
+    from tvmtune_ci.publish.modelreadme import render
+
+    calls = (
+        CallTime("dense_x", 1, 1e-3, "dense", "x", flops=2e8),  # 200 GFLOPS
+        CallTime("fused_gelu", 1, 1e-6, flops=1e6),  # 1,000 GFLOPS by the estimate
+        CallTime("transpose", 1, 1e-5, flops=0.0),
+    )
+    run = ProfileRun("2026-12-07", {}, "fallback", 2e-3, 0.1, 3, calls, threads=2, peak=(400.0, 0.03))
+    text = render(Profile("m", {"t": (run,)}), "t", "m.t.png")
+    assert "| 200.0 (50%) |" in text
+    assert "| 1000.0 (estimate above the peak) |" in text
+    assert "fp32 peak, measured in the same timing process on the same 2 thread(s): 400 GFLOPS" in text
+    older = ProfileRun("2026-12-06", {}, "none", 2e-3, 0.1, 3, tuple(CallTime(c.symbol, 1, c.seconds) for c in calls))
+    assert "not recorded in this run" in render(Profile("m", {"t": (older,)}), "t", "m.t.png")
