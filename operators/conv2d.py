@@ -36,9 +36,10 @@ WORKLOADS = {
 
 # The Relax calls this kernel implements (docs/models.md): conv2d of data
 # [N, C, H, W] (NCHW) by a weight [K, C, R, S] (OIHW), the same zero padding `pad`
-# on all four sides, the same `stride` on both axes, no dilation, one group. A bias
-# add after it is a call of its own. Not part of the fingerprint: it does not change
-# the kernel.
+# on all four sides, the same `stride` on both axes, no dilation, one group. The
+# epilogues it can run on its output tile before storing it (a workload that lists
+# them in "epilogue" does): the per-channel bias, a residual add, ReLU. Not part of
+# the fingerprint: it does not change the kernel.
 IMPLEMENTS = [
     {
         "op": "relax.nn.conv2d",
@@ -53,6 +54,7 @@ IMPLEMENTS = [
             "out_layout": "NCHW",
         },
         "dtype": "dtype",
+        "epilogues": {"bias": [1, "K", 1, 1], "residual": True, "relu": True},
     }
 ]
 

@@ -25,10 +25,22 @@ WORKLOADS = {
 # takes W itself, so the transpose before the matmul does not run. And the form
 # exporters write nn.Linear in, x[..., M, K] @ W[K, N] (ONNX MatMul over a weight
 # stored transposed): the kernel takes W's transpose, folded at build where W is a
-# constant. Not part of the fingerprint: it does not change the kernel.
+# constant. Both run nn.Linear's bias add, a residual add, a scale, ReLU or GELU on the
+# output tile where a workload lists them in "epilogue". Not part of the
+# fingerprint: it does not change the kernel.
 IMPLEMENTS = [
-    {"op": "relax.matmul", "args": [["*M", "K"], {"permute_dims": ["N", "K"]}], "dtype": "dtype"},
-    {"op": "relax.matmul", "args": [["*M", "K"], {"transposed": ["K", "N"]}], "dtype": "dtype"},
+    {
+        "op": "relax.matmul",
+        "args": [["*M", "K"], {"permute_dims": ["N", "K"]}],
+        "dtype": "dtype",
+        "epilogues": {"bias": ["N"], "residual": True, "scale": True, "relu": True, "gelu": True},
+    },
+    {
+        "op": "relax.matmul",
+        "args": [["*M", "K"], {"transposed": ["K", "N"]}],
+        "dtype": "dtype",
+        "epilogues": {"bias": ["N"], "residual": True, "scale": True, "relu": True, "gelu": True},
+    },
 ]
 
 KNOBS = [

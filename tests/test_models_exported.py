@@ -16,8 +16,9 @@ import pytest
 pytest.importorskip("tvm")
 pytest.importorskip("onnx")
 
+from tvmtune_ci.core.chains import coverage_of  # noqa: E402
 from tvmtune_ci.core.configschema import ModelConfig  # noqa: E402
-from tvmtune_ci.core.contract import COVERED, UNCOVERED_OP, UNCOVERED_SHAPE, coverage_of  # noqa: E402
+from tvmtune_ci.core.contract import COVERED, UNCOVERED_OP, UNCOVERED_SHAPE  # noqa: E402
 from tvmtune_ci.model.calls import load_model, model_calls, read_contracts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,9 @@ its bytes); one whose coverage no longer holds because a template's IMPLEMENTS,
 WORKLOADS or TARGET_KINDS changed (the recorded calls are matched again with today's
 contracts: the matching is TVM-free). Warns: each call whose shape a template
 implements but no workload declares (naming the model, the call, the template and the
-params to add), and per model the ops no template implements. Those warnings are
+params to add), each covered call whose epilogue ops (a bias, residual, scale, ReLU,
+GELU after it: core/epilogue.py) still run alone, with the fix, and per model the ops
+no template implements. Those warnings are
 `CoverageWarning`s: `check` and `status` print them as one summary line
 (`coverage_summary`), each only with `--verbose`.
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.configschema import Config, ModelConfig
-from ..core.contract import UNCOVERED_OP, UNCOVERED_SHAPE, Contract, read_contract
+from ..core.contract import COVERED, UNCOVERED_OP, UNCOVERED_SHAPE, Contract, read_contract
 from ..core.coverage import CoverageFile, read_coverage, recompute
 from ..core.errors import CorruptFileError, TemplateError
 from ..core.fsutil import sha256_file
@@ -32,6 +34,7 @@ MODEL_MISSING = "model_missing"
 MODEL_UNREADABLE = "model_unreadable"
 MODEL_CHANGED = "model_changed"
 COVERAGE_CHANGED = "coverage_changed"
+EPILOGUE_ALONE = "epilogue_alone"  # a warning: a covered call's epilogue ops run unfused
 REGENERATE = "run `tvmtune-ci models {name}` (TVM, the [tune] extra) and commit {file}"
 
 
@@ -55,7 +58,7 @@ class CoverageWarning(str):
     A str, so that `Report.warnings` stays text for JSON and every other reader."""
 
     model: str
-    kind: str  # UNCOVERED_SHAPE (one call) or UNCOVERED_OP (all of a model's)
+    kind: str  # UNCOVERED_SHAPE or EPILOGUE_ALONE (one call), UNCOVERED_OP (all of a model's)
     ops: tuple[str, ...]
     coverage_file: str
 
@@ -88,16 +91,19 @@ def coverage_summary(warnings: Sequence[CoverageWarning]) -> str:
     facts about its models, not broken files, and seven of them buried the verdict."""
     models = list(dict.fromkeys(w.model for w in warnings))
     shapes = sum(1 for w in warnings if w.kind == UNCOVERED_SHAPE)
+    alone = sum(1 for w in warnings if w.kind == EPILOGUE_ALONE)
     ops = dict.fromkeys(op for w in warnings if w.kind == UNCOVERED_OP for op in w.ops)
     parts = []
     if shapes:
         parts.append(f"{_plural(shapes, 'call shape')} that a template implements but no workload declares")
+    if alone:
+        parts.append(f"{_plural(alone, 'covered call')} whose epilogue ops run alone, unfused")
     if ops:
         parts.append(f"{_plural(len(ops), 'op')} that no template implements (TVM's own kernels run them)")
     return (
         f"model coverage of {_plural(len(models), 'model')} ({', '.join(models)}): {'; '.join(parts)}. "
         # The same line from `check` and `status`: `make demo` prints it once.
-        "Run with `--verbose` to list each" + (", with the workload to add" if shapes else "")
+        "Run with `--verbose` to list each" + (", with the workload to add" if shapes or alone else "")
     )
 
 
@@ -241,15 +247,23 @@ def _differences(old: CoverageFile, new: CoverageFile) -> list[str]:
         sig, a, _n = old.calls[i]
         b = new.calls[j][1]
         if a != b:
-            out.append(f"{sig.describe()} was {_status(a)}, now {_status(b)}")
+            before, after = _status(a), _status(b)
+            if before == after:  # the same kernel; what differs is the note (the fix it names)
+                before, after = f"{before} ({a.note})", f"{after} ({b.note})"
+            out.append(f"{sig.describe()} was {before}, now {after}")
     return list(dict.fromkeys(out))
 
 
 def _status(c: object) -> str:
     status = getattr(c, "status", "")
     template, workload = getattr(c, "template", None), getattr(c, "workload", None)
+    fused, alone = getattr(c, "epilogue", ()), getattr(c, "alone", ())
     if template and workload:
-        return f"{status} by {template}/{workload}"
+        return (
+            f"{status} by {template}/{workload}"
+            + (f" with {', '.join(fused)} fused" if fused else "")
+            + (f", {', '.join(alone)} alone" if alone else "")
+        )
     return f"{status} ({template})" if template else status
 
 
@@ -267,6 +281,17 @@ def _uncovered(f: CoverageFile, m: ModelConfig) -> list[str]:
                     f"{dict(cov.params)} to its WORKLOADS and tune it, or leave the call to TVM",
                     m.name,
                     UNCOVERED_SHAPE,
+                    m.coverage_file,
+                )
+            )
+        elif cov.status == COVERED and cov.alone:
+            fused = f" with {', '.join(cov.epilogue)} fused in its kernel" if cov.epilogue else ""
+            out.append(
+                CoverageWarning(
+                    f"{m.coverage_file}: model {m.name} calls {sig.describe()} ({n}x), run by "
+                    f"{cov.template}/{cov.workload}{fused}; {cov.note}",
+                    m.name,
+                    EPILOGUE_ALONE,
                     m.coverage_file,
                 )
             )

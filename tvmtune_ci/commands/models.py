@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..core.config import load_config
 from ..core.configschema import Config
-from ..core.contract import COVERED, UNCOVERED_OP, UNCOVERED_SHAPE, Contract
+from ..core.contract import COVERED, FUSED, UNCOVERED_OP, UNCOVERED_SHAPE, Contract
 from ..core.coverage import CoverageFile, read_coverage, write_coverage
 from ..core.errors import CorruptFileError, UsageError
 from ..model.calls import coverage_for, read_contracts
@@ -47,7 +47,11 @@ def describe(f: CoverageFile) -> list[str]:
     lines = [f"model {f.model}: {len(f.sites)} calls: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
     for sig, cov, n in f.calls:
         if cov.status == COVERED:
-            lines.append(f"  covered    x{n} {sig.describe()}: {cov.template}/{cov.workload}")
+            fused = f" + {', '.join(cov.epilogue)} fused" if cov.epilogue else ""
+            alone = f"; {cov.note}" if cov.alone else ""
+            lines.append(f"  covered    x{n} {sig.describe()}: {cov.template}/{cov.workload}{fused}{alone}")
+        elif cov.status == FUSED:
+            lines.append(f"  fused      x{n} {sig.describe()}: {cov.note}")
         elif cov.status == UNCOVERED_SHAPE:
             lines.append(
                 f"  uncovered  x{n} {sig.describe()}: {cov.template} implements it; add "

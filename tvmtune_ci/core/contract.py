@@ -36,6 +36,8 @@ those values (the `params` it would need, to paste into WORKLOADS); `uncovered_o
 when no entry of any template matches. Calls that move no data (`relax.reshape`) are
 `shape_only`, and a `relax.permute_dims` that a covered call takes through a
 `permute_dims` pattern is `absorbed`: both are recorded as such, never dropped.
+
+Over 400 lines: one literal's parsing (IMPLEMENTS, with its epilogues) and the per-call matching it feeds; the chains over a model's call sites are `core/chains.py`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .epilogue import KINDS, PARAM, chain
 from .errors import TemplateError
 
 COVERED = "covered"
@@ -56,7 +59,8 @@ UNCOVERED_SHAPE = "uncovered_shape"
 UNCOVERED_OP = "uncovered_op"
 SHAPE_ONLY = "shape_only"  # moves no data: a view (reshape and kin)
 ABSORBED = "absorbed"  # a permute_dims a covered call takes through its pattern
-STATUSES = (COVERED, UNCOVERED_SHAPE, UNCOVERED_OP, SHAPE_ONLY, ABSORBED)
+FUSED = "fused"  # an epilogue op run inside a covered call's kernel (core/epilogue.py)
+STATUSES = (COVERED, UNCOVERED_SHAPE, UNCOVERED_OP, SHAPE_ONLY, ABSORBED, FUSED)
 
 # Ops that only change how a tensor's shape is read (a zero-copy view in the VM).
 SHAPE_OPS = frozenset({"relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten"})
@@ -150,6 +154,10 @@ class Coverage:
     workload: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
+    # A covered call: the epilogues its kernel runs (the workload's chain), and the
+    # elementwise ops after it that could be epilogues but still run alone.
+    epilogue: tuple[str, ...] = ()
+    alone: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status}
@@ -161,11 +169,23 @@ class Coverage:
             out["params"] = dict(self.params)
         if self.note:
             out["note"] = self.note
+        if self.epilogue:
+            out["epilogue"] = list(self.epilogue)
+        if self.alone:
+            out["alone"] = list(self.alone)
         return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Coverage:
-        return cls(d["status"], d.get("template"), d.get("workload"), dict(d.get("params", {})), d.get("note", ""))
+        return cls(
+            d["status"],
+            d.get("template"),
+            d.get("workload"),
+            dict(d.get("params", {})),
+            d.get("note", ""),
+            tuple(d.get("epilogue", ())),
+            tuple(d.get("alone", ())),
+        )
 
 
 # --------------------------------------------------------------------------- contract
@@ -192,6 +212,8 @@ class Implements:
     attrs: Mapping[str, Any]
     dtype: str | None
     line: int = 0
+    # The epilogues the kernel absorbs: kind -> the operand's shape (bias) or True.
+    epilogues: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -233,10 +255,12 @@ def parse_implements(
         at = lines[i] if i < len(lines) else line
         if not isinstance(entry, dict):
             raise err(f"entry {i} is {type(entry).__name__}, not a dict", at)
-        unknown = sorted(set(entry) - {"op", "args", "attrs", "dtype"})
+        unknown = sorted(set(entry) - {"op", "args", "attrs", "dtype", "epilogues"})
         if unknown:
             raise err(
-                f"entry {i} has unknown key(s) {', '.join(map(repr, unknown))} (allowed: op, args, attrs, dtype)", at
+                f"entry {i} has unknown key(s) {', '.join(map(repr, unknown))} "
+                "(allowed: op, args, attrs, dtype, epilogues)",
+                at,
             )
         op = entry.get("op")
         if not isinstance(op, str) or not op.startswith("relax."):
@@ -255,8 +279,60 @@ def parse_implements(
                 f"(keys every workload has: {', '.join(sorted(keys)) or 'none'}), got {dtype!r}",
                 at,
             )
-        out.append(Implements(op, patterns, dict(attrs), dtype, at))
+        epilogues = _epilogues(entry.get("epilogues", {}), i, op, keys, err, at)
+        out.append(Implements(op, patterns, dict(attrs), dtype, at, epilogues))
+    _check_workload_epilogues(out, workloads, path, line)
     return tuple(out)
+
+
+def _epilogues(value: Any, i: int, op: str, keys: set[str], err: Any, at: int) -> dict[str, Any]:
+    """An entry's `epilogues` (core/epilogue.py): kind -> the bias's shape, or true."""
+    if not isinstance(value, dict):
+        raise err(
+            f'entry {i} ({op}): \'epilogues\' must map epilogue kinds to true (or a bias to its shape), e.g. {{"bias": ["N"], "gelu": true}}',
+            at,
+        )
+    out: dict[str, Any] = {}
+    for kind, v in value.items():
+        if kind not in KINDS:
+            raise err(f"entry {i} ({op}): unknown epilogue {kind!r} (known: {', '.join(KINDS)})", at)
+        if kind == "bias":
+            if not isinstance(v, (list, tuple)):
+                raise err(f'entry {i} ({op}): a bias takes its shape, such as ["N"], got {v!r}', at)
+            out[kind] = _arg_pattern(v, i, 0, op, keys, err, at).dims
+            if any(isinstance(d, str) and d.startswith("*") for d in out[kind]):
+                raise err(f"entry {i} ({op}): a bias's shape cannot fold leading dimensions ({v!r})", at)
+        elif v is not True:
+            raise err(f"entry {i} ({op}): epilogue {kind!r} takes true, got {v!r}", at)
+        else:
+            out[kind] = True
+    return out
+
+
+def _check_workload_epilogues(
+    entries: Sequence[Implements], workloads: Mapping[str, Mapping[str, Any]], path: Path | str, line: int
+) -> None:
+    """Each workload's `epilogue` names kinds some entry declares, as a list."""
+    declared = {k for e in entries for k in e.epilogues}
+    for name, wl in workloads.items():
+        value = wl.get(PARAM)
+        if value is None:
+            continue
+        if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value) or not value:
+            raise TemplateError(
+                f'WORKLOADS[{name!r}]["epilogue"] must be a non-empty list of epilogue kinds '
+                f'such as ["bias", "gelu"], got {value!r} (docs/models.md)',
+                file=path,
+            )
+        missing = [k for k in value if k not in declared]
+        if missing:
+            raise TemplateError(
+                f"WORKLOADS[{name!r}] runs the epilogue {', '.join(map(repr, missing))}, which no "
+                f'IMPLEMENTS entry declares: add it to an entry\'s "epilogues" (known: '
+                f"{', '.join(KINDS)}) or remove it from the workload (docs/models.md)",
+                file=path,
+                line=line,
+            )
 
 
 def _arg_pattern(a: Any, i: int, j: int, op: str, keys: set[str], err: Any, at: int) -> ArgPattern:
@@ -435,7 +511,8 @@ def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
                 continue
             for w in sorted(c.workloads):
                 wl = c.workloads[w]
-                if all(wl.get(k) == v for k, v in binding.items()):
+                # A fused variant covers a call only with its epilogue (`coverage_of`).
+                if all(wl.get(k) == v for k, v in binding.items()) and not chain(wl):
                     return Coverage(COVERED, c.template, w, dict(sorted(binding.items())))
             if first is None:
                 first = Coverage(
@@ -455,41 +532,6 @@ def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
             "but not in this form (rank, layout, transposes or attributes)",
         )
     return Coverage(UNCOVERED_OP, note=f"no template implements {call.op}")
-
-
-def coverage_of(calls: Sequence[tuple[CallSig, Sequence[int]]], contracts: Sequence[Contract]) -> list[Coverage]:
-    """The coverage of every call site: `calls` are (signature, the indices of the
-    call sites whose outputs it takes as arguments, -1 for a non-call) in program
-    order. A permute_dims every consumer of which is covered and takes it through a
-    `permute_dims` pattern is absorbed (the template reads the tensor before it);
-    otherwise it is matched like any other call (a transpose that runs)."""
-    out = [match(sig, contracts) for sig, _ in calls]
-    takers: dict[int, list[int]] = {}
-    for i, (_, producers) in enumerate(calls):
-        for p in producers:
-            if p >= 0:
-                takers.setdefault(p, []).append(i)
-    by_name = {c.template: c for c in contracts}
-    for i, (sig, _) in enumerate(calls):
-        if sig.op != PERMUTE or not takers.get(i):
-            continue
-        through = []
-        for t in takers[i]:
-            cov = out[t]
-            if cov.status != COVERED or cov.template is None:
-                break
-            slot = calls[t][1].index(i)
-            entry = covering_entry(by_name[cov.template], calls[t][0])
-            if entry is None or slot >= len(entry.args) or not entry.args[slot].permute:
-                break
-            through.append(cov.template)
-        else:
-            out[i] = Coverage(
-                ABSORBED,
-                through[0],
-                note=f"{', '.join(dict.fromkeys(through))} take(s) the tensor before the transpose",
-            )
-    return out
 
 
 def covering_entry(c: Contract, call: CallSig) -> Implements | None:

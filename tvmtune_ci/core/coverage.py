@@ -15,12 +15,15 @@ found in the model and which template covers each call. TVM-free: written by the
                  "count": 4, "coverage": {"status": "covered", "template": "dense",
                  "workload": "bert_ffn1", "params": {...}}}, ...],
       "sites": [[CALL, [PRODUCER, ...]], ...],  # each call site in program order
+      "escapes": [SITE, ...],                  # sites whose output is used beyond calls
       "summary": {"covered": 2, ...}           # call sites per status
     }
 
 `calls` groups equal signatures with the same coverage (`count` sites each); `sites`
 keeps the program order and which call site produced each tensor argument (-1: an
-input or weight), which is what `contract.coverage_of` needs to judge a permute_dims:
+input or weight), and `escapes` the sites whose output is also returned or put in a
+tuple (no epilogue is fused past those): what `chains.coverage_of` needs to judge a
+permute_dims and an epilogue chain:
 `check` recomputes the coverage from them with the templates' contracts of today.
 The source's hash is of its bytes: a model module's in-repo imports are not followed
 (docs/models.md).
@@ -34,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .contract import STATUSES, CallSig, Contract, Coverage, coverage_of, parse_implements
+from .chains import coverage_of
+from .contract import STATUSES, CallSig, Contract, Coverage, parse_implements
 from .errors import CorruptFileError, TemplateError
 from .fsutil import atomic_write_json
 
@@ -56,6 +60,7 @@ class CoverageFile:
     contracts: Mapping[str, Contract]  # operator -> contract (templates with IMPLEMENTS)
     calls: tuple[tuple[CallSig, Coverage, int], ...]  # signature, coverage, count
     sites: tuple[tuple[int, tuple[int, ...]], ...]  # call index, producer sites
+    escapes: tuple[int, ...] = ()  # sites whose output is used other than by a call
 
     def to_json(self) -> dict[str, Any]:
         summary = {s: 0 for s in STATUSES}
@@ -80,6 +85,7 @@ class CoverageFile:
             },
             "calls": [{**sig.to_json(), "count": n, "coverage": cov.to_json()} for sig, cov, n in self.calls],
             "sites": [[i, list(p)] for i, p in self.sites],
+            **({"escapes": list(self.escapes)} if self.escapes else {}),
             "summary": summary,
         }
 
@@ -121,18 +127,26 @@ def build(
     templates: Mapping[str, str],
     contracts: Sequence[Contract],
     sites: Sequence[tuple[CallSig, tuple[int, ...]]],
+    escapes: Sequence[int] = (),
 ) -> CoverageFile:
     """The coverage file of a model's call sites matched against `contracts`."""
     usable = [c for c in contracts if set(c.kinds) & set(kinds)]
-    calls, grouped = group(sites, coverage_of(sites, usable))
+    calls, grouped = group(sites, coverage_of(sites, usable, escapes))
     return CoverageFile(
-        model, dict(source), tuple(kinds), dict(templates), {c.template: c for c in contracts}, calls, grouped
+        model,
+        dict(source),
+        tuple(kinds),
+        dict(templates),
+        {c.template: c for c in contracts},
+        calls,
+        grouped,
+        tuple(sorted(escapes)),
     )
 
 
 def recompute(f: CoverageFile, contracts: Mapping[str, Contract]) -> CoverageFile:
     """The same call sites matched against `contracts` (today's)."""
-    return build(f.model, f.source, f.kinds, f.templates, list(contracts.values()), f.site_calls())
+    return build(f.model, f.source, f.kinds, f.templates, list(contracts.values()), f.site_calls(), f.escapes)
 
 
 def write_coverage(path: Path, f: CoverageFile) -> None:
@@ -164,8 +178,9 @@ def read_coverage(path: Path) -> CoverageFile:
         sites = tuple((int(i), tuple(int(x) for x in p)) for i, p in d["sites"])
         if any(not 0 <= i < len(calls) for i, _ in sites):
             raise ValueError("a site names no call")
+        escapes = tuple(int(x) for x in d.get("escapes", ()))
         return CoverageFile(
-            d["model"], dict(d["source"]), tuple(d["kinds"]), dict(d["templates"]), contracts, calls, sites
+            d["model"], dict(d["source"]), tuple(d["kinds"]), dict(d["templates"]), contracts, calls, sites, escapes
         )
     except (KeyError, TypeError, ValueError, AttributeError, TemplateError) as e:
         raise bad(f"malformed ({type(e).__name__}: {e})") from None

@@ -52,6 +52,10 @@ class CallTime:
     # Its floating-point operations a call (TVM's estimate; 0: it only moves data;
     # None: not recorded): GFLOPS = calls x flops / seconds.
     flops: float | None = None
+    # A template kernel's epilogue: the ops after its call that it runs (fused), and
+    # those after it that still run as kernels of their own (core/epilogue.py).
+    epilogue: tuple[str, ...] = ()
+    alone: tuple[str, ...] = ()
 
     def gflops(self) -> float | None:
         if not self.flops or self.seconds <= 0:
@@ -70,6 +74,10 @@ class CallTime:
             out["mapped_from"] = self.mapped_from
         if self.default_seconds is not None:
             out["default_seconds"] = self.default_seconds
+        if self.epilogue:
+            out["epilogue"] = list(self.epilogue)
+        if self.alone:
+            out["alone"] = list(self.alone)
         return out
 
     @classmethod
@@ -84,6 +92,8 @@ class CallTime:
             d.get("default_seconds"),
             d.get("schedule"),
             d.get("flops"),
+            tuple(d.get("epilogue", ())),
+            tuple(d.get("alone", ())),
         )
 
 
@@ -296,7 +306,12 @@ def breakdown(run: ProfileRun) -> list[tuple[str, float, int, str]]:
             c.symbol,
             c.seconds,
             c.calls,
-            (f"{c.template}/{c.workload}" + (f" (undeclared; {c.mapped_from}'s best mapped)" if c.mapped_from else ""))
+            (
+                f"{c.template}/{c.workload}"
+                + (f" + {', '.join(c.epilogue)} fused" if c.epilogue else "")
+                + (f" (undeclared; {c.mapped_from}'s best mapped)" if c.mapped_from else "")
+                + (f"; {', '.join(c.alone)} alone" if c.alone else "")
+            )
             if c.template
             else "",
         )

@@ -35,17 +35,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..core.chains import fused_chains
 from ..core.config import load_config
-from ..core.contract import (
-    COVERED,
-    PERMUTE,
-    SHAPE_OPS,
-    UNCOVERED_SHAPE,
-    Contract,
-    Coverage,
-    coverage_of,
-    covering_entry,
-)
+from ..core.contract import COVERED, PERMUTE, SHAPE_OPS, UNCOVERED_SHAPE, Contract, Coverage, covering_entry
 from ..core.errors import UsageError
 from ..core.history import map_config
 from ..core.targetinfo import target_facts
@@ -54,7 +46,7 @@ from ..loader import Best, FallbackWarning, best_config, check_runs_here, target
 from ..tune import tvmsetup
 from ..tune.builder import schedule_config
 from ..tune.workload import Workload
-from .calls import ModelCall, load_model, model_calls, read_contracts
+from .calls import ModelCall, escaping, load_model, model_calls, read_contracts
 from .fallback import fast_math, schedule_rest
 from .metaschedule import BATCH, apply, search, tune_model, unscheduled
 from .peak import kernel_flops
@@ -83,6 +75,8 @@ class Swap:
     # A shape no workload declares, run at a sibling workload's best mapped onto it
     # (uncovered_shapes="sibling"): that sibling's name. None: the workload's own best.
     mapped_from: str | None = None
+    epilogue: tuple[str, ...] = ()  # the ops after the call that its kernel runs
+    alone: tuple[str, ...] = ()  # the epilogue ops after it that still run on their own
 
 
 @dataclass(frozen=True)
@@ -125,19 +119,31 @@ def kernel_func(prim: Any) -> Any:
     return prim.without_attr("global_symbol").with_attr("op_pattern", 8).with_attr("tirx.is_scheduled", True)
 
 
-def covered(
-    calls: Sequence[ModelCall], contracts: Sequence[Contract], *, shapes: bool = False
-) -> list[tuple[ModelCall, Coverage]]:
-    """The calls a template covers, with their coverage, in program order; with
-    `shapes`, also those whose op and form a template implements at a shape no workload
-    declares (uncovered_shape), given the workload name `shape_name(params)`."""
-    covs = coverage_of([(c.sig, c.producers) for c in calls], contracts)
+@dataclass(frozen=True)
+class Todo:
+    """One call to swap for a template's kernel, and the epilogue ops after it that the
+    kernel runs (a fused workload, core/epilogue.py), in order."""
+
+    call: ModelCall
+    coverage: Coverage
+    chain: tuple[ModelCall, ...] = ()
+    slots: tuple[int, ...] = ()  # the argument at which each chain op takes the one before
+
+
+def covered(calls: Sequence[ModelCall], contracts: Sequence[Contract], *, shapes: bool = False) -> list[Todo]:
+    """The calls a template covers, with their coverage and fused epilogue ops, in
+    program order; with `shapes`, also those whose op and form a template implements
+    at a shape no workload declares (uncovered_shape), given the workload name
+    `shape_name(params)` (their epilogues run alone: no workload declares them)."""
+    covs, chains = fused_chains([(c.sig, c.producers) for c in calls], contracts, escaping(calls))
     out = []
-    for c, cov in zip(calls, covs, strict=True):
+    for i, (c, cov) in enumerate(zip(calls, covs, strict=True)):
         if cov.status == COVERED:
-            out.append((c, cov))
+            sites = (i, *chains.get(i, ()))
+            slots = tuple(list(calls[b].producers).index(a) for a, b in zip(sites, sites[1:], strict=False))
+            out.append(Todo(c, cov, tuple(calls[j] for j in sites[1:]), slots))
         elif shapes and cov.status == UNCOVERED_SHAPE and cov.template is not None:
-            out.append((c, replace(cov, workload=shape_name(cov.params))))
+            out.append(Todo(c, replace(cov, workload=shape_name(cov.params))))
     return out
 
 
@@ -165,29 +171,37 @@ def nearest_sibling(workloads: Mapping[str, Mapping[str, Any]], params: Mapping[
 
 
 def swap_covered(
-    mod: Any,
-    todo: Sequence[tuple[ModelCall, Coverage]],
-    contracts: Sequence[Contract],
-    kernels: Mapping[tuple[str, str], Kernel],
+    mod: Any, todo: Sequence[Todo], contracts: Sequence[Contract], kernels: Mapping[tuple[str, str], Kernel]
 ) -> tuple[Any, list[Swap]]:
     """`mod` with every call of `todo` (`covered`) replaced by a call_tir to its
-    (template, workload)'s kernel; the swaps made, in program order. The kernels are
-    resolved before: an error raised inside the mutator reaches Python as TVM's."""
+    (template, workload)'s kernel; the swaps made, in program order. A fused
+    workload's kernel replaces the last op of its chain and takes the chain's operands
+    (bias, residual, scale) after the call's own inputs; the call and the ops before
+    it are left for DeadCodeElimination. The kernels are resolved before: an error
+    raised inside the mutator reaches Python as TVM's."""
     from tvm import relax
     from tvm.script import relax as R
 
     by_name = {c.template: c for c in contracts}
     swaps: list[Swap] = []
     added: dict[tuple[str, str], Any] = {}
+    # The call a kernel replaces: the last op of its chain, or the call itself.
+    at_end = {id_of(t.chain[-1] if t.chain else t.call): t for t in todo}
+    seen: dict[int, Any] = {}  # a todo call or chain op -> its call as rewritten
 
     @relax.expr_functor.mutator
     class _Swapper(relax.PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
-            found = next(((c, cov) for c, cov in todo if c.call.same_as(call)), None)
             new = super().visit_call_(call)
-            if found is None:
+            key = _key_of(call)
+            seen[key] = new
+            t = at_end.get(key)
+            if t is None:
                 return new
-            c, cov = found
+            return self._swap(t)
+
+        def _swap(self, t: Todo) -> Any:
+            c, cov = t.call, t.coverage
             assert cov.template is not None and cov.workload is not None
             kernel = kernels[(cov.template, cov.workload)]
             entry = covering_entry(by_name[cov.template], c.sig)
@@ -197,24 +211,29 @@ def swap_covered(
             if gv is None:
                 gv = added[key] = self.builder_.add_func(kernel.func, kernel.name)
             buffers = list(kernel.func.params)  # TVM 0.27: each a buffer with shape and dtype
-            tensors = [a for a in new.args if isinstance(a.ty, relax.TensorType)]
-            if len(tensors) + 1 != len(buffers):
+            tensors = [a for a in seen[_key_of(c.call)].args if isinstance(a.ty, relax.TensorType)]
+            operands = _operands(t, seen)
+            if len(tensors) + len(operands) + 1 != len(buffers):
                 raise UsageError(
                     f"{by_name[cov.template].file}: its kernel takes {len(buffers) - 1} input(s) and "
-                    f"the call {c.sig.describe()} has {len(tensors)}: a template's PrimFunc takes "
-                    "the call's tensor arguments in order, then its output (docs/models.md)"
+                    f"the call {c.sig.describe()} has {len(tensors)} (and {len(operands)} epilogue "
+                    "operand(s)): a template's PrimFunc takes the call's tensor arguments in order, "
+                    "then its output (docs/models.md)"
                 )
             inputs = []
-            for arg, pattern, buf in zip(tensors, entry.args, buffers[:-1], strict=True):
+            for arg, pattern, buf in zip(tensors, entry.args, buffers, strict=False):
                 if pattern.permute:
                     arg = self.lookup_binding(arg).args[0]  # the tensor before the transpose
                 elif pattern.transpose:  # folded at build where it is a weight constant
                     arg = self.builder_.emit(R.permute_dims(arg))
                 inputs.append(self._as(arg, buf, R))
+            for arg, buf in zip(operands, buffers[len(tensors) : -1], strict=True):
+                inputs.append(self._as(arg, buf, R))
             out_buf = buffers[-1]
             out_shape = tuple(int(d) for d in out_buf.shape)
             y = self.builder_.emit(relax.call_tir(gv, inputs, relax.TensorType(out_shape, str(out_buf.dtype))))
-            want = tuple(int(d) for d in c.sig.shape)
+            last = t.chain[-1] if t.chain else c
+            want = tuple(int(d) for d in last.sig.shape)
             if math.prod(want) != math.prod(out_shape):
                 raise UsageError(
                     f"{cov.template}: its kernel's output {out_shape} does not hold the "
@@ -232,6 +251,8 @@ def swap_covered(
                     kernel.latency_s,
                     kernel.fallback,
                     kernel.mapped_from,
+                    tuple(cov.epilogue),
+                    tuple(cov.alone),
                 )
             )
             return y if want == out_shape else R.reshape(y, want)
@@ -252,8 +273,27 @@ def swap_covered(
             return self.builder_.finalize()
 
     out = _Swapper(mod).run()
-    out = relax.transform.DeadCodeElimination()(out)  # the transposes the kernels absorbed
+    # the transposes the kernels absorbed, and the calls and epilogue ops they replaced
+    out = relax.transform.DeadCodeElimination()(out)
     return out, swaps
+
+
+def _key_of(call: Any) -> int:
+    """A relax.Call's identity: TVM objects hash by their node, as `same_as` compares."""
+    return hash(call)
+
+
+def id_of(c: ModelCall) -> int:
+    return _key_of(c.call)
+
+
+def _operands(t: Todo, seen: Mapping[int, Any]) -> list[Any]:
+    """The tensors the chain's ops add or multiply by, in order (as rewritten)."""
+    out = []
+    for op, slot in zip(t.chain, t.slots, strict=True):
+        if op.sig.op in ("relax.add", "relax.multiply"):
+            out.append(seen[id_of(op)].args[1 - slot])
+    return out
 
 
 def fuse(mod: Any, target: Any) -> Any:
@@ -471,7 +511,8 @@ def build_model(
     calls = model_calls(mod)
     todo = covered(calls, contracts, shapes=uncovered_shapes == "sibling")
     kernels: dict[tuple[str, str], Kernel] = {}
-    for _call, cov in todo:
+    for t in todo:
+        cov = t.coverage
         key = (str(cov.template), str(cov.workload))
         if key not in kernels:
             kernels[key] = _model_kernel(
@@ -509,6 +550,7 @@ def build_model(
         lanes=target_facts(want).lanes("float32"),
     )
     swapped_calls = {(s.function, s.binding) for s in swaps}
+    swapped_calls |= {(op.function, op.binding) for t in todo for op in t.chain}  # fused in
     uncovered = tuple(
         c.sig.describe() for c in calls if (c.function, c.binding) not in swapped_calls and c.sig.op not in VIEWS
     )

@@ -10,7 +10,7 @@ The API the model build (issue 50 part 3) builds on:
   permute_dims, attributes, dtype), its binding (the Relax var it is bound to, the
   function it is in, the Call itself) and which earlier call produced each tensor
   argument;
-- `contract.match(call.sig, contracts) -> Coverage` (or `coverage_of` for all of them,
+- `contract.match(call.sig, contracts) -> Coverage` (or `chains.coverage_of` for all of them,
   which also judges the permute_dims a covered call absorbs): `covered` with the
   template, the workload and the bound `params`, to swap the call for a call_tir to
   that workload's best kernel.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,14 @@ class ModelCall:
     producers: tuple[int, ...]  # per tensor argument: the index of the call that made it, -1: none
     call: Any = field(default=None, compare=False, repr=False)  # the relax.Call
     var: Any = field(default=None, compare=False, repr=False)  # the relax.Var bound to it
+    # Its output is also used other than as an operator call's tensor argument
+    # (returned, aliased, put in a tuple): no epilogue is fused past it.
+    escapes: bool = False
+
+
+def escaping(calls: Sequence[ModelCall]) -> tuple[int, ...]:
+    """The sites of `calls` whose output is used beyond the calls (`ModelCall.escapes`)."""
+    return tuple(i for i, c in enumerate(calls) if c.escapes)
 
 
 # --------------------------------------------------------------------------- loading
@@ -225,7 +233,35 @@ def model_calls(mod: Any) -> list[ModelCall]:
                 if value.op.name == "relax.permute_dims":
                     permutes[b.var] = value
                 calls.append(ModelCall(sig, gv.name_hint, b.var.name, tuple(producers), value, b.var))
+        _mark_escapes(func, calls, made)
     return calls
+
+
+def _mark_escapes(func: Any, calls: list[ModelCall], made: Mapping[Any, int]) -> None:
+    """Set `escapes` on the calls of `func` whose output some binding other than an
+    operator call's tensor argument, or the function's result, uses."""
+    import tvm
+    from tvm import relax
+
+    beyond: set[int] = set()
+
+    def note(expr: Any) -> None:
+        for v in relax.analysis.free_vars(expr):
+            if v in made:
+                beyond.add(made[v])
+
+    for block in getattr(func.body, "blocks", ()):
+        for b in block.bindings:
+            value = b.value
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                others = [a for a in value.args if not isinstance(a.ty, relax.TensorType)]
+                for a in others:
+                    note(a)
+            else:
+                note(value)
+    note(func.body.body)
+    for i in beyond:
+        calls[i] = replace(calls[i], escapes=True)
 
 
 # --------------------------------------------------------------------------- coverage
@@ -261,5 +297,11 @@ def coverage_for(
     calls = model_calls(mod)
     source = {"path": model.source, "kind": model.kind, "sha256": sha256_file(root / model.source)}
     return build(
-        model.name, source, model_kinds(config, model), blobs, contracts, [(c.sig, c.producers) for c in calls]
+        model.name,
+        source,
+        model_kinds(config, model),
+        blobs,
+        contracts,
+        [(c.sig, c.producers) for c in calls],
+        escaping(calls),
     )

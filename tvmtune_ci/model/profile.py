@@ -147,6 +147,7 @@ def _run(tuned: Any, searches: list[Any], timing: Any, threads: int) -> ProfileR
     """The profile run the timing makes: the figures, the per-call table, the anchors."""
     samples = timing.samples
     by_kernel = {s.kernel: (s.template, s.workload, s.mapped_from) for s in tuned.swaps}
+    chains = {s.kernel: (s.epilogue, s.alone) for s in tuned.swaps}
     at_default = {c.symbol: c.seconds for c in timing.calls["default"]}
     calls = [
         replace(
@@ -157,6 +158,8 @@ def _run(tuned: Any, searches: list[Any], timing: Any, threads: int) -> ProfileR
             default_seconds=at_default.get(c.symbol) if t else None,
             schedule=None if t else tuned.schedules.get(c.symbol),
             flops=tuned.flops.get(c.symbol),
+            epilogue=chains.get(c.symbol, ((), ()))[0],
+            alone=chains.get(c.symbol, ((), ()))[1],
         )
         for c in timing.calls["tuned"]
         for t, w, m in [by_kernel.get(c.symbol, (None, None, None))]

@@ -33,6 +33,7 @@ from ..core.targetinfo import scope
 from ..core.template import Categorical, Knob, Knobs, Split, Structural, check_configuration, template_name
 from . import tvmsetup
 from .cubin import ResourceError, cuda_cubin
+from .epilogue import fold
 from .hostcheck import check_toolchain, cross_cc
 from .workload import Workload, resolve
 
@@ -160,6 +161,7 @@ def schedule_config(
     cfg = Knobs(getattr(template, "KNOBS", []), dict(wl.params), structure, mode="fixed", values=values, target=target)
     try:
         template.schedule(sch, cfg)
+        fold(sch, cfg.vector_lanes(str(wl.params.get("dtype", "float32"))))
     except TvmtuneError:
         raise
     except Exception as e:  # a TVM ScheduleError or a bug in the template

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core import epilogue
 from ..core.configschema import RpcRunner
 from ..core.errors import DeviceError, TemplateError, TuningError
 from ..core.template import call_with_workload, template_name
@@ -97,7 +98,7 @@ def _swap_that_matches(
             swapped = list(arrays)
             swapped[i], swapped[j] = b, a
             try:
-                want = call_with_workload(template.reference, workload, *swapped)
+                want = _reference(template, workload, swapped)
             except Exception:  # noqa: BLE001 - a reference that fails this way says nothing
                 continue
             want = want if isinstance(want, (tuple, list)) else [want]
@@ -112,6 +113,18 @@ def _swap_that_matches(
                     "take its inputs in another order than compute()'s parameters?"
                 )
     return None
+
+
+def _reference(template: ModuleType, workload: Mapping[str, Any], arrays: list[np.ndarray]) -> Any:
+    """reference() on the kernel's inputs; for a fused workload, on the template's
+    inputs, then its epilogue chain on the output with the operands after them."""
+    kinds = epilogue.chain(workload)
+    if not kinds:
+        return call_with_workload(template.reference, workload, *arrays)
+    n_ops = sum(k in epilogue.OPERAND_KINDS for k in kinds)
+    own, operands = arrays[: len(arrays) - n_ops], arrays[len(arrays) - n_ops :]
+    out = call_with_workload(template.reference, workload, *own)
+    return epilogue.reference(np.asarray(out), kinds, operands)
 
 
 def _tol(dtype: str, exp: np.ndarray) -> tuple[float, float]:
@@ -173,7 +186,7 @@ def _inputs_and_reference(
     arrays = [_random_input(rng, shape, dtype) for shape, dtype in specs]
     # On copies: a reference() that writes into its inputs must not change what the
     # kernel is given.
-    want = call_with_workload(template.reference, workload, *[a.copy() for a in arrays])
+    want = _reference(template, workload, [a.copy() for a in arrays])
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     _LAST[:] = [(key, arrays, want)]
     return arrays, want
@@ -253,6 +266,8 @@ def _prepare(
     n_in = _reference_arity(template.reference, workload)
     if n_in < 0:
         n_in = len(infos) - 1
+    elif epilogue.chain(workload):
+        n_in += sum(k in epilogue.OPERAND_KINDS for k in epilogue.chain(workload))
     if not 0 < n_in < len(infos):
         raise TemplateError(
             f"{where}: reference() takes {n_in} input(s) but compute() has {len(infos)} "

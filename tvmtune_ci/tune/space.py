@@ -27,6 +27,7 @@ from ..core.constraints import violated
 from ..core.errors import TemplateError, TuningError
 from ..core.template import Categorical, Knob, Knobs, Split, default_values, design_spaces
 from . import tvmsetup
+from .epilogue import fold
 from .workload import Workload, resolve
 
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
@@ -282,6 +283,7 @@ class TemplateSpace:
             s = sch.copy()
             cfg = Knobs(self.knobs, self.workload, structure, mode="search", target=self.target)
             self.template.schedule(s, cfg)
+            fold(s, cfg.vector_lanes(str(self.workload.get("dtype", "float32"))))  # a fused workload's epilogue
             self.orders[i] = list(cfg.order)
             out.append(s)
         return out

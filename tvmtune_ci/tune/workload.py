@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from ..core.epilogue import chain, declared_epilogues
 from ..core.errors import TemplateError
 from ..core.template import call_with_workload, template_name
 from . import tvmsetup
+from .epilogue import compose_workload
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +107,16 @@ def flop_count(mod: Any) -> float:
 def _compute_module(template: ModuleType, params: Mapping[str, Any]) -> Any:
     tvm = tvmsetup.load()
     func = call_with_workload(template.compute, dict(params))
+    if chain(params):
+        # A fused workload (core/epilogue.py): the template's kernel, its epilogue after it.
+        if isinstance(func, tvm.ir.IRModule) and len(func.functions) == 1:
+            func = next(iter(func.functions.values()))
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            raise TemplateError(
+                f"{template_name(template)}: a workload with an epilogue needs compute() to "
+                f"return one PrimFunc, not {type(func).__name__}"
+            )
+        func = compose_workload(func, params, declared_epilogues(getattr(template, "IMPLEMENTS", None)))
     if isinstance(func, tvm.ir.IRModule):
         return tvm.get_global_func("tvm.s_tir.meta_schedule.normalize_mod")(func)
     if not isinstance(func, tvm.tirx.PrimFunc):

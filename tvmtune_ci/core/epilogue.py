@@ -1,0 +1,83 @@
+"""Epilogues: the elementwise work after a template's kernel that the kernel can do on
+its output tile before storing it (TVM-free: `check` and the contract read it).
+
+A template declares, in an IMPLEMENTS entry, the epilogues its kernel absorbs:
+
+    "epilogues": {"bias": ["N"], "residual": true, "gelu": true}
+
+- `bias`: an add of a tensor of that shape (workload keys and integers, as `args`
+  writes shapes): `[N]` for a dense layer's bias, `[1, "K", 1, 1]` for a convolution's;
+- `residual`: an add of a tensor of the output's own shape (a skip connection);
+- `scale`: a multiply by a scalar (attention's 1/sqrt(d));
+- `relu`, `gelu` (erf form): the activations.
+
+A workload runs a chain of them when it says so: `"epilogue": ["bias", "gelu"]` among
+its params. The epilogue is part of the workload, so a fused variant is a workload of
+its own: tuned, logged, fingerprinted (WORKLOADS values) and judged stale on its own,
+and a log tuned for `bert_ffn1` says nothing about `bert_ffn1` + bias + GELU. The
+kernel of such a workload takes the template's inputs, then one operand per `bias`,
+`residual` and `scale` in chain order, then its output (tune/epilogue.py builds it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+KINDS = ("bias", "residual", "scale", "relu", "gelu")
+OPERAND_KINDS = frozenset({"bias", "residual", "scale"})  # those that take a tensor
+PARAM = "epilogue"  # the workload key that names a fused variant's chain
+
+
+def chain(params: Mapping[str, Any]) -> tuple[str, ...]:
+    """The epilogue chain a workload's params declare (() for a plain workload)."""
+    value = params.get(PARAM) or ()
+    return tuple(str(k) for k in value)
+
+
+def operand_shape(kind: str, declared: Any, params: Mapping[str, Any], out_shape: Sequence[int]) -> tuple[int, ...]:
+    """The shape of `kind`'s operand for a workload with `params` whose kernel writes
+    `out_shape`: a bias's declared shape with the workload's values put in, the
+    output's shape for a residual, a scalar for a scale."""
+    if kind == "residual":
+        return tuple(int(d) for d in out_shape)
+    if kind == "scale":
+        return ()
+    return tuple(int(params[d]) if isinstance(d, str) else int(d) for d in declared)
+
+
+def reference(out: np.ndarray, kinds: Sequence[str], operands: Sequence[np.ndarray]) -> np.ndarray:
+    """`out` with the chain applied in float64, as numpy reads it (the numerics check's
+    reference for a fused workload); `operands` in chain order."""
+    import numpy as np  # here: `check` reads this module and never needs numpy
+
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    y = out.astype(np.float64)
+    it = iter(operands)
+    for kind in kinds:
+        if kind in ("bias", "residual"):
+            y = y + np.asarray(next(it), dtype=np.float64)
+        elif kind == "scale":
+            y = y * float(np.asarray(next(it)))
+        elif kind == "relu":
+            y = np.maximum(y, 0.0)
+        elif kind == "gelu":
+            y = 0.5 * y * (1.0 + erf(y / math.sqrt(2.0)))
+        else:
+            raise ValueError(f"unknown epilogue {kind!r} (known: {', '.join(KINDS)})")
+    return y.astype(out.dtype)
+
+
+def declared_epilogues(implements: Any) -> dict[str, Any]:
+    """{kind: its declared operand shape (or True)} over every IMPLEMENTS entry as
+    written (the first entry that declares a kind gives its shape)."""
+    out: dict[str, Any] = {}
+    for entry in implements or ():
+        if isinstance(entry, Mapping):
+            for kind, shape in dict(entry.get("epilogues") or {}).items():
+                out.setdefault(kind, shape)
+    return out
