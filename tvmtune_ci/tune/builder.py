@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from ..core.cpus import usable_cores
+from ..core.epilogue import chain
 from ..core.errors import TemplateError, TvmtuneError
 from ..core.extents import eval_extent
 from ..core.targetinfo import scope
@@ -161,7 +162,8 @@ def schedule_config(
     cfg = Knobs(getattr(template, "KNOBS", []), dict(wl.params), structure, mode="fixed", values=values, target=target)
     try:
         template.schedule(sch, cfg)
-        fold(sch, cfg.vector_lanes(str(wl.params.get("dtype", "float32"))))
+        if chain(wl.params):  # a fused workload: its epilogue into the tile's store
+            fold(sch, cfg.vector_lanes(str(wl.params.get("dtype", "float32"))) if target is not None else 4)
     except TvmtuneError:
         raise
     except Exception as e:  # a TVM ScheduleError or a bug in the template

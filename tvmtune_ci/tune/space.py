@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from ..core.constraints import violated
+from ..core.epilogue import chain
 from ..core.errors import TemplateError, TuningError
 from ..core.template import Categorical, Knob, Knobs, Split, default_values, design_spaces
 from . import tvmsetup
@@ -283,7 +284,8 @@ class TemplateSpace:
             s = sch.copy()
             cfg = Knobs(self.knobs, self.workload, structure, mode="search", target=self.target)
             self.template.schedule(s, cfg)
-            fold(s, cfg.vector_lanes(str(self.workload.get("dtype", "float32"))))  # a fused workload's epilogue
+            if chain(self.workload):  # a fused workload: its epilogue into the tile's store
+                fold(s, cfg.vector_lanes(str(self.workload.get("dtype", "float32"))))
             self.orders[i] = list(cfg.order)
             out.append(s)
         return out
