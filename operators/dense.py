@@ -26,20 +26,23 @@ WORKLOADS = {
 # exporters write nn.Linear in, x[..., M, K] @ W[K, N] (ONNX MatMul over a weight
 # stored transposed): the kernel takes W's transpose, folded at build where W is a
 # constant. Both run nn.Linear's bias add, a residual add, a scale, ReLU or GELU on the
-# output tile where a workload lists them in "epilogue". Not part of the
-# fingerprint: it does not change the kernel.
+# output tile where a workload lists them in "epilogue", and take a weight W already
+# packed (pack_b="global"'s panels, made once at load) where a workload says
+# "prepack": true. Not part of the fingerprint: it does not change the kernel.
 IMPLEMENTS = [
     {
         "op": "relax.matmul",
         "args": [["*M", "K"], {"permute_dims": ["N", "K"]}],
         "dtype": "dtype",
         "epilogues": {"bias": ["N"], "residual": True, "scale": True, "relu": True, "gelu": True},
+        "prepack": [1],
     },
     {
         "op": "relax.matmul",
         "args": [["*M", "K"], {"transposed": ["K", "N"]}],
         "dtype": "dtype",
         "epilogues": {"bias": ["N"], "residual": True, "scale": True, "relu": True, "gelu": True},
+        "prepack": [1],
     },
 ]
 

@@ -24,8 +24,10 @@ WORKLOADS = {
 }
 
 # The Relax calls this kernel implements (docs/models.md): a plain 2-D
-# A[M, K] @ B[K, N]. Not part of the fingerprint: it does not change the kernel.
-IMPLEMENTS = [{"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]], "dtype": "dtype"}]
+# A[M, K] @ B[K, N]; B may arrive packed (pack_b="global"'s panels, made once) where a
+# workload says "prepack": true and B is a weight. Not part of the fingerprint: it
+# does not change the kernel.
+IMPLEMENTS = [{"op": "relax.matmul", "args": [["M", "K"], ["K", "N"]], "dtype": "dtype", "prepack": [1]}]
 
 KNOBS = [
     # rows: parallel tiles x mc/mr x mr (the register tile's rows)

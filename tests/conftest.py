@@ -415,7 +415,7 @@ def dense_model_repo(
     the path of an .onnx file to copy): the model tests' dense kernels at small shapes."""
     dense = (OPERATORS / "dense.py").read_text()
     start, end = dense.index("WORKLOADS = {"), dense.index("IMPLEMENTS = [")
-    dense = dense[:start] + f"WORKLOADS = {json.dumps(dict(workloads))}\n\n" + dense[end:]
+    dense = dense[:start] + f"WORKLOADS = {dict(workloads)!r}\n\n" + dense[end:]
     suffix = ".onnx" if source.endswith(".onnx") else ".py"
     config = (
         f'format: 1\ntvm_version: "0.27"\ntargets:\n  host:\n    target: {json.dumps(dict(target))}\n'

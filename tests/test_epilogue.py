@@ -68,7 +68,7 @@ def test_without_a_fused_workload_the_plain_one_runs_and_says_what_to_declare() 
     covs = coverage_of([(LINEAR, (-1, -1)), (BIAS, (0, -1)), (GELU, (1,))], [c])
     assert [(x.status, x.workload) for x in covs] == [(COVERED, "t"), (UNCOVERED_OP, None), (UNCOVERED_OP, None)]
     assert covs[0].epilogue == () and covs[0].alone == ("bias", "gelu")
-    want = json.dumps({**WL, "epilogue": ["bias", "gelu"]}, sort_keys=True)
+    want = repr(dict(sorted({**WL, "epilogue": ["bias", "gelu"]}.items())))  # to paste into WORKLOADS
     assert want in covs[0].note
 
 
@@ -211,15 +211,21 @@ def test_the_check_catches_a_fused_kernel_that_drops_its_epilogue(tmp_path: Path
         epilogue._chain_te = real
 
 
-def test_a_fused_workload_tunes_and_its_best_computes_the_chain(tmp_path: Path) -> None:
-    """The search measures the fused program: every configuration it builds carries the
-    chain, and the best it logs passes the numerics check."""
+@pytest.mark.parametrize(
+    "variant", [{"epilogue": ["bias", "gelu"]}, {"prepack": True}, {"prepack": True, "epilogue": ["residual"]}]
+)
+def test_a_fused_or_prepacked_workload_tunes_and_its_best_computes_right(
+    tmp_path: Path, variant: dict[str, Any]
+) -> None:
+    """The search measures the variant: every configuration it builds carries the chain
+    (and, prepacked, takes the weight packed where the schedule packs it whole), and
+    the best it logs passes the numerics check."""
     from test_tuner import request
 
     from tvmtune_ci.tune.tuner import tune_workload
 
     dense = _template(tmp_path, "dense")
-    dense.WORKLOADS["f"] = {"M": 32, "N": 64, "K": 32, "dtype": F32, "epilogue": ["bias", "gelu"]}
+    dense.WORKLOADS["f"] = {"M": 32, "N": 64, "K": 32, "dtype": F32, **variant}
     out = tune_workload(request(dense, tmp_path / "work", workload_name="f", target=TARGET, trials=8, batch_size=8))
     assert len(out.records) >= 8 and out.best.knobs
     check_correct(dense, Workload(dense, "f", dense.WORKLOADS["f"], TARGET), TARGET, out.best.knobs)
@@ -314,7 +320,9 @@ def test_a_log_of_a_fused_variant_is_stale_once_its_epilogue_changes(tmp_path: P
     assert run_cli(root, "models").returncode == 0
     assert run_cli(root, "check").returncode == 0
     dense = root / "operators/dense.py"
-    dense.write_text(dense.read_text().replace('"epilogue": ["bias", "gelu"]', '"epilogue": ["bias", "relu"]'))
+    text = dense.read_text()
+    assert "'epilogue': ['bias', 'gelu']" in text
+    dense.write_text(text.replace("'epilogue': ['bias', 'gelu']", "'epilogue': ['bias', 'relu']"))
     res = run_cli(root, "check")
     stale = [line for line in res.stdout.splitlines() if line.startswith("STALE dense/host")]
     assert res.returncode == 1 and len(stale) == 1 and "tiny_gelu" in stale[0]
@@ -332,3 +340,104 @@ def test_a_model_s_coverage_file_records_the_fused_and_the_alone(tmp_path: Path)
     assert covered["workload"] == "tiny_gelu" and covered["epilogue"] == ["bias", "gelu"]
     assert data["escapes"]  # sigmoid's output is the function's
     _ = make_repo  # (the repo helpers are conftest's)
+
+
+# --------------------------------------------------------------------------- weights packed once
+
+LINEAR_MODEL = """\
+from tvm.relax.frontend import nn
+
+
+class Lin(nn.Module):
+    def __init__(self):
+        self.fc = nn.Linear(32, 48, bias=True)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+MODEL = Lin
+SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
+"""
+PACKED_WLS = {**TINY, "tiny_pk": {**TINY["tiny"], "prepack": True, "epilogue": ["bias"]}}
+
+
+def test_a_prepacked_workload_is_measured_taking_its_weight_packed(tmp_path: Path) -> None:
+    """What the search measures (MetaSchedule's args, the layout rewrite removed): the
+    weight arrives as pack_b="global"'s [N/lanes, K, lanes] panels. The plain workload,
+    and a pack inside the kernel's tiles ("tile"), take W [N, K] as it is."""
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.builder import schedule_config
+
+    ms = tvmsetup.ms()
+    dense = _template(tmp_path, "dense")
+    params = {"M": 32, "N": 64, "K": 48, "dtype": F32}
+
+    def args(p: dict[str, Any], pack_b: str) -> list[tuple[int, ...]]:
+        sch = schedule_config(dense, Workload(dense, "x", p, TARGET), {"pack_b": pack_b}, TARGET)
+        return [tuple(int(x) for x in a.shape) for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, True)]
+
+    lanes = 64 // args({**params, "prepack": True}, "global")[1][0]
+    assert args({**params, "prepack": True}, "global") == [(32, 48), (64 // lanes, 48, lanes), (32, 64)]
+    assert args(params, "global") == [(32, 48), (64, 48), (32, 64)]
+    assert args({**params, "prepack": True}, "tile") == [(32, 48), (64, 48), (32, 64)]
+    wl = Workload(dense, "x", {**params, "prepack": True}, TARGET)
+    check_correct(dense, wl, TARGET, {"pack_b": "global"})  # the whole function, pack included
+
+
+def test_a_weight_the_model_binds_is_packed_once_at_load_not_on_every_call(tmp_path: Path) -> None:
+    """nn.Linear with a prepacked workload tuned to pack_b="global": the build splits the
+    weight's pack out of the kernel, lifting puts it in forward_transform_params, and
+    a profile of forward counts no call to it; the output is still x @ W.T + b."""
+    from conftest import edit_results
+
+    from tvmtune_ci.model.build import build_model
+    from tvmtune_ci.model.timing import entry_args
+
+    root = dense_model_repo(tmp_path, TARGET, PACKED_WLS, "lin", LINEAR_MODEL)
+    write_fresh(root, "dense", "host")
+    best = {"pack_b": "global", "accumulate": "register"}
+    edit_results(root / "tuning_logs/dense/host", lambda res: res["tiny_pk"]["best"].update(knobs=best))
+    b = build_model("lin", target=TARGET, root=root, untemplated="fallback", lift=True)
+    assert [(s.workload, s.prepacked, s.epilogue) for s in b.swaps] == [("tiny_pk", True, ("bias",))]
+    assert b.lifted is not None
+    rng = np.random.default_rng(6)
+    x, w, bias = (rng.standard_normal(s).astype(F32) for s in ((1, 16, 32), (48, 32), (48,)))
+    vm = tvm.relax.VirtualMachine(b.executable, tvm.cpu())
+    names: list[str] = []
+
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    def count(func: Any, symbol: str, before: bool, ret: Any, *rest: Any) -> Any:
+        if before:
+            names.append(str(symbol))
+        return VMInstrumentReturnKind.NO_OP  # what the VM expects back (None is no kind)
+
+    vm.set_instrument(count)
+    # TVM tensors: numpy memory passed zero-copy is only 16-byte aligned, and the kernels
+    # load it with aligned AVX moves
+    args = entry_args(vm, b.lifted, [tvm.runtime.tensor(a) for a in (x, w, bias)])  # the transforms: once, here
+    assert sum("weight_prepack" in n for n in names) == 1, names
+    names.clear()
+    for _ in range(3):
+        vm["forward"](*args)
+    assert not any("weight_prepack" in n for n in names), names  # no pack in the inference
+    assert sum("prepacked" in n for n in names) == 3  # the kernel reading the packed weight, once a call
+    got = vm["forward"](*args).numpy()
+    np.testing.assert_allclose(got, x @ w.T + bias, rtol=1e-4, atol=1e-5)
+
+
+def test_an_activation_never_runs_the_prepacked_workload(tmp_path: Path) -> None:
+    """The same linear layer with W an input of the function (not a weight): the plain
+    workload, which packs what it reads on every call."""
+    from tvmtune_ci.core.chains import coverage_of as cover
+
+    sig = CallSig(
+        "relax.matmul", (CallArg((1, 16, 32), F32), CallArg((32, 48), F32, (48, 32), None)), {}, (1, 16, 48), F32
+    )
+    entry = {**ENTRY, "prepack": [1]}
+    c = _contract({"t": WL, "t_pk": {**WL, "prepack": True}}, entry)
+    assert cover([(sig, (-1, -1))], [c])[0].workload == "t"
+    weight = CallSig(sig.op, (sig.args[0], CallArg((32, 48), F32, (48, 32), None, True)), {}, sig.shape, F32)
+    got = cover([(weight, (-1, -1))], [c])[0]
+    assert got.workload == "t_pk" and got.prepacked

@@ -6,7 +6,6 @@ builds on; `check` runs it on the call sites a coverage file recorded.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,7 +23,7 @@ from .contract import (
     covering_entry,
     match,
 )
-from .epilogue import chain
+from .epilogue import chain, prepacked
 
 
 def coverage_of(
@@ -49,7 +48,9 @@ def fused_chains(
     the only user of the one before, form its chain; the longest start of it that
     the covering entry declares and a workload of the same params runs (`"epilogue":
     [...]`) is fused (those ops are FUSED), the rest is listed as running alone. Ops
-    a call before it fused are not taken again."""
+    a call before it fused are not taken again. Where the entry declares packable
+    arguments (`"prepack"`) and the call's are weights, a prepacked workload is taken
+    first."""
     out = [match(sig, contracts) for sig, _ in calls]
     takers: dict[int, list[int]] = {}
     for i, (_, producers) in enumerate(calls):
@@ -64,24 +65,29 @@ def fused_chains(
         cov = out[i]
         if cov.status not in (COVERED, UNCOVERED_SHAPE) or cov.template is None:
             continue
-        links = _links(i, calls, takers, escaped, claimed)
-        if not links:
-            continue
         c = by_name[cov.template]
         entry = covering_entry(c, sig)
         assert entry is not None  # match() found it
-        fused = _fused_workload(c, entry, cov.params, links, calls)
+        links = _links(i, calls, takers, escaped, claimed)
+        # Weights packed once where the entry allows it and the arguments are weights;
+        # else the plain variants (the kernel packs what it reads, every call).
+        packable = bool(entry.prepack) and all(sig.args[k].weight for k in entry.prepack)
+        choice = None
+        for packed in (True, False) if packable else (False,):
+            choice = _variant(c, entry, cov.params, links, calls, packed)
+            if choice is not None:
+                break
         kinds = tuple(k for _, k in links)
-        if fused is not None:
-            n, w = fused
-            out[i] = Coverage(COVERED, c.template, w, cov.params, cov.note if n == 0 else "", kinds[:n], kinds[n:])
+        if choice is not None:
+            n, w, packed = choice
+            out[i] = Coverage(COVERED, c.template, w, cov.params, "", kinds[:n], kinds[n:], packed)
             for site, _ in links[:n]:
                 out[site] = Coverage(FUSED, c.template, w, note=f"runs inside {c.template}/{w}'s kernel")
                 claimed.add(site)
             chains[i] = tuple(site for site, _ in links[:n])
         if kinds[len(chains.get(i, ())) :] and out[i].status == COVERED:
             left = kinds[len(chains.get(i, ())) :]
-            out[i] = replace(out[i], alone=left, note=_alone_note(c, entry, out[i], left))
+            out[i] = replace(out[i], alone=left, note=_alone_note(c, entry, out[i], left, packable))
     _absorb_permutes(calls, out, takers, by_name)
     return out, chains
 
@@ -130,25 +136,27 @@ def _links(
     return links
 
 
-def _fused_workload(
+def _variant(
     c: Contract,
     entry: Implements,
     params: Mapping[str, Any],
     links: Sequence[tuple[int, str]],
     calls: Sequence[tuple[CallSig, Sequence[int]]],
-) -> tuple[int, str] | None:
-    """(how many of `links` run fused, the workload): the longest start of the chain
-    that `entry` declares, whose bias fits, and that a workload of `params` runs."""
-    for n in range(len(links), 0, -1):
+    packed: bool,
+) -> tuple[int, str, bool] | None:
+    """(how many of `links` run fused, the workload, packed): the longest start of the
+    chain (none at all included) that `entry` declares, whose bias fits, and that a
+    workload of `params`, prepacked or not as `packed` says, runs."""
+    for n in range(len(links), -1, -1):
         kinds = tuple(k for _, k in links[:n])
         if not all(k in entry.epilogues for k in kinds):
             continue
         for w in sorted(c.workloads):
             wl = c.workloads[w]
-            if chain(wl) != kinds or not all(wl.get(k) == v for k, v in params.items()):
+            if chain(wl) != kinds or prepacked(wl) != packed or not all(wl.get(k) == v for k, v in params.items()):
                 continue
             if all(_bias_fits(entry, wl, calls, site) for site, k in links[:n] if k == "bias"):
-                return n, w
+                return n, w, packed
     return None
 
 
@@ -161,7 +169,7 @@ def _bias_fits(
     return any(tuple(a.shape) == want for a in sig.args)
 
 
-def _alone_note(c: Contract, entry: Implements, cov: Coverage, left: Sequence[str]) -> str:
+def _alone_note(c: Contract, entry: Implements, cov: Coverage, left: Sequence[str], packable: bool) -> str:
     """Why the epilogue ops after a covered call run alone, and the fix."""
     undeclared = [k for k in left if k not in entry.epilogues]
     ran = list(cov.epilogue)
@@ -170,10 +178,10 @@ def _alone_note(c: Contract, entry: Implements, cov: Coverage, left: Sequence[st
             f"{', '.join(left)} after it run(s) alone: {c.file} declares no epilogue "
             f"{', '.join(map(repr, undeclared))} for {entry.op}"
         )
-    want = {**dict(cov.params), "epilogue": [*ran, *left]}
+    want = {**dict(cov.params), "epilogue": [*ran, *left], **({"prepack": True} if packable else {})}
     return (
         f"{', '.join(left)} after it run(s) alone: to fuse them, declare a workload with "
-        f"these params in {c.file}: {json.dumps(want, sort_keys=True)}"
+        f"these params in {c.file}: {dict(sorted(want.items()))!r}"
     )
 
 

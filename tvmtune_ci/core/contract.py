@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .epilogue import KINDS, PARAM, chain
+from .epilogue import KINDS, PARAM, PREPACK, chain, prepacked
 from .errors import TemplateError
 
 COVERED = "covered"
@@ -81,12 +81,17 @@ class CallArg:
     dtype: str
     permute_of: tuple[int, ...] | None = None
     axes: tuple[int, ...] | None = None
+    # A weight: a constant, or a parameter of the function past its inputs
+    # (`num_input`), or a transpose of one. Only a weight can arrive prepacked.
+    weight: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"shape": list(self.shape), "dtype": self.dtype}
         if self.permute_of is not None:
             out["permute_of"] = list(self.permute_of)
             out["axes"] = list(self.axes) if self.axes is not None else None
+        if self.weight:
+            out["weight"] = True
         return out
 
     @classmethod
@@ -98,6 +103,7 @@ class CallArg:
             d["dtype"],
             tuple(p) if p is not None else None,
             tuple(axes) if axes is not None else None,
+            bool(d.get("weight", False)),
         )
 
     def describe(self) -> str:
@@ -158,6 +164,7 @@ class Coverage:
     # elementwise ops after it that could be epilogues but still run alone.
     epilogue: tuple[str, ...] = ()
     alone: tuple[str, ...] = ()
+    prepacked: bool = False  # its kernel takes its weight packed, the pack run once
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status}
@@ -173,6 +180,8 @@ class Coverage:
             out["epilogue"] = list(self.epilogue)
         if self.alone:
             out["alone"] = list(self.alone)
+        if self.prepacked:
+            out["prepacked"] = True
         return out
 
     @classmethod
@@ -185,6 +194,7 @@ class Coverage:
             d.get("note", ""),
             tuple(d.get("epilogue", ())),
             tuple(d.get("alone", ())),
+            bool(d.get("prepacked", False)),
         )
 
 
@@ -214,6 +224,7 @@ class Implements:
     line: int = 0
     # The epilogues the kernel absorbs: kind -> the operand's shape (bias) or True.
     epilogues: Mapping[str, Any] = field(default_factory=dict)
+    prepack: tuple[int, ...] = ()  # the tensor arguments that may arrive packed
 
 
 @dataclass(frozen=True)
@@ -255,11 +266,11 @@ def parse_implements(
         at = lines[i] if i < len(lines) else line
         if not isinstance(entry, dict):
             raise err(f"entry {i} is {type(entry).__name__}, not a dict", at)
-        unknown = sorted(set(entry) - {"op", "args", "attrs", "dtype", "epilogues"})
+        unknown = sorted(set(entry) - {"op", "args", "attrs", "dtype", "epilogues", PREPACK})
         if unknown:
             raise err(
                 f"entry {i} has unknown key(s) {', '.join(map(repr, unknown))} "
-                "(allowed: op, args, attrs, dtype, epilogues)",
+                "(allowed: op, args, attrs, dtype, epilogues, prepack)",
                 at,
             )
         op = entry.get("op")
@@ -280,7 +291,18 @@ def parse_implements(
                 at,
             )
         epilogues = _epilogues(entry.get("epilogues", {}), i, op, keys, err, at)
-        out.append(Implements(op, patterns, dict(attrs), dtype, at, epilogues))
+        packs = entry.get(PREPACK, [])
+        if (
+            not isinstance(packs, (list, tuple))
+            or not all(isinstance(k, int) and not isinstance(k, bool) for k in packs)
+            or not all(0 <= k < len(patterns) for k in packs)
+        ):
+            raise err(
+                f"entry {i} ({op}): 'prepack' lists the tensor arguments that may arrive packed, "
+                f"by index (0 to {len(patterns) - 1}), e.g. [1]; got {packs!r}",
+                at,
+            )
+        out.append(Implements(op, patterns, dict(attrs), dtype, at, epilogues, tuple(packs)))
     _check_workload_epilogues(out, workloads, path, line)
     return tuple(out)
 
@@ -315,6 +337,14 @@ def _check_workload_epilogues(
     """Each workload's `epilogue` names kinds some entry declares, as a list."""
     declared = {k for e in entries for k in e.epilogues}
     for name, wl in workloads.items():
+        packed = wl.get(PREPACK)
+        if packed is not None and (packed is not True or not any(e.prepack for e in entries)):
+            raise TemplateError(
+                f'WORKLOADS[{name!r}]["prepack"] must be true, and an IMPLEMENTS entry must say which '
+                f'argument arrives packed ("prepack": [1]); got {packed!r} (docs/models.md)',
+                file=path,
+                line=line,
+            )
         value = wl.get(PARAM)
         if value is None:
             continue
@@ -511,8 +541,8 @@ def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
                 continue
             for w in sorted(c.workloads):
                 wl = c.workloads[w]
-                # A fused variant covers a call only with its epilogue (`coverage_of`).
-                if all(wl.get(k) == v for k, v in binding.items()) and not chain(wl):
+                # A fused or prepacked variant covers a call only as such (`coverage_of`).
+                if all(wl.get(k) == v for k, v in binding.items()) and not chain(wl) and not prepacked(wl):
                     return Coverage(COVERED, c.template, w, dict(sorted(binding.items())))
             if first is None:
                 first = Coverage(

@@ -17,18 +17,23 @@ its own: tuned, logged, fingerprinted (WORKLOADS values) and judged stale on its
 and a log tuned for `bert_ffn1` says nothing about `bert_ffn1` + bias + GELU. The
 kernel of such a workload takes the template's inputs, then one operand per `bias`,
 `residual` and `scale` in chain order, then its output (tune/epilogue.py builds it).
+
+Weights packed once: an entry's `"prepack": [1]` says that tensor argument 1 may
+arrive in the packed layout the template's schedule makes of it (a whole-tensor copy
+into a layout of its own, such as the GEMM's `pack_b="global"` panels), and a workload
+with `"prepack": true` is tuned so: that copy is split out of the kernel and not
+measured (MetaSchedule's layout-rewrite preprocessing), and a model build whose
+argument is a weight runs it once, at load. A call whose argument is not a weight runs
+the plain workload, which packs on every call.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import numpy as np
+from typing import Any
 
 KINDS = ("bias", "residual", "scale", "relu", "gelu")
+PREPACK = "prepack"  # the workload key of a variant whose weight arrives packed
 OPERAND_KINDS = frozenset({"bias", "residual", "scale"})  # those that take a tensor
 PARAM = "epilogue"  # the workload key that names a fused variant's chain
 
@@ -50,28 +55,6 @@ def operand_shape(kind: str, declared: Any, params: Mapping[str, Any], out_shape
     return tuple(int(params[d]) if isinstance(d, str) else int(d) for d in declared)
 
 
-def reference(out: np.ndarray, kinds: Sequence[str], operands: Sequence[np.ndarray]) -> np.ndarray:
-    """`out` with the chain applied in float64, as numpy reads it (the numerics check's
-    reference for a fused workload); `operands` in chain order."""
-    import numpy as np  # here: `check` reads this module and never needs numpy
-
-    erf = np.vectorize(math.erf, otypes=[np.float64])
-    y = out.astype(np.float64)
-    it = iter(operands)
-    for kind in kinds:
-        if kind in ("bias", "residual"):
-            y = y + np.asarray(next(it), dtype=np.float64)
-        elif kind == "scale":
-            y = y * float(np.asarray(next(it)))
-        elif kind == "relu":
-            y = np.maximum(y, 0.0)
-        elif kind == "gelu":
-            y = 0.5 * y * (1.0 + erf(y / math.sqrt(2.0)))
-        else:
-            raise ValueError(f"unknown epilogue {kind!r} (known: {', '.join(KINDS)})")
-    return y.astype(out.dtype)
-
-
 def declared_epilogues(implements: Any) -> dict[str, Any]:
     """{kind: its declared operand shape (or True)} over every IMPLEMENTS entry as
     written (the first entry that declares a kind gives its shape)."""
@@ -81,3 +64,19 @@ def declared_epilogues(implements: Any) -> dict[str, Any]:
             for kind, shape in dict(entry.get("epilogues") or {}).items():
                 out.setdefault(kind, shape)
     return out
+
+
+def prepacked(params: Mapping[str, Any]) -> bool:
+    """A workload whose packable arguments arrive packed (`"prepack": true`): the
+    layout transform the template's schedule makes of them runs once, outside the
+    kernel (tune/epilogue.py `mark_prepack`), and is not measured."""
+    return params.get(PREPACK) is True
+
+
+def declared_prepack(implements: Any) -> tuple[int, ...]:
+    """The tensor arguments some IMPLEMENTS entry (as written) declares packable."""
+    out: set[int] = set()
+    for entry in implements or ():
+        if isinstance(entry, Mapping):
+            out.update(int(i) for i in entry.get(PREPACK) or ())
+    return tuple(sorted(out))

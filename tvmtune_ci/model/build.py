@@ -77,6 +77,7 @@ class Swap:
     mapped_from: str | None = None
     epilogue: tuple[str, ...] = ()  # the ops after the call that its kernel runs
     alone: tuple[str, ...] = ()  # the epilogue ops after it that still run on their own
+    prepacked: bool = False  # its weight's pack split out of the kernel (run once where lifted)
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ def swap_covered(
                     kernel.mapped_from,
                     tuple(cov.epilogue),
                     tuple(cov.alone),
+                    cov.prepacked,
                 )
             )
             return y if want == out_shape else R.reshape(y, want)
@@ -364,6 +366,14 @@ def schedule_untemplated(
         # in the README rather than raised, so the build still runs and numerics hold.
         words += f"; {len(fb.left)} no rule could schedule, on TVM's naive loops: {', '.join(fb.left)}"
     return mod, words, got
+
+
+def split_prepack(mod: Any) -> Any:
+    """The marked weight packing of the swapped kernels as calls of their own, before
+    the kernels (TVM's SplitLayoutRewritePreproc: `<kernel>_weight_prepack`)."""
+    from tvm import relax
+
+    return relax.transform.SplitLayoutRewritePreproc()(mod)
 
 
 def lift_weights(mod: Any) -> tuple[Any, tuple[str, int] | None]:
@@ -536,6 +546,11 @@ def build_model(
                 FallbackWarning,
                 stacklevel=2,
             )
+    if any(s.prepacked for s in swaps):
+        # A prepacked workload's kernel marks its weight's packing (tune/epilogue.py
+        # mark_prepack): split out here into a function of its own, which lifting (or
+        # constant folding, for a constant) runs once instead of on every call.
+        swapped = split_prepack(swapped)
     # exp/erf/tanh/softmax as their fast forms, so that they vectorize (not for "none":
     # TVM's own loops and functions, the plain numerical reference).
     fast = fast_math(swapped) if untemplated != "none" else swapped

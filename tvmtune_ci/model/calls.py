@@ -196,6 +196,7 @@ def model_calls(mod: Any) -> list[ModelCall]:
             continue
         made: dict[Any, int] = {}  # var -> index of the call bound to it
         permutes: dict[Any, Any] = {}  # var -> its permute_dims call
+        weights = _weights(func)
         body = func.body
         for block in getattr(body, "blocks", ()):
             for b in block.bindings:
@@ -215,10 +216,11 @@ def model_calls(mod: Any) -> list[ModelCall]:
                                 str(a.ty.dtype),
                                 _shape(p.args[0].ty),
                                 tuple(int(x) for x in axes) if axes is not None else None,
+                                _is_weight(p.args[0], weights),
                             )
                         )
                     else:
-                        args.append(CallArg(_shape(a.ty), str(a.ty.dtype)))
+                        args.append(CallArg(_shape(a.ty), str(a.ty.dtype), weight=_is_weight(a, weights)))
                     producers.append(made.get(a, -1))
                 ty = value.ty
                 tensor = isinstance(ty, relax.TensorType)
@@ -235,6 +237,21 @@ def model_calls(mod: Any) -> list[ModelCall]:
                 calls.append(ModelCall(sig, gv.name_hint, b.var.name, tuple(producers), value, b.var))
         _mark_escapes(func, calls, made)
     return calls
+
+
+def _weights(func: Any) -> set[Any]:
+    """The function's weight parameters: those past its inputs (`num_input`, as
+    export_tvm and TVM's ONNX frontend write it); none without that attribute."""
+    attrs = func.attrs
+    if attrs is None or "num_input" not in attrs:
+        return set()
+    return set(list(func.params)[int(attrs["num_input"]) :])
+
+
+def _is_weight(expr: Any, weights: set[Any]) -> bool:
+    import tvm
+
+    return isinstance(expr, tvm.ir.expr.Constant) or expr in weights  # TVM 0.27: relax constants are ir's
 
 
 def _mark_escapes(func: Any, calls: list[ModelCall], made: Mapping[Any, int]) -> None:

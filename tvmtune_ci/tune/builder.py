@@ -27,14 +27,13 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from ..core.cpus import usable_cores
-from ..core.epilogue import chain
 from ..core.errors import TemplateError, TvmtuneError
 from ..core.extents import eval_extent
 from ..core.targetinfo import scope
 from ..core.template import Categorical, Knob, Knobs, Split, Structural, check_configuration, template_name
 from . import tvmsetup
 from .cubin import ResourceError, cuda_cubin
-from .epilogue import fold
+from .epilogue import after_schedule
 from .hostcheck import check_toolchain, cross_cc
 from .workload import Workload, resolve
 
@@ -162,8 +161,13 @@ def schedule_config(
     cfg = Knobs(getattr(template, "KNOBS", []), dict(wl.params), structure, mode="fixed", values=values, target=target)
     try:
         template.schedule(sch, cfg)
-        if chain(wl.params):  # a fused workload: its epilogue into the tile's store
-            fold(sch, cfg.vector_lanes(str(wl.params.get("dtype", "float32"))) if target is not None else 4)
+        # a fused workload's epilogue into the tile's store; a prepacked one's pack marked
+        after_schedule(
+            sch,
+            wl.params,
+            getattr(template, "IMPLEMENTS", None),
+            lambda: cfg.vector_lanes(str(wl.params.get("dtype", "float32"))) if target is not None else 4,
+        )
     except TvmtuneError:
         raise
     except Exception as e:  # a TVM ScheduleError or a bug in the template

@@ -19,10 +19,10 @@ a tile, vectorized. The program searched, logged and built is the folded one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..core.epilogue import OPERAND_KINDS, chain, operand_shape
+from ..core.epilogue import OPERAND_KINDS, chain, declared_prepack, operand_shape, prepacked
 from ..core.errors import TemplateError
 from . import tvmsetup
 
@@ -164,3 +164,54 @@ def fold(sch: Any, lanes: int) -> None:
         sch.vectorize(v)
     elif isinstance(extent, tvmsetup.load().tirx.IntImm) and int(extent) <= lanes * 4:
         sch.vectorize(inner)
+
+
+PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
+
+
+def mark_prepack(sch: Any, args: Sequence[int]) -> list[str]:
+    """Mark the stages that copy a whole packable argument (tensor argument `args`)
+    into a layout of the schedule's own, outside every other stage's loops (the
+    GEMM's `pack_b="global"`), as MetaSchedule's layout-rewrite preprocessing: the
+    search's builder then removes them and the kernel is measured taking the packed
+    tensor (`RemoveWeightLayoutRewriteBlock`, `ArgInfo.from_entry_func(remove_preproc=
+    True)`), and a model build splits them out to run once (SplitLayoutRewritePreproc,
+    then LiftTransformParams). A stage copied inside the kernel's tiles (`"tile"`)
+    stays: it is the kernel's. Returns the marked blocks' names."""
+    func = sch.mod["main"]
+    params = list(func.params)
+    # TVM 0.27: a parameter is its buffer, the very object a block's reads name
+    packable = {params[i] for i in args if i < len(params) - 1}
+    marked = []
+    root = sch.get_sblock("root")
+    for b in sch.get_child_blocks(root):
+        block = sch.get(b)
+        reads = {r.source for r in block.reads}
+        if not reads or not reads <= packable:
+            continue
+        loops = sch.get_loops(b)
+        if loops and len(sch.get_child_blocks(loops[0])) != 1:
+            continue  # inside a loop nest shared with other stages: the kernel's own copy
+        if not _plain_copy(block):
+            # A pack that also pads (zero-fills a dimension to the tile) is no plain
+            # layout rewrite: MetaSchedule cannot split it out, so it stays the kernel's.
+            continue
+        sch.annotate(b, PREPACK_ANNOTATION, True)
+        marked.append(block.name_hint)
+    return marked
+
+
+def after_schedule(sch: Any, params: Mapping[str, Any], implements: Any, lanes: Callable[[], int]) -> None:
+    """What a fused or prepacked workload adds after the template's schedule(): the
+    epilogue folded into the tile's store, the packable arguments' packing marked."""
+    if chain(params):
+        fold(sch, lanes())
+    if prepacked(params):
+        mark_prepack(sch, declared_prepack(implements))
+
+
+def _plain_copy(block: Any) -> bool:
+    """The block stores one element of one buffer, unchanged: a layout rewrite."""
+    body = block.body  # by type name: TVM 0.27 loads are ir.TensorLoad, and tirx.BufferLoad is a function
+    load = type(getattr(body, "value", None)).__name__
+    return type(body).__name__ == "BufferStore" and load in ("BufferLoad", "TensorLoad")

@@ -20,15 +20,15 @@ import random
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 from ..core.constraints import violated
-from ..core.epilogue import chain
 from ..core.errors import TemplateError, TuningError
 from ..core.template import Categorical, Knob, Knobs, Split, default_values, design_spaces
 from . import tvmsetup
-from .epilogue import fold
+from .epilogue import after_schedule
 from .workload import Workload, resolve
 
 SAMPLE_KINDS = ("SamplePerfectTile", "SampleCategorical")
@@ -284,8 +284,11 @@ class TemplateSpace:
             s = sch.copy()
             cfg = Knobs(self.knobs, self.workload, structure, mode="search", target=self.target)
             self.template.schedule(s, cfg)
-            if chain(self.workload):  # a fused workload: its epilogue into the tile's store
-                fold(s, cfg.vector_lanes(str(self.workload.get("dtype", "float32"))))
+            # a fused workload's epilogue into the tile's store; a prepacked one's pack marked
+            dtype = str(self.workload.get("dtype", "float32"))
+            after_schedule(
+                s, self.workload, getattr(self.template, "IMPLEMENTS", None), partial(cfg.vector_lanes, dtype)
+            )
             self.orders[i] = list(cfg.order)
             out.append(s)
         return out
