@@ -402,3 +402,51 @@ def test_a_kernel_s_gflops_and_its_fraction_of_the_measured_peak_in_the_readme()
     assert "fp32 peak, measured in the same timing process on the same 2 thread(s): 400 GFLOPS" in text
     older = ProfileRun("2026-12-06", {}, "none", 2e-3, 0.1, 3, tuple(CallTime(c.symbol, 1, c.seconds) for c in calls))
     assert "not recorded in this run" in render(Profile("m", {"t": (older,)}), "t", "m.t.png")
+
+
+def test_the_readme_sets_what_onnx_runtime_fused_beside_what_the_build_fused() -> None:
+    """issue 65 part 5: ONNX Runtime's fusions (made, in place of) and, per template
+    kernel, the epilogue it runs and the epilogue ops still alone; none of it in a
+    profile that recorded neither (the committed READMEs before it)."""
+    from tvmtune_ci.core.profiles import Anchor, CallTime, Profile, ProfileRun
+    from tvmtune_ci.publish.modelreadme import render
+
+    calls = (
+        CallTime("dense_ffn1_gelu", 1, 1e-3, "dense", "ffn1_gelu", epilogue=("bias", "gelu")),
+        CallTime("conv2d_c3", 3, 2e-3, "conv2d", "c3", alone=("bias", "relu")),
+    )
+    ort = Anchor(
+        "onnxruntime", 1e-3, 1.0, (0.9, 1.1), "ONNX Runtime", fused={"made": {"FusedConv": 9}, "gone": {"Relu": 9}}
+    )
+    run = ProfileRun("2026-12-07", {}, "fallback", 2e-3, 0.1, 3, calls, threads=2, anchors=(ort,))
+    text = render(Profile("m", {"t": (run,)}), "t", "m.t.png")
+    assert "made FusedConv x9, in place of Relu x9" in text
+    assert "`dense_ffn1_gelu` (dense/ffn1_gelu) runs bias, gelu in its kernel" in text
+    assert "after `conv2d_c3` (conv2d/c3), bias, relu still run(s) as kernels of their own" in text
+    bare = ProfileRun("2026-12-07", {}, "fallback", 2e-3, 0.1, 3, (CallTime("dense_x", 1, 1e-3, "dense", "x"),))
+    assert "## Fusion" not in render(Profile("m", {"t": (bare,)}), "t", "m.t.png")
+
+
+@pytest.mark.extra("onnx")
+def test_onnx_runtime_s_fusions_are_read_from_its_optimized_graph(tmp_path: Path) -> None:
+    """Conv with its bias, then Relu: ONNX Runtime fuses them (FusedConv); the fusion
+    list names what it made and the Relu that is gone."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tvmtune_ci.model.timing import ort_fusions
+
+    w = numpy_helper.from_array(np.ones((8, 4, 3, 3), dtype=np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(8, dtype=np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [w, b],
+    )
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    got = ort_fusions(path, tmp_path)
+    assert got["gone"].get("Relu") == 1 and got["made"], got

@@ -112,6 +112,9 @@ class Anchor:
     search: Mapping[str, Any] | None = None
     # Why its ratio is not published (a disturbed or incomplete search); None: it is.
     withheld: str | None = None
+    # ONNX Runtime's: what its graph optimizer fused ({"made": {op: n}, "gone": {op: n}},
+    # model/timing.py ort_fusions); None: not recorded.
+    fused: Mapping[str, Mapping[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -125,6 +128,8 @@ class Anchor:
             out["search"] = dict(self.search)
         if self.withheld is not None:
             out["withheld"] = self.withheld
+        if self.fused is not None:
+            out["fused"] = {k: dict(v) for k, v in self.fused.items()}
         return out
 
     @classmethod
@@ -141,6 +146,7 @@ class Anchor:
             str(d.get("detail", "")),
             d.get("search"),
             d.get("withheld") or ("the search's conditions were not recorded" if unrecorded else None),
+            d.get("fused"),
         )
 
 

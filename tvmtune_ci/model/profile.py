@@ -219,6 +219,7 @@ def _anchors(
                 quantile(samples["onnxruntime"]),
                 *ratio("onnxruntime"),
                 ort_description(int(timing.ort_threads or threads)),
+                fused=timing.ort_fusions,
             )
         )
     return anchors

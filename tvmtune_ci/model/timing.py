@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,8 @@ class Timing:
     # The runner's fp32 peak on that pool (model/peak.py), measured in the TVM timing
     # process after the instrumented calls: (GFLOPS, the samples' spread); None: not asked.
     peak: tuple[float, float] | None = None
+    # What ONNX Runtime's optimizer fused in the graph it timed (`ort_fusions`).
+    ort_fusions: Mapping[str, Mapping[str, int]] | None = None
 
 
 def time_builds(
@@ -244,6 +247,7 @@ def time_builds(
         int(ready["tvm"]["threads"]),
         ready["onnxruntime"]["threads"] if onnx is not None else None,
         tuple(ready["tvm"]["peak"]) if ready["tvm"].get("peak") else None,
+        ready["onnxruntime"].get("fusions") if onnx is not None else None,
     )
 
 
@@ -311,6 +315,7 @@ def _serve(spec_path: str, side: str) -> None:
         with np.load(o["inputs"]) as z:
             feed = {n: z[f"arr_{i}"] for i, n in enumerate(o["names"])}
         sample, _, got = ort_session(o["path"], feed, int(spec["threads"]), spec["min_sample_ms"])
+        ready["fusions"] = ort_fusions(o["path"], Path(spec_path).parent)
         sample()  # warm-up
         samplers["onnxruntime"] = sample
         pool = lambda: got  # noqa: E731
@@ -377,6 +382,32 @@ def ort_session(
 
     got = int(sess.get_session_options().intra_op_num_threads)
     return sample, ort_description(got), got
+
+
+def ort_fusions(onnx_path: Any, work_dir: Path) -> dict[str, dict[str, int]]:
+    """What ONNX Runtime's graph optimizer made of the graph at `onnx_path` (every
+    level, as `ort_session` runs it): {"made": op -> how many more there are after it
+    (FusedConv, SkipLayerNormalization, ...), "gone": op -> how many fewer}. An op
+    outside the ONNX domain is named with its domain (com.microsoft.nchwc:Conv)."""
+    import onnx
+    import onnxruntime as ort
+
+    out_path = work_dir / "ort-optimized.onnx"
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.optimized_model_filepath = str(out_path)
+    opts.log_severity_level = 3  # not its warning that an NCHWc graph is for this machine only
+    ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+
+    def ops(path: Any) -> Counter[str]:
+        graph = onnx.load(str(path), load_external_data=False).graph
+        return Counter(f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in graph.node)
+
+    before, after = ops(onnx_path), ops(out_path)
+    return {
+        "made": {op: after[op] - before[op] for op in sorted(after) if after[op] > before[op]},
+        "gone": {op: before[op] - after[op] for op in sorted(before) if before[op] > after[op]},
+    }
 
 
 def _ort_input(arrays: Mapping[str, Any], name: str) -> Any:

@@ -70,7 +70,33 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
         "",
     ]
     lines += _breakdown(run, chart_name)
+    lines += _fusion(run)
     return "\n".join(lines) + "\n"
+
+
+def _fusion(run: ProfileRun) -> list[str]:
+    """What ONNX Runtime's optimizer fused in its graph, beside what this build fused
+    into its template kernels and what it still runs alone (issue 65 part 5)."""
+    ort = next((a.fused for a in run.anchors if a.name == "onnxruntime" and a.fused is not None), None)
+    ours = [c for c in run.calls if c.template and c.epilogue]
+    alone = [c for c in run.calls if c.template and c.alone]
+    if ort is None and not ours and not alone:
+        return []
+    out = ["", "## Fusion: ONNX Runtime's and this build's", ""]
+    if ort is not None:
+        made = ", ".join(f"{op} x{n}" for op, n in ort.get("made", {}).items()) or "nothing"
+        gone = ", ".join(f"{op} x{n}" for op, n in ort.get("gone", {}).items()) or "nothing"
+        out.append(f"- ONNX Runtime's graph optimizer (every level, as timed above) made {made}, in place of {gone}.")
+    for c in ours:
+        out.append(
+            f"- This build: `{c.symbol}` ({c.template}/{c.workload}) runs {', '.join(c.epilogue)} in its kernel."
+        )
+    for c in alone:
+        out.append(
+            f"- This build: after `{c.symbol}` ({c.template}/{c.workload}), {', '.join(c.alone)} still run(s) "
+            "as kernels of their own: its template declares them, and no workload runs them (`check --verbose`)."
+        )
+    return out
 
 
 def _times(r: float) -> str:
