@@ -64,6 +64,11 @@ SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"M": 40, "N": 56, "K": 20, "dtype": "float32"},
         {"tile_i": [2, 3, 8], "tile_j": [1, 2, 2], "tile_k": [2, 1]},
     ),
+    # 3 heads of 20 x 24 x 40, padded to 32 x 32 x 48
+    "batch_matmul": (
+        {"B": 3, "M": 20, "N": 24, "K": 40, "dtype": "float32"},
+        {"tile_i": [1, 4, 8], "tile_j": [2, 1, 2], "tile_k": [1, 3]},
+    ),
     "dense": (
         {"M": 24, "N": 64, "K": 48, "dtype": "float32"},
         {"tile_i": [4, 8], "tile_j": [2, 1, 2], "tile_k": [1, 3]},

@@ -25,7 +25,7 @@ import pytest
 from conftest import commit_all, freshen_all, git, make_repo, run_cli, write
 
 FUTURE = "from __future__ import annotations\n"
-OPERATORS = ("conv2d", "dense", "matmul", "softmax")
+OPERATORS = ("batch_matmul", "conv2d", "dense", "matmul", "softmax")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def hostile_template(root: Path, marker: Path) -> set[str]:
 def hostile_helper(root: Path, marker: Path) -> set[str]:
     helper = root / "operators/_gemm.py"
     helper.write_text(after_future(helper, payload(marker)))
-    return {"matmul", "dense"}  # both import operators._gemm
+    return {"batch_matmul", "matmul", "dense"}  # all three import operators._gemm
 
 
 def hostile_knobs(root: Path, marker: Path) -> set[str]:

@@ -399,7 +399,9 @@ def _arg_pattern(a: Any, i: int, j: int, op: str, keys: set[str], err: Any, at: 
                     f"(keys: {', '.join(sorted(keys)) or 'none'})",
                     at,
                 )
-    if axes is not None and len(axes) != len(dims):
+    folded = bool(dims) and isinstance(dims[0], str) and dims[0].startswith("*")
+    # A folded shape stands for any rank: its axes give the rank of the call's tensor.
+    if axes is not None and len(axes) != len(dims) and not (folded and len(axes) > len(dims)):
         raise err(f"entry {i} ({op}), argument {j}: axes {list(axes)} and shape {list(dims)} differ in rank", at)
     return ArgPattern(tuple(dims), permute, tuple(axes) if axes is not None else None, transpose)
 

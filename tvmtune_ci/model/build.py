@@ -420,6 +420,17 @@ def _model_spec(model: str, root: Path | str | None) -> tuple[Any, Any]:
     return config, spec
 
 
+def tuned_for(config: Any, contracts: Sequence[Contract], want: Mapping[str, Any]) -> list[Contract]:
+    """The contracts of the templates tuned for `want`, where it is a configured target
+    (a template whose `operators.<name>.targets` leaves it out has no log there: it
+    covers no call of this build); every contract for a target the config does not
+    name (a build for a machine of one's own)."""
+    named = [t for t in config.targets if dict(t.target) == dict(want)]
+    if not named:
+        return list(contracts)
+    return [c for c in contracts if any(dict(t.target) == dict(want) for t in config.targets_for(c.template, c.kinds))]
+
+
 def _model_kernel(
     config: Any,
     key: tuple[str, str],
@@ -518,6 +529,7 @@ def build_model(
     tvm_target = tvmsetup.make_target(want)
     mod = load_model(config.root, spec)
     _blobs, contracts = read_contracts(config.root, config.operators_path)
+    contracts = tuned_for(config, contracts, want)
     calls = model_calls(mod)
     todo = covered(calls, contracts, shapes=uncovered_shapes == "sibling")
     kernels: dict[tuple[str, str], Kernel] = {}
