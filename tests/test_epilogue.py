@@ -400,6 +400,7 @@ def test_a_weight_the_model_binds_is_packed_once_at_load_not_on_every_call(tmp_p
     edit_results(root / "tuning_logs/dense/host", lambda res: res["tiny_pk"]["best"].update(knobs=best))
     b = build_model("lin", target=TARGET, root=root, untemplated="fallback", lift=True)
     assert [(s.workload, s.prepacked, s.epilogue) for s in b.swaps] == [("tiny_pk", True, ("bias",))]
+    assert b.swaps[0].kernel == "dense_tiny_pk_prepacked"  # the function the VM calls: a profile's symbol
     assert b.lifted is not None
     rng = np.random.default_rng(6)
     x, w, bias = (rng.standard_normal(s).astype(F32) for s in ((1, 16, 32), (48, 32), (48,)))

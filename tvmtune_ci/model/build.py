@@ -563,6 +563,12 @@ def build_model(
         # mark_prepack): split out here into a function of its own, which lifting (or
         # constant folding, for a constant) runs once instead of on every call.
         swapped = split_prepack(swapped)
+        # The kernel a call runs is now `<kernel>_prepacked` (what a VM profile sees).
+        names = {gv.name_hint for gv in swapped.get_global_vars()}
+        swaps = [
+            replace(s, kernel=f"{s.kernel}_prepacked") if s.prepacked and f"{s.kernel}_prepacked" in names else s
+            for s in swaps
+        ]
     # exp/erf/tanh/softmax as their fast forms, so that they vectorize (not for "none":
     # TVM's own loops and functions, the plain numerical reference).
     fast = fast_math(swapped) if untemplated != "none" else swapped

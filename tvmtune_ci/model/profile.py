@@ -155,7 +155,10 @@ def _run(tuned: Any, searches: list[Any], timing: Any, threads: int) -> ProfileR
             template=t,
             workload=w,
             mapped_from=m,
-            default_seconds=at_default.get(c.symbol) if t else None,
+            # a prepacked kernel's default build packs in the kernel, under the plain name
+            default_seconds=(at_default.get(c.symbol) or at_default.get(c.symbol.removesuffix("_prepacked")))
+            if t
+            else None,
             schedule=None if t else tuned.schedules.get(c.symbol),
             flops=tuned.flops.get(c.symbol),
             epilogue=chains.get(c.symbol, ((), ()))[0],
