@@ -2,7 +2,9 @@
 without TVM.
 
 Fails (`ModelProblem`, like a stale log): a coverage file that is missing, unreadable
-or of another format; one whose model source changed since it was written (the hash of
+or of another format; a model's committed MetaSchedule records for a target
+(`models/<name>.<target>.records.json`) searched for another model source, TVM or
+target dict; one whose model source changed since it was written (the hash of
 its bytes); one whose coverage no longer holds because a template's IMPLEMENTS,
 WORKLOADS or TARGET_KINDS changed (the recorded calls are matched again with today's
 contracts: the matching is TVM-free). Warns: each call whose shape a template
@@ -29,11 +31,18 @@ from ..core.contract import COVERED, UNCOVERED_OP, UNCOVERED_SHAPE, Contract, re
 from ..core.coverage import CoverageFile, read_coverage, recompute
 from ..core.errors import CorruptFileError, TemplateError
 from ..core.fsutil import sha256_file
+from ..core.modelrecords import read_records, records_path, stale_reasons
+from .tvmversion import installed_tvm_version
 
 MODEL_MISSING = "model_missing"
 MODEL_UNREADABLE = "model_unreadable"
 MODEL_CHANGED = "model_changed"
 COVERAGE_CHANGED = "coverage_changed"
+RECORDS_STALE = "records_stale"  # the committed MetaSchedule records (core/modelrecords.py)
+RECORDS_FIX = (
+    "re-run `tvmtune-ci profile {name} --target {target} --untemplated metaschedule` on its runner "
+    "and commit {file} (or delete it: the build then searches)"
+)
 EPILOGUE_ALONE = "epilogue_alone"  # a warning: a covered call's epilogue ops run unfused
 REGENERATE = "run `tvmtune-ci models {name}` (TVM, the [tune] extra) and commit {file}"
 
@@ -47,10 +56,11 @@ class ModelProblem:
     detail: str
     file: str  # repo-relative posix path
     line: int | None = None
+    fix: str | None = None  # the hint, where it is not `tvmtune-ci models`
 
     @property
     def hint(self) -> str:
-        return REGENERATE.format(name=self.model, file=self.file)
+        return self.fix or REGENERATE.format(name=self.model, file=self.file)
 
 
 class CoverageWarning(str):
@@ -157,6 +167,7 @@ def check_models(
                 )
             )
             continue
+        problems += _records(config, m, digest)
         if digest != f.source.get("sha256") or f.source.get("path") != m.source:
             problems.append(
                 ModelProblem(
@@ -185,6 +196,30 @@ def check_models(
                 continue
         warnings += _uncovered(f, m)
     return problems, warnings
+
+
+def _records(config: Config, m: ModelConfig, digest: str) -> list[ModelProblem]:
+    """The model's committed MetaSchedule records, per target, judged as a log is: the
+    model, TVM and the target they were searched for (core/modelrecords.py)."""
+    out = []
+    for t in config.targets:
+        path = records_path(config.root, m.source, m.name, t.name)
+        if not path.is_file():
+            continue
+        rel = path.relative_to(config.root).as_posix()
+        fix = RECORDS_FIX.format(name=m.name, target=t.name, file=rel)
+        try:
+            r = read_records(path)
+        except (CorruptFileError, OSError, UnicodeDecodeError) as e:
+            out.append(ModelProblem(m.name, RECORDS_STALE, f"{e}", rel, fix=fix))
+            continue
+        tvm = config.tvm_version or installed_tvm_version() or r.tvm_version  # none installed: not judged
+        why = stale_reasons(r, model_sha256=digest, tvm_version=tvm, target_dict=t.target)
+        if why:
+            out.append(
+                ModelProblem(m.name, RECORDS_STALE, f"model {m.name} on {t.name}: {'; '.join(why)}", rel, fix=fix)
+            )
+    return out
 
 
 def _read(config: Config, m: ModelConfig) -> tuple[CoverageFile | None, ModelProblem | None]:

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from ..core.config import load_config
 from ..core.errors import UsageError
-from ..core.fsutil import atomic_write_bytes, atomic_write_text
+from ..core.fsutil import atomic_write_bytes, atomic_write_text, sha256_file
+from ..core.modelrecords import ModelRecords, lines_of, records_path, write_records
 from ..core.profiles import breakdown, profile_path, read_profile, write_profile
 from ..publish.modelreadme import render, render_chart
 
@@ -87,6 +89,28 @@ def register(p: argparse.ArgumentParser) -> None:
     )
 
 
+COMMITTED = "MetaSchedule records committed"  # the build's words when it applied them
+
+
+def keep_records(config: Any, m: Any, target: Any, work: Path) -> Path:
+    """The search's database (`work`), as the model's committed records for `target`
+    (core/modelrecords.py): the next build there applies them instead of searching."""
+    import tvm
+
+    r = ModelRecords(
+        m.name,
+        target.name,
+        dict(target.target),
+        str(tvm.__version__),
+        sha256_file(config.root / m.source),
+        lines_of(work / "database_workload.json"),
+        lines_of(work / "database_tuning_record.json"),
+    )
+    path = records_path(config.root, m.source, m.name, target.name)
+    write_records(path, r)
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     # Here: the model wing imports TVM (model/fallback.py), and --help imports every command.
     from ..model.profile import profile_model
@@ -124,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
         stem = f"{m.name}.{target.slug}"
         atomic_write_bytes(src.parent / f"{stem}.png", render_chart(run_, f"{m.name} on {target.name}"))
         atomic_write_text(src.parent / f"{stem}.md", render(profile, target.name, f"{stem}.png"))
+        if args.untemplated == "metaschedule" and not run_.untemplated.startswith(COMMITTED):
+            kept = keep_records(config, m, target, work)
+            print(f"  the untemplated functions' MetaSchedule records: {kept.relative_to(config.root)}")
         print(
             f"{m.name} on {target.name}: {med * 1e3:.3g} ms per inference; tuning made it "
             f"{run_.speedup:.2f}x faster ({ratios[0]:.2f}-{ratios[-1]:.2f}x over {args.runs} rounds)"

@@ -40,6 +40,7 @@ from ..core.config import load_config
 from ..core.contract import COVERED, PERMUTE, SHAPE_OPS, UNCOVERED_SHAPE, Contract, Coverage, covering_entry
 from ..core.errors import UsageError
 from ..core.history import map_config
+from ..core.modelrecords import ModelRecords
 from ..core.targetinfo import target_facts
 from ..core.template import import_template, read_template
 from ..loader import Best, FallbackWarning, best_config, check_runs_here, target_dict
@@ -48,11 +49,19 @@ from ..tune.builder import schedule_config
 from ..tune.workload import Workload
 from .calls import ModelCall, escaping, load_model, model_calls, read_contracts
 from .fallback import fast_math, schedule_rest
-from .metaschedule import BATCH, apply, search, tune_model, unscheduled
+from .metaschedule import (
+    BATCH,
+    BY_METASCHEDULE,
+    apply,
+    apply_committed,
+    committed_records,
+    search,
+    tune_model,
+    unscheduled,
+)
 from .peak import kernel_flops
 
 UNTEMPLATED = ("metaschedule", "fallback", "none")
-BY_METASCHEDULE = "MetaSchedule"
 NAIVE = "TVM's naive loops"
 # Calls that are not kernels of their own once the build is done: views, and the
 # transposes a swapped kernel takes through (DeadCodeElimination drops those).
@@ -321,7 +330,14 @@ def fuse(mod: Any, target: Any) -> Any:
 
 
 def schedule_untemplated(
-    mod: Any, target: Any, how: str, *, trials: int, work_dir: Path | None, lanes: int
+    mod: Any,
+    target: Any,
+    how: str,
+    *,
+    trials: int,
+    work_dir: Path | None,
+    lanes: int,
+    records: tuple[Path, ModelRecords] | None = None,
 ) -> tuple[Any, str, dict[str, str]]:
     """Schedule the PrimFuncs no template made (`how`: one of UNTEMPLATED). Returns the
     module, how in words, and the schedule each of those functions got ({name: words}).
@@ -339,7 +355,10 @@ def schedule_untemplated(
         return mod, "TVM's default loops (naive, single-threaded), as asked", dict.fromkeys(pending, NAIVE)
     searched: dict[str, str] = {}
     words = ""
-    if how == "metaschedule":
+    if how == "metaschedule" and records is not None:
+        # The records committed beside the model (core/modelrecords.py): applied, no search.
+        mod, searched, words = apply_committed(mod, target, pending, records, work_dir)
+    elif how == "metaschedule":
         if work_dir is None:
             raise UsageError("untemplated='metaschedule' needs a work_dir for its database")
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -490,6 +509,7 @@ def build_model(
     configs: str = "best",
     uncovered_shapes: str = "untemplated",
     lift: bool = False,
+    reuse_records: bool = True,
 ) -> Any:
     """Build `model` (a name under `models:` in tvmtune.yaml) for `target` with the
     committed logs: every call a template covers runs that template's best kernel; the
@@ -512,6 +532,10 @@ def build_model(
     shape's legal knob values (`core.history.map_config`, as a replay after an edit):
     untuned for that shape, said once for each call (a FallbackWarning), and a reason
     to declare the workload and tune it.
+
+    With `untemplated="metaschedule"`, the model's fresh committed records for this
+    target (`models/<name>.<target>.records.json`, core/modelrecords.py, written by
+    `profile`) are applied instead of a search (`reuse_records=False`: search anyway).
 
     `lift=True` moves what the entry computes from its weights alone (the transposes
     a `transposed` contract puts before a kernel, the model's own weight reshapes) into
@@ -574,6 +598,7 @@ def build_model(
     fast = fast_math(swapped) if untemplated != "none" else swapped
     lifted, moved = lift_weights(fast) if lift else (fast, None)
     fused = fuse(lifted, tvm_target)
+    records = committed_records(config, spec, want) if untemplated == "metaschedule" and reuse_records else None
     scheduled, how, schedules = schedule_untemplated(
         fused,
         tvm_target,
@@ -581,6 +606,7 @@ def build_model(
         trials=trials,
         work_dir=Path(work_dir) if work_dir is not None else None,
         lanes=target_facts(want).lanes("float32"),
+        records=records,
     )
     swapped_calls = {(s.function, s.binding) for s in swaps}
     swapped_calls |= {(op.function, op.binding) for t in todo for op in t.chain}  # fused in

@@ -22,6 +22,8 @@ without a valid record, and the runner's load while it ran (`LoadWatch`: the sha
 the cores busy outside the search's own processes, and the hypervisor's steal). A search
 that a load disturbed, or that left a function on TVM's naive loops, is not published as
 a ratio (`withheld`), and is searched again by the next call rather than reused.
+
+Over 400 lines: MetaSchedule for a model, both ways it runs: the search (its helper, the whole-model comparison with its conditions) and the committed records applied without one.
 """
 
 from __future__ import annotations
@@ -33,14 +35,18 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.fsutil import atomic_write_text
+from ..core.fsutil import atomic_write_text, sha256_file
+from ..core.modelrecords import ModelRecords, read_records, records_path, stale_reasons, write_database
 from ..core.profiles import DISTURBED_SHARE
 from ..tune import tvmsetup
+
+# What a function a model build's search (or its committed records) scheduled got, in words.
+BY_METASCHEDULE = "MetaSchedule"
 
 BATCH = 16  # trials per task visit: the product's batch_size, so both search alike
 # MetaSchedule's builder starts fresh worker processes for every batch, and its 30-s
@@ -369,3 +375,57 @@ def tune_model(
         record = {"format": DONE_FORMAT, **out.conditions(), "publishable": out.withheld() is None}
         atomic_write_text(done_path, json.dumps(record) + "\n")
     return scheduled, out
+
+
+def apply_committed(
+    mod: Any, target: Any, pending: Sequence[str], records: tuple[Path, ModelRecords], work_dir: Path | None
+) -> tuple[Any, dict[str, str], str]:
+    """The committed records applied to the untemplated functions, without a search."""
+    from tempfile import mkdtemp
+
+    path, r = records
+    where = (work_dir / "committed-records") if work_dir is not None else Path(mkdtemp(prefix="tvmtune-records-"))
+    write_database(where, r.workloads, r.records)
+    db = tvmsetup.ms().database.JSONDatabase(work_dir=str(where), allow_missing=False)
+    mod = apply(mod, target, db)
+    left = set(unscheduled(mod))
+    searched = {f: BY_METASCHEDULE for f in pending if f not in left}
+    return (
+        mod,
+        searched,
+        f"MetaSchedule records committed in {path.name} (no search), for {len(searched)} of {len(pending)} function(s)",
+    )
+
+
+def committed_records(config: Any, spec: Any, want: Mapping[str, Any]) -> tuple[Path, ModelRecords] | None:
+    """The model's committed records for the configured target `want` is, when they
+    are fresh (core/modelrecords.py); None where there are none. Stale ones are said
+    once (a RecordsWarning) and not applied: the build searches."""
+    name = next((t.name for t in config.targets if dict(t.target) == dict(want)), None)
+    if name is None:
+        return None
+    path = records_path(config.root, spec.source, spec.name, name)
+    if not path.is_file():
+        return None
+    r = read_records(path)
+    import tvm
+
+    why = stale_reasons(
+        r,
+        model_sha256=sha256_file(config.root / spec.source),
+        tvm_version=config.tvm_version or str(tvm.__version__),
+        target_dict=want,
+    )
+    if why:
+        warnings.warn(
+            f"{path}: stale ({'; '.join(why)}): not applied, the build searches again; re-run "
+            f"`tvmtune-ci profile {spec.name} --target {name}` on its runner to rewrite it",
+            RecordsWarning,
+            stacklevel=3,
+        )
+        return None
+    return path, r
+
+
+class RecordsWarning(UserWarning):
+    """A model's committed MetaSchedule records are stale and were not applied."""
