@@ -36,6 +36,16 @@ def result_path(bench: str, kind: str = "", ext: str = "txt", machine: str | Non
     return ROOT / "benchmarks" / "results" / bench / f"{name}.{ext}"
 
 
+def append_result(bench: str, lines: Sequence[str]) -> Path:
+    """Append one run's `lines` to today's results file of `bench` (a day's runs on one
+    machine, one file; a blank line between runs). Returns the file."""
+    path = result_path(bench)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(("\n" if f.tell() else "") + "\n".join(lines) + "\n")
+    return path
+
+
 def snapshot(where: Path, root: Path = ROOT) -> Path:
     """`root`'s HEAD, unpacked into `where` (git archive): the code every step of a
     benchmark imports, so edits made while it runs do not reach it."""

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import result_path
+from benchmarks._common import append_result
 from tvmtune_ci.core.stats import quantile
 from tvmtune_ci.tune.hostcheck import host_description, host_target
 
@@ -84,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(row)
             print(row, flush=True)
 
-    path = result_path("bench_epilogue")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:  # a day's runs on one machine, one file
-        f.write(("\n" if f.tell() else "") + "\n".join(lines) + "\n")
-    print(f"written: {path}")
+    print(f"written: {append_result('bench_epilogue', lines)}")
     return 0
 
 

@@ -23,7 +23,7 @@ import warnings
 
 import numpy as np
 
-from benchmarks._common import result_path
+from benchmarks._common import append_result
 from tvmtune_ci.core.stats import quantile
 from tvmtune_ci.core.targetinfo import target_facts
 from tvmtune_ci.tune.hostcheck import host_description, host_target
@@ -119,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         row = f"{name}: all its functions, summed: naive {n * 1e3:.1f} ms, built-in {f * 1e3:.1f} ms ({n / f:.1f}x)"
         lines.append(row)
         print(row)
-    path = result_path("bench_fallback")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:  # a day's runs on one machine, one file
-        f.write(("\n" if f.tell() else "") + "\n".join(lines) + "\n")
-    print(f"written: {path}")
+    print(f"written: {append_result('bench_fallback', lines)}")
     return 0
 
 

@@ -429,3 +429,26 @@ def dense_model_repo(
         (root / "models").mkdir(exist_ok=True)
         (root / f"models/{model}.onnx").write_bytes(Path(source).read_bytes())
     return root
+
+
+# The model tests' dense kernels at small shapes (`dense_model_repo`): one workload
+# 16 x 32 -> 48, an nn.Linear of that shape, and the same with GELU and a sigmoid after
+# it (an epilogue chain, and an op no template implements).
+TINY_DENSE = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}
+_LINEAR_TEMPLATE = """\
+from tvm.relax.frontend import nn
+
+
+class Lin(nn.Module):
+    def __init__(self):
+        self.fc = nn.Linear(32, 48, bias=True)
+
+    def forward(self, x):
+        return {body}
+
+
+MODEL = Lin
+SPEC = {{"forward": {{"x": nn.spec.Tensor((1, 16, 32), "float32")}}}}
+"""
+LINEAR = _LINEAR_TEMPLATE.format(body="self.fc(x)")
+LINEAR_GELU = _LINEAR_TEMPLATE.format(body="nn.op.sigmoid(nn.op.gelu(self.fc(x)))")

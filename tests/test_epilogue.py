@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import OPERATORS, dense_model_repo, make_repo, run_cli, write_fresh
+from conftest import LINEAR as LINEAR_MODEL
+from conftest import LINEAR_GELU, OPERATORS, TINY_DENSE, dense_model_repo, make_repo, run_cli, write_fresh
 
 from tvmtune_ci.core.chains import coverage_of
 from tvmtune_ci.core.contract import COVERED, FUSED, UNCOVERED_OP, CallArg, CallSig, Contract, parse_implements
@@ -233,22 +234,7 @@ def test_a_fused_or_prepacked_workload_tunes_and_its_best_computes_right(
 
 # --------------------------------------------------------------------------- the model build
 
-LINEAR_GELU = """\
-from tvm.relax.frontend import nn
-
-
-class LinGelu(nn.Module):
-    def __init__(self):
-        self.fc = nn.Linear(32, 48, bias=True)
-
-    def forward(self, x):
-        return nn.op.sigmoid(nn.op.gelu(self.fc(x)))
-
-
-MODEL = LinGelu
-SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
-"""
-TINY = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": F32}}
+TINY = TINY_DENSE
 FUSED_WLS = {**TINY, "tiny_gelu": {**TINY["tiny"], "epilogue": ["bias", "gelu"]}}
 
 
@@ -344,21 +330,6 @@ def test_a_model_s_coverage_file_records_the_fused_and_the_alone(tmp_path: Path)
 
 # --------------------------------------------------------------------------- weights packed once
 
-LINEAR_MODEL = """\
-from tvm.relax.frontend import nn
-
-
-class Lin(nn.Module):
-    def __init__(self):
-        self.fc = nn.Linear(32, 48, bias=True)
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-MODEL = Lin
-SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
-"""
 PACKED_WLS = {**TINY, "tiny_pk": {**TINY["tiny"], "prepack": True, "epilogue": ["bias"]}}
 
 

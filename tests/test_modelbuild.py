@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import dense_model_repo, edit_results, make_repo, write_fresh
+from conftest import LINEAR, TINY_DENSE, dense_model_repo, edit_results, make_repo, write_fresh
 from small_mm import SMALL_MM
 
 tvm = pytest.importorskip("tvm")
@@ -213,22 +213,7 @@ def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:
     assert list(weights.values()) == [pytest.approx(0.75)]  # mm/s64: 6e-4 of 8e-4
 
 
-TINY = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}
-LINEAR = """\
-from tvm.relax.frontend import nn
-
-
-class Lin(nn.Module):
-    def __init__(self):
-        self.fc = nn.Linear(32, 48, bias=True)
-
-    def forward(self, x):
-        return self.fc(x)
-
-
-MODEL = Lin
-SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
-"""
+TINY = TINY_DENSE
 
 
 def test_an_nn_linear_runs_dense_on_the_weight_before_its_transpose(tmp_path: Path) -> None:

@@ -10,27 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import dense_model_repo, run_cli, write_fresh
+from conftest import LINEAR_GELU, TINY_DENSE, dense_model_repo, run_cli, write_fresh
 
 from tvmtune_ci.core.fsutil import sha256_file
 from tvmtune_ci.core.modelrecords import ModelRecords, read_records, records_path, write_records
 
-TINY = {"tiny": {"M": 16, "N": 48, "K": 32, "dtype": "float32"}}
-LINEAR_GELU = """\
-from tvm.relax.frontend import nn
-
-
-class LinGelu(nn.Module):
-    def __init__(self):
-        self.fc = nn.Linear(32, 48, bias=True)
-
-    def forward(self, x):
-        return nn.op.sigmoid(nn.op.gelu(self.fc(x)))
-
-
-MODEL = LinGelu
-SPEC = {"forward": {"x": nn.spec.Tensor((1, 16, 32), "float32")}}
-"""
+TINY = TINY_DENSE
 HOST = {"kind": "llvm", "mcpu": "x86-64-v3", "num-cores": 2}  # check never runs it
 
 
