@@ -72,7 +72,8 @@ def test_a_build_applies_fresh_committed_records_instead_of_searching(tmp_path: 
 
     from tvmtune_ci.commands.profile import keep_records
     from tvmtune_ci.core.config import load_config
-    from tvmtune_ci.model.build import BY_METASCHEDULE, RecordsWarning, build_model
+    from tvmtune_ci.model.build import BY_METASCHEDULE, build_model
+    from tvmtune_ci.model.metaschedule import RecordsWarning
     from tvmtune_ci.tune.hostcheck import host_target
 
     target = host_target(2)
