@@ -147,23 +147,29 @@ def fold(sch: Any, lanes: int) -> None:
         return
     except s_tir.ScheduleError:
         pass
-    # The block that finishes the output: a reduction's update, not its init.
+    # The block that finishes the output: a reduction's update, not its init. The chain
+    # goes under the outermost loop that takes it (the parallel tile loop): the same
+    # loop whatever the knob values. Searched from the innermost, a tile whose k loop
+    # has one step let a deeper loop take it, and a fixed configuration's trace then
+    # matched no design space (a replayed or seeded one was refused).
     producers = sch.get_producers(last)
     updates = [p for p in producers if not sch.get(p).name_hint.endswith("_init")]
     producer = (updates or producers)[-1]
-    for loop in reversed(sch.get_loops(producer)):
+    for loop in sch.get_loops(producer):
         try:
             sch.reverse_compute_at(last, loop, preserve_unit_loops=True)
             break
         except s_tir.ScheduleError:
             continue
+    # Vectorized in lanes where the tile's columns are whole vectors (a GEMM's always
+    # are: its columns are tiled in vectors). The same instructions whatever the knob
+    # values: a branch on the extent (vectorize it whole when short) made the design
+    # space's trace depend on the factors sampled when it was made.
     inner = sch.get_loops(last)[-1]
     extent = sch.get(inner).extent
-    if isinstance(extent, tvmsetup.load().tirx.IntImm) and int(extent) % lanes == 0 and int(extent) > lanes:
+    if isinstance(extent, tvmsetup.load().tirx.IntImm) and int(extent) % lanes == 0:
         _, v = sch.split(inner, [None, lanes])
         sch.vectorize(v)
-    elif isinstance(extent, tvmsetup.load().tirx.IntImm) and int(extent) <= lanes * 4:
-        sch.vectorize(inner)
 
 
 PREPACK_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
