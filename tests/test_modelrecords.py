@@ -53,6 +53,26 @@ def test_check_fails_on_records_searched_for_another_model_tvm_or_target(
     assert read_records(path).workloads == ('["w"]',)  # nothing lost
 
 
+def test_the_untemplated_ops_warning_ends_once_fresh_records_schedule_them(tmp_path: Path) -> None:
+    """The model's sigmoid has no template: `check` warns while no committed records
+    schedule it on the model's target, says nothing once fresh ones do, and warns again
+    (besides failing) when they go stale."""
+    pytest.importorskip("tvm")
+    root = dense_model_repo(tmp_path, HOST, TINY, "lin", LINEAR_GELU)
+    write_fresh(root, "dense", "host")
+    assert run_cli(root, "models").returncode == 0
+
+    def ops_warning() -> str:
+        out = run_cli(root, "check", "--verbose").stdout
+        return next((x for x in out.splitlines() if "no template implements" in x and "relax.sigmoid" in x), "")
+
+    assert "no committed records on host" in ops_warning()
+    _records(root)
+    assert ops_warning() == ""
+    _records(root, tvm_version="0.26.1")
+    assert "no committed records on host" in ops_warning()
+
+
 def test_a_corrupt_records_file_names_itself_and_the_fix(tmp_path: Path) -> None:
     from tvmtune_ci.core.errors import CorruptFileError
 

@@ -11,7 +11,8 @@ contracts: the matching is TVM-free). Warns: each call whose shape a template
 implements but no workload declares (naming the model, the call, the template and the
 params to add), each covered call whose epilogue ops (a bias, residual, scale, ReLU,
 GELU after it: core/epilogue.py) still run alone, with the fix, and per model the ops
-no template implements. Those warnings are
+no template implements, unless fresh committed records schedule them on every target
+the model is built for. Those warnings are
 `CoverageWarning`s: `check` and `status` print them as one summary line
 (`coverage_summary`), each only with `--verbose`.
 
@@ -167,7 +168,8 @@ def check_models(
                 )
             )
             continue
-        problems += _records(config, m, digest)
+        found, fresh = _records(config, m, digest)
+        problems += found
         if digest != f.source.get("sha256") or f.source.get("path") != m.source:
             problems.append(
                 ModelProblem(
@@ -194,14 +196,17 @@ def check_models(
                     )
                 )
                 continue
-        warnings += _uncovered(f, m)
+        built_for = m.targets or tuple(t.name for t in config.targets if not t.retired)
+        warnings += _uncovered(f, m, [t for t in built_for if t not in fresh])
     return problems, warnings
 
 
-def _records(config: Config, m: ModelConfig, digest: str) -> list[ModelProblem]:
+def _records(config: Config, m: ModelConfig, digest: str) -> tuple[list[ModelProblem], set[str]]:
     """The model's committed MetaSchedule records, per target, judged as a log is: the
-    model, TVM and the target they were searched for (core/modelrecords.py)."""
+    model, TVM and the target they were searched for (core/modelrecords.py). Returns
+    the problems and the targets whose records are fresh."""
     out = []
+    fresh: set[str] = set()
     for t in config.targets:
         path = records_path(config.root, m.source, m.name, t.name)
         if not path.is_file():
@@ -219,7 +224,9 @@ def _records(config: Config, m: ModelConfig, digest: str) -> list[ModelProblem]:
             out.append(
                 ModelProblem(m.name, RECORDS_STALE, f"model {m.name} on {t.name}: {'; '.join(why)}", rel, fix=fix)
             )
-    return out
+        else:
+            fresh.add(t.name)
+    return out, fresh
 
 
 def _read(config: Config, m: ModelConfig) -> tuple[CoverageFile | None, ModelProblem | None]:
@@ -302,7 +309,11 @@ def _status(c: object) -> str:
     return f"{status} ({template})" if template else status
 
 
-def _uncovered(f: CoverageFile, m: ModelConfig) -> list[str]:
+def _uncovered(f: CoverageFile, m: ModelConfig, unrecorded: Sequence[str]) -> list[str]:
+    """The warnings of one model. `unrecorded`: the targets it is built for that have no
+    fresh committed records: there, the ops no template implements are searched at
+    every build (or get the built-in schedule). Where every one has them, those ops are
+    scheduled by committed, checked records, and nothing is left to say about them."""
     out: list[str] = []
     ops: dict[str, int] = {}
     for sig, cov, n in f.calls:
@@ -332,12 +343,15 @@ def _uncovered(f: CoverageFile, m: ModelConfig) -> list[str]:
             )
         elif cov.status == UNCOVERED_OP:
             ops[sig.op] = ops.get(sig.op, 0) + n
-    if ops:
+    if ops and unrecorded:
         listed = ", ".join(f"{op} ({n}x)" for op, n in sorted(ops.items(), key=lambda x: -x[1]))
+        where = ", ".join(unrecorded)
         out.append(
             CoverageWarning(
                 f"{m.coverage_file}: model {m.name}: no template implements {listed}; they run "
-                "TVM's own kernels (docs/models.md)",
+                f"TVM's own kernels, with no committed records on {where}: run `tvmtune-ci profile "
+                f"{m.name} --target TARGET` on its runner and commit models/{m.name}.TARGET.records.json "
+                "(docs/models.md)",
                 m.name,
                 UNCOVERED_OP,
                 m.coverage_file,
