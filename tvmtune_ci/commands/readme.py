@@ -10,6 +10,7 @@ from ..core.config import load_config
 from ..core.errors import HostError, UsageError
 from ..core.layout import LogSet
 from ..core.manifest import Manifest, read_manifest
+from ..core.profiles import RunnerPeak, runner_peak
 from ..core.runs import read_runs
 from ..core.template import declared_kinds, discover_templates
 from ..publish.readme import render_curve, render_readme
@@ -30,7 +31,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="every operator's READMEs")
 
 
-def regenerate(logset: LogSet) -> list[Path]:
+def regenerate(logset: LogSet, peak: RunnerPeak | None = None) -> list[Path]:
     """Rewrite README.md and curve.png from the manifest; the paths that changed.
 
     Under the folder's lock, like a re-tune: a re-tune publishing meanwhile would
@@ -41,7 +42,7 @@ def regenerate(logset: LogSet) -> list[Path]:
         recover(logset.folder)  # a killed publish must not be mistaken for the set
         m = read_manifest(logset.manifest)
         history = read_runs(logset.folder, m.files)
-        files = {logset.readme.name: render_readme(m, history).encode()}
+        files = {logset.readme.name: render_readme(m, history, peak).encode()}
         curve = _curve(m)
         if curve is not None:
             files[logset.curve.name] = curve
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
                         f"{logset.manifest} does not exist; run `tvmtune-ci retune {op} --target {name}` first"
                     )
                 continue
-            written = regenerate(logset)
+            written = regenerate(logset, runner_peak(config, name))
             for p in written:
                 print(f"wrote {p}")
             if not written:

@@ -343,3 +343,57 @@ def model_shares_by_target(config: Any, targets: Iterable[str]) -> dict[str, dic
         if shares:
             out[t] = shares
     return out
+
+
+@dataclass(frozen=True)
+class RunnerPeak:
+    """A target's runner's fp32 peak on its num-cores threads, as `profile` measured it
+    beside the models (model/peak.py): the median over every profile run on that target
+    that measured it. A kernel README's "of peak" is read against it."""
+
+    gflops: float
+    threads: int | None
+    runs: int
+    first: str  # the dates of the oldest and the newest of those runs
+    last: str
+
+    def percent(self, gflops: float) -> str:
+        return f"{100 * gflops / self.gflops:.0f}% of peak"
+
+    def explained(self) -> str:
+        on = f"on its {self.threads} threads" if self.threads else "on TVM's thread pool"
+        when = self.first if self.first == self.last else f"{self.first} to {self.last}"
+        return (
+            f"**Of peak**: the GFLOPS over this runner's fp32 peak {on}, {self.gflops:.0f} GFLOPS, "
+            f"measured by `tvmtune-ci profile` beside the models (fused multiply-add chains in "
+            f"registers, model/peak.py): the median of {self.runs} run(s), {when}. The GFLOPS count "
+            "every operation of the kernel (a fused epilogue's too), and the peak was measured in "
+            "other minutes of a VM whose speed moves by several percent: a best within a few "
+            "percent of 100% (or above it) is at the peak."
+        )
+
+
+def runner_peak(config: Any, target: str) -> RunnerPeak | None:
+    """The measured peak of `target`'s runner from the models' profile files; None where
+    no profile run on it measured one. An unreadable profile is passed over."""
+    t = next((x for x in config.targets if x.name == target), None)
+    if t is None:
+        return None
+    cores = t.target.get("num-cores")
+    threads = int(cores) if isinstance(cores, int) else None
+    found: list[tuple[str, float]] = []
+    for m in config.models:
+        try:
+            p = read_profile(profile_path(config.root / m.source, m.name), m.name)
+        except CorruptFileError:
+            continue
+        for r in p.runs.get(target, ()):
+            if r.peak is not None and (threads is None or r.threads == threads):
+                found.append((r.date[:10], r.peak[0]))
+    if not found:
+        return None
+    values = sorted(g for _, g in found)
+    n = len(values)
+    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    dates = sorted(d for d, _ in found)
+    return RunnerPeak(median, threads, n, dates[0], dates[-1])

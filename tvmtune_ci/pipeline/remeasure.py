@@ -39,6 +39,7 @@ from ..core.configschema import Config, TargetConfig
 from ..core.errors import HostError, LockError, TvmtuneError
 from ..core.fsutil import canonical_json
 from ..core.manifest import Manifest, read_manifest, seal_files
+from ..core.profiles import RunnerPeak, runner_peak
 from ..core.template import import_template
 from ..publish.readme import render_readme
 from ..publish.runwords import against_headline
@@ -515,7 +516,7 @@ def _judged(
             run = replace(run, band=band.to_json())  # what its verdicts rest on, for the README
         if record:
             with lock.hold(e.logset.lock, f"{e.operator}/{e.target_name}"):
-                history = append_run(e.logset, run, it.knobs)
+                history = append_run(e.logset, run, it.knobs, runner_peak(config, e.target_name))
         else:
             history = [*histories[e.operator], run]
         readme = f"{config.logs_dir}/{e.operator}/{e.logset.target_slug}/README.md"
@@ -534,7 +535,9 @@ def _judged(
     return out
 
 
-def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]]) -> list[runs.Run]:
+def append_run(
+    logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]], peak: RunnerPeak | None = None
+) -> list[runs.Run]:
     """Append `run` to the set's runs.jsonl and republish it with its manifest (which
     hashes it) and README (which states its band), in one atomic swap; the history.
 
@@ -558,7 +561,7 @@ def append_run(logset: Any, run: runs.Run, knobs: Mapping[str, Mapping[str, Any]
         {
             runs.RUNS_NAME: data,
             "manifest.json": canonical_json(sealed.to_json()).encode(),
-            "README.md": render_readme(sealed, history).encode(),
+            "README.md": render_readme(sealed, history, peak).encode(),
         },
         archive=False,
     )

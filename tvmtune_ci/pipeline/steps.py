@@ -50,7 +50,7 @@ from ..core.fsutil import sha256_bytes
 from ..core.git.read import blob_id
 from ..core.layout import LogSet
 from ..core.manifest import Manifest, encode, seal_files
-from ..core.profiles import model_shares_by_target
+from ..core.profiles import RunnerPeak, model_shares_by_target, runner_peak
 from ..core.records import make_log, render_log
 from ..core.runs import RUNS_NAME, encode_runs, machine_words, parse_runs, read_runs
 from ..core.stats import ESTIMATOR
@@ -77,11 +77,12 @@ if TYPE_CHECKING:
     from .budget import Budget
 
 
-def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes]) -> Published:
+def write_set(logset: LogSet, manifest: Manifest, files: dict[str, bytes], peak: RunnerPeak | None = None) -> Published:
     """Archive the old set as .bak and publish `files` (the log, results.json and
-    manifest.json of the sealed `manifest`) with the README and plot, atomically."""
+    manifest.json of the sealed `manifest`) with the README and plot, atomically.
+    `peak`: the runner's measured peak, which the README reads each best against."""
     history = parse_runs(files[RUNS_NAME], RUNS_NAME) if RUNS_NAME in files else []
-    files = {**files, "README.md": render_readme(manifest, history).encode()}
+    files = {**files, "README.md": render_readme(manifest, history, peak).encode()}
     curve = render_curve(manifest)
     if curve is not None:
         files["curve.png"] = curve
@@ -353,9 +354,11 @@ def write_step(job: Job) -> Job:
         # Nothing was measured: the log and the run history stay, no .bak of them.
         folder = job.entry.logset.folder
         history = read_runs(folder, job.manifest.files)
-        files = {**job.files, "README.md": render_readme(job.manifest, history).encode()}
+        peak = runner_peak(job.config, job.entry.target_name)
+        files = {**job.files, "README.md": render_readme(job.manifest, history, peak).encode()}
         return replace(job, published=publish(folder, files, archive=False))
-    published = write_set(job.entry.logset, job.manifest, job.files)
+    peak = runner_peak(job.config, job.entry.target_name)
+    published = write_set(job.entry.logset, job.manifest, job.files, peak)
     shutil.rmtree(job.entry.logset.work_dir, ignore_errors=True)
     return replace(job, published=published)
 

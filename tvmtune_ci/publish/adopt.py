@@ -21,6 +21,7 @@ from ..core.git.read import last_commit
 from ..core.layout import LogSet
 from ..core.manifest import encode, read_manifest
 from ..core.manifestformat import MANIFEST_NAME
+from ..core.profiles import runner_peak
 from ..core.runs import read_runs
 from .readme import render_curve, render_readme
 from .swap import recover
@@ -82,7 +83,7 @@ def adopt(config: Config, old: str, new: str, target: TargetConfig) -> Adopted:
         )
         sealed, files = encode(moved)
         history = read_runs(src.folder, m.files)
-        files["README.md"] = render_readme(sealed, history).encode()
+        files["README.md"] = render_readme(sealed, history, runner_peak(config, target.name)).encode()
         try:
             curve = render_curve(sealed)
         except ImportError:  # matplotlib: the light install; the old plot stays

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.manifest import Manifest, Measured, WorkloadResult
+from ..core.profiles import RunnerPeak
 from ..core.replayreport import ReplayReport
 from ..core.runnerband import verdict_basis
 from ..core.stats import fmt_latency
@@ -145,11 +146,14 @@ def dependencies_by_file(deps: Mapping[str, str]) -> list[str]:
     return out
 
 
-def throughput(m: Measured, bytes_moved: int) -> str:
+def throughput(m: Measured, bytes_moved: int, peak: RunnerPeak | None = None) -> str:
     """GFLOPS and GB/s of one measurement (the bytes its buffers must move at the least),
-    the one that fits the operator first: GB/s leads below 4 FLOP per byte."""
+    the one that fits the operator first: GB/s leads below 4 FLOP per byte. With the
+    runner's measured `peak`, the GFLOPS' fraction of it."""
     parts = []
     gf = f"{m.gflops:.1f} GFLOPS" if m.gflops else ""
+    if gf and peak is not None:
+        gf += f" ({peak.percent(m.gflops or 0.0)})"
     gb = f"{bytes_moved / m.latency_s / 1e9:.1f} GB/s" if bytes_moved and m.latency_s > 0 else ""
     flops = (m.gflops or 0) * 1e9 * m.latency_s
     memory_bound = bool(bytes_moved) and flops / bytes_moved < 4
@@ -185,19 +189,23 @@ def precision_misses(wname: str, r: WorkloadResult, target: float | None) -> lis
     return out
 
 
-def render_readme(m: Manifest, runs: Sequence[Any] = ()) -> str:
+def render_readme(m: Manifest, runs: Sequence[Any] = (), peak: RunnerPeak | None = None) -> str:
     """The README of a log set: the result first (best, speedup, knobs, the run-to-run
     band), then per workload the trials, history, finals and top table, the curve, and
-    the provenance folded at the end. `runs`: the set's run history (runs.py)."""
+    the provenance folded at the end. `runs`: the set's run history (runs.py); `peak`:
+    the target's runner's measured fp32 peak (core/profiles.runner_peak), which the
+    results table reads each best's GFLOPS against."""
     tj = target_json(m.target)
     lines = _opening(m)
     misses: list[str] = []
     for wname in sorted(m.results):
-        lines.append(_result_row(m, wname, runs))
+        lines.append(_result_row(m, wname, runs, peak))
         misses += precision_misses(wname, m.results[wname], m.measure.get("precision"))
     lines += ["", "Chosen knobs:", "", "| workload | knobs |", "|---|---|"]
     lines += [f"| `{w}` | {_knobs_inline(m.results[w].best)} |" for w in sorted(m.results)]
     lines += _figures_explained(runs)
+    if peak is not None:
+        lines += ["", peak.explained()]
     if runs and runs[-1].band is not None:  # the latest run was judged against a runner band
         lines += ["", verdict_basis(runs, sorted(m.results), runs[-1].band)]
     noise = runner_band(runs)
@@ -264,7 +272,7 @@ def _opening(m: Manifest) -> list[str]:
     ]
 
 
-def _result_row(m: Manifest, wname: str, runs: Sequence[Any]) -> str:
+def _result_row(m: Manifest, wname: str, runs: Sequence[Any], peak: RunnerPeak | None = None) -> str:
     """A workload's row of the results table: the best on this runner (the runs'
     headline, else this run's finals), run to run, vs default, throughput, finals."""
     r = m.results[wname]
@@ -278,7 +286,7 @@ def _result_row(m: Manifest, wname: str, runs: Sequence[Any]) -> str:
     )
     return (
         f"| `{wname}` | **{head}**{src} | {spread} | **{speedup_text(r)}** | "
-        f"{throughput(shown, r.bytes_moved)} | {_lat(r.best)} |"
+        f"{throughput(shown, r.bytes_moved, peak)} | {_lat(r.best)} |"
     )
 
 
