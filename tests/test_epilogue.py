@@ -132,6 +132,7 @@ def test_a_bad_epilogue_declaration_names_the_file_and_the_fix(
 
 tvm = pytest.importorskip("tvm")
 
+from tvmtune_ci.core.targetinfo import target_facts  # noqa: E402
 from tvmtune_ci.core.template import import_template  # noqa: E402
 from tvmtune_ci.tune.hostcheck import host_target  # noqa: E402
 from tvmtune_ci.tune.numerics import check_correct  # noqa: E402
@@ -169,6 +170,22 @@ def test_every_fused_conv2d_form_matches_its_reference(tmp_path: Path, form: lis
     params = {"N": 1, "C": 8, "H": 10, "W": 10, "K": 16, "R": 3, "S": 3, "pad": 1, "stride": stride}
     wl = Workload(conv, "x", {**params, "dtype": F32, "epilogue": form}, TARGET)
     check_correct(conv, wl, TARGET, None, seed=2)
+
+
+@pytest.mark.parametrize(
+    "form", [[], ["bias"], ["bias", "relu"], ["bias", "residual", "relu"]], ids=lambda f: "+".join(f) or "plain"
+)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_the_1x1_path_matches_its_reference(tmp_path: Path, form: list[str], stride: int) -> None:
+    """ResNet's 1x1 convolutions (the reduce, the expand, the projection shortcut, which
+    strides by 2 in the later stages) through the same template: no padding, one tap,
+    an odd input (9 x 9) so that stride 2 leaves a ragged 5 x 5 output."""
+    conv = _template(tmp_path, "conv2d")
+    params = {"N": 1, "C": 24, "H": 9, "W": 9, "K": 32, "R": 1, "S": 1, "pad": 0, "stride": stride}
+    extra = {"epilogue": form} if form else {}
+    wl = Workload(conv, "x", {**params, "dtype": F32, **extra}, TARGET)
+    for cfg in (None, {"pad": "inline"}, {"pad": "stage"}):
+        check_correct(conv, wl, TARGET, cfg, seed=3)
 
 
 def test_the_chain_is_folded_into_the_tile_s_store_not_left_as_a_pass_of_its_own(tmp_path: Path) -> None:
@@ -413,3 +430,36 @@ def test_an_activation_never_runs_the_prepacked_workload(tmp_path: Path) -> None
     weight = CallSig(sig.op, (sig.args[0], CallArg((32, 48), F32, (48, 32), None, True)), {}, sig.shape, F32)
     got = cover([(weight, (-1, -1))], [c])[0]
     assert got.workload == "t_pk" and got.prepacked
+
+
+@pytest.mark.parametrize("tile_k", [[1, 4], [2, 2], [4, 1]], ids=lambda t: f"k0={t[0]}")
+def test_a_fused_memory_tile_decodes_to_its_design_space_whatever_its_k_loop(tmp_path: Path, tile_k: list[int]) -> None:
+    """accumulate="memory" folds the chain under the parallel tile loop. Seen on the
+    Zen 4 runner: where the k loop had one step (tile_k [1, 4]) the fold went one loop
+    deeper, the fixed configuration's trace (a seeded or replayed one) matched no design
+    space, and the re-tune of batch_matmul's bert_qk failed. The same loop, whatever
+    the factors: every one decodes to the memory design space, knobs as given."""
+    from tvmtune_ci.tune.builder import schedule_config
+    from tvmtune_ci.tune.space import decode_knobs, design_space_infos
+
+    root = tmp_path / "repo"
+    (root / "operators").mkdir(parents=True)
+    for f in ("_gemm.py", "batch_matmul.py"):
+        (root / "operators" / f).write_text((OPERATORS / f).read_text())
+    bmm = import_template(root / "operators" / "batch_matmul.py", root)
+    params = {"B": 2, "M": 32, "N": 32, "K": 64, "dtype": F32, "epilogue": ["scale"]}
+    wl = Workload(bmm, "qk", params, TARGET)
+    infos = design_space_infos(bmm, wl, TARGET)
+    lanes = target_facts(TARGET).lanes(F32)
+    fixed = {
+        "accumulate": "memory",
+        "pack_b": "none",
+        "tile_i": [2, 2, 8],
+        "tile_j": [32 // lanes, 1, 1],
+        "tile_k": tile_k,
+    }
+    trace = schedule_config(bmm, wl, fixed, TARGET).trace.as_json()
+    index, knobs = decode_knobs(trace, infos, bmm.KNOBS)
+    assert infos[index].structure == {"accumulate": "memory", "pack_b": "none"}
+    assert knobs == fixed
+    check_correct(bmm, wl, TARGET, fixed)

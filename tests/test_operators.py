@@ -77,6 +77,11 @@ SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"N": 1, "C": 8, "H": 10, "W": 12, "K": 8, "R": 3, "S": 3, "pad": 1, "stride": 1, "dtype": "float32"},
         {"tile_k": [2, 4], "tile_h": [5, 2], "tile_w": [1, 12], "unroll": 16},
     ),
+    # 64 positions (8 x 8) in vectors across rows of 8, 32 -> 16 channels
+    "conv2d_1x1": (
+        {"N": 1, "C": 32, "H": 8, "W": 8, "K": 16, "dtype": "float32"},
+        {"tile_i": [1, 2, 8], "tile_j": [1, 2, 2], "tile_k": [1, 2]},
+    ),
     "softmax": (
         {"R": 12, "N": 128, "dtype": "float32"},
         {"tile_r": [3, 4], "acc_max": [2, 4], "acc_sum": [4, 2], "unroll": 16},

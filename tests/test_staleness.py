@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import datetime
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -837,7 +838,22 @@ def test_changed_since_reports_what_checking_everything_would(
     monkeypatch.setattr(staleness.run, "pr_candidates", lambda *a, **k: None)
     assert fast == _summary(report_of(root, changed_since="HEAD", rehash=True))
     templates = len(discover_templates(root / "operators"))
-    gemm_users = sum("operators._gemm" in p.read_text() for p in discover_templates(root / "operators"))
+    users = {p.stem for p in discover_templates(root / "operators") if "operators._gemm" in p.read_text()}
+    gemm_users = len(users)
+
+    def naming(names: set[str]) -> int:
+        """The templates beyond `names` whose text names one of them (a docstring that
+        says `conv2d` too): the pre-filter's documented superset of the imports."""
+        return sum(
+            p.stem not in names and any(re.search(rf"(?<!\w){n}(?!\w)", p.read_text()) for n in names)
+            for p in discover_templates(root / "operators")
+        )
+
+    named = {
+        "one template": naming({"softmax"}),
+        "the GEMM helper": naming(users),
+        "a new helper a template imports": naming({"conv2d"}),
+    }.get(edit_name, 0)
     expected = {
         "nothing": 0,
         "one template": 1,
@@ -847,8 +863,9 @@ def test_changed_since_reports_what_checking_everything_would(
         "a helper deleted": templates,
         "a docs file": 0,
     }[edit_name]
-    assert n_fast == expected, (edit_name, parsed[:n_fast])
-    # Only the templates whose code changed are parsed (the deleted helper's users).
+    assert n_fast == expected + named, (edit_name, parsed[:n_fast])
+    # Only the templates whose code changed are parsed (the deleted helper's users): the
+    # recorded sources say which of those the pre-filter named are really concerned.
     assert n_trusting == {"one log folder": 0, "a helper deleted": gemm_users}.get(edit_name, expected), edit_name
 
 
@@ -900,3 +917,15 @@ def test_each_reason_code_says_what_it_blocks_and_how_to_fix_it() -> None:
     assert r.code is Code.LOG_MODIFIED and r.code == "log_modified" and f"{r.code}" == "log_modified"
     with pytest.raises(ValueError):
         Reason("no_such_reason", "x")
+
+
+def test_the_pre_filter_matches_a_module_s_whole_name_not_a_longer_one() -> None:
+    """An edit of conv2d.py concerns what imports `conv2d`, not every file that says
+    `conv2d_1x1` (the substring test did: it parsed conv2d_1x1 on every conv2d edit)."""
+    from tvmtune_ci.check.staleness.prscope import _spells
+
+    assert _spells("from operators.conv2d import compute", "conv2d")
+    assert _spells('importlib.import_module("operators.conv2d")', "conv2d")
+    assert _spells("see `conv2d`.", "conv2d")  # a docstring that names it: the superset
+    assert not _spells("from operators.conv2d_1x1 import compute", "conv2d")
+    assert not _spells("import myconv2d", "conv2d")

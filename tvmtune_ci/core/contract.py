@@ -527,11 +527,13 @@ def unify(entry: Implements, call: CallSig, keys: set[str]) -> dict[str, Any] | 
 def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
     """How `call` is covered by `contracts` (see the module docstring). The first
     template (by name) and workload (by name) that fits wins; the first entry whose form
-    fits gives an uncovered_shape its params. Reshapes are shape_only; a permute_dims
+    fits gives an uncovered_shape its params, unless a template declares the shape as a
+    fused or prepacked variant only: that template's (`coverage_of` picks the variant). Reshapes are shape_only; a permute_dims
     is judged by its consumer (`coverage_of`)."""
     if call.op in SHAPE_OPS:
         return Coverage(SHAPE_ONLY, note="a view: moves no data")
     first: Coverage | None = None
+    variants: Coverage | None = None  # the first template declaring this shape as a variant
     same_op: list[str] = []
     for c in sorted(contracts, key=lambda c: c.template):
         keys = _keys(c.workloads)
@@ -541,20 +543,39 @@ def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
             binding = unify(entry, call, keys)
             if binding is None:
                 continue
+            variant = False
             for w in sorted(c.workloads):
                 wl = c.workloads[w]
+                if not all(wl.get(k) == v for k, v in binding.items()):
+                    continue
                 # A fused or prepacked variant covers a call only as such (`coverage_of`).
-                if all(wl.get(k) == v for k, v in binding.items()) and not chain(wl) and not prepacked(wl):
+                if not chain(wl) and not prepacked(wl):
                     return Coverage(COVERED, c.template, w, dict(sorted(binding.items())))
+                variant = True
+            params = dict(sorted(binding.items()))
+            if variant and variants is None:
+                # Two templates implement the form (conv2d and conv2d_1x1 both take a 1x1
+                # convolution): the one that declares the shape, if only with an epilogue
+                # or packed, is the one whose variants `coverage_of` chooses from.
+                variants = Coverage(
+                    UNCOVERED_SHAPE,
+                    c.template,
+                    None,
+                    params,
+                    f"{c.file} declares this shape only with an epilogue or a packed weight that this "
+                    "call does not take: add a workload of these params without them to its WORKLOADS",
+                )
             if first is None:
                 first = Coverage(
                     UNCOVERED_SHAPE,
                     c.template,
                     None,
-                    dict(sorted(binding.items())),
+                    params,
                     f"{c.file} implements {call.op} in this form but declares no "
                     "workload of this shape: add these params to its WORKLOADS",
                 )
+    if variants is not None:
+        return variants
     if first is not None:
         return first
     if same_op:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import re
 from pathlib import Path
 
 from ...core.git import read as git_read
@@ -37,6 +38,14 @@ def _module_name(rel: str) -> str:
     return parts[-1][: -len(".py")]
 
 
+def _spells(text: str, name: str) -> bool:
+    """`name` in `text` as a whole name (an import spells it so): `conv2d` is not in
+    `conv2d_1x1`. The plain substring test first: it rules out almost every text."""
+    if name not in text:
+        return False
+    return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None
+
+
 def pr_candidates(
     root: Path,
     templates: dict[str, Path],
@@ -50,8 +59,9 @@ def pr_candidates(
     An entry is touched when its template, an in-repo module it uses (now or when
     tuned), or its log folder changed (`touched`, which still decides). A module is
     used only through an import that spells its name, so starting from the changed
-    .py files, every .py file whose text contains an affected module's name is
-    affected too (to a fixed point; a superset of the real import graph). Only
+    .py files, every .py file whose text spells an affected module's name as a whole
+    name is affected too (to a fixed point; a superset of the real import graph: a
+    docstring that names a module counts). Only
     templates that are affected or have a changed log folder are checked: a PR that
     edits one template checks that template, not all of them.
 
@@ -99,7 +109,7 @@ def pr_candidates(
     frontier = names
     while frontier:
         searched |= frontier
-        found = {rel for rel, text in texts.items() if rel not in affected and any(n in text for n in frontier)}
+        found = {rel for rel, text in texts.items() if rel not in affected and any(_spells(text, n) for n in frontier)}
         affected |= found
         frontier = {_module_name(rel) for rel in found} - searched
     return out | {op for op, path in templates.items() if cache.rel(path) in affected}
