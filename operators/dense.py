@@ -18,6 +18,35 @@ WORKLOADS = {
     # BERT-base FFN, 128 tokens: 768 -> 3072 and 3072 -> 768.
     "bert_ffn1": {"M": 128, "N": 3072, "K": 768, "dtype": "float32"},
     "bert_ffn2": {"M": 128, "N": 768, "K": 3072, "dtype": "float32"},
+    # The same layer as bert_layer runs it (models/bert_layer.py): weights packed once
+    # at load, the epilogues on the output tile. Q, K and V projections + bias; the
+    # attention output projection + bias + the residual; FFN1 + bias + GELU; FFN2 +
+    # bias + the residual.
+    "bert_qkv": {"M": 128, "N": 768, "K": 768, "dtype": "float32", "epilogue": ["bias"], "prepack": True},
+    "bert_attn_out": {
+        "M": 128,
+        "N": 768,
+        "K": 768,
+        "dtype": "float32",
+        "epilogue": ["bias", "residual"],
+        "prepack": True,
+    },
+    "bert_ffn1_gelu": {
+        "M": 128,
+        "N": 3072,
+        "K": 768,
+        "dtype": "float32",
+        "epilogue": ["bias", "gelu"],
+        "prepack": True,
+    },
+    "bert_ffn2_residual": {
+        "M": 128,
+        "N": 768,
+        "K": 3072,
+        "dtype": "float32",
+        "epilogue": ["bias", "residual"],
+        "prepack": True,
+    },
 }
 
 # The Relax calls this kernel implements (docs/models.md): nn.Linear's

@@ -24,6 +24,8 @@ WORKLOADS = {
     "attn_512": {"R": 8192, "N": 512, "dtype": "float32"},
     # a language-model head over a 32000-token vocabulary, 64 positions
     "vocab_32k": {"R": 64, "N": 32000, "dtype": "float32"},
+    # BERT-base attention, 128 tokens: 12 heads x 128 queries, over 128 keys
+    "bert_attn": {"R": 1536, "N": 128, "dtype": "float32"},
 }
 
 # The Relax calls this kernel implements (docs/models.md): softmax over the last

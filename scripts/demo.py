@@ -47,9 +47,6 @@ def main() -> int:
         path.unlink()
     if gpu:
         print(f"left out the GPU templates (a CPU target only): {', '.join(p.stem for p in gpu)}")
-    if not args.operators:
-        fused = declare_fused(work / "operators")
-        print(f"declared the fused workloads this repo's models run: {', '.join(fused)}")
     # This repo's models, their sources only: the scratch repo generates its own files.
     models = sorted(p for p in (ROOT / "models").glob("*.py") if not args.operators)
     (work / "models").mkdir(exist_ok=True)
@@ -111,38 +108,6 @@ def main() -> int:
     shown = show(cli, "status", work, env)
     show(cli, "check", work, env, seen=frozenset(line for line in shown if line.startswith("warning: ")))
     return rc
-
-
-# The epilogue chains of this repo's models (docs/models.md, sections 3b and 3c): BERT's
-# FFN (bias + GELU; bias + the residual), its weights packed once, and ResNet's 3x3
-# convolution (bias + ReLU). The demo declares them in its scratch copy so that the
-# profile runs the fused, prepacked kernels; this repository's own templates do not
-# declare them until the tuning runner has tuned them (a declared workload needs a
-# fresh log).
-FUSED = {
-    "dense": {
-        "bert_ffn1_gelu": ("bert_ffn1", {"epilogue": ["bias", "gelu"], "prepack": True}),
-        "bert_ffn2_res": ("bert_ffn2", {"epilogue": ["bias", "residual"], "prepack": True}),
-    },
-    "conv2d": {"resnet50_3x3_relu": ("resnet50_3x3", {"epilogue": ["bias", "relu"]})},
-}
-
-
-def declare_fused(operators: Path) -> list[str]:
-    """Add FUSED's workloads to the scratch copy's templates (at the top of WORKLOADS)."""
-    from tvmtune_ci.core.template import read_template
-
-    out = []
-    for op, variants in FUSED.items():
-        path = operators / f"{op}.py"
-        declared = read_template(path).workloads
-        lines = "".join(
-            f"    {name!r}: { ({**declared[base], **extra})!r},\n" for name, (base, extra) in variants.items()
-        )
-        text = path.read_text(encoding="utf-8")
-        path.write_text(text.replace("WORKLOADS = {\n", "WORKLOADS = {\n" + lines, 1), encoding="utf-8")
-        out += [f"{op}/{name}" for name in variants]
-    return out
 
 
 def show(cli: list[str], verb: str, cwd: Path, env: dict[str, str], seen: frozenset[str] = frozenset()) -> list[str]:

@@ -129,8 +129,8 @@ def test_both_attention_matmuls_run_the_template_with_the_scale_fused(tmp_path: 
 
 
 def test_a_template_tuned_for_no_target_covers_no_call_of_a_build_there(tmp_path: Path) -> None:
-    """`operators.batch_matmul.targets: []` (this repository's own, until its runner
-    tunes it): the build on the configured target leaves both matmuls to TVM."""
+    """`operators.batch_matmul.targets: []` (a template whose runner has not tuned it
+    yet): the build on the configured target leaves both matmuls to TVM."""
     from tvmtune_ci.model.build import build_model
 
     root = _attention_repo(tmp_path, "operators:\n  batch_matmul: {targets: []}\n")
