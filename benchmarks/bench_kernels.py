@@ -8,12 +8,18 @@
 The configuration of each (operator, workload) is the committed best
 (tuning_logs/<op>/<target>/manifest.json, results[workload].best.knobs) when there
 is one, else a hand-found one (`HAND_PICKS` below, or `--knobs`), labelled
-"untuned hand pick". Baselines: numpy/OpenBLAS matmul for matmul and dense,
-im2col + numpy matmul for conv2d, numpy for softmax (its ufuncs are
-single-threaded whatever --threads says).
+"untuned hand pick". Each kernel is built as the tuner measures it: a fused
+workload's epilogue on the output tile, a prepacked weight arriving packed.
+Baselines: numpy/OpenBLAS matmul for matmul, dense, batch_matmul and conv2d_1x1 (for
+a fused workload, the GEMM alone), im2col + numpy matmul for conv2d, numpy for
+softmax; and ONNX Runtime (where installed, `--no-ort` to leave it out) running the
+same computation, epilogue included, as an exporter's ONNX ops (weights as
+initializers: packed once at load, bias and activation fused by its optimizer), on
+the same threads, timed in the same interleaved rounds. (numpy's softmax ufuncs are
+single-threaded whatever --threads says.)
 
-Timing: `rounds` rounds, each runs the TVM kernel and then the baseline back
-to back for at least --min-round-ms each, after --settle-ms of idle time (both
+Timing: `rounds` rounds, each runs the TVM kernel, the baseline and ONNX Runtime one
+after the other for at least --min-round-ms each, after --settle-ms of idle time (both
 OpenBLAS and TVM leave worker threads spinning after a call, which would
 otherwise steal the other side's cores); the table shows the best round of each
 (the least disturbed by other processes on the machine) and the median round,
@@ -128,7 +134,13 @@ def pick_target(name: str | None) -> tuple[str, dict[str, Any]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ops", default="matmul,dense,conv2d,softmax", help="comma-separated operators (default: all four)")
+    p.add_argument(
+        "--ops",
+        default="matmul,dense,batch_matmul,conv2d,conv2d_1x1,softmax",
+        help="comma-separated operators (default: every CPU template)",
+    )
+    p.add_argument("--workloads", default="", help="comma-separated workload names to keep (default: all)")
+    p.add_argument("--no-ort", action="store_true", help="leave ONNX Runtime out (by default it runs where installed)")
     p.add_argument("--threads", type=int, default=2, help="threads for TVM and OpenBLAS (2)")
     p.add_argument("--rounds", type=int, default=20, help="interleaved timing rounds (20)")
     p.add_argument(
@@ -267,8 +279,13 @@ def load_picks(arg: str | None) -> dict[str, dict[str, Any]]:
 
 
 def flop_count(op: str, wl: dict[str, Any]) -> float | None:
+    """The GEMM's or convolution's FLOPs (an epilogue's few per output not counted)."""
     if op in ("matmul", "dense"):
         return 2.0 * wl["M"] * wl["N"] * wl["K"]
+    if op == "batch_matmul":
+        return 2.0 * wl["B"] * wl["M"] * wl["N"] * wl["K"]
+    if op == "conv2d_1x1":
+        return 2.0 * wl["N"] * wl["K"] * wl["H"] * wl["W"] * wl["C"]
     if op == "conv2d":
         oh = (wl["H"] + 2 * wl["pad"] - wl["R"]) // wl["stride"] + 1
         ow = (wl["W"] + 2 * wl["pad"] - wl["S"]) // wl["stride"] + 1
@@ -284,10 +301,27 @@ def moved_bytes(op: str, wl: dict[str, Any]) -> float | None:
 
 def baseline(op: str, wl: dict[str, Any], arrays: list[Any]) -> tuple[str, Callable[[], Any]]:
     """The numpy way to compute the same output, writing into a preallocated array
-    as the TVM kernel does (a fresh 4 MB result costs page faults, not flops)."""
+    as the TVM kernel does (a fresh 4 MB result costs page faults, not flops). For a
+    fused workload, the GEMM or convolution alone: numpy's epilogue would be extra
+    single-threaded passes, so the baseline does less work than the kernel."""
     import numpy as np
 
     out = np.empty_like(arrays[-1])
+    if op == "batch_matmul":
+        x, y = arrays[0], arrays[1]
+        return "numpy matmul(X, Y, out=), batched", lambda: np.matmul(x, y, out=out)
+    if op == "conv2d_1x1":
+        data, kernel = arrays[0], arrays[1]
+        w = kernel.reshape(kernel.shape[0], kernel.shape[1])
+        flat = out.reshape(out.shape[0], out.shape[1], -1)
+        xs = data.reshape(data.shape[0], data.shape[1], -1)
+
+        def gemm() -> Any:
+            for i in range(xs.shape[0]):
+                np.matmul(w, xs[i], out=flat[i])
+            return out
+
+        return "numpy matmul(W[K, C], X[C, H*W], out=)", gemm
     if op == "matmul":
         a, b = arrays[0], arrays[1]
         return "numpy matmul(A, B, out=)", lambda: np.matmul(a, b, out=out)
@@ -355,42 +389,46 @@ def out_of_space(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> str 
     return None
 
 
-def build(module: Any, wl: dict[str, Any], knobs: dict[str, Any]) -> Any:
+def build(module: Any, name: str, wl: dict[str, Any], knobs: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The kernel as the tuner measures it (tune/builder.schedule_config: a fused
+    workload's epilogue folded into the tile's store, a prepacked one's pack split out,
+    the postprocessors run), loaded; and its arguments' (shape, dtype): a prepacked
+    weight arrives packed, as it does in a model built with the logs."""
     import tvm
 
-    from tvmtune_ci.core.template import Knobs, Structural, call_with_workload
+    from tvmtune_ci.tune import tvmsetup
+    from tvmtune_ci.tune.builder import make_builder, schedule_config
+    from tvmtune_ci.tune.workload import Workload
 
-    structural = {k.name for k in module.KNOBS if isinstance(k, Structural)}
-    structure = {k: v for k, v in knobs.items() if k in structural}
-    values = {k: v for k, v in knobs.items() if k not in structural}
-    sch = tvm.s_tir.Schedule(call_with_workload(module.compute, wl))
-    module.schedule(sch, Knobs(module.KNOBS, wl, structure, mode="fixed", values=values, target=TARGET))
-    return tvm.compile(sch.mod, target=tvm.target.Target(TARGET))
+    ms = tvmsetup.ms()
+    sch = schedule_config(module, Workload(module, name, wl, TARGET), knobs, TARGET)
+    builder = make_builder()
+    try:
+        (built,) = builder.build([ms.builder.BuilderInput(sch.mod, tvmsetup.make_target(TARGET))])
+        if built.error_msg:
+            raise SystemExit(f"{name}: build failed: {built.error_msg}")
+        lib = tvm.runtime.load_module(built.artifact_path)
+    finally:
+        builder.close()
+    args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
+    return lib, [([int(x) for x in a.shape], str(a.dtype)) for a in args]
 
 
 def time_rounds(
-    run_tvm: Callable[[int], float], run_base: Callable[[], Any], rounds: int, min_round_s: float, settle_s: float
-) -> tuple[list[float], list[float]]:
-    """Per-round mean seconds of the TVM kernel and the baseline, interleaved."""
-    t0 = time.perf_counter()
-    run_base()
-    one = max(time.perf_counter() - t0, 1e-6)
-    t_one = max(run_tvm(1), 1e-6)
-    n_tvm = max(1, int(min_round_s / t_one))
-    n_base = max(1, int(min_round_s / one))
-    tvm_s, base_s = [], []
+    sides: list[Callable[[int], float]], rounds: int, min_round_s: float, settle_s: float
+) -> list[list[float]]:
+    """Per-round mean seconds of each side (a function of n calls returning the mean
+    seconds of one), interleaved: every round runs each side once, in order."""
+    counts = [max(1, int(min_round_s / max(side(1), 1e-6))) for side in sides]
+    out: list[list[float]] = [[] for _ in sides]
     for _ in range(rounds):
-        # Both runtimes' idle workers spin for a while after a call (OpenBLAS for
-        # up to ~2^28 cycles): let them go to sleep before the other side runs, or
-        # each measures the other's spinning.
-        time.sleep(settle_s)
-        tvm_s.append(run_tvm(n_tvm))
-        time.sleep(settle_s)
-        t0 = time.perf_counter()
-        for _ in range(n_base):
-            run_base()
-        base_s.append((time.perf_counter() - t0) / n_base)
-    return tvm_s, base_s
+        for side, n, times in zip(sides, counts, out, strict=True):
+            # Every runtime's idle workers spin for a while after a call (OpenBLAS for
+            # up to ~2^28 cycles): let them go to sleep before the next side runs, or
+            # each measures the other's spinning.
+            time.sleep(settle_s)
+            times.append(side(n))
+    return out
 
 
 def bench_one(
@@ -400,28 +438,45 @@ def bench_one(
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+    from tvmtune_ci.core.epilogue import chain, prepacked
     from tvmtune_ci.core.template import call_with_workload, import_template
 
     module = import_template(ROOT / "operators" / f"{op}.py", ROOT)
-    exe = build(module, wl, knobs)
-    func = call_with_workload(module.compute, wl)
+    lib, shapes = build(module, name, wl, knobs)
+    plain = {k: v for k, v in wl.items() if k not in ("epilogue", "prepack")}
+    func = call_with_workload(module.compute, plain)
     rng = np.random.default_rng(1)
     arrays = [rng.uniform(-1, 1, [int(s) for s in a.shape]).astype(str(a.dtype)) for a in ArgInfo.from_prim_func(func)]
     dev = tvm.cpu()
-    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
-    entry = exe.mod.get_function(exe.mod.entry_name)
+    # The kernel's own arguments: the plain ones, and where the kernel takes more (an
+    # epilogue's bias, residual) or another shape (a packed weight), random ones.
+    given = [a if list(a.shape) == sh else None for a, (sh, _) in zip(arrays[:-1], shapes[:-1], strict=False)]
+    ins = [
+        given[i] if i < len(given) and given[i] is not None else rng.uniform(-1, 1, sh).astype(dt)
+        for i, (sh, dt) in enumerate(shapes[:-1])
+    ]
+    tensors = [tvm.runtime.tensor(a, dev) for a in [*ins, np.zeros(shapes[-1][0], shapes[-1][1])]]
+    entry = lib.get_function(lib.entry_name)
     entry(*tensors)
-    expected = call_with_workload(module.reference, wl, *arrays[:-1])
+    expected = call_with_workload(module.reference, plain, *arrays[:-1])
     scale = max(1e-30, float(np.max(np.abs(expected))))
-    err = float(np.max(np.abs(tensors[-1].numpy() - expected))) / scale
-    base_name, run_base = baseline(op, wl, arrays)
+    variant = bool(chain(wl)) or prepacked(wl)
+    # A fused or packed variant computes more than reference() (or from a packed
+    # weight): the tuner's numerics check (check_correct) held it to its chain.
+    err = 0.0 if variant else float(np.max(np.abs(tensors[-1].numpy() - expected))) / scale
+    base_name, run_base = baseline(op, plain, arrays)
+    if variant:
+        base_name += "; the GEMM only" if op != "softmax" else ""
     base_err = float(np.max(np.abs(run_base() - expected))) / scale
+    ort = ort_runner(op, wl, arrays, args.threads) if not args.no_ort else None
 
     def run_tvm(n: int) -> float:
-        ev = exe.mod.time_evaluator(exe.mod.entry_name, dev, number=n, repeat=1)
+        ev = lib.time_evaluator(lib.entry_name, dev, number=n, repeat=1)
         return float(ev(*tensors).mean)
 
-    tvm_s, base_s = time_rounds(run_tvm, run_base, args.rounds, args.min_round_ms / 1000, args.settle_ms / 1000)
+    sides = [run_tvm, _per_call(run_base)] + ([_per_call(ort[1])] if ort else [])
+    times = time_rounds(sides, args.rounds, args.min_round_ms / 1000, args.settle_ms / 1000)
+    tvm_s, base_s = times[0], times[1]
     return {
         "op": op,
         "workload": name,
@@ -432,11 +487,108 @@ def bench_one(
         "tvm_median": statistics.median(tvm_s),
         "base_best": min(base_s),
         "base_median": statistics.median(base_s),
+        "ort": ort[0] if ort else None,
+        "ort_best": min(times[2]) if ort else None,
+        "ort_median": statistics.median(times[2]) if ort else None,
         "rel_err": err,
         "base_rel_err": base_err,
         "flop": flop_count(op, wl),
         "bytes": moved_bytes(op, wl),
     }
+
+
+def _per_call(fn: Callable[[], Any]) -> Callable[[int], float]:
+    """fn as time_rounds times a side: n calls, the mean seconds of one."""
+
+    def run(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t0) / n
+
+    return run
+
+
+def ort_runner(op: str, wl: dict[str, Any], arrays: list[Any], threads: int) -> tuple[str, Callable[[], Any]] | None:
+    """ONNX Runtime running the same computation, epilogue included, as a graph of the
+    ONNX ops an exporter writes (weights as initializers, so its optimizer packs them
+    once and fuses bias and activation into its Gemm/Conv as it does in a model), on
+    `threads` intra-op threads; None without onnxruntime or for an op it has no form
+    here."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    import numpy as np
+
+    from tvmtune_ci.core.epilogue import chain
+
+    rng = np.random.default_rng(2)
+    f32 = TensorProto.FLOAT
+    out_shape = list(arrays[-1].shape)
+    inputs, feeds, inits, nodes = [], {}, [], []
+
+    def feed(name: str, a: Any) -> None:
+        inputs.append(helper.make_tensor_value_info(name, f32, list(a.shape)))
+        feeds[name] = a
+
+    if op == "matmul":
+        feed("x", arrays[0])
+        inits.append(numpy_helper.from_array(arrays[1], "w"))
+        nodes.append(helper.make_node("MatMul", ["x", "w"], ["y0"]))
+    elif op == "dense":
+        feed("x", arrays[0])
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(arrays[1].T), "w"))  # [K, N], as exported
+        nodes.append(helper.make_node("MatMul", ["x", "w"], ["y0"]))
+    elif op == "batch_matmul":
+        feed("x", arrays[0])
+        feed("w", arrays[1])
+        nodes.append(helper.make_node("MatMul", ["x", "w"], ["y0"]))
+    elif op in ("conv2d", "conv2d_1x1"):
+        feed("x", arrays[0])
+        inits.append(numpy_helper.from_array(arrays[1], "w"))
+        pad, stride = wl.get("pad", 0), wl.get("stride", 1)
+        conv_in = ["x", "w"]
+        if "bias" in chain(wl):  # Conv's own bias input, as an exporter folds a batch norm
+            inits.append(numpy_helper.from_array(rng.uniform(-1, 1, out_shape[1]).astype(np.float32), "b"))
+            conv_in.append("b")
+        nodes.append(
+            helper.make_node("Conv", conv_in, ["y0"], pads=[pad] * 4, strides=[stride, stride], dilations=[1, 1])
+        )
+    elif op == "softmax":
+        feed("x", arrays[0])
+        nodes.append(helper.make_node("Softmax", ["x"], ["y0"], axis=-1))
+    else:
+        return None
+    last = "y0"
+    for i, kind in enumerate(chain(wl)):
+        y = f"y{i + 1}"
+        if kind == "bias" and op in ("conv2d", "conv2d_1x1"):
+            continue  # in the Conv above
+        if kind == "bias":
+            inits.append(numpy_helper.from_array(rng.uniform(-1, 1, out_shape[-1]).astype(np.float32), f"b{i}"))
+            nodes.append(helper.make_node("Add", [last, f"b{i}"], [y]))
+        elif kind == "residual":
+            feed(f"r{i}", rng.uniform(-1, 1, out_shape).astype(np.float32))
+            nodes.append(helper.make_node("Add", [last, f"r{i}"], [y]))
+        elif kind == "scale":
+            inits.append(numpy_helper.from_array(np.array(0.125, np.float32), f"s{i}"))
+            nodes.append(helper.make_node("Mul", [last, f"s{i}"], [y]))
+        elif kind == "relu":
+            nodes.append(helper.make_node("Relu", [last], [y]))
+        elif kind == "gelu":
+            nodes.append(helper.make_node("Gelu", [last], [y]))
+        last = y
+    graph = helper.make_graph(
+        nodes, "kernel", inputs, [helper.make_tensor_value_info(last, f32, out_shape)], initializer=inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return f"ONNX Runtime {ort.__version__}", lambda: sess.run(None, feeds)
 
 
 def blas_info() -> str:
@@ -502,14 +654,17 @@ def main(argv: list[str] | None = None) -> int:
             f"(= {probe / (args.threads * FMA_PIPES * LANES * 2):.2f} GHz effective clock)"
         )
     header = (
-        f"{'operator/workload':24} {'config':18} {'TVM ms':>8} {'GFLOP/s':>8} {'%nom':>5} "
-        f"{'%meas':>5} {'base ms':>8} {'x base':>6} {'(median)':>8}  baseline"
+        f"{'operator/workload':30} {'config':18} {'TVM ms':>8} {'GFLOP/s':>8} {'%nom':>5} "
+        f"{'%meas':>5} {'base ms':>8} {'x base':>6} {'(median)':>8} {'ORT ms':>8} {'x ORT':>6} {'(median)':>8}  baseline"
     )
     print(header)
     rows = []
     for op in ops:
         module = import_template(ROOT / "operators" / f"{op}.py", ROOT)
+        keep = {w for w in args.workloads.split(",") if w}
         for name, wl in module.WORKLOADS.items():
+            if keep and name not in keep:
+                continue
             knobs = manifest_knobs(op, name)
             source = "tuned (manifest)"
             if knobs is None:
@@ -533,15 +688,22 @@ def main(argv: list[str] | None = None) -> int:
                 rate = f"{r['bytes'] / r['tvm_best'] / 1e9:6.1f}GB"
                 pn = pm = "    -"
             wrong = f"  WRONG: rel err {r['rel_err']:.1e}" if r["rel_err"] > 1e-3 else ""
+            ort = (
+                f"{r['ort_best'] * 1e3:8.3f} {r['ort_best'] / r['tvm_best']:6.2f} {r['ort_median'] / r['tvm_median']:8.2f}"
+                if r["ort_best"]
+                else f"{'-':>8} {'-':>6} {'-':>8}"
+            )
             print(
-                f"{op + '/' + name:24} {source:18} {r['tvm_best'] * 1e3:8.3f} {rate} {pn} {pm} "
+                f"{op + '/' + name:30} {source:18} {r['tvm_best'] * 1e3:8.3f} {rate} {pn} {pm} "
                 f"{r['base_best'] * 1e3:8.3f} {r['base_best'] / r['tvm_best']:6.2f} "
-                f"{r['base_median'] / r['tvm_median']:8.2f}  {r['baseline']}"
+                f"{r['base_median'] / r['tvm_median']:8.2f} {ort}  {r['baseline']}"
                 f"{wrong}"
             )
     print(
-        "x base: baseline time / TVM time (best rounds; median rounds in parentheses); "
-        "%nom/%meas: share of the nominal/measured fp32 peak"
+        "x base / x ORT: the baseline's / ONNX Runtime's time over TVM's (best rounds; median rounds in "
+        "parentheses; above 1: TVM faster); %nom/%meas: share of the nominal/measured fp32 peak. A fused "
+        "workload's kernel runs its epilogue, and so does ONNX Runtime's graph; the numpy baseline runs the "
+        "GEMM or convolution only"
     )
     for r in rows:
         knobs = json.dumps(r["knobs"], sort_keys=True)
