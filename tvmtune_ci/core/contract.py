@@ -528,8 +528,9 @@ def match(call: CallSig, contracts: Sequence[Contract]) -> Coverage:
     """How `call` is covered by `contracts` (see the module docstring). The first
     template (by name) and workload (by name) that fits wins; the first entry whose form
     fits gives an uncovered_shape its params, unless a template declares the shape as a
-    fused or prepacked variant only: that template's (`coverage_of` picks the variant). Reshapes are shape_only; a permute_dims
-    is judged by its consumer (`coverage_of`)."""
+    fused or prepacked variant only: then that template's (`coverage_of` picks the
+    variant). Reshapes are shape_only; a permute_dims is judged by its consumer
+    (`coverage_of`)."""
     if call.op in SHAPE_OPS:
         return Coverage(SHAPE_ONLY, note="a view: moves no data")
     first: Coverage | None = None

@@ -350,14 +350,13 @@ def write_step(job: Job) -> Job:
     """Archive the old set as .bak and publish the new one atomically; the resume
     journal is no longer needed."""
     assert job.manifest is not None
+    peak = runner_peak(job.config, job.entry.target_name)
     if job.carried is not None:
         # Nothing was measured: the log and the run history stay, no .bak of them.
         folder = job.entry.logset.folder
         history = read_runs(folder, job.manifest.files)
-        peak = runner_peak(job.config, job.entry.target_name)
         files = {**job.files, "README.md": render_readme(job.manifest, history, peak).encode()}
         return replace(job, published=publish(folder, files, archive=False))
-    peak = runner_peak(job.config, job.entry.target_name)
     published = write_set(job.entry.logset, job.manifest, job.files, peak)
     shutil.rmtree(job.entry.logset.work_dir, ignore_errors=True)
     return replace(job, published=published)
