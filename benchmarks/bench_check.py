@@ -188,6 +188,9 @@ def as_entry(
     per = [real["results"][w] for w in real["results"]]
     trials = [real["trials"][w] for w in real["trials"]]
     today = time.strftime("%Y-%m-%d")
+    # A partial re-tune's record (format 6) names the real set's workloads: not the
+    # generated entry's, and not a field of the format-3 shape it is read as.
+    real = {k: v for k, v in real.items() if k != "partial"}
     return {
         **real,
         "operator": op,
