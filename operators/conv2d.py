@@ -31,23 +31,7 @@ WORKLOADS = {
         "pad": 1,
         "stride": 1,
         "dtype": "float32",
-    },
-    # The same stage as resnet50_stage runs it (models/resnet50_stage.py): the 3x3 +
-    # its batch norm folded into a bias + ReLU, on the output tile (3 blocks). The
-    # stage's 1x1 convolutions are GEMMs: operators/conv2d_1x1.py runs them.
-    "resnet50_3x3_relu": {
-        "N": 1,
-        "C": 64,
-        "H": 56,
-        "W": 56,
-        "K": 64,
-        "R": 3,
-        "S": 3,
-        "pad": 1,
-        "stride": 1,
-        "dtype": "float32",
-        "epilogue": ["bias", "relu"],
-    },
+    }
 }
 
 # The Relax calls this kernel implements (docs/models.md): conv2d of data

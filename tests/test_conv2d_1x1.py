@@ -129,5 +129,5 @@ def test_this_repository_s_resnet_stage_runs_its_1x1_convolutions_on_conv2d_1x1(
     data = json.loads((OPERATORS.parent / "models/resnet50_stage.coverage.json").read_text())
     convs = [c for c in data["calls"] if c["op"] == "relax.nn.conv2d"]
     by_kernel = {tuple(c["args"][1]["shape"][2:]): c["coverage"]["template"] for c in convs}
-    assert by_kernel == {(1, 1): "conv2d_1x1", (3, 3): "conv2d"}
+    assert by_kernel == {(1, 1): "conv2d_1x1", (3, 3): "conv2d_winograd"}
     assert all(c["coverage"]["status"] == "covered" for c in convs)

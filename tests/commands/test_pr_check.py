@@ -26,7 +26,7 @@ import pytest
 from conftest import commit_all, freshen_all, git, make_repo, run_cli, write
 
 FUTURE = "from __future__ import annotations\n"
-OPERATORS = ("batch_matmul", "conv2d", "conv2d_1x1", "dense", "matmul", "softmax")
+OPERATORS = ("batch_matmul", "conv2d", "conv2d_1x1", "conv2d_winograd", "dense", "matmul", "softmax")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def hostile_template(root: Path, marker: Path) -> set[str]:
 def hostile_helper(root: Path, marker: Path) -> set[str]:
     helper = root / "operators/_gemm.py"
     helper.write_text(after_future(helper, payload(marker)))
-    return {"batch_matmul", "conv2d_1x1", "matmul", "dense"}  # all four import operators._gemm
+    return {"batch_matmul", "conv2d_1x1", "conv2d_winograd", "matmul", "dense"}  # all five import operators._gemm
 
 
 def hostile_knobs(root: Path, marker: Path) -> set[str]:

@@ -20,8 +20,10 @@ from .contract import (
     Contract,
     Coverage,
     Implements,
+    _keys,
     covering_entry,
     match,
+    unify,
 )
 from .epilogue import chain, prepacked
 
@@ -65,18 +67,10 @@ def fused_chains(
         cov = out[i]
         if cov.status not in (COVERED, UNCOVERED_SHAPE) or cov.template is None:
             continue
-        c = by_name[cov.template]
-        entry = covering_entry(c, sig)
-        assert entry is not None  # match() found it
         links = _links(i, calls, takers, escaped, claimed)
-        # Weights packed once where the entry allows it and the arguments are weights;
-        # else the plain variants (the kernel packs what it reads, every call).
-        packable = bool(entry.prepack) and all(sig.args[k].weight for k in entry.prepack)
-        choice = None
-        for packed in (True, False) if packable else (False,):
-            choice = _variant(c, entry, cov.params, links, calls, packed)
-            if choice is not None:
-                break
+        c, entry, packable, choice, params = _best_template(sig, cov, contracts, by_name, links, calls)
+        if c.template != cov.template:
+            cov = out[i] = Coverage(COVERED, c.template, None, params)
         kinds = tuple(k for _, k in links)
         if choice is not None:
             n, w, packed = choice
@@ -90,6 +84,47 @@ def fused_chains(
             out[i] = replace(out[i], alone=left, note=_alone_note(c, entry, out[i], left, packable))
     _absorb_permutes(calls, out, takers, by_name)
     return out, chains
+
+
+def _best_template(
+    sig: CallSig,
+    cov: Coverage,
+    contracts: Sequence[Contract],
+    by_name: Mapping[str, Contract],
+    links: Sequence[tuple[int, str]],
+    calls: Sequence[tuple[CallSig, Sequence[int]]],
+) -> tuple[Contract, Implements, bool, tuple[int, str, bool] | None, dict[str, Any]]:
+    """The template that runs call `sig`, its covering entry, whether the call's weights
+    can come packed, its variant (`_variant`) and the workload params it binds. Where
+    several templates declare the call's shape (conv2d's direct 3x3 and conv2d_winograd
+    both implement a 3x3), the one whose variant runs most of the epilogue chain in its
+    kernel wins, then one taking the weights packed (each does less per call); on a
+    tie, `match`'s choice (the first by name)."""
+    best: tuple[tuple[int, int, int], Contract, Implements, bool, tuple[int, str, bool] | None, dict[str, Any]] | None
+    best = None
+    first = by_name[str(cov.template)]
+    ordered = [first, *(c for c in sorted(contracts, key=lambda c: c.template) if c is not first)]
+    for rank, c in enumerate(ordered):
+        entry = covering_entry(c, sig)
+        if entry is None:
+            continue
+        bound = unify(entry, sig, _keys(c.workloads))
+        params = dict(cov.params) if rank == 0 or bound is None else dict(sorted(bound.items()))
+        # Weights packed once where the entry allows it and the arguments are weights;
+        # else the plain variants (the kernel packs what it reads, every call).
+        packable = bool(entry.prepack) and all(sig.args[k].weight for k in entry.prepack)
+        choice = None
+        for packed in (True, False) if packable else (False,):
+            choice = _variant(c, entry, params, links, calls, packed)
+            if choice is not None:
+                break
+        if rank and choice is None:
+            continue  # declares no workload of this shape
+        key = (choice[0], int(choice[2]), -rank) if choice is not None else (-1, 0, -rank)
+        if best is None or key > best[0]:
+            best = (key, c, entry, packable, choice, params)
+    assert best is not None  # match() found the first
+    return best[1:]
 
 
 def epilogue_kind(sig: CallSig, slot: int, before: CallSig) -> str | None:
