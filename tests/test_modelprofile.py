@@ -109,6 +109,32 @@ def _onnx_two_mm(path: Path) -> None:
 
 
 @pytest.mark.extra("onnx")
+def test_onnx_runtime_starts_only_once_tvm_s_instrumented_calls_are_timed(tmp_path: Path) -> None:
+    """The TVM child times the per-call instrument and the peak as it starts; ONNX
+    Runtime's child optimizing its graph beside it took the cores (a ResNet profile's
+    per-kernel times summed to 1.3-2x its latency). Its start follows TVM's ready line."""
+    b = _tiny_build()
+    _onnx_two_mm(tmp_path / "two_mm.onnx")
+    x = np.ones((1, 64, 64), "float32")
+    t = time_builds(
+        {"a": b},
+        [np.ones((64, 64), "float32"), np.ones((64, 64), "float32")],
+        threads=1,
+        work_dir=tmp_path,
+        function="forward",
+        runs=2,
+        instrument=("a",),
+        onnx=(tmp_path / "two_mm.onnx", {"x": x}),
+        min_sample_ms=5,
+    )
+    assert t.startup is not None and sorted(t.startup) == ["onnxruntime", "tvm"]
+    tvm_started, tvm_ready = t.startup["tvm"]
+    ort_started, ort_ready = t.startup["onnxruntime"]
+    assert tvm_started <= tvm_ready <= ort_started <= ort_ready, t.startup
+    assert len(t.samples["onnxruntime"]) == 2 and t.ort_threads == 1
+
+
+@pytest.mark.extra("onnx")
 @pytest.mark.slow
 def test_an_onnx_model_is_profiled_end_to_end_beside_onnx_runtime(tmp_path: Path) -> None:
     """TVM's ONNX frontend names the entry `main`: `profile` times it, its template
