@@ -183,7 +183,7 @@ def test_profile_writes_the_shares_and_a_readme_that_agrees_with_them(tmp_path: 
     lo, hi = band([x.latency_s for x in runs])
     assert len(runs) == 2
     assert (
-        f"Across the 2 profile runs of this target on these threads: {lo:.2f}-{hi:.2f}x"
+        f"Across the 2 profile runs of this build on this target and these threads: {lo:.2f}-{hi:.2f}x"
         in (root / "models/two_mm.host.md").read_text()
     )
 

@@ -237,8 +237,30 @@ def test_the_readme_s_metaschedule_ratio_is_the_median_over_independent_searches
     one_thread = _profile_run(_ms_anchor(9.0), threads=None)  # TVM's default pool: another figure
     text = render(Profile("m", {"t": (one_thread, run, other, again)}), "t", "m.png")
     assert "| 1.30-1.70x over 2 runs |" in text
-    assert "Across the 3 profile runs of this target on these threads" in text
+    assert "Across the 3 profile runs of this build on this target and these threads" in text
     assert "(1 earlier run(s) on another thread pool are in the profile file" in text
+    assert "another build" not in text
+
+
+def test_the_band_across_runs_is_the_newest_build_s() -> None:
+    """A run of other kernels (a call moved to another template, the direct 3x3 before
+    the Winograd one) is another figure: outside the band, counted apart."""
+    from dataclasses import replace
+
+    from tvmtune_ci.core.profiles import CallTime, Profile
+    from tvmtune_ci.publish.modelreadme import render
+
+    old = replace(_profile_run(), latency_s=5e-3)  # 5x the others: it would widen any band it joined
+    new = _profile_run()
+    new = replace(new, calls=(CallTime("wino_s64", 2, 6e-4, "wino", "s64", default_seconds=2.6e-3),))
+    again = replace(new, latency_s=1.1e-3)
+    text = render(Profile("m", {"t": (old, new, again)}), "t", "m.png")
+    assert "Across the 2 profile runs of this build on this target and these threads: 0.95-1.05x" in text
+    assert "(1 earlier run(s) of another build (other kernels, templates or workloads)" in text
+    assert "another thread pool" not in text
+    # a re-tuned log (the same kernels, another latency) is the same build
+    text = render(Profile("m", {"t": (new, replace(new, latency_s=2e-3))}), "t", "m.png")
+    assert "Across the 2 profile runs of this build" in text and "another build" not in text
     slower = render(Profile("m", {"t": (_profile_run(_ms_anchor(0.5)),)}), "t", "m.png")
     assert "**2.00x slower** (median of 1 search(es))" in slower
 

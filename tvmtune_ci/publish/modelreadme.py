@@ -24,9 +24,9 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     if not every:
         raise ValueError(f"no profile of {profile.model} on {target}")
     run = every[-1]
-    # A band across runs is over the runs timed on the same threads as the newest: a run
-    # on another pool is another figure.
-    runs = tuple(r for r in every if r.threads == run.threads)
+    # A band across runs is over the runs of the newest's build timed on the same
+    # threads: a run on another pool, or of other kernels, is another figure.
+    runs = tuple(r for r in every if r.threads == run.threads and _build(r) == _build(run))
     lines = [
         f"# {profile.model} on {target}",
         "",
@@ -50,15 +50,21 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     if len(runs) > 1:
         lo, hi = spread([r.latency_s for r in runs])
         lines.append(
-            f"Across the {len(runs)} profile runs of this target on these threads: {lo:.2f}-{hi:.2f}x "
-            "their median latency."
+            f"Across the {len(runs)} profile runs of this build on this target and these threads: "
+            f"{lo:.2f}-{hi:.2f}x their median latency."
         )
     else:
-        lines.append("One profile run so far on these threads: no band across runs yet.")
-    if len(every) > len(runs):
+        lines.append("One profile run so far of this build on these threads: no band across runs yet.")
+    pools = sum(r.threads != run.threads for r in every)
+    builds = len(every) - len(runs) - pools
+    if pools:
         lines.append(
-            f"({len(every) - len(runs)} earlier run(s) on another thread pool are in the profile file, "
-            "outside every band here.)"
+            f"({pools} earlier run(s) on another thread pool are in the profile file, outside every band here.)"
+        )
+    if builds:
+        lines.append(
+            f"({builds} earlier run(s) of another build (other kernels, templates or workloads) are in the "
+            "profile file, outside every band here.)"
         )
     lines += ["", _threads(run) + "."]
     if any(a.name == "metaschedule" for a in run.anchors):
@@ -72,6 +78,13 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     lines += _breakdown(run, chart_name)
     lines += _fusion(run)
     return "\n".join(lines) + "\n"
+
+
+def _build(run: ProfileRun) -> tuple[str, frozenset[tuple[str, str | None, str | None]]]:
+    """What a run timed: how the untemplated calls were scheduled, and every kernel with
+    the template and workload behind it (a re-tuned log is the same build, a new
+    template for a call is another)."""
+    return run.untemplated, frozenset((c.symbol, c.template, c.workload) for c in run.calls)
 
 
 def _fusion(run: ProfileRun) -> list[str]:
