@@ -32,6 +32,7 @@ def winograd(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return import_template(root / "operators/conv2d_winograd.py", root)
 
 
+@pytest.mark.parametrize("m", [2, 4], ids=["F2x2", "F4x4"])
 @pytest.mark.parametrize(
     ("shape", "extra"),
     [
@@ -47,23 +48,25 @@ def winograd(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ],
     ids=["8x8", "8x8-bias-relu-packed", "7x9-n2-residual", "7x9-n2-packed", "pad0-c3"],
 )
-def test_numerics(winograd: Any, shape: dict[str, int], extra: dict[str, Any]) -> None:
+def test_numerics(winograd: Any, shape: dict[str, int], extra: dict[str, Any], m: int) -> None:
     """The direct convolution's answer in float64 (reference(); check_correct raises on
-    a mismatch beyond fp32's tolerance), at the default configuration and at a 2-level
-    tile of the GEMM."""
+    a mismatch beyond fp32's tolerance), for both output tiles, at the default
+    configuration and at a 2-level tile of the GEMM."""
     from tvmtune_ci.tune.hostcheck import host_target
     from tvmtune_ci.tune.numerics import check_correct
     from tvmtune_ci.tune.workload import Workload
 
     target = host_target(2)
-    wl = Workload(winograd, "x", {**shape, "dtype": F32, **extra}, target)
+    wl = Workload(winograd, "x", {**shape, "m": m, "dtype": F32, **extra}, target)
     check_correct(winograd, wl, target, None, seed=3)
     check_correct(winograd, wl, target, {"tile_i": [1, 2, 8], "tile_k": [1, (shape["C"] + 15) // 16]}, seed=4)
 
 
-def test_a_convolution_with_no_output_is_refused(winograd: Any) -> None:
+def test_a_convolution_with_no_output_or_another_tile_is_refused(winograd: Any) -> None:
     with pytest.raises(ValueError, match="has no 3x3 output"):
-        winograd.compute(N=1, C=16, H=2, W=8, K=16, pad=0, dtype=F32)
+        winograd.compute(N=1, C=16, H=2, W=8, K=16, pad=0, m=2, dtype=F32)
+    with pytest.raises(ValueError, match="m = 3 .* m = 2 and 4"):
+        winograd.compute(N=1, C=16, H=8, W=8, K=16, pad=1, m=3, dtype=F32)
 
 
 ATTRS = {
@@ -75,7 +78,7 @@ ATTRS = {
     "out_layout": "NCHW",
 }
 DIRECT = {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3, "S": 3, "pad": 1, "stride": 1, "dtype": F32}
-WINO = {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "pad": 1, "dtype": F32}
+WINO = {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "pad": 1, "m": 4, "dtype": F32}
 
 
 def _contracts(tmp_path: Path, direct: dict[str, Any], wino: dict[str, Any]) -> list[Any]:

@@ -84,7 +84,7 @@ SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     # 4 x 4 tiles of 2 x 2 outputs (one 16-tile column block), 16 -> 16 channels
     "conv2d_winograd": (
-        {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "pad": 1, "dtype": "float32"},
+        {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "pad": 1, "m": 2, "dtype": "float32"},
         {"tile_i": [1, 2, 8], "tile_j": [1, 1, 1], "tile_k": [1, 1]},
     ),
     "softmax": (
