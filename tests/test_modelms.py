@@ -261,6 +261,12 @@ def test_the_band_across_runs_is_the_newest_build_s() -> None:
     # a re-tuned log (the same kernels, another latency) is the same build
     text = render(Profile("m", {"t": (new, replace(new, latency_s=2e-3))}), "t", "m.png")
     assert "Across the 2 profile runs of this build" in text and "another build" not in text
+    # the same template and workload computing otherwise (other FLOPs) is another
+    (call,) = new.calls
+    f2, f4 = (replace(new, calls=(replace(call, flops=f),)) for f in (1.1e8, 6.2e7))
+    text = render(Profile("m", {"t": (f2, replace(f4, latency_s=0.8e-3), f4)}), "t", "m.png")
+    assert "Across the 2 profile runs of this build on this target and these threads: 0.89-1.11x" in text
+    assert "(1 earlier run(s) of another build" in text
     slower = render(Profile("m", {"t": (_profile_run(_ms_anchor(0.5)),)}), "t", "m.png")
     assert "**2.00x slower** (median of 1 search(es))" in slower
 

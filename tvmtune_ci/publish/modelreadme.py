@@ -80,11 +80,14 @@ def render(profile: Profile, target: str, chart_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _build(run: ProfileRun) -> tuple[str, frozenset[tuple[str, str | None, str | None]]]:
+def _build(run: ProfileRun) -> tuple[str, frozenset[tuple[str, str | None, str | None, float | None]]]:
     """What a run timed: how the untemplated calls were scheduled, and every kernel with
-    the template and workload behind it (a re-tuned log is the same build, a new
-    template for a call is another)."""
-    return run.untemplated, frozenset((c.symbol, c.template, c.workload) for c in run.calls)
+    the template and workload behind it and its floating-point operations. A re-tuned
+    log is the same build (the same operations, tiled otherwise); a new template for a
+    call, or a template that computes otherwise (Winograd's F(2x2) to F(4x4)), is another."""
+    return run.untemplated, frozenset(
+        (c.symbol, c.template, c.workload, None if c.flops is None else round(c.flops)) for c in run.calls
+    )
 
 
 def _fusion(run: ProfileRun) -> list[str]:
