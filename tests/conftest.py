@@ -407,6 +407,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"needs {name}, which is not on PATH: {OPTIONAL_TOOLS[name]}")
 
 
+def template_copy(tmp_path_factory: pytest.TempPathFactory, name: str) -> Any:
+    """This repository's template `name`, with the GEMM helper it imports, imported from a
+    copy in a temp repo (its import leaves no bytecode in the checkout)."""
+    pytest.importorskip("tvm")
+    from tvmtune_ci.core.template import import_template
+
+    root = tmp_path_factory.mktemp(name)
+    (root / "operators").mkdir()
+    for f in ("_gemm.py", f"{name}.py"):
+        shutil.copy(OPERATORS / f, root / "operators" / f)
+    return import_template(root / f"operators/{name}.py", root)
+
+
+def contracts_with(tmp_path: Path, workloads: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """The contracts of this repository's templates {name: its WORKLOADS instead of its
+    own} (written as Python literals, as `check` reads them), in that order."""
+    from tvmtune_ci.core.contract import read_contract
+
+    out = []
+    for name, wls in workloads.items():
+        text = (OPERATORS / f"{name}.py").read_text()
+        start, end = text.index("WORKLOADS = {"), text.index("# The Relax calls")
+        path = tmp_path / f"{name}.py"
+        path.write_text(text[:start] + f"WORKLOADS = {dict(wls)!r}\n\n" + text[end:])
+        out.append(read_contract(path, f"operators/{name}.py"))
+    return out
+
+
 def dense_model_repo(
     tmp_path: Path, target: Mapping[str, Any], workloads: Mapping[str, Any], model: str, source: str
 ) -> Path:

@@ -6,15 +6,14 @@ declares the shape, even only as a fused variant, is the one that runs it."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OPERATORS
+from conftest import OPERATORS, contracts_with, template_copy
 
 from tvmtune_ci.core.chains import coverage_of
-from tvmtune_ci.core.contract import COVERED, FUSED, UNCOVERED_SHAPE, CallArg, CallSig, read_contract
+from tvmtune_ci.core.contract import COVERED, FUSED, UNCOVERED_SHAPE, CallArg, CallSig
 
 F32 = "float32"
 ATTRS = {
@@ -31,14 +30,7 @@ FORMS = [[], ["bias"], ["bias", "relu"], ["bias", "residual", "relu"]]
 
 @pytest.fixture(scope="module")
 def conv1x1(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    pytest.importorskip("tvm")
-    from tvmtune_ci.core.template import import_template
-
-    root = tmp_path_factory.mktemp("conv1x1")
-    (root / "operators").mkdir()
-    for f in ("_gemm.py", "conv2d_1x1.py"):
-        shutil.copy(OPERATORS / f, root / "operators" / f)
-    return import_template(root / "operators/conv2d_1x1.py", root)
+    return template_copy(tmp_path_factory, "conv2d_1x1")
 
 
 @pytest.mark.parametrize("form", FORMS, ids=lambda f: "+".join(f) or "plain")
@@ -86,14 +78,7 @@ def _conv(c: int, k: int, r: int) -> CallSig:
 
 
 def _contracts(tmp_path: Path, conv2d_wls: dict[str, Any], conv1x1_wls: dict[str, Any]) -> list[Any]:
-    out = []
-    for name, wls in (("conv2d", conv2d_wls), ("conv2d_1x1", conv1x1_wls)):
-        text = (OPERATORS / f"{name}.py").read_text()
-        start, end = text.index("WORKLOADS = {"), text.index("# The Relax calls")
-        path = tmp_path / f"{name}.py"
-        path.write_text(text[:start] + f"WORKLOADS = {json.dumps(wls)}\n\n" + text[end:])
-        out.append(read_contract(path, f"operators/{name}.py"))
-    return out
+    return contracts_with(tmp_path, {"conv2d": conv2d_wls, "conv2d_1x1": conv1x1_wls})
 
 
 BASE3 = {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "R": 3, "S": 3, "pad": 1, "stride": 1, "dtype": F32}

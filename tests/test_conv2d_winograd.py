@@ -7,29 +7,21 @@ a call's shape, the template whose variant runs more of the call's epilogue chai
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OPERATORS
+from conftest import OPERATORS, contracts_with, template_copy
 
 from tvmtune_ci.core.chains import coverage_of
-from tvmtune_ci.core.contract import COVERED, FUSED, CallArg, CallSig, read_contract
+from tvmtune_ci.core.contract import COVERED, FUSED, CallArg, CallSig
 
 F32 = "float32"
 
 
 @pytest.fixture(scope="module")
 def winograd(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    pytest.importorskip("tvm")
-    from tvmtune_ci.core.template import import_template
-
-    root = tmp_path_factory.mktemp("winograd")
-    (root / "operators").mkdir()
-    for f in ("_gemm.py", "conv2d_winograd.py"):
-        shutil.copy(OPERATORS / f, root / "operators" / f)
-    return import_template(root / "operators/conv2d_winograd.py", root)
+    return template_copy(tmp_path_factory, "conv2d_winograd")
 
 
 @pytest.mark.parametrize("m", [2, 4], ids=["F2x2", "F4x4"])
@@ -82,14 +74,7 @@ WINO = {"N": 1, "C": 16, "H": 8, "W": 8, "K": 16, "pad": 1, "m": 4, "dtype": F32
 
 
 def _contracts(tmp_path: Path, direct: dict[str, Any], wino: dict[str, Any]) -> list[Any]:
-    out = []
-    for name, wls in (("conv2d", direct), ("conv2d_winograd", wino)):
-        text = (OPERATORS / f"{name}.py").read_text()
-        start, end = text.index("WORKLOADS = {"), text.index("# The Relax calls")
-        path = tmp_path / f"{name}.py"
-        path.write_text(text[:start] + f"WORKLOADS = {wls!r}\n\n" + text[end:])
-        out.append(read_contract(path, f"operators/{name}.py"))
-    return out
+    return contracts_with(tmp_path, {"conv2d": direct, "conv2d_winograd": wino})
 
 
 def _stage(stride: int = 1) -> list[tuple[CallSig, tuple[int, ...]]]:
