@@ -186,6 +186,11 @@ def test_profile_writes_the_shares_and_a_readme_that_agrees_with_them(tmp_path: 
         f"Across the 2 profile runs of this build on this target and these threads: {lo:.2f}-{hi:.2f}x"
         in (root / "models/two_mm.host.md").read_text()
     )
+    # the kernel README's "% of peak" reads the profiles' median peak, which the second run
+    # moved: profile rewrote it, so it is what `readme` renders now
+    assert "**Of peak**" in (root / "tuning_logs/mm/host/README.md").read_text()
+    r = run_cli(root, "readme", "mm", "--target", "host")
+    assert r.returncode == 0 and "up to date" in r.stdout and "wrote" not in r.stdout, r.stdout
 
 
 def test_a_model_s_shares_are_the_budget_s_weights(tmp_path: Path) -> None:

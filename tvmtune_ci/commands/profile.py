@@ -1,7 +1,10 @@
 """`tvmtune-ci profile [NAME ...] --target T`: build each model with the committed logs
 (TVM, the [tune] extra), run it on this machine with the Relax VM's per-call
 instrument, and append the run to `models/<name>.profile.json`; then write the
-model's README on that target (`models/<name>.<target>.md` and its chart).
+model's README on that target (`models/<name>.<target>.md` and its chart), and the
+kernel READMEs of that target: their "% of peak" reads the runner's peak as the
+profiles measured it (a median over the runs, `core/profiles.runner_peak`), which the
+new run moves.
 
 The same model with every template kernel at its default configuration is timed in
 turns with it: the README's "tuning made the model Nx faster". With `--uncovered-shapes
@@ -32,9 +35,12 @@ from typing import Any
 from ..core.config import load_config
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text, sha256_file
+from ..core.layout import LogSet
 from ..core.modelrecords import ModelRecords, lines_of, records_path, write_records
-from ..core.profiles import breakdown, profile_path, read_profile, write_profile
+from ..core.profiles import breakdown, profile_path, read_profile, runner_peak, write_profile
+from ..core.template import discover_templates
 from ..publish.modelreadme import render, render_chart
+from .readme import regenerate
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -166,4 +172,20 @@ def run(args: argparse.Namespace) -> int:
         for label, sec, _n, owner in breakdown(run_)[:8]:
             print(f"  {sec / run_.kernel_seconds() * 100:5.1f}%  {label} ({owner or 'no template'})")
         print(f"wrote {path.relative_to(config.root)}, {stem}.md and {stem}.png")
+    rewritten = refresh_kernel_readmes(config, target.name)
+    if rewritten:
+        print(f"rewrote {len(rewritten)} kernel README file(s) of {target.name}: the runner's peak moved")
     return 0
+
+
+def refresh_kernel_readmes(config: Any, target: str) -> list[Path]:
+    """Regenerate the kernel READMEs of `target` against the runner's peak the profiles
+    now give (each README's "% of peak"); the files that changed. Without this, a
+    profile run left every kernel README of its target disagreeing with its render."""
+    peak = runner_peak(config, target)
+    written: list[Path] = []
+    for template in discover_templates(config.operators_path):
+        logset = LogSet.of(config.logs_path, template.stem, target)
+        if logset.manifest.is_file():
+            written += regenerate(logset, peak)
+    return written
